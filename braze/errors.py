@@ -1,0 +1,31 @@
+"""braze's error types: every user-facing failure is one of these, with a message that says
+what is wrong, where (node, provenance, file) and what to do."""
+from __future__ import annotations
+
+
+class BrazeError(Exception):
+    """Base class of every error braze raises on purpose."""
+
+
+class ShapeError(BrazeError, ValueError):
+    """An op got inputs whose shapes or dtypes it cannot accept."""
+
+
+class GraphError(BrazeError, ValueError):
+    """A graph is malformed: unknown value, bad arity, cycle, dangling output, ..."""
+
+
+class VerifyError(GraphError):
+    """`bz.verify` found a broken invariant."""
+
+
+class ParseError(BrazeError, ValueError):
+    """Text IR or a saved file could not be read."""
+
+
+class InterpretError(BrazeError, RuntimeError):
+    """The reference interpreter failed while executing a node."""
+
+
+class PassError(BrazeError, RuntimeError):
+    """A pass broke the graph (verification or numeric check after it failed)."""

@@ -1,0 +1,226 @@
+"""The reference interpreter: the meaning of a braze graph. Evaluates nodes in order with each
+op's NumPy reference; float64 mode recomputes everything in double precision for checks.
+
+Every pass is correct iff this gives the same outputs before and after it."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from .errors import InterpretError, ShapeError
+from .ir.dtypes import f64
+from .ir.graph import Graph
+from .ir.op import Op
+from .ir.ops.elementwise import Cast
+from .ir.ops.io import Constant, Input, Param
+from .ir.shapes import Shape
+
+
+def bind_symbols(g: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
+    """Bind each symbolic dim of the graph inputs from the feeds; errors name the input."""
+    env: dict[str, int] = {}
+    for node in g.inputs:
+        name, shape = node.op.name, node.op.shape
+        if name not in feeds:
+            have = ", ".join(sorted(feeds)) or "nothing"
+            raise InterpretError(f"graph {g.name!r} needs input {name!r} {shape}; feeds have {have}")
+        arr = np.asarray(feeds[name])
+        if arr.ndim != shape.rank:
+            raise InterpretError(f"input {name!r} declared {shape} but was fed rank {arr.ndim} "
+                                 f"array of shape {arr.shape}")
+        for d, actual in zip(shape.dims, arr.shape, strict=True):
+            if isinstance(d, int):
+                if d != actual:
+                    raise InterpretError(f"input {name!r} declared {shape} but was fed shape "
+                                         f"{arr.shape}")
+            elif env.setdefault(d, actual) != actual:
+                raise InterpretError(f"symbol {d!r} is {env[d]} elsewhere but input {name!r} "
+                                     f"gives {actual}")
+    return env
+
+
+def _resolve(shape: Shape, env: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(env.get(d, -1) if isinstance(d, str) else d for d in shape.dims)
+
+
+def interpret(
+    g: Graph,
+    feeds: Mapping[str, np.ndarray],
+    params: Mapping[str, np.ndarray] | None = None,
+    *,
+    float64: bool = False,
+) -> list[np.ndarray]:
+    """Run `g` on `feeds` (input name -> array) with `params` (name -> array; falls back to
+    `g.weights`). Returns the outputs in order. `float64=True` computes in double precision."""
+    env = bind_symbols(g, feeds)
+    weights = dict(g.weights)
+    if params:
+        weights.update(params)
+    last_use = _last_uses(g)
+    vals: dict[tuple[int, int], np.ndarray] = {}
+    keep = {(v.node, v.index) for v in g.outputs}
+    for node in g.nodes:
+        op = node.op
+        try:
+            if isinstance(op, Input):
+                out = np.asarray(feeds[op.name])
+                if out.dtype != op.shape.dtype.np:
+                    raise InterpretError(f"input {op.name!r} declared {op.shape.dtype} but was "
+                                         f"fed {out.dtype}; cast the feed")
+                outs = (out,)
+            elif isinstance(op, Param):
+                if op.name not in weights:
+                    raise InterpretError(f"param {op.name!r} {op.shape} has no value; pass it in "
+                                         "params (bz.init_params(g) draws random ones)")
+                w = np.asarray(weights[op.name])
+                want = _resolve(op.shape, env)
+                if w.shape != want:
+                    raise InterpretError(f"param {op.name!r} declared {op.shape} but its value "
+                                         f"has shape {w.shape}")
+                outs = (w.astype(op.shape.dtype.np, copy=False),)
+            else:
+                args = [vals[(v.node, v.index)] for v in node.inputs]
+                if float64 and isinstance(op, Cast) and op.dtype.is_float:
+                    op = Cast(f64)
+                res = op.reference(*args)
+                outs = res if isinstance(res, tuple) else (res,)
+            if float64:
+                outs = tuple(_to64(o) for o in outs)
+        except InterpretError:
+            raise
+        except Exception as e:  # name the node, keep the cause
+            where = f" from {node.provenance}" if node.provenance else ""
+            raise InterpretError(f"while executing node {node.label}{where}: "
+                                 f"{type(e).__name__}: {e}") from e
+        for i, o in enumerate(outs):
+            vals[(node.id, i)] = np.asarray(o)
+        for v in node.inputs:
+            key = (v.node, v.index)
+            if last_use.get(key) == node.id and key not in keep:
+                vals.pop(key, None)
+    return [vals[(v.node, v.index)] for v in g.outputs]
+
+
+def _to64(x):
+    x = np.asarray(x)
+    if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
+        return x.astype(np.float64)
+    return x
+
+
+def _last_uses(g: Graph) -> dict[tuple[int, int], int]:
+    last: dict[tuple[int, int], int] = {}
+    for node in g.nodes:
+        for v in node.inputs:
+            last[(v.node, v.index)] = node.id
+    return last
+
+
+_DECOMP_CACHE: dict = {}
+
+
+def decomposition_graph(op: Op, in_shapes: Sequence[Shape]) -> Graph:
+    """A small graph whose inputs `x0..xn` feed `op.decompose`: the op's primitive meaning."""
+    key = (op, tuple(in_shapes))
+    try:
+        cached = _DECOMP_CACHE.get(key)
+    except TypeError:  # unhashable attribute (e.g. a region body); build every time
+        cached, key = None, None
+    if cached is not None:
+        return cached
+    g = Graph(f"{op.kind}_decomposition", record_provenance=False)
+    ins = [g.input(f"x{i}", s) for i, s in enumerate(in_shapes)]
+    out = op.decompose(g, ins)
+    g.set_outputs([out] if not isinstance(out, tuple) else list(out))
+    if key is not None and len(_DECOMP_CACHE) < 4096:
+        _DECOMP_CACHE[key] = g
+    return g
+
+
+def reference_via_decomposition(op: Op, xs: Sequence[np.ndarray]):
+    """Evaluate a composite op by interpreting its decomposition on concrete arrays."""
+    from .ir.dtypes import dtype_from_numpy
+
+    shapes = [Shape(x.shape, dtype_from_numpy(x.dtype)) for x in xs]
+    try:
+        g = decomposition_graph(op, shapes)
+    except ShapeError as e:
+        raise InterpretError(f"{op.kind} cannot decompose for inputs "
+                             f"{', '.join(map(str, shapes))}: {e}") from e
+    outs = interpret(g, {f"x{i}": x for i, x in enumerate(xs)})
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def init_params(g: Graph, seed: int = 0, *, scale: float = 1.0) -> dict[str, np.ndarray]:
+    """Random values for every param (those in `g.weights` are kept as they are).
+
+    Matrices get N(0, 1/fan_in); vectors N(0, 0.1), shifted to around 1 where an op uses them as
+    a scale (norm gamma) and kept positive where an op needs that (batch-norm variance)."""
+    rng = np.random.default_rng(seed)
+    hints = _param_hints(g)
+    out: dict[str, np.ndarray] = {}
+    for node in g.params:
+        name, shape = node.op.name, node.op.shape
+        if name in g.weights:
+            out[name] = g.weights[name]
+            continue
+        if not shape.is_static:
+            raise InterpretError(f"param {name!r} has symbolic shape {shape}; give its value")
+        dims = shape.dims
+        dt = shape.dtype
+        if dt.is_int:
+            arr = rng.integers(0, 4, size=dims)
+        elif dt.kind == "bool":
+            arr = rng.random(dims) < 0.5
+        else:
+            hint = hints.get(name)
+            if len(dims) >= 2:
+                fan_in = int(np.prod(dims[1:])) if len(dims) == 4 else dims[-2]
+                arr = rng.standard_normal(dims) * (scale / np.sqrt(max(fan_in, 1)))
+            else:
+                arr = rng.standard_normal(dims) * 0.1 * scale
+            if hint == "one":
+                arr = 1.0 + arr
+            elif hint == "positive":
+                arr = 0.5 + rng.random(dims)
+        out[name] = np.asarray(arr).astype(dt.np)
+    return out
+
+
+def _param_hints(g: Graph) -> dict[str, str]:
+    hints: dict[str, str] = {}
+    for node in g.nodes:
+        hint_fn = getattr(node.op, "param_init_hint", None)
+        if hint_fn is None:
+            continue
+        for pos, v in enumerate(node.inputs):
+            src = g.nodes[v.node].op
+            if isinstance(src, Param):
+                h = hint_fn(pos)
+                if h:
+                    hints[src.name] = h
+    return hints
+
+
+def random_feeds(g: Graph, seed: int = 0, symbols: Mapping[str, int] | None = None
+                 ) -> dict[str, np.ndarray]:
+    """Random arrays for every graph input; symbolic dims take `symbols` (default 3)."""
+    rng = np.random.default_rng(seed)
+    symbols = dict(symbols or {})
+    feeds = {}
+    for node in g.inputs:
+        shape = node.op.shape
+        dims = tuple(symbols.setdefault(d, 3) if isinstance(d, str) else d for d in shape.dims)
+        dt = shape.dtype
+        if dt.is_int:
+            hi = getattr(node.op, "int_high", None) or 4
+            arr = rng.integers(0, hi, size=dims)
+        elif dt.kind == "bool":
+            arr = rng.random(dims) < 0.5
+        else:
+            arr = rng.standard_normal(dims)
+        feeds[node.op.name] = np.asarray(arr).astype(dt.np)
+    return feeds
+
+__all__ = ["interpret", "init_params", "random_feeds", "bind_symbols", "decomposition_graph"]

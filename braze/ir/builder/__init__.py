@@ -1,0 +1,1 @@
+"""Builder mixins: the public op surface of `Graph`, one file per op family."""

@@ -1,0 +1,109 @@
+"""Builder methods for elementwise ops, long names and the short GraphExt names."""
+from __future__ import annotations
+
+from ...errors import GraphError
+from ..dtypes import DType
+from ..op import Value
+from ..ops.elementwise import (
+    Binary, BinaryFn, Cast, Clamp, Compare, CompareFn, LeakyRelu, Unary, UnaryFn, Where,
+)
+
+
+def _enum(enum_cls, v):
+    if isinstance(v, enum_cls):
+        return v
+    try:
+        return enum_cls(v)
+    except ValueError:
+        names = ", ".join(e.value for e in enum_cls)
+        raise GraphError(f"unknown {enum_cls.__name__} {v!r}; known: {names}") from None
+
+
+class ElementwiseBuilder:
+    # -- generic forms ---------------------------------------------------------------------------
+    def activation(self, x: Value, fn: UnaryFn | str) -> Value:
+        """Apply a unary function (`"gelu"`, `UnaryFn.SILU`, ...)."""
+        return self.add_node(Unary(_enum(UnaryFn, fn)), (x,))[0]
+
+    unary = activation
+
+    def binary(self, a, b, fn: BinaryFn | str) -> Value:
+        """`fn(a, b)` with broadcasting; Python scalars become constants of the other's dtype."""
+        fn = _enum(BinaryFn, fn)
+        a2 = self._coerce(a, like=b if isinstance(b, Value) else None)
+        b2 = self._coerce(b, like=a2)
+        return self.add_node(Binary(fn), (a2, b2))[0]
+
+    def compare(self, a, b, fn: CompareFn | str) -> Value:
+        a2 = self._coerce(a, like=b if isinstance(b, Value) else None)
+        b2 = self._coerce(b, like=a2)
+        return self.add_node(Compare(_enum(CompareFn, fn)), (a2, b2))[0]
+
+    def where(self, cond: Value, a, b) -> Value:
+        a2 = self._coerce(a, like=b if isinstance(b, Value) else None)
+        b2 = self._coerce(b, like=a2)
+        return self.add_node(Where(), (cond, a2, b2))[0]
+
+    def cast(self, x: Value, dtype: DType) -> Value:
+        return self.add_node(Cast(dtype), (x,))[0]
+
+    def leaky_relu(self, x: Value, alpha: float = 0.01) -> Value:
+        return self.add_node(LeakyRelu(float(alpha)), (x,))[0]
+
+    def clamp(self, x: Value, lo: float, hi: float) -> Value:
+        return self.add_node(Clamp(float(lo), float(hi)), (x,))[0]
+
+    # -- short names -----------------------------------------------------------------------------
+    def add(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.ADD)
+
+    def sub(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.SUB)
+
+    def mul(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.MUL)
+
+    def div(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.DIV)
+
+    def maximum(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.MAX)
+
+    def minimum(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.MIN)
+
+    def pow(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.POW)
+
+    def eq(self, a, b) -> Value:
+        return self.compare(a, b, CompareFn.EQ)
+
+    def lt(self, a, b) -> Value:
+        return self.compare(a, b, CompareFn.LT)
+
+    def gt(self, a, b) -> Value:
+        return self.compare(a, b, CompareFn.GT)
+
+    def le(self, a, b) -> Value:
+        return self.compare(a, b, CompareFn.LE)
+
+    def ge(self, a, b) -> Value:
+        return self.compare(a, b, CompareFn.GE)
+
+    def ne(self, a, b) -> Value:
+        return self.compare(a, b, CompareFn.NE)
+
+
+def _unary_method(fn: UnaryFn):
+    def method(self, x: Value) -> Value:
+        return self.activation(x, fn)
+
+    method.__name__ = fn.value
+    method.__doc__ = f"`{fn.value}(x)` elementwise."
+    return method
+
+
+for _fn in UnaryFn:
+    _name = {"not": "logical_not"}.get(_fn.value, _fn.value)
+    setattr(ElementwiseBuilder, _name, _unary_method(_fn))
+ElementwiseBuilder.ln = ElementwiseBuilder.log

@@ -1,0 +1,201 @@
+"""The graph container: append-only nodes in topological order, inputs, params (with optional
+weights), outputs, and a users index maintained as nodes are appended.
+
+Builder methods (the public op surface) live in `builder/` mixins; `Graph` in `graph.py`
+combines them with this core."""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterable, Sequence
+
+import numpy as np
+
+from ..errors import GraphError, ShapeError
+from .dtypes import dtype_from_numpy
+from .node import Node
+from .op import Op, Value
+from .shapes import Shape
+
+_PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def call_site() -> str | None:
+    """`file:line` of the first caller outside the braze package (builder provenance)."""
+    f = sys._getframe(1)
+    while f is not None:
+        fn = f.f_code.co_filename
+        if not os.path.abspath(fn).startswith(_PKG_DIR):
+            return f"{os.path.basename(fn)}:{f.f_lineno}"
+        f = f.f_back
+    return None
+
+
+class GraphCore:
+    """Nodes, inputs, params, weights, outputs and the users index. See `Graph`."""
+
+    def __init__(self, name: str = "graph", *, record_provenance: bool = True):
+        self.name = name
+        self.nodes: list[Node] = []
+        self.input_ids: list[int] = []
+        self.param_ids: list[int] = []
+        self.weights: dict[str, np.ndarray] = {}
+        self.outputs: list[Value] = []
+        self.record_provenance = record_provenance
+        self._users: list[list[tuple[int, int]]] = []  # per node: (consumer id, output index)
+        self._names: dict[str, int] = {}
+
+    # -- construction ---------------------------------------------------------------------------
+    def add_node(
+        self,
+        op: Op,
+        inputs: Sequence[Value] = (),
+        *,
+        name: str | None = None,
+        provenance: str | None = None,
+    ) -> tuple[Value, ...]:
+        """Append `op(inputs)`, inferring output types. Returns the new node's output values.
+
+        Raises ShapeError naming the op, node and input shapes when inference rejects them, and
+        GraphError when an input value does not exist in this graph."""
+        inputs = tuple(inputs)
+        nid = len(self.nodes)
+        for pos, v in enumerate(inputs):
+            if not isinstance(v, Value):
+                raise GraphError(
+                    f"input {pos} of new {op.kind} node is {v!r}, not a braze Value; pass values "
+                    "returned by this graph's builder methods"
+                )
+            if not (0 <= v.node < nid) or v.index >= len(self.nodes[v.node].outputs):
+                raise GraphError(
+                    f"input {pos} of new {op.kind} node refers to unknown value {v!r} "
+                    f"(graph {self.name!r} has {nid} nodes); values from another graph cannot be used"
+                )
+        if provenance is None and self.record_provenance:
+            provenance = call_site()
+        in_shapes = tuple(self.nodes[v.node].outputs[v.index] for v in inputs)
+        try:
+            op.check_arity(len(inputs))
+            out = op.infer(in_shapes)
+        except ShapeError as e:
+            who = name or f"%{nid}"
+            where = f" at {provenance}" if provenance else ""
+            shapes = ", ".join(str(s) for s in in_shapes) or "no inputs"
+            raise ShapeError(f"{op.kind} node {who}{where}: {e} (inputs: {shapes})") from None
+        outs = (out,) if isinstance(out, Shape) else tuple(out)
+        if name is not None:
+            if name in self._names:
+                raise GraphError(f"node name {name!r} is already used in graph {self.name!r}")
+            self._names[name] = nid
+        node = Node(nid, op, inputs, outs, name, provenance)
+        self.nodes.append(node)
+        self._users.append([])
+        seen = set()
+        for v in inputs:
+            if (v.node, v.index) not in seen:
+                seen.add((v.node, v.index))
+                self._users[v.node].append((nid, v.index))
+        return node.values
+
+    def add(self, *a, **k):  # pragma: no cover - replaced by the builder's add
+        raise NotImplementedError
+
+    def set_outputs(self, outputs: Iterable[Value]) -> None:
+        """Declare the graph's results (order matters)."""
+        outs = list(outputs)
+        for v in outs:
+            if not isinstance(v, Value) or not (0 <= v.node < len(self.nodes)) or v.index >= len(
+                self.nodes[v.node].outputs
+            ):
+                raise GraphError(f"output {v!r} is not a value of graph {self.name!r}")
+        self.outputs = outs
+
+    # -- queries --------------------------------------------------------------------------------
+    def node(self, v: Value | int) -> Node:
+        return self.nodes[v.node if isinstance(v, Value) else v]
+
+    def shape_of(self, v: Value) -> Shape:
+        """The inferred type of value `v`."""
+        try:
+            return self.nodes[v.node].outputs[v.index]
+        except (IndexError, AttributeError):
+            raise GraphError(f"{v!r} is not a value of graph {self.name!r}") from None
+
+    def users(self, v: Value | Node | int) -> list[Node]:
+        """Consumer nodes of value `v` (each once), in topological order. A Node or id means
+        users of any of its outputs."""
+        if isinstance(v, Value):
+            return [self.nodes[c] for c, i in self._users[v.node] if i == v.index]
+        nid = v.id if isinstance(v, Node) else v
+        out, seen = [], set()
+        for c, _ in self._users[nid]:
+            if c not in seen:
+                seen.add(c)
+                out.append(self.nodes[c])
+        return out
+
+    def is_output(self, v: Value) -> bool:
+        """Whether the graph returns `v`."""
+        return v in self._output_set()
+
+    def _output_set(self) -> set[Value]:
+        return set(self.outputs)
+
+    def node_by_name(self, name: str) -> Node:
+        try:
+            return self.nodes[self._names[name]]
+        except KeyError:
+            raise GraphError(f"graph {self.name!r} has no node named {name!r}") from None
+
+    @property
+    def inputs(self) -> list[Node]:
+        return [self.nodes[i] for i in self.input_ids]
+
+    @property
+    def params(self) -> list[Node]:
+        return [self.nodes[i] for i in self.param_ids]
+
+    def input_value(self, name: str) -> Value:
+        for i in self.input_ids:
+            if self.nodes[i].name == name:
+                return Value(i)
+        raise GraphError(f"graph {self.name!r} has no input named {name!r}")
+
+    def __len__(self) -> int:
+        return len(self.nodes)
+
+    def op_counts(self) -> dict[str, int]:
+        """Nodes per op label (sources excluded), e.g. {'matmul': 12, 'gelu': 12}."""
+        counts: dict[str, int] = {}
+        for n in self.nodes:
+            if not n.op.source:
+                counts[n.op.label] = counts.get(n.op.label, 0) + 1
+        return counts
+
+    def count(self, label_or_cls) -> int:
+        """How many nodes have this op label (str) or op class."""
+        if isinstance(label_or_cls, str):
+            return sum(1 for n in self.nodes if n.op.label == label_or_cls)
+        return sum(1 for n in self.nodes if isinstance(n.op, label_or_cls))
+
+    # -- values ---------------------------------------------------------------------------------
+    def _register_source(self, kind_list: list[int], vals: tuple[Value, ...]) -> Value:
+        kind_list.append(vals[0].node)
+        return vals[0]
+
+    def _coerce(self, x, like: Value | None = None) -> Value:
+        """A Value for `x`: Values pass through; Python/NumPy scalars and arrays become
+        constants (scalars take the dtype of `like`)."""
+        if isinstance(x, Value):
+            return x
+        from .ops.io import Constant
+
+        if isinstance(x, (bool, int, float, np.number)) and not isinstance(x, np.ndarray):
+            dt = self.shape_of(like).dtype if like is not None else None
+            arr = np.asarray(x, dtype=dt.np if dt is not None else None)
+        elif isinstance(x, np.ndarray):
+            arr = x
+        else:
+            raise GraphError(f"cannot use {type(x).__name__} {x!r} as a graph value")
+        dtype_from_numpy(arr.dtype)  # validates
+        return self.add_node(Constant(arr), ())[0]

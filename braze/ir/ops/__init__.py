@@ -1,0 +1,14 @@
+"""Every op kind, by family. Importing this package registers all kinds."""
+from .attention import *  # noqa: F401,F403
+from .conv import *  # noqa: F401,F403
+from .elementwise import (  # noqa: F401
+    ACTIVATIONS, Binary, BinaryFn, Cast, Clamp, Compare, CompareFn, LeakyRelu, Unary, UnaryFn,
+    Where,
+)
+from .fused import *  # noqa: F401,F403
+from .io import Constant, Input, Param  # noqa: F401
+from .linalg import DotGeneral, MatMul  # noqa: F401
+from .norm import *  # noqa: F401,F403
+from .reduce import *  # noqa: F401,F403
+from .region import *  # noqa: F401,F403
+from .shape import *  # noqa: F401,F403

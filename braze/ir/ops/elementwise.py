@@ -1,0 +1,281 @@
+"""Elementwise ops: unary functions (activations and math), binary arithmetic, comparisons,
+where, cast, and the parameterized activations leaky_relu and clamp."""
+from __future__ import annotations
+
+import enum
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dtypes import DType, bool_
+from ..op import Op, require, same_dtype
+from ..shapes import Shape, broadcast_shapes
+from ._erf import erf
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _gelu(x):
+    return 0.5 * x * (1.0 + erf(x / x.dtype.type(math.sqrt(2.0))))
+
+
+def _gelu_approx(x):
+    c = x.dtype.type(_SQRT_2_OVER_PI)
+    return 0.5 * x * (1.0 + np.tanh(c * (x + x.dtype.type(0.044715) * x * x * x)))
+
+
+class UnaryFn(enum.Enum):
+    """Unary functions. `is_activation` marks the ones a matmul epilogue may apply."""
+
+    GELU = "gelu"
+    GELU_APPROX = "gelu_approx"
+    SILU = "silu"
+    RELU = "relu"
+    SIGMOID = "sigmoid"
+    TANH = "tanh"
+    EXP = "exp"
+    LOG = "log"
+    SQRT = "sqrt"
+    RSQRT = "rsqrt"
+    NEG = "neg"
+    ABS = "abs"
+    SIN = "sin"
+    COS = "cos"
+    ERF = "erf"
+    SQUARE = "square"
+    RECIPROCAL = "reciprocal"
+    FLOOR = "floor"
+    CEIL = "ceil"
+    SIGN = "sign"
+    NOT = "not"
+
+    @property
+    def is_activation(self) -> bool:
+        return self in ACTIVATIONS
+
+    def apply(self, x: np.ndarray) -> np.ndarray:
+        return _UNARY_IMPL[self](x)
+
+
+ACTIVATIONS = frozenset(
+    {UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.SILU, UnaryFn.RELU, UnaryFn.SIGMOID, UnaryFn.TANH}
+)
+
+_UNARY_IMPL = {
+    UnaryFn.GELU: _gelu,
+    UnaryFn.GELU_APPROX: _gelu_approx,
+    UnaryFn.SILU: lambda x: x * _sigmoid(x),
+    UnaryFn.RELU: lambda x: np.maximum(x, x.dtype.type(0)),
+    UnaryFn.SIGMOID: _sigmoid,
+    UnaryFn.TANH: np.tanh,
+    UnaryFn.EXP: np.exp,
+    UnaryFn.LOG: np.log,
+    UnaryFn.SQRT: np.sqrt,
+    UnaryFn.RSQRT: lambda x: 1.0 / np.sqrt(x),
+    UnaryFn.NEG: np.negative,
+    UnaryFn.ABS: np.abs,
+    UnaryFn.SIN: np.sin,
+    UnaryFn.COS: np.cos,
+    UnaryFn.ERF: erf,
+    UnaryFn.SQUARE: np.square,
+    UnaryFn.RECIPROCAL: lambda x: 1.0 / x,
+    UnaryFn.FLOOR: np.floor,
+    UnaryFn.CEIL: np.ceil,
+    UnaryFn.SIGN: np.sign,
+    UnaryFn.NOT: np.logical_not,
+}
+_FLOAT_ONLY = frozenset(UnaryFn) - {UnaryFn.NEG, UnaryFn.ABS, UnaryFn.SQUARE, UnaryFn.SIGN,
+                                    UnaryFn.RELU, UnaryFn.NOT}
+
+
+def _same_type(x: np.ndarray, out) -> np.ndarray:
+    out = np.asarray(out)
+    return out if out.dtype == x.dtype else out.astype(x.dtype)
+
+
+@dataclass(frozen=True)
+class Unary(Op):
+    """`fn(x)` elementwise: activations (gelu, silu, relu, ...) and math (exp, sqrt, ...)."""
+
+    kind = "unary"
+    arity = 1
+    elementwise = True
+    fn: UnaryFn
+
+    @property
+    def label(self) -> str:
+        return self.fn.value
+
+    def infer(self, ins):
+        (x,) = ins
+        if self.fn is UnaryFn.NOT:
+            require(x.dtype == bool_, f"not needs bool input, got {x.dtype}")
+        elif self.fn in _FLOAT_ONLY:
+            require(x.dtype.is_float or x.dtype.kind == "complex",
+                    f"{self.fn.value} needs a float input, got {x.dtype}")
+        return x
+
+    def reference(self, x):
+        return _same_type(x, self.fn.apply(x))
+
+
+class BinaryFn(enum.Enum):
+    ADD = "add"
+    SUB = "sub"
+    MUL = "mul"
+    DIV = "div"
+    MAX = "max"
+    MIN = "min"
+    POW = "pow"
+
+    @property
+    def commutative(self) -> bool:
+        return self in (BinaryFn.ADD, BinaryFn.MUL, BinaryFn.MAX, BinaryFn.MIN)
+
+
+_BINARY_IMPL = {
+    BinaryFn.ADD: np.add,
+    BinaryFn.SUB: np.subtract,
+    BinaryFn.MUL: np.multiply,
+    BinaryFn.DIV: lambda a, b: (a // b) if a.dtype.kind in "iu" else np.divide(a, b),
+    BinaryFn.MAX: np.maximum,
+    BinaryFn.MIN: np.minimum,
+    BinaryFn.POW: np.power,
+}
+
+
+@dataclass(frozen=True)
+class Binary(Op):
+    """`fn(a, b)` with NumPy broadcasting; both operands share one dtype."""
+
+    kind = "binary"
+    arity = 2
+    elementwise = True
+    fn: BinaryFn
+
+    @property
+    def label(self) -> str:
+        return self.fn.value
+
+    def infer(self, ins):
+        a, b = ins
+        same_dtype(self, ins)
+        return Shape(broadcast_shapes(a.dims, b.dims), a.dtype)
+
+    def reference(self, a, b):
+        return _same_type(a, _BINARY_IMPL[self.fn](a, b))
+
+
+class CompareFn(enum.Enum):
+    EQ = "eq"
+    NE = "ne"
+    LT = "lt"
+    LE = "le"
+    GT = "gt"
+    GE = "ge"
+
+
+_COMPARE_IMPL = {
+    CompareFn.EQ: np.equal,
+    CompareFn.NE: np.not_equal,
+    CompareFn.LT: np.less,
+    CompareFn.LE: np.less_equal,
+    CompareFn.GT: np.greater,
+    CompareFn.GE: np.greater_equal,
+}
+
+
+@dataclass(frozen=True)
+class Compare(Op):
+    """`fn(a, b)` elementwise with broadcasting, giving bool."""
+
+    kind = "compare"
+    arity = 2
+    elementwise = True
+    fn: CompareFn
+
+    @property
+    def label(self) -> str:
+        return self.fn.value
+
+    def infer(self, ins):
+        a, b = ins
+        same_dtype(self, ins)
+        return Shape(broadcast_shapes(a.dims, b.dims), bool_)
+
+    def reference(self, a, b):
+        return _COMPARE_IMPL[self.fn](a, b)
+
+
+@dataclass(frozen=True)
+class Where(Op):
+    """`cond ? a : b` with broadcasting over all three."""
+
+    kind = "where"
+    arity = 3
+    elementwise = True
+
+    def infer(self, ins):
+        c, a, b = ins
+        require(c.dtype == bool_, f"where condition must be bool, got {c.dtype}")
+        same_dtype(self, (a, b))
+        return Shape(broadcast_shapes(c.dims, a.dims, b.dims), a.dtype)
+
+    def reference(self, c, a, b):
+        return np.where(c, a, b)
+
+
+@dataclass(frozen=True)
+class Cast(Op):
+    """Convert the element type to `dtype`."""
+
+    kind = "cast"
+    arity = 1
+    elementwise = True
+    dtype: DType
+
+    def infer(self, ins):
+        return ins[0].with_dtype(self.dtype)
+
+    def reference(self, x):
+        return np.asarray(x).astype(self.dtype.np)
+
+
+@dataclass(frozen=True)
+class LeakyRelu(Op):
+    """`x if x >= 0 else alpha * x`."""
+
+    kind = "leaky_relu"
+    arity = 1
+    elementwise = True
+    alpha: float = 0.01
+
+    def infer(self, ins):
+        require(ins[0].dtype.is_float, f"leaky_relu needs a float input, got {ins[0].dtype}")
+        return ins[0]
+
+    def reference(self, x):
+        return _same_type(x, np.where(x >= 0, x, x * x.dtype.type(self.alpha)))
+
+
+@dataclass(frozen=True)
+class Clamp(Op):
+    """Clip into [lo, hi]."""
+
+    kind = "clamp"
+    arity = 1
+    elementwise = True
+    lo: float
+    hi: float
+
+    def infer(self, ins):
+        require(self.lo <= self.hi, f"clamp needs lo <= hi, got {self.lo} > {self.hi}")
+        return ins[0]
+
+    def reference(self, x):
+        return _same_type(x, np.clip(x, self.lo, self.hi))
