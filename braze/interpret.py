@@ -83,7 +83,10 @@ def interpret(
                 args = [vals[(v.node, v.index)] for v in node.inputs]
                 if float64 and isinstance(op, Cast) and op.dtype.is_float:
                     op = Cast(f64)
-                res = op.reference(*args)
+                if getattr(op, "needs_symbols", False):  # target dims may hold symbols
+                    res = op.reference(*args, symbols=env)
+                else:
+                    res = op.reference(*args)
                 outs = res if isinstance(res, tuple) else (res,)
             if float64:
                 outs = tuple(_to64(o) for o in outs)

@@ -97,8 +97,18 @@ class GraphCore:
                 self._users[v.node].append((nid, v.index))
         return node.values
 
-    def add(self, *a, **k):  # pragma: no cover - replaced by the builder's add
-        raise NotImplementedError
+    def clone_node(self, node: Node, inputs: Sequence[Value]) -> tuple[Value, ...]:
+        """Append a copy of `node` (from another graph) reading `inputs`: same op, name and
+        provenance; inputs and params are registered as such. Passes rebuild graphs with this."""
+        from .ops.io import Input, Param
+
+        name = node.name if node.name not in self._names else None
+        vals = self.add_node(node.op, inputs, name=name, provenance=node.provenance)
+        if isinstance(node.op, Input):
+            self.input_ids.append(vals[0].node)
+        elif isinstance(node.op, Param):
+            self.param_ids.append(vals[0].node)
+        return vals
 
     def set_outputs(self, outputs: Iterable[Value]) -> None:
         """Declare the graph's results (order matters)."""

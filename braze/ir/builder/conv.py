@@ -1,6 +1,79 @@
-"""Builder methods for conv2d, conv_transpose2d, pooling, resize."""
+"""Builder methods for conv2d, conv_transpose2d, pooling, resize.
+
+Strides, dilations and kernels take an int or a pair; paddings an int, a pair (ph, pw) or a
+4-tuple (top, left, bottom, right)."""
 from __future__ import annotations
+
+from ...errors import GraphError
+from ..op import Value
+from ..ops.conv import Conv2d, ConvTranspose2d, GlobalAvgPool, Pool2d, PoolKind, ResizeNearest2x
+
+
+def _pair(v, what: str) -> tuple[int, int]:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return (v, v)
+    t = tuple(v) if isinstance(v, (tuple, list)) else ()
+    if len(t) != 2 or not all(isinstance(i, int) for i in t):
+        raise GraphError(f"{what} must be an int or a pair of ints, got {v!r}")
+    return t
+
+
+def _padding4(v) -> tuple[int, int, int, int]:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return (v, v, v, v)
+    t = tuple(v) if isinstance(v, (tuple, list)) else ()
+    if len(t) == 2 and all(isinstance(i, int) for i in t):
+        return (t[0], t[1], t[0], t[1])
+    if len(t) == 4 and all(isinstance(i, int) for i in t):
+        return t
+    raise GraphError(f"padding must be an int, (ph, pw) or (top, left, bottom, right), got {v!r}")
+
+
+def _pool_kind(kind) -> PoolKind:
+    if isinstance(kind, PoolKind):
+        return kind
+    try:
+        return PoolKind(kind)
+    except ValueError:
+        raise GraphError(f"unknown pool kind {kind!r}; known: max, avg") from None
 
 
 class ConvBuilder:
-    pass
+    def conv2d(self, x: Value, w: Value, b: Value | None = None, stride=1, padding=0,
+               dilation=1, groups: int = 1) -> Value:
+        """NCHW convolution with weight [O, C/groups, kh, kw] and optional bias [O]."""
+        op = Conv2d(_pair(stride, "stride"), _padding4(padding), _pair(dilation, "dilation"),
+                    int(groups), b is not None)
+        return self.add_node(op, (x, w) if b is None else (x, w, b))[0]
+
+    def conv_transpose2d(self, x: Value, w: Value, b: Value | None = None, stride=1, padding=0,
+                         output_padding=0, dilation=1, groups: int = 1) -> Value:
+        """Transposed NCHW convolution with weight [C, O/groups, kh, kw] and optional bias [O]."""
+        op = ConvTranspose2d(_pair(stride, "stride"), _padding4(padding),
+                             _pair(output_padding, "output_padding"),
+                             _pair(dilation, "dilation"), int(groups), b is not None)
+        return self.add_node(op, (x, w) if b is None else (x, w, b))[0]
+
+    def pool(self, x: Value, kind: PoolKind | str, kernel, stride=None, padding=0, *,
+             count_include_pad: bool = False) -> Value:
+        """Max or average pooling; `stride` defaults to the kernel."""
+        k = _pair(kernel, "kernel")
+        s = k if stride is None else _pair(stride, "stride")
+        op = Pool2d(_pool_kind(kind), k, s, _padding4(padding), bool(count_include_pad))
+        return self.add_node(op, (x,))[0]
+
+    def max_pool2d(self, x: Value, kernel, stride=None, padding=0) -> Value:
+        return self.pool(x, PoolKind.MAX, kernel, stride, padding)
+
+    def avg_pool2d(self, x: Value, kernel, stride=None, padding=0, *,
+                   count_include_pad: bool = False) -> Value:
+        return self.pool(x, PoolKind.AVG, kernel, stride, padding,
+                         count_include_pad=count_include_pad)
+
+    def global_avg_pool(self, x: Value) -> Value:
+        """[N, C, H, W] -> [N, C, 1, 1] mean."""
+        return self.add_node(GlobalAvgPool(), (x,))[0]
+
+    def resize_nearest_2x(self, x: Value) -> Value:
+        """[N, C, H, W] -> [N, C, 2H, 2W], nearest neighbour."""
+        return self.add_node(ResizeNearest2x(), (x,))[0]

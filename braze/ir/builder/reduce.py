@@ -1,6 +1,69 @@
-"""Builder methods for softmax, reduce, cumsum."""
+"""Builder methods for softmax, reduce (and its short names sum, mean, reduce_max, reduce_min,
+prod), cumsum and argmax. Axes are normalized here: ops store non-negative, sorted axes."""
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...errors import GraphError
+from ..op import Value
+from ..ops.reduce import ArgMax, Cumsum, Reduce, ReduceFn, Softmax
+from .shape import axes_for, axis_for
+
+__all__ = ["ReduceBuilder"]
+
+Axes = int | Sequence[int] | None
+
+
+def _reduce_fn(fn: ReduceFn | str) -> ReduceFn:
+    if isinstance(fn, ReduceFn):
+        return fn
+    try:
+        return ReduceFn(str(fn).lower())
+    except ValueError:
+        known = ", ".join(f.value for f in ReduceFn)
+        raise GraphError(f"unknown ReduceFn {fn!r}; known: {known}") from None
 
 
 class ReduceBuilder:
-    pass
+    def softmax(self, x: Value, axis: int = -1) -> Value:
+        """Numerically stable softmax along `axis`."""
+        ax = axis_for("softmax", axis, self.shape_of(x).rank)
+        return self.add_node(Softmax(ax), (x,))[0]
+
+    sm = softmax
+
+    def reduce(self, x: Value, fn: ReduceFn | str, axes: Axes = None,
+               keepdims: bool = False) -> Value:
+        """`fn` ("sum", "mean", "max", "min", "prod") over `axes` (an int, a tuple, or None for
+        every axis)."""
+        fn = _reduce_fn(fn)
+        rank = self.shape_of(x).rank
+        label = f"reduce_{fn.value}"
+        ax = tuple(range(rank)) if axes is None else axes_for(label, axes, rank)
+        return self.add_node(Reduce(fn, ax, bool(keepdims)), (x,))[0]
+
+    def sum(self, x: Value, axes: Axes = None, keepdims: bool = False) -> Value:
+        return self.reduce(x, ReduceFn.SUM, axes, keepdims)
+
+    def mean(self, x: Value, axes: Axes = None, keepdims: bool = False) -> Value:
+        return self.reduce(x, ReduceFn.MEAN, axes, keepdims)
+
+    def reduce_max(self, x: Value, axes: Axes = None, keepdims: bool = False) -> Value:
+        return self.reduce(x, ReduceFn.MAX, axes, keepdims)
+
+    def reduce_min(self, x: Value, axes: Axes = None, keepdims: bool = False) -> Value:
+        return self.reduce(x, ReduceFn.MIN, axes, keepdims)
+
+    def prod(self, x: Value, axes: Axes = None, keepdims: bool = False) -> Value:
+        return self.reduce(x, ReduceFn.PROD, axes, keepdims)
+
+    def cumsum(self, x: Value, axis: int, exclusive: bool = False,
+               reverse: bool = False) -> Value:
+        """Running sum along `axis` (`exclusive`: start at 0; `reverse`: from the end)."""
+        ax = axis_for("cumsum", axis, self.shape_of(x).rank)
+        return self.add_node(Cumsum(ax, bool(exclusive), bool(reverse)), (x,))[0]
+
+    def argmax(self, x: Value, axis: int, keepdims: bool = False) -> Value:
+        """i64 index of the first maximum along `axis`."""
+        ax = axis_for("argmax", axis, self.shape_of(x).rank)
+        return self.add_node(ArgMax(ax, bool(keepdims)), (x,))[0]

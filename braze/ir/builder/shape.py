@@ -1,6 +1,122 @@
-"""Builder methods for reshape, transpose, narrow, concat, expand, gather, pad, split."""
+"""Builder methods for reshape, transpose, narrow, concat, expand, gather, pad, split, and the
+squeeze / unsqueeze conveniences (built on reshape). Axes are normalized here, so ops store
+non-negative axes and fully resolved target dims."""
 from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ...errors import GraphError, ShapeError
+from ..op import Value
+from ..ops.shape import (
+    Concat,
+    Expand,
+    Gather,
+    Narrow,
+    Pad,
+    Reshape,
+    Split,
+    Transpose,
+    resolve_reshape,
+)
+from ..shapes import Dim, normalize_axis
+
+__all__ = ["ShapeBuilder", "axis_for", "axes_for"]
+
+
+def axis_for(op: str, axis: int, rank: int) -> int:
+    """`axis` normalized for `rank`; the ShapeError names `op`."""
+    try:
+        return normalize_axis(int(axis), rank)
+    except ShapeError as e:
+        raise ShapeError(f"{op}: {e}") from None
+
+
+def axes_for(op: str, axes: int | Sequence[int], rank: int) -> tuple[int, ...]:
+    """Sorted, unique, non-negative axes for `rank`; the ShapeError names `op`."""
+    seq = (axes,) if isinstance(axes, int) else tuple(axes)
+    out = sorted({axis_for(op, a, rank) for a in seq})
+    if len(out) != len(seq):
+        raise ShapeError(f"{op}: axes {tuple(seq)} repeat an axis")
+    return tuple(out)
 
 
 class ShapeBuilder:
-    pass
+    def reshape(self, x: Value, dims: Sequence[Dim]) -> Value:
+        """View `x` with `dims`; one -1 is resolved now (symbols allowed: ("b", 4, 8) ->
+        ("b", -1) gives ("b", 32))."""
+        try:
+            resolved = resolve_reshape(self.shape_of(x).dims, tuple(dims))
+        except ShapeError:
+            resolved = tuple(dims)  # add_node reports the ShapeError with node context
+        return self.add_node(Reshape(resolved), (x,))[0]
+
+    reshape_ = reshape
+
+    def transpose(self, x: Value, perm: Sequence[int] | None = None) -> Value:
+        """Permute axes (output axis i = input axis perm[i]); None reverses them."""
+        rank = self.shape_of(x).rank
+        p = tuple(reversed(range(rank))) if perm is None else tuple(
+            axis_for("transpose", a, rank) for a in perm)
+        return self.add_node(Transpose(p), (x,))[0]
+
+    transpose_ = transpose
+
+    def narrow(self, x: Value, axis: int, start: int, length: int) -> Value:
+        """Slice `[start, start + length)` along `axis`."""
+        ax = axis_for("narrow", axis, self.shape_of(x).rank)
+        return self.add_node(Narrow(ax, int(start), int(length)), (x,))[0]
+
+    narrow_ = narrow
+
+    def concat(self, xs: Sequence[Value], axis: int) -> Value:
+        """Join `xs` along `axis`."""
+        xs = tuple(xs)
+        if not xs:
+            raise GraphError("concat needs at least one input")
+        ax = axis_for("concat", axis, self.shape_of(xs[0]).rank)
+        return self.add_node(Concat(ax), xs)[0]
+
+    concat_ = concat
+
+    def expand(self, x: Value, dims: Sequence[Dim]) -> Value:
+        """Broadcast `x` to `dims`; a -1 keeps the input's dim at that (trailing-aligned) place."""
+        src = self.shape_of(x).dims
+        dims = tuple(dims)
+        off = len(dims) - len(src)
+        resolved = tuple(src[i - off] if d == -1 and i >= off else d for i, d in enumerate(dims))
+        return self.add_node(Expand(resolved), (x,))[0]
+
+    def gather(self, x: Value, indices: Value, axis: int = 0) -> Value:
+        """`np.take(x, indices, axis)`: rows of an embedding table, for example."""
+        ax = axis_for("gather", axis, self.shape_of(x).rank)
+        return self.add_node(Gather(ax), (x, indices))[0]
+
+    gather_ = gather
+
+    def pad(self, x: Value, pads: Sequence[tuple[int, int]], value: float = 0.0) -> Value:
+        """Pad with `value`: `pads[i] = (before, after)` for every axis i."""
+        pairs = tuple((int(b), int(a)) for b, a in pads)
+        return self.add_node(Pad(pairs, float(value)), (x,))[0]
+
+    def split(self, x: Value, axis: int, sizes: Sequence[int]) -> tuple[Value, ...]:
+        """Cut `x` along `axis` into pieces of `sizes`; one value per piece."""
+        ax = axis_for("split", axis, self.shape_of(x).rank)
+        return self.add_node(Split(ax, tuple(int(s) for s in sizes)), (x,))
+
+    def squeeze(self, x: Value, axes: int | Sequence[int] | None = None) -> Value:
+        """Drop size-1 `axes` (None: every size-1 axis); a reshape."""
+        dims = self.shape_of(x).dims
+        drop = tuple(i for i, d in enumerate(dims) if d == 1) if axes is None else axes_for(
+            "squeeze", axes, len(dims))
+        for a in drop:
+            if dims[a] != 1:
+                raise ShapeError(f"squeeze axis {a} has size {dims[a]}, not 1 (shape {dims})")
+        return self.reshape(x, tuple(d for i, d in enumerate(dims) if i not in drop))
+
+    def unsqueeze(self, x: Value, axes: int | Sequence[int]) -> Value:
+        """Insert size-1 dims so they sit at `axes` of the result (`np.expand_dims`)."""
+        dims = list(self.shape_of(x).dims)
+        n = len(dims) + (1 if isinstance(axes, int) else len(tuple(axes)))
+        for a in axes_for("unsqueeze", axes, n):
+            dims.insert(a, 1)
+        return self.reshape(x, dims)

@@ -1,2 +1,26 @@
-"""(being written)"""
-__all__: list[str] = []
+"""Fused op kinds made by fusion passes, each a named composite with a `decompose`. The kinds
+live in fused_simple (matmul/SwiGLU/norm/conv epilogues) and fused_attention (attention block,
+transformer layer); this module re-exports them all."""
+from .fused_attention import (
+    FusedAttentionBlock,
+    FusedTransformerLayer,
+    LayerStyle,
+    MlpKind,
+    NormKind,
+    RopeMode,
+)
+from .fused_simple import (
+    FusedConvBiasAct,
+    FusedMatMulBiasAct,
+    FusedOp,
+    FusedResidualLN,
+    FusedResidualRmsNorm,
+    FusedRmsNormReshape,
+    FusedSwiGLU,
+)
+
+__all__ = [
+    "FusedOp", "FusedMatMulBiasAct", "FusedSwiGLU", "FusedResidualLN", "FusedResidualRmsNorm",
+    "FusedRmsNormReshape", "FusedConvBiasAct", "RopeMode", "FusedAttentionBlock", "LayerStyle",
+    "NormKind", "MlpKind", "FusedTransformerLayer",
+]

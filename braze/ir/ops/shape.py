@@ -1,2 +1,302 @@
-"""(being written)"""
-__all__: list[str] = []
+"""Data-movement ops that change shape, not values: reshape, transpose, narrow, concat, expand,
+gather, pad and the multi-output split. Axes are stored non-negative (builders normalize them);
+symbolic dims are kept wherever the result can still be written as a tuple of dims."""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+import numpy as np
+
+from ..op import Op, require, same_dtype
+from ..shapes import Dim, normalize_axis
+
+__all__ = [
+    "Reshape", "Transpose", "Narrow", "Concat", "Expand", "Gather", "Pad", "Split",
+    "resolve_reshape", "concrete_dims",
+]
+
+
+def _split_dims(dims: Sequence[Dim]) -> tuple[int, Counter]:
+    """(product of the static dims, multiset of the symbolic ones)."""
+    n, syms = 1, Counter()
+    for d in dims:
+        if isinstance(d, str):
+            syms[d] += 1
+        else:
+            n *= d
+    return n, syms
+
+
+def _fmt(dims: Sequence[Dim]) -> str:
+    body = ", ".join(str(d) for d in dims)
+    return f"({body},)" if len(dims) == 1 else f"({body})"
+
+
+def resolve_reshape(src: Sequence[Dim], target: Sequence[Dim]) -> tuple[Dim, ...]:
+    """The dims of reshaping `src` to `target`, with one optional -1 resolved.
+
+    Static parts must have equal element counts and the symbols must match as a multiset, so
+    ("b", 4, 8) -> ("b", -1) gives ("b", 32) and -> (-1, 32) gives ("b", 32). ShapeError when the
+    counts differ or the -1 cannot be written as one dim (e.g. ("b", 4) -> (-1,) is "b*4")."""
+    target = tuple(target)
+    for d in target:
+        require(isinstance(d, str) or (isinstance(d, int) and d >= -1),
+                f"reshape target dim {d!r} must be a non-negative int, -1 or a symbol")
+    holes = [i for i, d in enumerate(target) if d == -1]
+    require(len(holes) <= 1, f"reshape target {_fmt(target)} has more than one -1")
+    n_src, s_src = _split_dims(src)
+    known = [d for d in target if d != -1]
+    n_tgt, s_tgt = _split_dims(known)
+    if not holes:
+        require(s_src == s_tgt, f"reshape cannot turn {_fmt(src)} into {_fmt(target)}: "
+                f"symbolic dims {sorted(s_src.elements())} vs {sorted(s_tgt.elements())} differ")
+        require(n_src == n_tgt, f"reshape cannot turn {_fmt(src)} into {_fmt(target)}: "
+                f"element counts {n_src} vs {n_tgt} differ")
+        return target
+    require(not (s_tgt - s_src), f"reshape target {_fmt(target)} has symbols "
+            f"{sorted((s_tgt - s_src).elements())} that input {_fmt(src)} lacks")
+    left = s_src - s_tgt
+    fill: Dim
+    if not left:
+        require(n_tgt != 0 and n_src % n_tgt == 0, f"reshape cannot turn {_fmt(src)} into "
+                f"{_fmt(target)}: {n_src} elements do not divide by {n_tgt}")
+        fill = n_src // n_tgt
+    else:
+        require(sum(left.values()) == 1 and n_src == n_tgt,
+                f"reshape cannot resolve -1 in {_fmt(target)} from {_fmt(src)}: it would be "
+                f"{'*'.join(sorted(left.elements()))}*{n_src}/{n_tgt}, not one dim; give the dims")
+        (fill,) = left.elements()
+    h = holes[0]
+    return target[:h] + (fill,) + target[h + 1:]
+
+
+def concrete_dims(op: str, dims: Sequence[Dim], symbols: Mapping[str, int] | None,
+                  numel: int | None = None) -> tuple[int, ...]:
+    """Integer dims for running an op whose target holds symbols.
+
+    Symbols come from `symbols` (the interpreter's bindings); without them a single unknown
+    symbol becomes -1 when `numel` is given (NumPy solves it). Otherwise ValueError."""
+    out: list[int] = []
+    unknown = []
+    for i, d in enumerate(dims):
+        if isinstance(d, str):
+            if symbols is not None and d in symbols:
+                out.append(int(symbols[d]))
+            else:
+                unknown.append(i)
+                out.append(-1)
+        else:
+            out.append(d)
+    if not unknown:
+        return tuple(out)
+    if len(unknown) == 1 and numel is not None:
+        return tuple(out)  # NumPy solves the single -1
+    raise ValueError(f"{op} target {_fmt(dims)} needs values for symbols "
+                     f"{[dims[i] for i in unknown]}; pass symbols=")
+
+
+@dataclass(frozen=True)
+class Reshape(Op):
+    """View the input with new dims (row-major order), `dims` fully resolved (no -1)."""
+
+    kind = "reshape"
+    arity = 1
+    needs_symbols: ClassVar[bool] = True
+    dims: tuple[Dim, ...]
+
+    def infer(self, ins):
+        (x,) = ins
+        return x.with_dims(resolve_reshape(x.dims, self.dims))
+
+    def reference(self, x, *, symbols: Mapping[str, int] | None = None):
+        return np.reshape(x, concrete_dims("reshape", self.dims, symbols, x.size))
+
+
+@dataclass(frozen=True)
+class Transpose(Op):
+    """Permute axes: output axis i is input axis `perm[i]`."""
+
+    kind = "transpose"
+    arity = 1
+    perm: tuple[int, ...]
+
+    def infer(self, ins):
+        (x,) = ins
+        require(sorted(self.perm) == list(range(x.rank)),
+                f"transpose perm {self.perm} is not a permutation of {x.rank} axes")
+        return x.with_dims(x.dims[p] for p in self.perm)
+
+    def reference(self, x):
+        return np.transpose(x, self.perm)
+
+
+@dataclass(frozen=True)
+class Narrow(Op):
+    """Slice `[start, start + length)` along `axis`."""
+
+    kind = "narrow"
+    arity = 1
+    axis: int
+    start: int
+    length: int
+
+    def infer(self, ins):
+        (x,) = ins
+        ax = normalize_axis(self.axis, x.rank)
+        require(self.start >= 0 and self.length >= 0,
+                f"narrow start {self.start} and length {self.length} must be >= 0")
+        d = x.dims[ax]
+        require(not isinstance(d, int) or self.start + self.length <= d,
+                f"narrow [{self.start}, {self.start + self.length}) is out of bounds for "
+                f"axis {ax} of size {d}")
+        return x.with_dims(x.dims[:ax] + (self.length,) + x.dims[ax + 1:])
+
+    def reference(self, x):
+        ax = normalize_axis(self.axis, x.ndim)
+        if self.start + self.length > x.shape[ax]:
+            raise ValueError(f"narrow [{self.start}, {self.start + self.length}) is out of "
+                             f"bounds for axis {ax} of size {x.shape[ax]}")
+        idx = [slice(None)] * x.ndim
+        idx[ax] = slice(self.start, self.start + self.length)
+        return x[tuple(idx)]
+
+
+@dataclass(frozen=True)
+class Concat(Op):
+    """Join inputs along `axis`; every other dim must agree."""
+
+    kind = "concat"
+    arity = None
+    min_arity = 1
+    axis: int
+
+    def infer(self, ins):
+        same_dtype(self, ins)
+        first = ins[0]
+        require(all(s.rank == first.rank for s in ins),
+                f"concat inputs must share a rank, got {', '.join(str(s) for s in ins)}")
+        ax = normalize_axis(self.axis, first.rank)
+        for s in ins[1:]:
+            for i, (a, b) in enumerate(zip(first.dims, s.dims)):
+                require(i == ax or a == b, f"concat inputs differ at axis {i} ({a} vs {b}); only "
+                        f"the concat axis {ax} may differ")
+        along = [s.dims[ax] for s in ins]
+        if len(along) == 1:
+            total: Dim = along[0]
+        else:
+            require(all(isinstance(d, int) for d in along),
+                    f"concat along axis {ax} with symbolic sizes {along} has no single dim")
+            total = sum(along)
+        return first.with_dims(first.dims[:ax] + (total,) + first.dims[ax + 1:])
+
+    def reference(self, *xs):
+        return np.concatenate(xs, axis=normalize_axis(self.axis, xs[0].ndim))
+
+
+@dataclass(frozen=True)
+class Expand(Op):
+    """Broadcast the input to `dims` (NumPy `broadcast_to`): trailing-aligned, size-1 input
+    dims stretch, new leading dims are added."""
+
+    kind = "expand"
+    arity = 1
+    needs_symbols: ClassVar[bool] = True
+    dims: tuple[Dim, ...]
+
+    def infer(self, ins):
+        (x,) = ins
+        require(len(self.dims) >= x.rank,
+                f"expand target {_fmt(self.dims)} has lower rank than input {x}")
+        off = len(self.dims) - x.rank
+        for i, d in enumerate(x.dims):
+            t = self.dims[off + i]
+            require(d == t or d == 1, f"expand cannot stretch input dim {i} of size {d} to {t}")
+        return x.with_dims(self.dims)
+
+    def reference(self, x, *, symbols: Mapping[str, int] | None = None):
+        off = len(self.dims) - x.ndim
+        known = dict(symbols or {})
+        for i, t in enumerate(self.dims[off:]):
+            if isinstance(t, str) and x.shape[i] != 1:
+                known.setdefault(t, x.shape[i])
+        return np.broadcast_to(x, concrete_dims("expand", self.dims, known)).copy()
+
+
+@dataclass(frozen=True)
+class Gather(Op):
+    """NumPy `take` along `axis`: output dims are x[:axis] + indices + x[axis+1:]."""
+
+    kind = "gather"
+    arity = 2
+    axis: int = 0
+
+    def infer(self, ins):
+        x, idx = ins
+        require(idx.dtype.is_int, f"gather indices must be integers, got {idx.dtype}")
+        ax = normalize_axis(self.axis, x.rank)
+        return x.with_dims(x.dims[:ax] + idx.dims + x.dims[ax + 1:])
+
+    def reference(self, x, idx):
+        return np.take(x, idx, axis=normalize_axis(self.axis, x.ndim))
+
+
+@dataclass(frozen=True)
+class Pad(Op):
+    """Constant padding: `pads[i] = (before, after)` elements added on axis i, filled with
+    `value`."""
+
+    kind = "pad"
+    arity = 1
+    pads: tuple[tuple[int, int], ...]
+    value: float = 0.0
+
+    def infer(self, ins):
+        (x,) = ins
+        require(len(self.pads) == x.rank,
+                f"pad needs one (before, after) pair per axis: {len(self.pads)} for rank {x.rank}")
+        out: list[Dim] = []
+        for i, (d, pair) in enumerate(zip(x.dims, self.pads)):
+            require(len(pair) == 2 and all(isinstance(p, int) and p >= 0 for p in pair),
+                    f"pad amounts on axis {i} must be two ints >= 0, got {pair}")
+            before, after = pair
+            if isinstance(d, str):
+                require(before + after == 0,
+                        f"pad cannot grow symbolic dim {d!r} on axis {i} (no single dim)")
+                out.append(d)
+            else:
+                out.append(d + before + after)
+        return x.with_dims(out)
+
+    def reference(self, x):
+        return np.pad(x, self.pads, mode="constant",
+                      constant_values=np.asarray(self.value).astype(x.dtype))
+
+
+@dataclass(frozen=True)
+class Split(Op):
+    """Cut the input along `axis` into consecutive pieces of `sizes`: one output per piece."""
+
+    kind = "split"
+    arity = 1
+    axis: int
+    sizes: tuple[int, ...]
+
+    def infer(self, ins):
+        (x,) = ins
+        ax = normalize_axis(self.axis, x.rank)
+        require(len(self.sizes) >= 1 and all(s >= 0 for s in self.sizes),
+                f"split sizes {self.sizes} must be one or more ints >= 0")
+        d = x.dims[ax]
+        require(isinstance(d, int), f"split axis {ax} is symbolic ({d!r}); it must be static")
+        require(sum(self.sizes) == d,
+                f"split sizes {self.sizes} sum to {sum(self.sizes)}, axis {ax} has {d}")
+        return tuple(x.with_dims(x.dims[:ax] + (s,) + x.dims[ax + 1:]) for s in self.sizes)
+
+    def reference(self, x):
+        ax = normalize_axis(self.axis, x.ndim)
+        cuts = np.cumsum(self.sizes)[:-1]
+        return tuple(np.split(x, cuts, axis=ax))
+

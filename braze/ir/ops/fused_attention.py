@@ -1,0 +1,267 @@
+"""Fused attention block (QKV projection, heads, rope, attention, output projection) and the
+fused transformer layer built on it (post-norm BERT style, pre-norm GPT-2 / LLaMA style).
+
+Both are named composites: their meaning is their decomposition (the layer decomposes through
+the block's decomposition), and `input_roles()` says which input is which."""
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..op import Value, require, same_dtype
+from ..shapes import Shape
+from .attention import Attention, MaskKind, Rope
+from .elementwise import UnaryFn
+from .fused_simple import FusedMatMulBiasAct, FusedOp, FusedSwiGLU, _check_vector, norm_op
+from .linalg import MatMul
+
+if TYPE_CHECKING:
+    from ..graph import Graph
+
+__all__ = [
+    "RopeMode", "FusedAttentionBlock", "LayerStyle", "NormKind", "MlpKind",
+    "FusedTransformerLayer",
+]
+
+
+class RopeMode(enum.Enum):
+    """Rotary embedding inside a fused attention block: none, rotate-half (NeoX), interleaved
+    (GPT-J)."""
+
+    NONE = "none"
+    ROTATE_HALF = "rotate_half"
+    INTERLEAVED = "interleaved"
+
+
+# -- attention block ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class FusedAttentionBlock(FusedOp):
+    """Multi-head self-attention with fused QKV and output projections.
+
+    Inputs, in order: x [B, S, E], w_qkv [E, (Hq + 2*Hkv) * D], b_qkv (if `has_qkv_bias`),
+    w_o [Hq*D, E_out], b_o (if `has_out_bias`), cos and sin [S, n_rot // 2] (if `rope` is not
+    NONE), mask (if `mask` is CUSTOM or BIAS; additive, broadcastable to [B, Hq, S, S]).
+    Output [B, S, E_out]. B and S may be symbolic.
+
+    Meaning: qkv = x @ w_qkv (+ b_qkv); q, k, v are the consecutive slices of widths Hq*D,
+    Hkv*D, Hkv*D of its last axis, each reshaped to [B, S, H, D] and transposed to [B, H, S, D];
+    rope (if any) rotates q and k; attention with `mask` / `window` / `scale` / `softcap` (GQA
+    when Hkv < Hq); the result is transposed back, reshaped to [B, S, Hq*D], and projected by
+    w_o (+ b_o)."""
+
+    kind = "fused_attention_block"
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    mask: MaskKind = MaskKind.NONE
+    window: int = 0
+    scale: float | None = None
+    softcap: float | None = None
+    rope: RopeMode = RopeMode.NONE
+    n_rot: int | None = None
+    has_qkv_bias: bool = True
+    has_out_bias: bool = True
+
+    def input_roles(self) -> tuple[str, ...]:
+        roles = ["x", "w_qkv"] + ["b_qkv"] * self.has_qkv_bias + ["w_o"]
+        roles += ["b_o"] * self.has_out_bias
+        if self.rope is not RopeMode.NONE:
+            roles += ["cos", "sin"]
+        if self.mask.takes_input:
+            roles.append("mask")
+        return tuple(roles)
+
+    @property
+    def qkv_width(self) -> int:
+        return (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+
+    @property
+    def attention_op(self) -> Attention:
+        return Attention(self.mask, self.window, self.scale, self.softcap)
+
+    @property
+    def rope_op(self) -> Rope | None:
+        if self.rope is RopeMode.NONE:
+            return None
+        return Rope(self.rope is RopeMode.INTERLEAVED, self.n_rot)
+
+    def infer(self, ins):
+        r = self.named(ins)
+        x, w_qkv, w_o = r["x"], r["w_qkv"], r["w_o"]
+        same_dtype(self, ins)
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        require(hq > 0 and hkv > 0 and d > 0,
+                f"{self.kind} heads and head dim must be > 0, got {hq}, {hkv}, {d}")
+        require(hq % hkv == 0, f"{self.kind} kv heads {hkv} must divide query heads {hq}")
+        require(self.rope is not RopeMode.NONE or self.n_rot is None,
+                f"{self.kind} n_rot={self.n_rot} needs a rope mode")
+        require(x.rank == 3, f"{self.kind} x must be [B, S, E], got {x}")
+        b, s, e = x.dims
+        require(w_qkv.dims == (e, self.qkv_width), f"{self.kind} w_qkv must be [{e}, "
+                f"(Hq + 2*Hkv) * D = {self.qkv_width}], got {w_qkv}")
+        if self.has_qkv_bias:
+            _check_vector(self.kind, "b_qkv", r["b_qkv"], self.qkv_width, x.dtype)
+        require(w_o.rank == 2 and w_o.dims[0] == hq * d,
+                f"{self.kind} w_o must be [Hq*D = {hq * d}, E_out], got {w_o}")
+        e_out = w_o.dims[1]
+        if self.has_out_bias:
+            _check_vector(self.kind, "b_o", r["b_o"], e_out, x.dtype)
+        q = Shape((b, hq, s, d), x.dtype)
+        kv = Shape((b, hkv, s, d), x.dtype)
+        if self.rope_op is not None:
+            self.rope_op.infer((q, r["cos"], r["sin"]))
+            self.rope_op.infer((kv, r["cos"], r["sin"]))
+        extra = (r["mask"],) if self.mask.takes_input else ()
+        self.attention_op.infer((q, kv, kv) + extra)
+        return Shape((b, s, e_out), x.dtype)
+
+    def decompose(self, g: Graph, ins: Sequence[Value]) -> Value:
+        r = self.named(ins)
+        x = r["x"]
+        b, s, _ = g.shape_of(x).dims
+        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
+        qkv = g.matmul(x, r["w_qkv"])
+        if self.has_qkv_bias:
+            qkv = g.add(qkv, r["b_qkv"])
+
+        def heads(start: int, h: int) -> Value:
+            t = g.narrow(qkv, -1, start, h * d)
+            return g.transpose(g.reshape(t, (b, s, h, d)), (0, 2, 1, 3))
+
+        q, k, v = heads(0, hq), heads(hq * d, hkv), heads((hq + hkv) * d, hkv)
+        if self.rope is not RopeMode.NONE:
+            inter = self.rope is RopeMode.INTERLEAVED
+            q = g.rope(q, r["cos"], r["sin"], interleaved=inter, n_rot=self.n_rot)
+            k = g.rope(k, r["cos"], r["sin"], interleaved=inter, n_rot=self.n_rot)
+        o = g.attention(q, k, v, r.get("mask"), kind=self.mask, window=self.window,
+                        scale=self.scale, softcap=self.softcap)
+        o = g.reshape(g.transpose(o, (0, 2, 1, 3)), (b, s, hq * d))
+        y = g.matmul(o, r["w_o"])
+        return g.add(y, r["b_o"]) if self.has_out_bias else y
+
+
+# -- transformer layer --------------------------------------------------------------------------
+class LayerStyle(enum.Enum):
+    """Where the norms sit: after each residual add (BERT) or before each sublayer (GPT-2,
+    LLaMA)."""
+
+    POST_NORM = "post_norm"
+    PRE_NORM = "pre_norm"
+
+
+class NormKind(enum.Enum):
+    LAYER = "layer"
+    RMS = "rms"
+
+
+class MlpKind(enum.Enum):
+    """Feed-forward kind: act(h @ w1 + b1) @ w2 + b2, or SwiGLU (fused gate/up weight)."""
+
+    GELU = "gelu"
+    GELU_APPROX = "gelu_approx"
+    RELU = "relu"
+    SWIGLU = "swiglu"
+
+    @property
+    def act(self) -> UnaryFn | None:
+        """The activation between the two projections (None for SWIGLU)."""
+        return {MlpKind.GELU: UnaryFn.GELU, MlpKind.GELU_APPROX: UnaryFn.GELU_APPROX,
+                MlpKind.RELU: UnaryFn.RELU}.get(self)
+
+
+@dataclass(frozen=True)
+class FusedTransformerLayer(FusedOp):
+    """One transformer encoder/decoder layer: attention block + MLP + two norms.
+
+    Inputs, in order (see `input_roles()`):
+      x [B, S, E];
+      the attention block's inputs after x (w_qkv, [b_qkv], w_o, [b_o], [cos, sin], [mask]);
+      norm1_gamma [E], norm1_beta [E] (if `has_norm_beta`);
+      MLP: w1 [E, F], b1 [F], w2 [F, E], b2 [E] (biases if `has_mlp_bias`), or for SWIGLU
+        w_gate_up [E, 2F] (gate half first) and w_down [F, E], never biases;
+      norm2_gamma [E], norm2_beta [E] (if `has_norm_beta`).
+    Output [B, S, E].
+
+    POST_NORM: h = norm1(x + attn(x)); out = norm2(h + mlp(h)).
+    PRE_NORM:  h = x + attn(norm1(x)); out = h + mlp(norm2(h)).
+    mlp(h) = act(h @ w1 + b1) @ w2 + b2, or (silu(h @ wg) * (h @ wu)) @ w_down for SWIGLU.
+    Norms are LayerNorm or RMSNorm (`norm`) over the last axis with `eps`."""
+
+    kind = "fused_transformer_layer"
+    style: LayerStyle
+    attn: FusedAttentionBlock
+    norm: NormKind = NormKind.LAYER
+    eps: float = 1e-5
+    mlp: MlpKind = MlpKind.GELU
+    has_mlp_bias: bool = True
+    has_norm_beta: bool = True
+
+    def _norm_roles(self, i: int) -> tuple[str, ...]:
+        return (f"norm{i}_gamma",) + (f"norm{i}_beta",) * self.has_norm_beta
+
+    def _mlp_roles(self) -> tuple[str, ...]:
+        if self.mlp is MlpKind.SWIGLU:
+            return ("w_gate_up", "w_down")
+        bias = self.has_mlp_bias
+        return ("w1",) + ("b1",) * bias + ("w2",) + ("b2",) * bias
+
+    def input_roles(self) -> tuple[str, ...]:
+        return (("x",) + self.attn.input_roles()[1:] + self._norm_roles(1) + self._mlp_roles()
+                + self._norm_roles(2))
+
+    def _split(self, ins: Sequence) -> tuple[tuple, dict, tuple]:
+        """(attention inputs after x, roles -> inputs, mlp inputs in mlp-op order)."""
+        r = self.named(ins)
+        attn = tuple(r[k] for k in self.attn.input_roles()[1:])
+        return attn, r, tuple(r[k] for k in self._mlp_roles())
+
+    def _mlp_ops(self) -> tuple[FusedMatMulBiasAct, FusedMatMulBiasAct]:
+        return (FusedMatMulBiasAct(self.mlp.act, self.has_mlp_bias),
+                FusedMatMulBiasAct(None, self.has_mlp_bias))
+
+    def infer(self, ins):
+        attn_ins, r, mlp_ins = self._split(ins)
+        x = r["x"]
+        require(self.mlp is not MlpKind.SWIGLU or not self.has_mlp_bias,
+                f"{self.kind} SWIGLU mlp takes no biases; set has_mlp_bias=False")
+        a = self.attn.infer((x,) + attn_ins)
+        require(a == x, f"{self.kind} attention output {a} must match x {x} for the residual")
+        norm = norm_op(self.norm is NormKind.RMS, self.eps, -1, True, self.has_norm_beta)
+        for i in (1, 2):
+            norm.infer((x,) + tuple(r[k] for k in self._norm_roles(i)))
+        if self.mlp is MlpKind.SWIGLU:
+            gu, wd = mlp_ins
+            h = FusedSwiGLU(True).infer((MatMul().infer((x, gu)),))
+            y = MatMul().infer((h, wd))
+        else:
+            up, down = self._mlp_ops()
+            n = len(mlp_ins) // 2
+            y = down.infer((up.infer((x,) + mlp_ins[:n]),) + mlp_ins[n:])
+        require(y == x, f"{self.kind} mlp output {y} must match x {x} for the residual")
+        return x
+
+    def _norm(self, g: Graph, x: Value, r: dict, i: int) -> Value:
+        build = g.rms_norm if self.norm is NormKind.RMS else g.layer_norm
+        return build(x, r[f"norm{i}_gamma"], r.get(f"norm{i}_beta"), eps=self.eps, axis=-1)
+
+    def _mlp(self, g: Graph, h: Value, mlp_ins: tuple) -> Value:
+        if self.mlp is MlpKind.SWIGLU:
+            gu, wd = mlp_ins
+            return g.matmul(FusedSwiGLU(True).decompose(g, (g.matmul(h, gu),)), wd)
+        up, down = self._mlp_ops()
+        n = len(mlp_ins) // 2
+        return down.decompose(g, (up.decompose(g, (h,) + mlp_ins[:n]),) + mlp_ins[n:])
+
+    def decompose(self, g: Graph, ins: Sequence[Value]) -> Value:
+        attn_ins, r, mlp_ins = self._split(ins)
+        x = r["x"]
+        if self.style is LayerStyle.POST_NORM:
+            h = self._norm(g, g.add(x, self.attn.decompose(g, (x,) + attn_ins)), r, 1)
+            return self._norm(g, g.add(h, self._mlp(g, h, mlp_ins)), r, 2)
+        h = g.add(x, self.attn.decompose(g, (self._norm(g, x, r, 1),) + attn_ins))
+        return g.add(h, self._mlp(g, self._norm(g, h, r, 2), mlp_ins))
+
+    def param_init_hint(self, position: int) -> str | None:
+        return "one" if self.input_roles()[position].endswith("_gamma") else None

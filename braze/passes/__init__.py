@@ -1,0 +1,2 @@
+"""Passes: the pass protocol and runner, targets as data, fusion rules, cleanup, unfuse, and the
+pipeline builder that reads a target."""

@@ -1,0 +1,46 @@
+"""Expand selected composite nodes into their decompositions, repeatedly, until none is left.
+Unfuse (for autodiff) and legalization (for backends without a kernel) both use this one
+mechanism, so they can never disagree with the ops' own `decompose`."""
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from ..ir.graph import Graph
+from ..ir.op import Op, Value
+
+MAX_DEPTH = 16
+
+
+def expand_nodes(g: Graph, should_expand: Callable[[Op], bool]) -> tuple[Graph, bool]:
+    """A new graph where every node whose op passes `should_expand` is replaced by its
+    decomposition (recursively). Returns (graph, whether anything was expanded)."""
+    changed = False
+    for _ in range(MAX_DEPTH):
+        if not any(should_expand(n.op) for n in g.nodes):
+            return g, changed
+        g = _expand_once(g, should_expand)
+        changed = True
+    raise RecursionError("decompositions still produce expandable ops after 16 rounds")
+
+
+def _expand_once(g: Graph, should_expand) -> Graph:
+    new = Graph(g.name, record_provenance=False)
+    vmap: dict[Value, Value] = {}
+    for node in g.nodes:
+        ins = [vmap[v] for v in node.inputs]
+        if should_expand(node.op):
+            start = len(new.nodes)
+            out = node.op.decompose(new, ins)
+            outs = out if isinstance(out, tuple) else (out,)
+            for i in range(start, len(new.nodes)):
+                n = new.nodes[i]
+                if n.provenance is None and node.provenance is not None:
+                    new.nodes[i] = dataclasses.replace(n, provenance=node.provenance)
+        else:
+            outs = new.clone_node(node, ins)
+        for old, nv in zip(node.values, outs, strict=True):
+            vmap[old] = nv
+    new.weights = dict(g.weights)
+    new.set_outputs([vmap[v] for v in g.outputs])
+    return new

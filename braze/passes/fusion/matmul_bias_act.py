@@ -1,0 +1,53 @@
+"""FuseMatMulBiasAct: matmul -> add(bias of rank <= 1, either operand order) -> optional
+activation, or matmul -> activation, into one FusedMatMulBiasAct. Which activations may join
+the epilogue is the target's choice; a refused one is a reported miss, not silence."""
+from __future__ import annotations
+
+from ...ir.ops.elementwise import Binary, BinaryFn, Unary
+from ...ir.ops.fused import FusedMatMulBiasAct
+from ...rewrite import MissReason, P, Rule, V, fail
+from .checks import epilogue_activation_allowed, rank_at_most, target_claims
+
+_mm = P.matmul(V("x"), V("w"), name="mm")
+_biased = P.add(_mm, V("b"), name="add")                       # x @ w + b  (or b + x @ w)
+_act_biased = P.of(Unary, _biased, name="act")                  # act(x @ w + b)
+_act_only = P.of(Unary, _mm, name="act")                        # act(x @ w)
+
+
+def _build(b, m):
+    act = m.op("act").fn if "act" in m.nodes else None
+    has_bias = "b" in m.values
+    ins = (m.v("x"), m.v("w")) + ((m.v("b"),) if has_bias else ())
+    return b.add_node(FusedMatMulBiasAct(act=act, has_bias=has_bias), ins)[0]
+
+
+def _explain_matmul(g, node, ctx):
+    """A matmul left alone whose only consumer applies a bias-like operand with a non-add op."""
+    users = g.users(node.value)
+    if len(users) != 1 or g.is_output(node.value):
+        return None
+    (u,) = users
+    if isinstance(u.op, Binary) and u.op.fn is not BinaryFn.ADD:
+        other = u.inputs[1] if u.inputs[0] == node.value else u.inputs[0]
+        if g.shape_of(other).rank <= 1:
+            return fail(MissReason.NON_ADD_BIAS_CONSUMER,
+                        detail=f"consumer {u.label} applies a {u.op.fn.value} bias")
+    return None
+
+
+_checks = (
+    target_claims("fused_matmul_bias_act"),
+    rank_at_most("b", 1, MissReason.BIAS_RANK_TOO_HIGH),
+    epilogue_activation_allowed("act"),
+)
+
+FUSE_MATMUL_BIAS_ACT = Rule(
+    "FuseMatMulBiasAct",
+    _build,
+    pattern=_act_biased | _act_only | _biased,
+    checks=_checks,
+    anchor=lambda op: op.kind == "matmul",
+    explain=_explain_matmul,
+    produces="fused_matmul_bias_act",
+)
+RULES = (FUSE_MATMUL_BIAS_ACT,)

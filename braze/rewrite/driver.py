@@ -1,0 +1,283 @@
+"""The rewrite driver: finds matches over a graph (roots visited last-to-first so the largest
+pattern claims its nodes), applies the safety rule and each rule's checks, and rebuilds a new
+graph in topological order. The input graph is never mutated.
+
+Safety: a match never removes a value that anything outside it reads, or that the graph
+returns, unless its rule provides that value in the replacement. Rejected near matches become
+`MissedFusion`s, so a rule and its diagnostics can never disagree."""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import PassError
+from ..ir.graph import Graph
+from ..ir.graph_core import GraphCore
+from ..ir.node import Node
+from ..ir.op import Value
+from .miss import Miss, MissedFusion, MissReason
+from .rule import Match, Rule
+
+
+@dataclass
+class RuleStats:
+    """Per-rule counters: structural attempts, accepted matches, near misses, time."""
+
+    rule: str
+    source: str
+    attempts: int = 0
+    matches: int = 0
+    near_misses: int = 0
+    seconds: float = 0.0
+
+    def merge(self, other: RuleStats) -> None:
+        self.attempts += other.attempts
+        self.matches += other.matches
+        self.near_misses += other.near_misses
+        self.seconds += other.seconds
+
+
+@dataclass
+class RewriteContext:
+    """What rules may consult: the target (claims, epilogue activations, limits) and options."""
+
+    target: Any = None
+    options: Any = None
+
+
+@dataclass
+class RewriteResult:
+    graph: Graph
+    changed: bool
+    stats: dict[str, RuleStats] = field(default_factory=dict)
+    misses: list[MissedFusion] = field(default_factory=list)
+
+
+def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
+            *, max_sweeps: int = 8) -> RewriteResult:
+    """Apply `rules` until no rule matches (at most `max_sweeps` sweeps; more means a runaway
+    rule and raises PassError). Returns the new graph, stats and the near misses of all sweeps."""
+    ctx = ctx or RewriteContext()
+    total: dict[str, RuleStats] = {r.name: RuleStats(r.name, r.source) for r in rules}
+    changed = False
+    cur = g
+    misses: dict[tuple, MissedFusion] = {}
+    for _ in range(max_sweeps):
+        res = rewrite_once(cur, rules, ctx)
+        for k, s in res.stats.items():
+            total[k].merge(s)
+        for m in res.misses:  # a near miss seen in any sweep is reported once
+            misses.setdefault((m.pattern, m.context, m.reason, m.detail), m)
+        if not res.changed:
+            return RewriteResult(cur, changed, total, list(misses.values()))
+        changed = True
+        cur = res.graph
+    raise PassError(f"rules {[r.name for r in rules]} still matched after {max_sweeps} sweeps: "
+                    "a rule's replacement matches its own pattern")
+
+
+def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext) -> RewriteResult:
+    """One sweep: match everywhere, then rebuild."""
+    stats = {r.name: RuleStats(r.name, r.source) for r in rules}
+    claimed: dict[int, Match] = {}
+    accepted: list[Match] = []
+    near: list[tuple[int, MissedFusion]] = []
+    near_cover: dict[str, set[int]] = {}  # per rule: nodes inside matches already reported
+    explained: set[int] = set()
+    outputs = set(g.outputs)
+    for node in reversed(g.nodes):
+        if node.id in claimed or node.op.source:
+            continue
+        for rule in rules:
+            if not rule.root_test(node.op):
+                continue
+            st = stats[rule.name]
+            t0 = time.perf_counter()
+            verdict = _try_rule(g, rule, node, ctx, claimed, outputs, st)
+            st.seconds += time.perf_counter() - t0
+            if isinstance(verdict, Match):
+                st.matches += 1
+                accepted.append(verdict)
+                for nid in verdict.consumed:
+                    claimed[nid] = verdict
+                break
+            if isinstance(verdict, tuple):
+                nid, missed, consumed = verdict
+                cover = near_cover.setdefault(rule.name, set())
+                explained.update(consumed)
+                if nid not in cover:  # a larger near match of this rule already says why
+                    cover.update(consumed)
+                    st.near_misses += 1
+                    near.append((nid, missed))
+    misses = [m for nid, m in near if nid not in claimed]
+    for rule in rules:
+        if rule.explain is None or rule.anchor is None:
+            continue
+        for node in g.nodes:
+            if node.id in claimed or node.id in explained or not rule.anchor(node.op):
+                continue
+            miss = rule.explain(g, node, ctx)
+            if miss is not None:
+                stats[rule.name].near_misses += 1
+                misses.append(_missed(rule, node, miss))
+    if not accepted:
+        return RewriteResult(g, False, stats, misses)
+    return RewriteResult(_rebuild(g, claimed, accepted), True, stats, misses)
+
+
+def _try_rule(g, rule, node, ctx, claimed, outputs, st):
+    """A Match if `rule` fuses at `node`, (node id, MissedFusion) for a near miss, else None."""
+    first_miss = None
+    for m in rule.matches_at(g, node, ctx):
+        st.attempts += 1
+        if any(nid in claimed for nid in m.consumed):
+            continue
+        miss = _safety(g, m, outputs)
+        if miss is None:
+            for check in rule.checks:
+                miss = check(m, ctx)
+                if miss is not None:
+                    break
+        if miss is None:
+            if _depends_on_itself(g, m):
+                continue
+            return m
+        if first_miss is None:
+            first_miss = (node.id, _missed(rule, node, miss, m), m.consumed)
+    return first_miss
+
+
+def _safety(g: GraphCore, m: Match, outputs: set[Value]) -> Miss | None:
+    """Interior values read outside the match (or returned) block it unless provided."""
+    inside = set(m.consumed)
+    by_id = {n.id: name for name, n in m.nodes.items()}
+    escaping = set()
+    for nid in m.consumed:
+        node = g.nodes[nid]
+        out_hit = any(v in outputs for v in node.values)
+        ext = [u for u in g.users(nid) if u.id not in inside]
+        if not out_hit and not ext:
+            continue
+        name = by_id.get(nid)
+        if name is not None and name in m.provides:
+            escaping.add(name)
+            continue
+        if out_hit:
+            return Miss(MissReason.GRAPH_OUTPUT, detail=f"{node.label} is a graph output")
+        return Miss(MissReason.MULTI_CONSUMER,
+                    detail=f"{node.label} is also read by {ext[0].label}")
+    m._escaping = frozenset(escaping)
+    return None
+
+
+def _depends_on_itself(g: GraphCore, m: Match) -> bool:
+    """True when an external input of the match is computed from one of its interior nodes
+    (fusing would create a cycle)."""
+    inside = set(m.consumed)
+    lo = min(inside)
+    ext = [v.node for nid in inside for v in g.nodes[nid].inputs if v.node not in inside]
+    stack = [n for n in ext if n > lo]
+    seen = set()
+    while stack:
+        n = stack.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in inside:
+            return True
+        stack.extend(v.node for v in g.nodes[n].inputs if v.node > lo)
+    return False
+
+
+def _missed(rule: Rule, node: Node, miss: Miss, m: Match | None = None) -> MissedFusion:
+    return MissedFusion(
+        pattern=rule.name,
+        node=node.name or f"%{node.id}",
+        reason=miss.reason,
+        context=node.describe(),
+        hint=miss.hint or miss.reason.default_hint,
+        detail=miss.detail,
+    )
+
+
+def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match]) -> Graph:
+    new = Graph(g.name, record_provenance=False)
+    vmap: dict[Value, Value] = {}
+    done_matches: set[int] = set()
+    in_progress: set[int] = set()
+
+    def resolve(v: Value) -> Value:
+        if v not in vmap:
+            emit(g.nodes[v.node])
+            if v not in vmap:
+                raise PassError(f"rewrite lost value {v!r} of {g.nodes[v.node].label}: a rule "
+                                "consumed it without providing a replacement")
+        return vmap[v]
+
+    def emit(node: Node) -> None:
+        if node.values[0] in vmap:
+            return
+        m = claimed.get(node.id)
+        if m is not None:
+            emit_match(m)
+            return
+        ins = [resolve(v) for v in node.inputs]
+        outs = new.clone_node(node, ins)
+        for old, nv in zip(node.values, outs, strict=True):
+            vmap[old] = nv
+
+    def emit_match(m: Match) -> None:
+        key = id(m)
+        if key in done_matches:
+            return
+        if key in in_progress:
+            raise PassError(f"rule {m.rule.name} at {m.describe()} depends on itself")
+        in_progress.add(key)
+        m._resolve = resolve
+        start = len(new.nodes)
+        try:
+            result = m.rule.rewrite(new, m)
+        finally:
+            m._resolve = None
+        _record(m, result, vmap)
+        _stamp(new, start, m)
+        in_progress.discard(key)
+        done_matches.add(key)
+
+    for node in g.nodes:
+        emit(node)
+    new.weights = {k: w for k, w in g.weights.items() if _has_param(new, k)}
+    new.set_outputs([resolve(v) for v in g.outputs])
+    return new
+
+
+def _has_param(g: Graph, name: str) -> bool:
+    return any(g.nodes[i].op.name == name for i in g.param_ids)
+
+
+def _record(m: Match, result, vmap: dict[Value, Value]) -> None:
+    mapping = result if isinstance(result, dict) else {"root": result}
+    for name, vals in mapping.items():
+        node = m.nodes[name]
+        vals = vals if isinstance(vals, tuple) else (vals,)
+        for old, nv in zip(node.values, vals, strict=False):
+            vmap[old] = nv
+    for nid in m.consumed:
+        node = m.graph.nodes[nid]
+        name = next((k for k, n in m.nodes.items() if n.id == nid), None)
+        if name in m.provides and m.escapes(name) and node.values[0] not in vmap:
+            raise PassError(f"rule {m.rule.name} did not provide {node.label}, which is used "
+                            "outside the match")
+
+
+def _stamp(new: Graph, start: int, m: Match) -> None:
+    """Nodes made by a replacement inherit the root's provenance (and its name, on the node that
+    now produces the root's value)."""
+    prov = m.root.provenance
+    for i in range(start, len(new.nodes)):
+        n = new.nodes[i]
+        if n.provenance is None and prov is not None:
+            new.nodes[i] = dataclasses.replace(n, provenance=prov)

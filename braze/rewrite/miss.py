@@ -1,0 +1,95 @@
+"""Why a fusion did not happen: `MissReason` codes and the `MissedFusion` record that rule checks,
+the rewrite driver and the fusion report share."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class MissReason(enum.Enum):
+    """Reasons a near match did not fuse. Each has a default hint; checks may give a sharper one."""
+
+    MULTI_CONSUMER = "multi_consumer"
+    GRAPH_OUTPUT = "graph_output"
+    NON_ADD_BIAS_CONSUMER = "non_add_bias_consumer"
+    BIAS_RANK_TOO_HIGH = "bias_rank_too_high"
+    UNSUPPORTED_EPILOGUE_ACTIVATION = "unsupported_epilogue_activation"
+    SHARED_MATMUL_COUNT = "shared_matmul_count"
+    NOT_SHARED_INPUT = "not_shared_input"
+    SHAPE_MISMATCH = "shape_mismatch"
+    DTYPE_MISMATCH = "dtype_mismatch"
+    DYNAMIC_SHAPE = "dynamic_shape"
+    UNSUPPORTED_BY_TARGET = "unsupported_by_target"
+    REGION_LIMIT_EXCEEDED = "region_limit_exceeded"
+    WEIGHT_NOT_CONSTANT = "weight_not_constant"
+    PATTERN_MISMATCH = "pattern_mismatch"
+    AXIS_MISMATCH = "axis_mismatch"
+    DISABLED = "disabled"
+
+    @property
+    def default_hint(self) -> str:
+        return _HINTS[self]
+
+
+_HINTS = {
+    MissReason.MULTI_CONSUMER: "an intermediate value is also read outside the pattern; fusing "
+    "would compute it twice or drop it. Restructure so only the pattern reads it.",
+    MissReason.GRAPH_OUTPUT: "an intermediate value is also a graph output; braze never fuses it "
+    "away. Return the final value instead if the intermediate is not needed.",
+    MissReason.NON_ADD_BIAS_CONSUMER: "the matmul result feeds a non-add op with a bias-like operand; "
+    "write the bias as an add (x @ w + b) so it can fuse into the epilogue.",
+    MissReason.BIAS_RANK_TOO_HIGH: "the added operand has rank > 1, so it is not a per-column bias; "
+    "use a [N] bias vector (broadcast) to fuse it into the matmul epilogue.",
+    MissReason.UNSUPPORTED_EPILOGUE_ACTIVATION: "this target cannot apply that activation in a "
+    "matmul epilogue; use a supported one or choose a target that claims it.",
+    MissReason.SHARED_MATMUL_COUNT: "fewer than two matmuls read this input with compatible weights; "
+    "nothing to concatenate.",
+    MissReason.NOT_SHARED_INPUT: "the two projections read different inputs; shared-input fusion "
+    "needs gate and up (or Q/K/V) to read the same tensor.",
+    MissReason.SHAPE_MISMATCH: "shapes are incompatible with the fused kernel.",
+    MissReason.DTYPE_MISMATCH: "operands have different dtypes; cast them to one dtype first.",
+    MissReason.DYNAMIC_SHAPE: "a dim the fused op needs is symbolic; bind it (static shapes) to fuse.",
+    MissReason.UNSUPPORTED_BY_TARGET: "the target does not claim this fused kind; choose a target "
+    "that does, or accept the unfused ops.",
+    MissReason.REGION_LIMIT_EXCEEDED: "the region exceeds the target's FusionLimits and was split; "
+    "raise the limits with with_fusion_limits(...) if the backend allows.",
+    MissReason.WEIGHT_NOT_CONSTANT: "weights are computed at run time; shared-input fusion "
+    "concatenates only params/constants, once, at compile time.",
+    MissReason.PATTERN_MISMATCH: "the subgraph differs from the fused kind's pattern.",
+    MissReason.AXIS_MISMATCH: "the ops act on different axes than the fused kind supports.",
+    MissReason.DISABLED: "this fusion is turned off in the pipeline options.",
+}
+
+
+@dataclass(frozen=True)
+class Miss:
+    """A check's verdict: the reason (and a sharper hint) why a structural match may not fuse."""
+
+    reason: MissReason
+    hint: str | None = None
+    detail: str | None = None
+
+
+@dataclass(frozen=True)
+class MissedFusion:
+    """One fusion that did not happen: which pattern, at which node, why, and what to do."""
+
+    pattern: str
+    node: str
+    reason: MissReason
+    context: str
+    hint: str
+    detail: str | None = None
+
+    def __str__(self) -> str:
+        d = f" ({self.detail})" if self.detail else ""
+        return f"{self.pattern} at {self.context}: {self.reason.value}{d}. Hint: {self.hint}"
+
+    def to_dict(self) -> dict:
+        return {"pattern": self.pattern, "node": self.node, "reason": self.reason.value,
+                "context": self.context, "hint": self.hint, "detail": self.detail}
+
+
+def fail(reason: MissReason, hint: str | None = None, detail: str | None = None) -> Miss:
+    """What a check returns when it rejects a match."""
+    return Miss(reason, hint, detail)

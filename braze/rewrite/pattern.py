@@ -1,0 +1,183 @@
+"""The pattern language: trees of op patterns over captured values, written like the code they
+match. `P.add(P.matmul(V("x"), V("w")).named("mm"), V("b"))` matches `x @ w + b` in either
+operand order (add is commutative); `|` gives alternatives; a Var name used twice must bind the
+same value (that is how shared inputs are expressed)."""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ir.graph_core import GraphCore
+from ..ir.node import Node
+from ..ir.op import Op, Value
+from ..ir.ops.elementwise import Binary, Compare
+
+Bindings = dict[str, Any]
+
+
+class Pattern:
+    """Base of pattern nodes. `a | b` tries `a`, then `b`."""
+
+    def __or__(self, other: Pattern) -> Alt:
+        left = self.options if isinstance(self, Alt) else (self,)
+        right = other.options if isinstance(other, Alt) else (other,)
+        return Alt(left + right)
+
+    def match_value(self, g: GraphCore, v: Value, b: Bindings, consumed: tuple[int, ...]
+                    ) -> Iterator[tuple[Bindings, tuple[int, ...]]]:
+        raise NotImplementedError
+
+    def root_test(self) -> Callable[[Op], bool]:
+        """A cheap test on an op: can this pattern's root be that op?"""
+        return lambda op: True
+
+
+@dataclass(frozen=True)
+class Var(Pattern):
+    """Captures any value as `name` (optionally only values whose type passes `where`)."""
+
+    name: str
+    where: Callable[[GraphCore, Value], bool] | None = None
+
+    def match_value(self, g, v, b, consumed):
+        if self.name in b:
+            if b[self.name] == v:
+                yield b, consumed
+            return
+        if self.where is not None and not self.where(g, v):
+            return
+        yield {**b, self.name: v}, consumed
+
+
+@dataclass(frozen=True, eq=False)
+class Pat(Pattern):
+    """Matches a node whose op is `op` (an Op class, or a label such as "add", "gelu",
+    "matmul"), whose attributes satisfy `attrs` (a value to compare or a predicate on the attr),
+    and whose inputs match `inputs` (None: inputs are not looked at). `out` is the output index a
+    parent reads (None: any). Named patterns capture the node."""
+
+    op: type[Op] | str | tuple
+    inputs: tuple[Pattern, ...] | None = ()
+    attrs: dict[str, Any] = field(default_factory=dict)
+    name: str | None = None
+    commutative: bool | None = None
+    out: int | None = 0
+
+    def named(self, name: str) -> Pat:
+        return Pat(self.op, self.inputs, self.attrs, name, self.commutative, self.out)
+
+    def output(self, index: int | None) -> Pat:
+        return Pat(self.op, self.inputs, self.attrs, self.name, self.commutative, index)
+
+    def op_matches(self, op: Op) -> bool:
+        kinds = self.op if isinstance(self.op, tuple) else (self.op,)
+        for k in kinds:
+            if isinstance(k, str):
+                if op.label == k or op.kind == k:
+                    break
+            elif isinstance(op, k):
+                break
+        else:
+            return False
+        for attr, want in self.attrs.items():
+            have = getattr(op, attr, _MISSING)
+            if have is _MISSING:
+                return False
+            if callable(want) and not isinstance(want, type):
+                if not want(have):
+                    return False
+            elif have != want:
+                return False
+        return True
+
+    def root_test(self):
+        return self.op_matches
+
+    def match_value(self, g, v, b, consumed):
+        if self.out is not None and v.index != self.out:
+            return
+        yield from self.match_node(g, g.nodes[v.node], b, consumed)
+
+    def match_node(self, g: GraphCore, node: Node, b: Bindings, consumed: tuple[int, ...]
+                   ) -> Iterator[tuple[Bindings, tuple[int, ...]]]:
+        if not self.op_matches(node.op):
+            return
+        if self.name is not None:
+            bound = b.get(self.name)
+            if bound is not None and bound.id != node.id:
+                return
+            b = {**b, self.name: node}
+        if node.id not in consumed:
+            consumed = consumed + (node.id,)
+        if self.inputs is None:
+            yield b, consumed
+            return
+        if len(self.inputs) != len(node.inputs):
+            return
+        orders = [node.inputs]
+        if len(node.inputs) == 2 and self._is_commutative(node.op):
+            orders.append(node.inputs[::-1])
+        for ins in orders:
+            yield from _match_seq(g, self.inputs, ins, b, consumed)
+
+    def _is_commutative(self, op: Op) -> bool:
+        if self.commutative is not None:
+            return self.commutative
+        if isinstance(op, Binary):
+            return op.fn.commutative
+        return isinstance(op, Compare) and op.fn.value in ("eq", "ne")
+
+
+def _match_seq(g, pats, vals, b, consumed):
+    if not pats:
+        yield b, consumed
+        return
+    for b1, c1 in pats[0].match_value(g, vals[0], b, consumed):
+        yield from _match_seq(g, pats[1:], vals[1:], b1, c1)
+
+
+@dataclass(frozen=True)
+class Alt(Pattern):
+    """Alternatives, tried in order (put the larger pattern first)."""
+
+    options: tuple[Pattern, ...]
+
+    def match_value(self, g, v, b, consumed):
+        for p in self.options:
+            yield from p.match_value(g, v, b, consumed)
+
+    def match_node(self, g, node, b, consumed):
+        for p in self.options:
+            yield from p.match_node(g, node, b, consumed)
+
+    def root_test(self):
+        tests = [p.root_test() for p in self.options]
+        return lambda op: any(t(op) for t in tests)
+
+
+class _PatternBuilder:
+    """`P.add(a, b)`, `P.gelu(x)`, `P.matmul(x, w)`: a Pat by label; `P.of(Cls, *ins, **attrs)` by
+    class. Keyword `name=` captures the node; other keywords are attribute constraints."""
+
+    def of(self, op, *inputs: Pattern, name: str | None = None, commutative: bool | None = None,
+           out: int | None = 0, **attrs) -> Pat:
+        return Pat(op, tuple(inputs), dict(attrs), name, commutative, out)
+
+    def any_inputs(self, op, name: str | None = None, **attrs) -> Pat:
+        """A node of this op whose inputs are not constrained."""
+        return Pat(op, None, dict(attrs), name)
+
+    def __getattr__(self, label: str):
+        if label.startswith("_"):
+            raise AttributeError(label)
+
+        def build(*inputs: Pattern, name: str | None = None, commutative: bool | None = None,
+                  out: int | None = 0, **attrs) -> Pat:
+            return Pat(label, tuple(inputs), dict(attrs), name, commutative, out)
+
+        return build
+
+
+P = _PatternBuilder()
+_MISSING = object()

@@ -1,0 +1,124 @@
+"""A rewrite rule: a pattern (or a custom matcher for multi-root shapes), named checks that
+return a reason when they reject, and a replacement builder. Rules record where they were
+defined so match statistics can name the file and line."""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..ir.graph_core import GraphCore
+from ..ir.node import Node
+from ..ir.op import Value
+from ..ir.shapes import Shape
+from .miss import Miss
+from .pattern import Pattern
+
+if TYPE_CHECKING:
+    from .driver import RewriteContext
+
+Check = Callable[["Match", "RewriteContext"], Miss | None]
+
+
+class Match:
+    """One structural match in the graph being rewritten.
+
+    `nodes` maps capture names to matched nodes, `values` maps Var names to captured values,
+    `consumed` lists every node the match replaces, `provides` names the captures whose outputs the
+    replacement builds (the root always). While the replacement runs, `v(name)` gives the new
+    graph's value for a captured external value."""
+
+    def __init__(self, rule: Rule, graph: GraphCore, root: Node, nodes: dict[str, Node],
+                 values: dict[str, Value], consumed: Sequence[int],
+                 provides: Iterable[str] = (), data: dict[str, Any] | None = None):
+        self.rule = rule
+        self.graph = graph
+        self.root = root
+        self.nodes = dict(nodes)
+        self.nodes.setdefault("root", root)
+        self.values = dict(values)
+        self.consumed = tuple(consumed)
+        self.provides = frozenset(provides) | {"root"}
+        self.data = dict(data or {})
+        self._escaping: frozenset[str] = frozenset()
+        self._resolve: Callable[[Value], Value] | None = None
+
+    # -- reading the old graph ------------------------------------------------------------------
+    def node(self, name: str) -> Node:
+        return self.nodes[name]
+
+    def shape(self, name: str) -> Shape:
+        """Type of a captured value, or of a captured node's first output."""
+        if name in self.values:
+            return self.graph.shape_of(self.values[name])
+        return self.nodes[name].outputs[0]
+
+    def op(self, name: str):
+        return self.nodes[name].op
+
+    def escapes(self, name: str) -> bool:
+        """Whether the captured node's outputs are used outside the match (or are outputs)."""
+        return name in self._escaping
+
+    # -- during the replacement ----------------------------------------------------------------
+    def v(self, name: str) -> Value:
+        """The new graph's value for captured external value `name`."""
+        return self.new(self.values[name])
+
+    def new(self, old: Value) -> Value:
+        """The new graph's value for an old value outside the match."""
+        if self._resolve is None:
+            raise RuntimeError("Match.new is only valid while the replacement is being built")
+        if old.node in self.consumed:
+            raise RuntimeError(f"rule {self.rule.name}: {old!r} is inside the match")
+        return self._resolve(old)
+
+    def describe(self) -> str:
+        return self.root.describe()
+
+
+@dataclass(eq=False)
+class Rule:
+    """`pattern` + `checks` + `rewrite`.
+
+    rewrite(b, m) builds the replacement into graph `b` and returns the new value(s) for the
+    root, or a dict capture-name -> value(s) for several provided captures. `may_expose` names
+    interior captures whose outputs the replacement can provide when something outside the match
+    reads them (e.g. a residual sum); any other escaping interior value blocks the match with a
+    MULTI_CONSUMER / GRAPH_OUTPUT miss. `matcher(g, node, ctx)` replaces the pattern for shapes
+    a tree cannot express (several roots); it yields Matches. `explain(g, node, ctx)` diagnoses
+    unmatched `anchor` nodes (e.g. a matmul whose consumer is not an add)."""
+
+    name: str
+    rewrite: Callable[[GraphCore, Match], Any]
+    pattern: Pattern | None = None
+    checks: tuple[Check, ...] = ()
+    may_expose: frozenset[str] = frozenset()
+    matcher: Callable[[GraphCore, Node, RewriteContext], Iterable[Match]] | None = None
+    root_test: Callable[[Any], bool] | None = None
+    anchor: Callable[[Any], bool] | None = None
+    explain: Callable[[GraphCore, Node, RewriteContext], Miss | None] | None = None
+    produces: str | None = None
+    source: str = field(default="")
+
+    def __post_init__(self):
+        if self.pattern is None and self.matcher is None:
+            raise TypeError(f"rule {self.name} needs a pattern or a matcher")
+        if self.root_test is None:
+            self.root_test = self.pattern.root_test() if self.pattern else (lambda op: True)
+        self.may_expose = frozenset(self.may_expose)
+        if not self.source:
+            f = sys._getframe(2)
+            self.source = f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+
+    def matches_at(self, g: GraphCore, node: Node, ctx: RewriteContext) -> Iterable[Match]:
+        """Structural matches rooted at `node` (checks not yet applied)."""
+        if self.matcher is not None:
+            yield from self.matcher(g, node, ctx)
+            return
+        for b, consumed in self.pattern.match_node(g, node, {}, ()):
+            nodes = {k: x for k, x in b.items() if isinstance(x, Node)}
+            values = {k: x for k, x in b.items() if isinstance(x, Value)}
+            yield Match(self, g, node, nodes, values, consumed, self.may_expose)
