@@ -12,5 +12,17 @@ from .ir import (  # noqa: F401
     i32, i64, u8, u32,
 )
 from .ir.ops import UnaryFn, BinaryFn, CompareFn  # noqa: F401
+from .ir.serialize import load, save  # noqa: F401
+from .ir.verify import verify  # noqa: F401
 
 __version__ = "0.1.0"
+
+# fusion layer: pipeline, report, unfuse, limits
+from .passes.base import run_passes  # noqa: E402,F401
+from .passes.limits import FusionLimits, active_fusion_limits, with_fusion_limits  # noqa: E402,F401
+from .passes.pipeline import (  # noqa: E402,F401
+    FusionOptions, compile_pipeline, fuse, fusion_passes, fusion_passes_for_supported,
+)
+from .passes.targets import TARGETS, Target, get_target  # noqa: E402,F401
+from .passes.unfuse import unfuse_fused_for_autodiff  # noqa: E402,F401
+from .report import FusionReport, MissedFusion, MissReason  # noqa: E402,F401

@@ -368,10 +368,25 @@ def _label_table() -> dict[str, list[tuple[type, str, enum.Enum]]]:
         for name, hint, _ in op_fields(cls):
             if isinstance(hint, type) and issubclass(hint, enum.Enum):
                 for m in hint:
-                    if isinstance(m.value, str):
-                        _LABELS.setdefault(m.value, []).append((cls, name, m))
+                    label = _probe_label(cls, name, m)
+                    if label is not None and label != cls.kind:
+                        _LABELS.setdefault(label, []).append((cls, name, m))
     _LABELS_FOR[0] = len(OP_REGISTRY)
     return _LABELS
+
+
+def _probe_label(cls: type, field: str, member: enum.Enum) -> str | None:
+    """The label an instance of `cls` with `field=member` would have (other fields at their
+    defaults), computed without running `__init__`; None when it cannot be told."""
+    probe = object.__new__(cls)
+    for name, _, default in op_fields(cls):
+        value = member if name == field else (None if default is dataclasses.MISSING else default)
+        object.__setattr__(probe, name, value)
+    try:
+        label = probe.label
+    except Exception:
+        return None
+    return label if isinstance(label, str) else None
 
 
 def _head_usable(label: str) -> bool:

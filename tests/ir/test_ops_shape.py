@@ -66,6 +66,15 @@ def test_reshape_with_several_symbols_runs_through_the_interpreter():
     np.testing.assert_array_equal(oz, a.reshape(3, 2, 2, 16))
 
 
+def test_reshape_reference_needs_bindings_only_for_several_symbols():
+    a = rand(2, 3, 32)
+    np.testing.assert_array_equal(Reshape(("b", 96)).reference(a), a.reshape(2, 96))
+    with pytest.raises(ValueError, match=r"reshape target \(s, b, 32\) needs values"):
+        Reshape(("s", "b", 32)).reference(a)
+    out = Reshape(("s", "b", 32)).reference(a, symbols={"b": 2, "s": 3})
+    np.testing.assert_array_equal(out, a.reshape(3, 2, 32))
+
+
 # -- transpose / narrow / concat -----------------------------------------------------------------
 def test_transpose_permutes_axes_and_rejects_non_permutations():
     g = bz.Graph("t")

@@ -74,11 +74,11 @@ def resolve_reshape(src: Sequence[Dim], target: Sequence[Dim]) -> tuple[Dim, ...
 
 
 def concrete_dims(op: str, dims: Sequence[Dim], symbols: Mapping[str, int] | None,
-                  numel: int | None = None) -> tuple[int, ...]:
+                  solve_one: bool = False) -> tuple[int, ...]:
     """Integer dims for running an op whose target holds symbols.
 
-    Symbols come from `symbols` (the interpreter's bindings); without them a single unknown
-    symbol becomes -1 when `numel` is given (NumPy solves it). Otherwise ValueError."""
+    Symbols come from `symbols` (the interpreter's bindings); a single unbound one becomes -1
+    when `solve_one` (reshape: NumPy solves it from the element count). Otherwise ValueError."""
     out: list[int] = []
     unknown = []
     for i, d in enumerate(dims):
@@ -92,15 +92,16 @@ def concrete_dims(op: str, dims: Sequence[Dim], symbols: Mapping[str, int] | Non
             out.append(d)
     if not unknown:
         return tuple(out)
-    if len(unknown) == 1 and numel is not None:
-        return tuple(out)  # NumPy solves the single -1
+    if len(unknown) == 1 and solve_one:
+        return tuple(out)
     raise ValueError(f"{op} target {_fmt(dims)} needs values for symbols "
                      f"{[dims[i] for i in unknown]}; pass symbols=")
 
 
 @dataclass(frozen=True)
 class Reshape(Op):
-    """View the input with new dims (row-major order), `dims` fully resolved (no -1)."""
+    """View the input with new dims (row-major order), `dims` fully resolved (no -1). Symbols
+    in `dims` are bound at run time: the interpreter passes its bindings as `symbols=`."""
 
     kind = "reshape"
     arity = 1
@@ -112,7 +113,7 @@ class Reshape(Op):
         return x.with_dims(resolve_reshape(x.dims, self.dims))
 
     def reference(self, x, *, symbols: Mapping[str, int] | None = None):
-        return np.reshape(x, concrete_dims("reshape", self.dims, symbols, x.size))
+        return np.reshape(x, concrete_dims("reshape", self.dims, symbols, solve_one=True))
 
 
 @dataclass(frozen=True)
@@ -199,7 +200,7 @@ class Concat(Op):
 @dataclass(frozen=True)
 class Expand(Op):
     """Broadcast the input to `dims` (NumPy `broadcast_to`): trailing-aligned, size-1 input
-    dims stretch, new leading dims are added."""
+    dims stretch, new leading dims are added. Symbols bind at run time as for Reshape."""
 
     kind = "expand"
     arity = 1

@@ -1,0 +1,157 @@
+"""The pipeline builder: one ordered list of named steps, read against a target's claims and the
+user's options. `bz.fuse(g, target)` runs lowerings -> canonicalization -> fusions in dependency
+order -> regions -> legalize -> cleanup, and returns the fused graph with its FusionReport.
+
+Options are plain keyword arguments (no environment variables): `bz.fuse(g, "cpu",
+transformer_layer=True, regions=False)`."""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+from dataclasses import dataclass, fields, replace
+
+from ..errors import BrazeError
+from ..ir.graph import Graph
+from ..rewrite import RewriteContext
+from .base import FunctionPass, Pass, PassResult, RulePass, run_passes
+from .expand import expand_nodes
+from .targets import ALL_FUSED, Target, get_target
+
+
+@dataclass(frozen=True)
+class FusionOptions:
+    """Which pipeline steps run. None means "the target decides" (whole-layer fusion follows
+    `target.whole_layer`; regions follow `target.keep_regions`)."""
+
+    conv_bn_fold: bool = True
+    conv_bias_act: bool = True
+    shared_matmul: bool = True
+    swiglu: bool = True
+    attention_block: bool = True
+    residual_norm: bool = True
+    rms_norm_reshape: bool = True
+    matmul_bias_act: bool = True
+    transformer_layer: bool | None = None
+    regions: bool | None = None
+    legalize: bool = True
+    cleanup: bool = True
+
+
+# (option, pass name, module under braze.passes, attribute holding rules or a pass)
+_FUSION_STEPS: tuple[tuple[str, str, str, str], ...] = (
+    ("conv_bn_fold", "FoldConvBatchNorm", "fusion.conv_bn", "RULES"),
+    ("conv_bias_act", "FuseConvBiasAct", "fusion.conv_bias_act", "RULES"),
+    ("swiglu", "FuseSwiGLUDualMatmul", "fusion.swiglu", "DUAL_RULES"),
+    ("attention_block", "FuseAttentionBlock", "fusion.attention_block", "RULES"),
+    ("shared_matmul", "FuseSharedInputMatMul", "fusion.shared_matmul", "RULES"),
+    ("swiglu", "FuseSwiGLU", "fusion.swiglu", "SPLIT_RULES"),
+    ("rms_norm_reshape", "FuseRmsNormReshape", "fusion.rms_norm_reshape", "RULES"),
+    ("residual_norm", "FuseResidualNorm", "fusion.residual_norm", "RULES"),
+    ("matmul_bias_act", "FuseMatMulBiasAct", "fusion.matmul_bias_act", "RULES"),
+    ("transformer_layer", "FuseTransformerLayer", "fusion.transformer_layer", "RULES"),
+)
+
+
+def _load(module: str, attr: str):
+    mod = importlib.import_module(f"braze.passes.{module}")
+    if hasattr(mod, attr):
+        return getattr(mod, attr)
+    return getattr(mod, "RULES")
+
+
+def _enabled(opts: FusionOptions, name: str, target: Target) -> bool:
+    v = getattr(opts, name)
+    if v is None:
+        return target.whole_layer if name == "transformer_layer" else target.keep_regions
+    return v
+
+
+def fusion_passes(target: str | Target = "cpu", options: FusionOptions | None = None
+                  ) -> list[Pass]:
+    """The ordered passes `bz.fuse` runs for `target`. The `reference` target fuses nothing."""
+    t = get_target(target)
+    opts = options or FusionOptions()
+    passes: list[Pass] = []
+    if not t.claims:
+        return passes
+    for opt, name, module, attr in _FUSION_STEPS:
+        if _enabled(opts, opt, t):
+            rules = _load(module, attr)
+            passes.append(RulePass(name, tuple(rules)))
+    if _enabled(opts, "regions", t):
+        from . import regions
+
+        passes.append(regions.MARK_ELEMENTWISE_REGIONS)
+        passes.append(regions.ClipRegionsPass())
+    if opts.legalize:
+        passes.append(LegalizePass())
+    if opts.cleanup:
+        from . import cleanup
+
+        passes += [cleanup.CSE_PASS, cleanup.DCE_PASS]
+    return passes
+
+
+def fusion_passes_for_supported(claims: Sequence[str], base: str | Target = "cpu",
+                                options: FusionOptions | None = None) -> list[Pass]:
+    """Passes for a backend that runs exactly the fused kinds in `claims`."""
+    unknown = set(claims) - ALL_FUSED
+    if unknown:
+        raise BrazeError(f"unknown fused kinds {sorted(unknown)}; known: {sorted(ALL_FUSED)}")
+    t = replace(get_target(base), name="custom", claims=frozenset(claims))
+    return fusion_passes(t, options)
+
+
+@dataclass
+class LegalizePass:
+    """Decompose fused nodes the target does not claim (e.g. regions on ORT)."""
+
+    name: str = "Legalize"
+
+    def run(self, g: Graph, ctx: RewriteContext) -> PassResult:
+        import time
+
+        t0 = time.perf_counter()
+        t = ctx.target
+        out, changed = expand_nodes(g, lambda op: op.fused and not t.claims_kind(op.kind))
+        return PassResult(self.name, out, changed, seconds=time.perf_counter() - t0)
+
+
+@dataclass
+class Pipeline:
+    """A target plus options, ready to run on graphs."""
+
+    target: Target
+    options: FusionOptions
+
+    @property
+    def passes(self) -> list[Pass]:
+        return fusion_passes(self.target, self.options)
+
+    def run(self, g: Graph, *, verify: bool = False, check_numerics: bool = False):
+        from ..report import FusionReport
+
+        ctx = RewriteContext(target=self.target, options=self.options)
+        out, results = run_passes(g, self.passes, ctx, verify=verify,
+                                  check_numerics=check_numerics)
+        return out, FusionReport.analyze(g, out, results, target=self.target.name)
+
+
+def compile_pipeline(target: str | Target = "cpu", **options) -> Pipeline:
+    """A Pipeline for `target`; keyword options switch steps on and off (see FusionOptions)."""
+    names = {f.name for f in fields(FusionOptions)}
+    bad = set(options) - names
+    if bad:
+        raise BrazeError(f"unknown pipeline options {sorted(bad)}; known: {sorted(names)}")
+    return Pipeline(get_target(target), FusionOptions(**options))
+
+
+def fuse(g: Graph, target: str | Target = "cpu", *, verify: bool = False,
+         check_numerics: bool = False, **options) -> tuple[Graph, object]:
+    """Fuse `g` for `target`; returns (fused graph, FusionReport). `g` is not changed."""
+    return compile_pipeline(target, **options).run(g, verify=verify,
+                                                   check_numerics=check_numerics)
+
+
+__all__ = ["FusionOptions", "Pipeline", "compile_pipeline", "fuse", "fusion_passes",
+           "fusion_passes_for_supported", "LegalizePass", "FunctionPass"]
