@@ -249,7 +249,9 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match]) -> Grap
 
     for node in g.nodes:
         emit(node)
+    made = new.weights  # values of params that replacements created (e.g. concatenated)
     new.weights = {k: w for k, w in g.weights.items() if _has_param(new, k)}
+    new.weights.update(made)
     new.set_outputs([resolve(v) for v in g.outputs])
     return new
 
