@@ -11,7 +11,7 @@ import enum
 import sys
 import types
 import typing
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 import numpy as np
@@ -50,7 +50,7 @@ def _localns() -> dict[str, Any]:
             "Any": Any}
 
 
-@lru_cache(maxsize=None)
+@cache
 def op_fields(cls: type) -> tuple[tuple[str, Any, Any], ...]:
     """(name, type hint, default or MISSING) for each init field of an op class."""
     module = sys.modules.get(cls.__module__)
@@ -91,7 +91,7 @@ def _mentions(hint, target: type) -> bool:
     return any(_mentions(a, target) for a in typing.get_args(hint) if a is not Ellipsis)
 
 
-@lru_cache(maxsize=None)
+@cache
 def graph_fields(cls: type) -> tuple[str, ...]:
     """Names of the fields of an op class whose type mentions Graph (region bodies)."""
     from .graph import Graph

@@ -124,10 +124,8 @@ def graph_from_dict(d: Any) -> Graph:
         _add_node(g, pos, nd)
     g.input_ids = _source_ids(g, d["inputs"], "input")
     g.param_ids = _source_ids(g, d["params"], "param")
-    try:
-        g.set_outputs(_value(v, len(g.nodes), "graph outputs") for v in d["outputs"])
-    except GraphError as e:
-        raise GraphError(f"graph outputs: {e}") from None
+    g.set_outputs([_value(v, len(g.nodes), f"graph output {i}")
+                   for i, v in enumerate(d["outputs"])])
     weights = d.get("weights")
     if weights is not None:
         if not isinstance(weights, dict):
@@ -190,8 +188,8 @@ def _value(v: Any, limit: int, where: str) -> Value:
     if not ok:
         raise ParseError(f"{where}: a value must be [node, index], got {v!r}")
     if not 0 <= v[0] < limit:
-        raise GraphError(f"{where} refers to node {v[0]}, which is not defined before it (nodes "
-                         f"must be in topological order and may not form a cycle)")
+        raise GraphError(f"{where} refers to node {v[0]}, but only nodes 0..{limit - 1} are "
+                         "defined at that point (nodes must be in topological order, no cycles)")
     return Value(v[0], v[1])
 
 

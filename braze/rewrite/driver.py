@@ -54,6 +54,21 @@ class RewriteResult:
     changed: bool
     stats: dict[str, RuleStats] = field(default_factory=dict)
     misses: list[MissedFusion] = field(default_factory=list)
+    node_map: dict[int, int] = field(default_factory=dict)  # old node id -> new (copied nodes)
+
+
+def _carry_misses(misses: dict[tuple, MissedFusion], node_map: dict[int, int], new: Graph
+                  ) -> dict[tuple, MissedFusion]:
+    """Re-key misses to the rebuilt graph's node ids; a miss whose node a later sweep fused away
+    is no longer a miss and is dropped."""
+    out: dict[tuple, MissedFusion] = {}
+    for (pattern, nid, reason), m in misses.items():
+        if nid not in node_map:
+            continue
+        node = new.nodes[node_map[nid]]
+        out[(pattern, node.id, reason)] = dataclasses.replace(
+            m, node_id=node.id, node=node.name or f"%{node.id}", context=node.describe())
+    return out
 
 
 def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
@@ -70,9 +85,10 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
         for k, s in res.stats.items():
             total[k].merge(s)
         for m in res.misses:  # a near miss seen in any sweep is reported once
-            misses.setdefault((m.pattern, m.context, m.reason, m.detail), m)
+            misses.setdefault((m.pattern, m.node_id, m.reason), m)
         if not res.changed:
             return RewriteResult(cur, changed, total, list(misses.values()))
+        misses = _carry_misses(misses, res.node_map, res.graph)
         changed = True
         cur = res.graph
     raise PassError(f"rules {[r.name for r in rules]} still matched after {max_sweeps} sweeps: "
@@ -125,7 +141,8 @@ def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext) -> Rewrit
                 misses.append(_missed(rule, node, miss))
     if not accepted:
         return RewriteResult(g, False, stats, misses)
-    return RewriteResult(_rebuild(g, claimed, accepted), True, stats, misses)
+    new, node_map = _rebuild(g, claimed, accepted)
+    return RewriteResult(new, True, stats, misses, node_map)
 
 
 def _try_rule(g, rule, node, ctx, claimed, outputs, st):
@@ -200,10 +217,12 @@ def _missed(rule: Rule, node: Node, miss: Miss, m: Match | None = None) -> Misse
         context=node.describe(),
         hint=miss.hint or miss.reason.default_hint,
         detail=miss.detail,
+        node_id=node.id,
     )
 
 
-def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match]) -> Graph:
+def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match]
+             ) -> tuple[Graph, dict[int, int]]:
     new = Graph(g.name, record_provenance=False)
     vmap: dict[Value, Value] = {}
     done_matches: set[int] = set()
@@ -253,7 +272,9 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match]) -> Grap
     new.weights = {k: w for k, w in g.weights.items() if _has_param(new, k)}
     new.weights.update(made)
     new.set_outputs([resolve(v) for v in g.outputs])
-    return new
+    node_map = {v.node: nv.node for v, nv in vmap.items()
+                if v.index == 0 and v.node not in claimed}
+    return new, node_map
 
 
 def _has_param(g: Graph, name: str) -> bool:

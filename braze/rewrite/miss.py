@@ -3,7 +3,7 @@ the rewrite driver and the fusion report share."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
 class MissReason(enum.Enum):
@@ -80,6 +80,7 @@ class MissedFusion:
     context: str
     hint: str
     detail: str | None = None
+    node_id: int = field(default=-1, compare=False, repr=False)
 
     def __str__(self) -> str:
         d = f" ({self.detail})" if self.detail else ""

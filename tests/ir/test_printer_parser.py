@@ -1,0 +1,314 @@
+"""Text IR: `str(g)` shows ops, attributes, values, types, names and provenance, and
+`Graph.parse(str(g)) == g` holds exactly, for every op kind."""
+from __future__ import annotations
+
+import dataclasses
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import given, settings
+
+import braze as bz
+from braze.ir.equality import graph_diff
+from braze.ir.op import OP_REGISTRY
+from braze.testing import random_graphs
+
+
+def round_trip(g: bz.Graph) -> bz.Graph:
+    text = str(g)
+    back = bz.Graph.parse(text)
+    assert graph_diff(g, back) is None, text
+    assert back == g
+    assert str(back) == text
+    return back
+
+
+def bert_like() -> bz.Graph:
+    g = bz.Graph("bert_layer")
+    x = g.input("hidden", bz.Shape(("batch", "seq", 384)))
+    w = g.param("w", bz.Shape((384, 1152)))
+    b = g.param("b", bz.Shape((1152,)))
+    y = g.gelu(g.add(g.mm(x, w), b))
+    g.set_outputs([y])
+    return g
+
+
+def test_text_shows_header_ops_types_and_provenance():
+    g = bert_like()
+    lines = str(g).splitlines()
+    assert lines[0] == ("graph bert_layer(%hidden: f32[batch, seq, 384]) "
+                        "params(%w: f32[384, 1152], %b: f32[1152]) {")
+    assert lines[1].startswith("  %hidden = input") and "# test_printer_parser.py:" in lines[1]
+    assert lines[4].startswith("  %3 = matmul(%hidden, %w) -> f32[batch, seq, 1152]")
+    assert lines[6].startswith("  %5 = gelu(%4) -> f32[batch, seq, 1152]")
+    assert lines[-2:] == ["  return %5", "}"]
+    back = round_trip(g)
+    assert back.node(5).provenance == g.node(5).provenance
+
+
+def test_multi_output_values_print_with_index_and_round_trip():
+    g = bz.Graph("split")
+    x = g.input("x", bz.Shape(("b", 4, 6), bz.f16))
+    a, b = g.split(x, 2, (2, 4))
+    g.set_outputs([b, a, b])
+    text = str(g)
+    assert "%1 = split[axis=2, sizes=(2, 4)](%x) -> (f16[b, 4, 2], f16[b, 4, 4])" in text
+    assert "return %1.1, %1, %1.1" in text
+    round_trip(g)
+
+
+@pytest.mark.parametrize("dtype", bz.ALL_DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("size", [1, 5, 40])
+def test_constants_round_trip_bit_exactly(dtype, size):
+    rng = np.random.default_rng(size)
+    raw = rng.standard_normal(size) * 100
+    if dtype.kind == "bool":
+        arr = raw > 0
+    elif dtype.kind == "complex":
+        arr = (raw + 1j * raw[::-1]).astype(dtype.np)
+    else:
+        arr = raw.astype(dtype.np)
+    if dtype.is_float and size > 1:
+        arr[0], arr[1] = -0.0, np.inf
+    g = bz.Graph("consts")
+    c = g.constant(arr.reshape((size,)) if size > 1 else arr.reshape(()), dtype)
+    g.set_outputs([c])
+    back = round_trip(g)
+    got = back.node(0).op.value
+    assert got.dtype == dtype.np and got.tobytes() == g.node(0).op.value.tobytes()
+
+
+def test_small_constants_print_inline_and_large_as_base64():
+    g = bz.Graph("c")
+    small = g.constant(np.array([1.5, -0.0], np.float32))
+    big = g.constant(np.arange(64, dtype=np.float32).astype(ml_dtypes.bfloat16))
+    nan = g.constant(np.array([np.nan], np.float32))
+    g.set_outputs([small, big, nan])
+    text = str(g)
+    assert "constant[value=f32[2]{1.5, -0.0}]() -> f32[2]" in text
+    assert 'constant[value=bf16[64]{"' in text
+    assert 'constant[value=f32[1]{"' in text  # NaN bits only survive as raw bytes
+    round_trip(g)
+
+
+def test_odd_names_provenance_and_source_order_survive():
+    g = bz.Graph("my model/v2")
+    x = g.input("encoder.layer.0", bz.Shape((2, 3)))
+    h = g.add_node(_unary("tanh"), (x,), name="3", provenance=' # odd "prov"  ')[0]
+    w = g.param("w eight", bz.Shape((3, 3)))  # a param created after compute nodes
+    y = g.add_node(_unary("neg"), (g.mm(h, w),), name="return", provenance="")[0]
+    z = g.add_node(_unary("abs"), (y,), name="n\n2", provenance="line1\nline2 # x")[0]
+    t = g.input("t", bz.Shape((2, 3)))
+    g.set_outputs([z, t])
+    g.input_ids.reverse()  # input order differs from node order
+    text = str(g)
+    assert text.startswith('graph "my model/v2"(%t: f32[2, 3], %"encoder.layer.0": f32[2, 3])')
+    assert '%"3" = tanh(%"encoder.layer.0")' in text
+    back = round_trip(g)
+    assert [n.provenance for n in back.nodes] == [n.provenance for n in g.nodes]
+    assert back.input_ids == g.input_ids
+
+
+def _unary(fn: str) -> bz.Op:
+    from braze.ir.ops.elementwise import Unary, UnaryFn
+
+    return Unary(UnaryFn(fn))
+
+
+def test_attributes_at_their_default_are_left_out_but_others_print():
+    g = bz.Graph("attrs")
+    x = g.input("x", bz.Shape((2, 3, 4)))
+    g.set_outputs([g.leaky_relu(x), g.leaky_relu(x, 0.2), g.cast(x, bz.bf16),
+                   g.reduce(x, "sum", (0, 2), keepdims=True), g.clamp(x, -1.0, float("inf"))])
+    text = str(g)
+    assert "= leaky_relu(%x)" in text and "leaky_relu[alpha=0.2](%x)" in text
+    assert "cast[dtype=bf16](%x) -> bf16[2, 3, 4]" in text
+    assert "reduce_sum[axes=(0, 2), keepdims=true](%x) -> f32[1, 3, 1]" in text
+    assert "clamp[lo=-1.0, hi=inf](%x)" in text
+    round_trip(g)
+
+
+def test_region_bodies_print_nested_and_round_trip():
+    from braze.ir.ops.region import ElementwiseRegion
+
+    body = bz.Graph("body")
+    a = body.input("in0", bz.Shape(("n", 4)))
+    b = body.input("in1", bz.Shape((4,)))
+    body.set_outputs([body.gelu(body.add(a, b)), body.mul(a, 0.5)])
+    g = bz.Graph("outer")
+    x = g.input("x", bz.Shape(("n", 4)))
+    w = g.param("w", bz.Shape((4,)))
+    y0, y1 = g.add_node(ElementwiseRegion(body), (x, w), name="region", provenance="fuse")
+    g.set_outputs([y0, y1])
+    text = str(g)
+    assert "%region = elementwise_region[body=graph body(%in0: f32[n, 4], %in1: f32[4])" in text
+    assert "\n      %2 = add(%in0, %in1) -> f32[n, 4]" in text
+    back = round_trip(g)
+    changed = bz.Graph("body")
+    a = changed.input("in0", bz.Shape(("n", 4)))
+    b = changed.input("in1", bz.Shape((4,)))
+    changed.set_outputs([changed.gelu(changed.sub(a, b)), changed.mul(a, 0.5)])
+    other = bz.Graph("outer")
+    x = other.input("x", bz.Shape(("n", 4)))
+    w = other.param("w", bz.Shape((4,)))
+    vals = other.add_node(ElementwiseRegion(changed), (x, w), name="region", provenance="fuse")
+    other.set_outputs(list(vals))
+    other.nodes[0] = dataclasses.replace(other.nodes[0], provenance=back.nodes[0].provenance)
+    other.nodes[1] = dataclasses.replace(other.nodes[1], provenance=back.nodes[1].provenance)
+    assert other != back
+    assert "body differs" in graph_diff(back, other)
+
+
+# -- one small graph per op kind ----------------------------------------------------------------
+def _s(*dims, dtype=bz.f32):
+    return bz.Shape(dims, dtype)
+
+
+def _attn_block(g, x):
+    return g.fused_attention_block(x, g.param("wqkv", _s(8, 24)), g.param("wo", _s(8, 8)),
+                                   num_heads=2, mask_kind="causal", scale=0.25)
+
+
+def _transformer(g, x):
+    scratch = bz.Graph("scratch")
+    attn = scratch.node(_attn_block(scratch, scratch.input("x", _s(2, 3, 8)))).op
+    p = lambda n, *d: g.param(n, _s(*d))  # noqa: E731
+    ins = {"w_qkv": p("wqkv", 8, 24), "w_o": p("wo", 8, 8), "norm1_gamma": p("g1", 8),
+           "norm1_beta": p("b1n", 8), "w1": p("w1", 8, 16), "b1": p("b1", 16),
+           "w2": p("w2", 16, 8), "b2": p("b2", 8), "norm2_gamma": p("g2", 8),
+           "norm2_beta": p("b2n", 8)}
+    return g.fused_transformer_layer(x, ins, attn=attn, style="post_norm", mlp="gelu_approx")
+
+
+def _region(g, x):
+    body = bz.Graph("body")
+    body.set_outputs([body.silu(body.input("in0", _s(2, 3, 8)))])
+    return g.elementwise_region(body, [x])
+
+
+# kind -> builder of one node of that kind from x: f32[2, 3, 8] (param shapes as needed)
+RECIPES = {
+    "input": lambda g, x: x,
+    "param": lambda g, x: g.param("p", _s(8)),
+    "constant": lambda g, x: g.constant(np.arange(6, dtype=np.int32).reshape(2, 3)),
+    "unary": lambda g, x: g.silu(x),
+    "binary": lambda g, x: g.pow(x, 2.0),
+    "compare": lambda g, x: g.ge(x, 0.0),
+    "where": lambda g, x: g.where(g.lt(x, 0.0), x, 1.0),
+    "cast": lambda g, x: g.cast(x, bz.i64),
+    "leaky_relu": lambda g, x: g.leaky_relu(x, 0.1),
+    "clamp": lambda g, x: g.clamp(x, -0.5, 0.5),
+    "matmul": lambda g, x: g.mm(x, g.param("w", _s(8, 5))),
+    "dot_general": lambda g, x: g.dot_general(x, g.param("w", _s(2, 8, 5)), (2,), (1,),
+                                              (0,), (0,)),
+    "reshape": lambda g, x: g.reshape(x, (6, -1)),
+    "transpose": lambda g, x: g.transpose(x, (2, 0, 1)),
+    "narrow": lambda g, x: g.narrow(x, 2, 1, 4),
+    "concat": lambda g, x: g.concat([x, x], 1),
+    "expand": lambda g, x: g.expand(g.reshape(x, (2, 1, 3, 8)), (2, 5, 3, 8)),
+    "gather": lambda g, x: g.gather(x, g.input("idx", _s(4, dtype=bz.i64)), 1),
+    "pad": lambda g, x: g.pad(x, ((0, 1), (2, 3), (0, 0)), 0.5),
+    "split": lambda g, x: g.split(x, 2, (3, 5))[1],
+    "reduce": lambda g, x: g.mean(x, (1,)),
+    "softmax": lambda g, x: g.softmax(x, 1),
+    "cumsum": lambda g, x: g.cumsum(x, 2, exclusive=True, reverse=True),
+    "argmax": lambda g, x: g.argmax(x, 2, keepdims=True),
+    "layer_norm": lambda g, x: g.layer_norm(x, g.param("g", _s(8)), eps=1e-3),
+    "rms_norm": lambda g, x: g.rms_norm(x, g.param("g", _s(8)), g.param("b", _s(8))),
+    "group_norm": lambda g, x: g.group_norm(g.reshape(x, (2, 4, 3, 2)), 2),
+    "batch_norm": lambda g, x: g.batch_norm(g.reshape(x, (2, 4, 3, 2)),
+                                            *[g.param(n, _s(4)) for n in "abcd"]),
+    "attention": lambda g, x: g.attention(*[g.reshape(x, (2, 1, 3, 8))] * 3, kind="causal",
+                                          softcap=30.0),
+    "rope": lambda g, x: g.rope_n(g.reshape(x, (2, 1, 3, 8)), g.param("cos", _s(3, 2)),
+                                  g.param("sin", _s(3, 2)), 4),
+    "conv2d": lambda g, x: g.conv2d(g.reshape(x, (2, 4, 3, 2)), g.param("w", _s(6, 2, 1, 1)),
+                                    stride=(2, 1), padding=(0, 1, 0, 1), groups=2),
+    "conv_transpose2d": lambda g, x: g.conv_transpose2d(g.reshape(x, (2, 4, 3, 2)),
+                                                        g.param("w", _s(4, 3, 2, 2)), stride=2),
+    "pool2d": lambda g, x: g.avg_pool2d(g.reshape(x, (2, 4, 3, 2)), 2, 1,
+                                        count_include_pad=True),
+    "global_avg_pool": lambda g, x: g.global_avg_pool(g.reshape(x, (2, 4, 3, 2))),
+    "resize_nearest_2x": lambda g, x: g.resize_nearest_2x(g.reshape(x, (2, 4, 3, 2))),
+    "fused_matmul_bias_act": lambda g, x: g.linear_fused(x, g.param("w", _s(8, 4)),
+                                                         g.param("b", _s(4)), "relu"),
+    "fused_swiglu": lambda g, x: g.fused_swiglu(x, gate_first=False),
+    "fused_residual_ln": lambda g, x: g.fused_residual_ln(x, x, g.param("g", _s(8)),
+                                                          expose_sum=True)[1],
+    "fused_residual_rms_norm": lambda g, x: g.fused_residual_rms_norm(x, x, eps=1e-4),
+    "fused_rms_norm_reshape": lambda g, x: g.fused_rms_norm_reshape(x, (2, 3, 2, 4)),
+    "fused_conv_bias_act": lambda g, x: g.fused_conv_bias_act(
+        g.reshape(x, (2, 4, 3, 2)), g.param("w", _s(3, 4, 1, 1)), g.param("b", _s(3)),
+        act="silu"),
+    "fused_attention_block": _attn_block,
+    "fused_transformer_layer": _transformer,
+    "elementwise_region": _region,
+}
+
+
+def test_every_registered_op_kind_has_a_round_trip_case():
+    missing = sorted(set(OP_REGISTRY) - set(RECIPES))
+    assert not missing, f"add a recipe to RECIPES in {__file__} for: {missing}"
+
+
+@pytest.mark.parametrize("kind", sorted(RECIPES))
+def test_each_op_kind_round_trips(kind):
+    if kind not in OP_REGISTRY:
+        pytest.skip(f"{kind} is not registered")
+    g = bz.Graph(f"one_{kind}")
+    x = g.input("x", _s(2, 3, 8))
+    v = RECIPES[kind](g, x)
+    g.set_outputs([v])
+    assert any(n.op.kind == kind for n in g.nodes)
+    round_trip(g)
+
+
+# -- errors -------------------------------------------------------------------------------------
+GOOD = """graph g(%x: f32[2, 3]) params(%w: f32[3, 4]) {
+  %x = input
+  %w = param
+  %2 = matmul(%x, %w) -> f32[2, 4]   # m.py:1
+  %3 = gelu(%2) -> f32[2, 4]
+  return %3
+}"""
+
+
+def test_hand_written_text_parses():
+    g = bz.Graph.parse(GOOD)
+    assert [n.op.label for n in g.nodes] == ["input", "param", "matmul", "gelu"]
+    assert g.node(2).provenance == "m.py:1" and g.outputs == [bz.Value(3)]
+
+
+@pytest.mark.parametrize("old, new, line, message", [
+    ("gelu(%2)", "gelux(%2)", 5, "unknown op 'gelux'"),
+    ("gelu(%2)", "gelu(%9)", 5, "%9 is not defined before this line"),
+    ("-> f32[2, 4]   #", "-> f32[2, 5]   #", 4, "infers f32[2, 4]"),
+    ("matmul(%x, %w)", "matmul[alpha=1](%x, %w)", 4, "unknown attribute 'alpha'"),
+    ("gelu(%2)", "leaky_relu[alpha=true](%2)", 5, "attribute 'alpha'"),
+    ("  return %3\n", "", 6, "no `return` line"),
+    ("%w = param", "%w = param $", 3, "unexpected character '$'"),
+    ("(%x: f32[2, 3])", "(%x: f32[2, 3], %y: f32[2])", 1, "declared in the header but never"),
+    ("params(%w: f32[3, 4])", "params(%w: f32[3, 4)", 1, "expected ']'"),
+    ("%3 = gelu", "%2 = gelu", 5, "defined twice"),
+])
+def test_parse_errors_name_the_line_and_give_a_hint(old, new, line, message):
+    bad = GOOD.replace(old, new)
+    assert bad != GOOD
+    with pytest.raises(bz.ParseError) as e:
+        bz.Graph.parse(bad)
+    text = str(e.value)
+    assert f"line {line}," in text and message in text
+
+
+def test_parse_error_for_out_of_order_values_hints_at_topological_order():
+    bad = GOOD.replace("  %2 = matmul(%x, %w) -> f32[2, 4]   # m.py:1\n", "").replace(
+        "  return", "  %2 = matmul(%x, %w) -> f32[2, 4]\n  return")
+    with pytest.raises(bz.ParseError, match="topological order"):
+        bz.Graph.parse(bad)
+
+
+@settings(max_examples=30, deadline=None)
+@given(random_graphs(max_nodes=12))
+def test_random_graphs_round_trip_through_text(g):
+    round_trip(g)
