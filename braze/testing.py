@@ -68,7 +68,8 @@ def _compare(w: np.ndarray, a: np.ndarray, i: int, n: int, seed: int, rtol: floa
             return
         pos = np.unravel_index(int(np.argmax(bad)), w.shape) if w.ndim else ()
         raise AssertionError(f"{where}: {int(bad.sum())} of {w.size} elements differ; first at "
-                             f"{tuple(int(p) for p in pos)}: before={w[pos]!r} after={a[pos]!r}")
+                             f"{tuple(int(p) for p in pos)}: before={w[pos].item()!r} "
+                             f"after={a[pos].item()!r}")
     cast = np.complex128 if w.dtype.kind == "c" else np.float64
     w64, a64 = w.astype(cast), a.astype(cast)
     close = np.isclose(a64, w64, rtol=rtol, atol=atol, equal_nan=True)
@@ -81,7 +82,7 @@ def _compare(w: np.ndarray, a: np.ndarray, i: int, n: int, seed: int, rtol: floa
     raise AssertionError(
         f"{where}: {int((~close).sum())} of {w.size} elements outside rtol={rtol}, atol={atol}; "
         f"max abs diff {diff.reshape(-1)[k]:.6g} at {tuple(int(p) for p in pos)}: "
-        f"before={w64[pos]!r} after={a64[pos]!r}")
+        f"before={w64[pos].item()!r} after={a64[pos].item()!r}")
 
 
 # -- random graphs ------------------------------------------------------------------------------
@@ -143,7 +144,7 @@ def _draw_graph(draw, st, max_nodes: int, symbolic: bool, max_inputs: int) -> Gr
                 a, b = (x, y) if draw(st.booleans()) else (y, x)
                 v = g.add_node(Binary(fn), (a, b), **extras(k))[0]
             elif family == "matmul":
-                if not isinstance(xs.dims[-1], int):
+                if xs.rank == 0 or not isinstance(xs.dims[-1], int):
                     continue
                 w = new_param((xs.dims[-1], draw(dims)))
                 v = g.add_node(MatMul(), (x, w), **extras(k))[0]

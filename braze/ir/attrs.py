@@ -247,12 +247,14 @@ def _decode_class(v: Any, hint: type, graph_cls: type) -> Any:
     if isinstance(v, hint):
         return v
     if issubclass(hint, enum.Enum):
-        for m in hint:
-            if m.value == v and type(m.value) is type(v):
+        try:
+            m = hint(v)
+            if type(m.value) is type(v):
                 return m
-        for m in hint:
-            if m.name == v:
-                return m
+        except (ValueError, TypeError):
+            pass
+        if isinstance(v, str) and v in hint.__members__:
+            return hint.__members__[v]
         known = ", ".join(str(m.value) for m in hint)
         raise _DecodeError(f"unknown {hint.__name__} {v!r} (known: {known})")
     if hint is DType:

@@ -418,7 +418,7 @@ def _unquote(p: _Parser, tok: _Tok) -> str:
 
 
 def _provenance(comment: str) -> str:
-    body = comment[1:]
+    body = comment[1:].removesuffix("\r")
     if body.startswith(" "):
         body = body[1:]
     if body.startswith('"'):

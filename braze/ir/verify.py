@@ -137,7 +137,7 @@ def _check_weights(g: GraphCore) -> None:
 
 
 def _fail(g: GraphCore, node: Node, msg: str):
-    raise VerifyError(f"graph {g.name!r}: node {node.describe()} {msg}\n{_context(g, node)}")
+    raise VerifyError(f"graph {g.name!r}: node {node.describe()}: {msg}\n{_context(g, node)}")
 
 
 def _context(g: GraphCore, node: Node) -> str:

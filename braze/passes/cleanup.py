@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from ..ir.graph import Graph
 from ..ir.op import Value
+from ..ir.ops.elementwise import Binary
 from ..ir.ops.io import Input, Param
 from ..rewrite import RewriteContext
 from .base import FunctionPass
@@ -40,8 +41,9 @@ def dead_code_elimination(g: Graph, ctx: RewriteContext | None = None) -> tuple[
 def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None
                                      ) -> tuple[Graph, bool]:
     """Merge nodes with equal ops (compared by attributes; constants by bytes; regions by
-    body contents) reading identical inputs. Inputs and params are never merged. The first
-    node survives with its name and provenance; later duplicates map onto it."""
+    body contents) reading identical inputs (either order for commutative binaries). Inputs
+    and params are never merged. The first node survives with its name and provenance; later
+    duplicates map onto it."""
     new = Graph(g.name, record_provenance=False)
     vmap: dict[Value, Value] = {}
     seen: dict[tuple, tuple[Value, ...]] = {}
@@ -65,7 +67,10 @@ def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None
 
 
 def _key(op, ins: tuple[Value, ...]) -> tuple | None:
-    """A hashable identity of `op(ins)`, or None for an op that cannot be hashed."""
+    """A hashable identity of `op(ins)` (commutative binaries in operand-independent order),
+    or None for an op that cannot be hashed."""
+    if isinstance(op, Binary) and op.fn.commutative:
+        ins = tuple(sorted(ins, key=lambda v: (v.node, v.index)))
     key = (op, ins)
     try:
         hash(key)

@@ -205,7 +205,7 @@ def _depends_on_itself(g: GraphCore, m: Match) -> bool:
         seen.add(n)
         if n in inside:
             return True
-        stack.extend(v.node for v in g.nodes[n].inputs if v.node > lo)
+        stack.extend(v.node for v in g.nodes[n].inputs if v.node >= lo)
     return False
 
 

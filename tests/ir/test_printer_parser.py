@@ -261,6 +261,7 @@ def test_each_op_kind_round_trips(kind):
     v = RECIPES[kind](g, x)
     g.set_outputs([v])
     assert any(n.op.kind == kind for n in g.nodes)
+    bz.verify(g)
     round_trip(g)
 
 

@@ -1,13 +1,6 @@
-"""FuseSharedInputMatMul: several matmuls reading one input x with rank-2 weights [K, N_i] (Q/K/V,
-gate/up) become one matmul over the weights concatenated on the last axis, plus a `narrow` per
-original result. When every branch adds a [N_i] bias, the biases are concatenated too.
-
-Weights whose values are known (params with stored values, constants) are concatenated once,
-now, into a new param named "q.weight|k.weight|v.weight" (value in the new graph's `weights`)
-or a new constant; this bakes in the stored values, so re-fuse after changing them. Otherwise a
-`concat` node over the params is emitted; constant folding or the executor hoists it out of the
-run loop, so it is computed once per weight update, not per call. `concat_weights` does this
-for other rules too (FuseSwiGLUDualMatmul)."""
+"""FuseSharedInputMatMul: matmuls reading one x with rank-2 weights [K, N_i] (Q/K/V, gate/up)
+become one matmul over the weights concatenated on the last axis plus a `narrow` per result; when
+every branch adds a [N_i] bias, the biases are concatenated too (see `concat_weights`)."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
@@ -30,9 +23,12 @@ __all__ = ["FUSE_SHARED_INPUT_MATMUL", "RULES", "concat_weights"]
 def concat_weights(b, m: Match, olds: Sequence[Value]) -> Value:
     """The old values `olds` side by side on their last axis, as a value of the new graph `b`.
 
-    All known (params with stored values, constants): concatenated once, now, into a new
-    constant (all constants) or a new param named by joining the sources' names with "|" whose
-    value goes into `b.weights`. Otherwise: a `concat` node over the new graph's values."""
+    All known (params with stored values, constants): concatenated once, at compile time, into
+    a new constant (all constants) or a new param named by joining the sources' names with "|"
+    ("q.weight|k.weight|v.weight") whose value goes into `b.weights`. This bakes in the stored
+    values: re-fuse after changing them. Otherwise (params fed at run time): a `concat` node
+    over the params; constant folding or the executor hoists it out of the run loop, so it runs
+    once per weight update, not per call. Other rules (SwiGLU, attention block) reuse this."""
     g = m.graph
     arrays = [_stored_value(g, v) for v in olds]
     if any(a is None for a in arrays):

@@ -1,0 +1,215 @@
+"""FuseAttentionBlock: QKV projection -> head split -> optional rope on q and k -> attention ->
+head merge -> output projection, into one FusedAttentionBlock. The QKV projection is one matmul
+narrowed three ways (GPT-2 c_attn, shared-input fusion) or three matmuls of one input."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.ops.attention import Attention
+from ...ir.ops.fused import FusedAttentionBlock, FusedMatMulBiasAct, RopeMode
+from ...ir.ops.shape import Narrow, Reshape, Transpose
+from ...rewrite import Miss, MissReason, P, Rule, V, fail
+from .checks import target_claims
+from .shared_matmul import concat_weights
+
+ROLES = ("q", "k", "v")
+HEAD_SPLIT = (0, 2, 1, 3)  # [B, S, H, D] <-> [B, H, S, D]; the perm is its own inverse
+
+
+def _is_vector(g, v) -> bool:
+    return g.shape_of(v).rank == 1
+
+
+def projection(src, role: str, name: str | None = None):
+    """`src @ w_{role} (+ b_{role})`, written as primitives or already a bias-only
+    FusedMatMulBiasAct. Biases are rank-1 values (a residual add is not a bias)."""
+    w, b = V(f"w_{role}"), V(f"b_{role}", _is_vector)
+    return (P.add(P.matmul(src, w), b, name=name)
+            | P.of(FusedMatMulBiasAct, src, w, b, act=None, name=name)
+            | P.matmul(src, w, name=name)
+            | P.of(FusedMatMulBiasAct, src, w, act=None, name=name))
+
+
+def heads(src, role: str, rotated: bool):
+    """[B, S, H*D] -> reshape [B, S, H, D] -> transpose [B, H, S, D] (-> rope, for q and k)."""
+    split = P.of(Transpose, P.of(Reshape, src, name=f"reshape_{role}"), name=f"split_{role}")
+    if not rotated:
+        return split
+    return P.rope(split, V(f"cos_{role}"), V(f"sin_{role}"), name=f"rope_{role}") | split
+
+
+def _attention(q, k, v):
+    return (P.of(Attention, q, k, v, V("mask"), name="attn")
+            | P.of(Attention, q, k, v, name="attn"))
+
+
+_qkv = projection(V("x"), "qkv", name="qkv")                       # x @ w_qkv (+ b_qkv)
+_fused_qkv = _attention(*(heads(P.of(Narrow, _qkv, name=f"narrow_{r}"), r, r != "v")
+                          for r in ROLES))                       # narrows of one projection
+_separate_qkv = _attention(*(heads(projection(V(f"x_{r}"), r), r, r != "v")
+                             for r in ROLES))                    # x_q @ w_q, x_k @ w_k, ...
+_merged = P.of(Reshape, P.of(Transpose, _fused_qkv | _separate_qkv, name="merge_t"),
+               name="merge_r")                                   # [B, H, S, D] -> [B, S, H*D]
+_pattern = projection(_merged, "o")                              # ... @ w_o (+ b_o)
+
+
+# -- checks -------------------------------------------------------------------------------------
+def _x_name(m) -> str:
+    return "x" if "qkv" in m.nodes else "x_q"
+
+
+def reads_one_input(m, ctx) -> Miss | None:
+    """Separate q/k/v projections all read the same x (self-attention)."""
+    if "qkv" in m.nodes:
+        return None
+    xs = [m.values[f"x_{r}"] for r in ROLES]
+    if len(set(xs)) > 1:
+        return fail(MissReason.NOT_SHARED_INPUT,
+                    hint="FusedAttentionBlock is self-attention: q, k and v must project one "
+                         "input; cross-attention stays unfused.",
+                    detail="q, k, v read " + ", ".join(repr(x) for x in xs))
+    return None
+
+
+def head_split_perms(m, ctx) -> Miss | None:
+    """Heads are split and merged with the [B, S, H, D] <-> [B, H, S, D] transpose."""
+    for name in [f"split_{r}" for r in ROLES] + ["merge_t"]:
+        perm = m.op(name).perm
+        if perm != HEAD_SPLIT:
+            return fail(MissReason.PATTERN_MISMATCH,
+                        detail=f"{name} transposes with perm {perm}, not {HEAD_SPLIT}")
+    return None
+
+
+def head_shapes(m, ctx) -> Miss | None:
+    """x is [B, S, E]; q/k/v reshape to [B, S, H, D] with one D and Hkv dividing Hq; the narrows
+    are consecutive q, k, v slices of the whole last axis; the merge gives [B, S, Hq*D]."""
+    x = m.shape(_x_name(m))
+    if x.rank != 3:
+        return fail(MissReason.SHAPE_MISMATCH, detail=f"x must be [B, S, E], got {x}")
+    b, s, _ = x.dims
+    dims = {r: m.op(f"reshape_{r}").dims for r in ROLES}
+    for r, d in dims.items():
+        if len(d) != 4 or tuple(d[:2]) != (b, s):
+            return fail(MissReason.SHAPE_MISMATCH,
+                        detail=f"{r} heads reshape to {d}, not [{b}, {s}, H, D]")
+    (hq, d), (hk, dk), (hv, dv) = (dims[r][2:] for r in ROLES)
+    if not all(isinstance(n, int) for n in (hq, d, hk, dk, hv, dv)):
+        return fail(MissReason.DYNAMIC_SHAPE, detail="head count or head dim is symbolic")
+    if d != dk or d != dv or hk != hv or hq % hk:
+        return fail(MissReason.SHAPE_MISMATCH,
+                    detail=f"q/k/v heads x head_dim are {hq}x{d}, {hk}x{dk}, {hv}x{dv}")
+    merged = m.op("merge_r").dims
+    if tuple(merged) != (b, s, hq * d):
+        return fail(MissReason.SHAPE_MISMATCH,
+                    detail=f"merge reshapes to {merged}, not [{b}, {s}, {hq * d}]")
+    if "qkv" in m.nodes:
+        return _narrows_cover_qkv(m, (hq * d, hk * d, hv * d))
+    return None
+
+
+def _narrows_cover_qkv(m, widths) -> Miss | None:
+    qkv = m.shape("qkv")
+    start = 0
+    for r, width in zip(ROLES, widths):
+        op = m.op(f"narrow_{r}")
+        if op.axis != qkv.rank - 1 or (op.start, op.length) != (start, width):
+            return fail(MissReason.SHAPE_MISMATCH,
+                        detail=f"{r} is narrow(axis {op.axis}, start {op.start}, length "
+                               f"{op.length}) of {qkv}; expected the last axis at "
+                               f"[{start}, {start + width})")
+        start += width
+    if qkv.dims[-1] != start:
+        return fail(MissReason.SHAPE_MISMATCH,
+                    detail=f"q, k, v use {start} of the projection's {qkv.dims[-1]} columns")
+    return None
+
+
+def rope_on_q_and_k(m, ctx) -> Miss | None:
+    """Rope rotates both q and k or neither, with one op and the same cos/sin tables."""
+    rq, rk = m.nodes.get("rope_q"), m.nodes.get("rope_k")
+    if rq is None and rk is None:
+        return None
+    if rq is None or rk is None:
+        return fail(MissReason.PATTERN_MISMATCH,
+                    detail=f"rope rotates only {'q' if rk is None else 'k'}")
+    if rq.op != rk.op:
+        return fail(MissReason.PATTERN_MISMATCH, detail=f"q rope {rq.op} differs from k {rk.op}")
+    for t in ("cos", "sin"):
+        if m.values[f"{t}_q"] != m.values[f"{t}_k"]:
+            return fail(MissReason.PATTERN_MISMATCH,
+                        detail=f"q and k rotate with different {t} tables")
+    return None
+
+
+# -- replacement --------------------------------------------------------------------------------
+def concat_projections(b, m, weights, biases, widths):
+    """One projection from several of one input: weights side by side on their output columns
+    (`shared_matmul.concat_weights`: stored values are joined once into a new param), biases
+    likewise, zeros standing in for a missing one (None when none has a bias)."""
+    w = concat_weights(b, m, weights)
+    if all(x is not None for x in biases):
+        return w, concat_weights(b, m, biases)
+    if all(x is None for x in biases):
+        return w, None
+    dt = m.graph.shape_of(weights[0]).dtype.np
+    parts = [m.new(x) if x is not None else b.constant(np.zeros(n, dt))
+             for x, n in zip(biases, widths)]
+    return w, b.concat(parts, 0)
+
+
+def _rope_mode(node) -> RopeMode:
+    if node is None:
+        return RopeMode.NONE
+    return RopeMode.INTERLEAVED if node.op.interleaved else RopeMode.ROTATE_HALF
+
+
+def _build(b, m):
+    _, _, hq, d = m.op("reshape_q").dims
+    hkv = m.op("reshape_k").dims[2]
+
+    def get(name):  # resolve only what the block reads (old q/k/v weights may be joined away)
+        return m.v(name) if name in m.values else None
+
+    if "qkv" in m.nodes:
+        ins = {"x": get("x"), "w_qkv": get("w_qkv"), "b_qkv": get("b_qkv")}
+    else:
+        widths = (hq * d, hkv * d, hkv * d)
+        w, bias = concat_projections(b, m, [m.values[f"w_{r}"] for r in ROLES],
+                                     [m.values.get(f"b_{r}") for r in ROLES], widths)
+        ins = {"x": get("x_q"), "w_qkv": w, "b_qkv": bias}
+    ins.update(w_o=get("w_o"), b_o=get("b_o"), cos=get("cos_q"), sin=get("sin_q"),
+               mask=get("mask"))
+    attn, rope = m.op("attn"), m.nodes.get("rope_q")
+    op = FusedAttentionBlock(
+        num_heads=hq, num_kv_heads=hkv, head_dim=d, mask=attn.mask, window=attn.window,
+        scale=attn.scale, softcap=attn.softcap, rope=_rope_mode(rope),
+        n_rot=None if rope is None else rope.op.n_rot, has_qkv_bias=ins["b_qkv"] is not None,
+        has_out_bias=ins["b_o"] is not None)
+    return b.add_node(op, [ins[r] for r in op.input_roles()])[0]
+
+
+def _explain_attention(g, node, ctx) -> Miss | None:
+    """An attention left alone: say which side of the block does not fit."""
+    users = g.users(node.value)
+    merge = users[0] if len(users) == 1 else None
+    if merge is None or merge.op.kind != "transpose":
+        return fail(MissReason.PATTERN_MISMATCH,
+                    detail="attention output is not merged ([B, H, S, D] -> [B, S, H*D]) and "
+                           "projected by one matmul")
+    return fail(MissReason.PATTERN_MISMATCH,
+                detail="q, k, v are not head splits of projections of one input, or the "
+                       "merged output is not projected by a matmul")
+
+
+FUSE_ATTENTION_BLOCK = Rule(
+    "FuseAttentionBlock",
+    _build,
+    pattern=_pattern,
+    checks=(target_claims("fused_attention_block"), reads_one_input, head_split_perms,
+            head_shapes, rope_on_q_and_k),
+    anchor=lambda op: op.kind == "attention",
+    explain=_explain_attention,
+    produces="fused_attention_block",
+)
+RULES = (FUSE_ATTENTION_BLOCK,)
