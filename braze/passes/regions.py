@@ -26,7 +26,8 @@ from .expand import expand_nodes
 from .limits import FusionLimits, active_fusion_limits
 
 __all__ = [
-    "mark_elementwise_regions", "unfuse_elementwise_regions", "clip_elementwise_regions",
+    "find_elementwise_regions", "mark_elementwise_regions", "unfuse_elementwise_regions",
+    "clip_elementwise_regions",
     "RegionPass", "ClipRegionsPass", "MARK_ELEMENTWISE_REGIONS", "UNFUSE_ELEMENTWISE_REGIONS",
     "MIN_REGION_STEPS", "MAX_INLINED_CONSTANT",
 ]
