@@ -4,14 +4,37 @@
     g = bz.Graph("m"); x = g.input("x", bz.Shape((2, 8))); ...
 """
 from .errors import (  # noqa: F401
-    BrazeError, GraphError, InterpretError, ParseError, PassError, ShapeError, VerifyError,
+    BrazeError,
+    GraphError,
+    InterpretError,
+    ParseError,
+    PassError,
+    ShapeError,
+    VerifyError,
 )
 from .interpret import init_params, interpret, random_feeds  # noqa: F401
 from .ir import (  # noqa: F401
-    ALL_DTYPES, DType, Graph, Node, Op, Shape, Value, bf16, bool_, c64, f16, f32, f64, i8, i16,
-    i32, i64, u8, u32,
+    ALL_DTYPES,
+    DType,
+    Graph,
+    Node,
+    Op,
+    Shape,
+    Value,
+    bf16,
+    bool_,
+    c64,
+    f16,
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+    u8,
+    u32,
 )
-from .ir.ops import UnaryFn, BinaryFn, CompareFn  # noqa: F401
+from .ir.ops import BinaryFn, CompareFn, UnaryFn  # noqa: F401
 from .ir.serialize import load, save  # noqa: F401
 from .ir.verify import verify  # noqa: F401
 
@@ -21,7 +44,11 @@ __version__ = "0.1.0"
 from .passes.base import run_passes  # noqa: E402,F401
 from .passes.limits import FusionLimits, active_fusion_limits, with_fusion_limits  # noqa: E402,F401
 from .passes.pipeline import (  # noqa: E402,F401
-    FusionOptions, compile_pipeline, fuse, fusion_passes, fusion_passes_for_supported,
+    FusionOptions,
+    compile_pipeline,
+    fuse,
+    fusion_passes,
+    fusion_passes_for_supported,
 )
 from .passes.targets import TARGETS, Target, get_target  # noqa: E402,F401
 from .passes.unfuse import unfuse_fused_for_autodiff  # noqa: E402,F401

@@ -13,7 +13,7 @@ from .ir.dtypes import f64
 from .ir.graph import Graph
 from .ir.op import Op
 from .ir.ops.elementwise import Cast
-from .ir.ops.io import Constant, Input, Param
+from .ir.ops.io import Input, Param
 from .ir.shapes import Shape
 
 
@@ -24,7 +24,8 @@ def bind_symbols(g: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
         name, shape = node.op.name, node.op.shape
         if name not in feeds:
             have = ", ".join(sorted(feeds)) or "nothing"
-            raise InterpretError(f"graph {g.name!r} needs input {name!r} {shape}; feeds have {have}")
+            raise InterpretError(f"graph {g.name!r} needs input {name!r} {shape}; "
+                                 f"feeds have {have}")
         arr = np.asarray(feeds[name])
         if arr.ndim != shape.rank:
             raise InterpretError(f"input {name!r} declared {shape} but was fed rank {arr.ndim} "

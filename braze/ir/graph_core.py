@@ -69,7 +69,8 @@ class GraphCore:
             if not (0 <= v.node < nid) or v.index >= len(self.nodes[v.node].outputs):
                 raise GraphError(
                     f"input {pos} of new {op.kind} node refers to unknown value {v!r} "
-                    f"(graph {self.name!r} has {nid} nodes); values from another graph cannot be used"
+                    f"(graph {self.name!r} has {nid} nodes); values from another graph "
+                    "cannot be used"
                 )
         if provenance is None and self.record_provenance:
             provenance = call_site()

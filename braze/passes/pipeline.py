@@ -56,7 +56,7 @@ def _load(module: str, attr: str):
     mod = importlib.import_module(f"braze.passes.{module}")
     if hasattr(mod, attr):
         return getattr(mod, attr)
-    return getattr(mod, "RULES")
+    return mod.RULES
 
 
 def _enabled(opts: FusionOptions, name: str, target: Target) -> bool:

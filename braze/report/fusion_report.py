@@ -1,5 +1,6 @@
 """`FusionReport`: node counts per op kind before and after, fused kinds, misses with reasons and
-hints, per-pass time and per-rule match statistics. Renderers: text, one-line summary, JSON, HTML."""
+hints, per-pass time and per-rule match statistics. Renderers: text, one-line summary, JSON,
+HTML."""
 from __future__ import annotations
 
 import json
@@ -108,7 +109,7 @@ class FusionReport:
             lines.append("  not fused: nothing (no near misses)")
         if self.pass_times:
             lines.append(f"  passes ({self.total_seconds * 1e3:.1f} ms):")
-            lines += [f"    {n:<28} {t * 1e3:8.2f} ms" for n, t in self.pass_times]
+            lines += [f"    {n:<32} {t * 1e3:8.2f} ms" for n, t in self.pass_times]
         active = [s for s in self.rule_stats.values() if s.attempts or s.near_misses]
         if active:
             lines.append("  rules (attempts / matches / near misses):")

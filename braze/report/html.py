@@ -13,7 +13,8 @@ def render_html(report, before=None, after=None) -> str:
     graphs = ""
     if before is not None and after is not None:
         graphs = ("<div class=side><div><h2>before</h2><pre>" + escape(str(before)) +
-                  "</pre></div><div><h2>after</h2><pre>" + escape(str(after)) + "</pre></div></div>")
+                  "</pre></div><div><h2>after</h2><pre>" + escape(str(after)) +
+                  "</pre></div></div>")
     return f"""<!doctype html><html><head><meta charset=utf-8>
 <title>braze fusion report: {escape(report.graph_name)}</title>
 <style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}

@@ -36,19 +36,20 @@ _HINTS = {
     "would compute it twice or drop it. Restructure so only the pattern reads it.",
     MissReason.GRAPH_OUTPUT: "an intermediate value is also a graph output; braze never fuses it "
     "away. Return the final value instead if the intermediate is not needed.",
-    MissReason.NON_ADD_BIAS_CONSUMER: "the matmul result feeds a non-add op with a bias-like operand; "
-    "write the bias as an add (x @ w + b) so it can fuse into the epilogue.",
-    MissReason.BIAS_RANK_TOO_HIGH: "the added operand has rank > 1, so it is not a per-column bias; "
-    "use a [N] bias vector (broadcast) to fuse it into the matmul epilogue.",
+    MissReason.NON_ADD_BIAS_CONSUMER: "the matmul result feeds a non-add op with a bias-like "
+    "operand; write the bias as an add (x @ w + b) so it can fuse into the epilogue.",
+    MissReason.BIAS_RANK_TOO_HIGH: "the added operand has rank > 1, so it is not a per-column "
+    "bias; use a [N] bias vector (broadcast) to fuse it into the matmul epilogue.",
     MissReason.UNSUPPORTED_EPILOGUE_ACTIVATION: "this target cannot apply that activation in a "
     "matmul epilogue; use a supported one or choose a target that claims it.",
-    MissReason.SHARED_MATMUL_COUNT: "fewer than two matmuls read this input with compatible weights; "
-    "nothing to concatenate.",
+    MissReason.SHARED_MATMUL_COUNT: "fewer than two matmuls read this input with compatible "
+    "weights; nothing to concatenate.",
     MissReason.NOT_SHARED_INPUT: "the two projections read different inputs; shared-input fusion "
     "needs gate and up (or Q/K/V) to read the same tensor.",
     MissReason.SHAPE_MISMATCH: "shapes are incompatible with the fused kernel.",
     MissReason.DTYPE_MISMATCH: "operands have different dtypes; cast them to one dtype first.",
-    MissReason.DYNAMIC_SHAPE: "a dim the fused op needs is symbolic; bind it (static shapes) to fuse.",
+    MissReason.DYNAMIC_SHAPE: "a dim the fused op needs is symbolic; bind it (static "
+    "shapes) to fuse.",
     MissReason.UNSUPPORTED_BY_TARGET: "the target does not claim this fused kind; choose a target "
     "that does, or accept the unfused ops.",
     MissReason.REGION_LIMIT_EXCEEDED: "the region exceeds the target's FusionLimits and was split; "

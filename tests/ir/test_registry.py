@@ -4,8 +4,8 @@ import inspect
 
 import braze as bz
 import braze.models  # noqa: F401
-from braze.ir.op import OP_REGISTRY, Op
 from braze.ir import ops  # noqa: F401  (registers every kind)
+from braze.ir.op import OP_REGISTRY, Op
 
 
 def _overrides(cls, name):

@@ -4,7 +4,12 @@ import pytest
 
 import braze as bz
 from braze.models import (
-    bert_base, bert_encoder, gpt2_blocks, llama_decoder, llama_tiny, resnet_basic_block,
+    bert_base,
+    bert_encoder,
+    gpt2_blocks,
+    llama_decoder,
+    llama_tiny,
+    resnet_basic_block,
 )
 from braze.testing import assert_equivalent
 

@@ -5,7 +5,16 @@ from ...errors import GraphError
 from ..dtypes import DType
 from ..op import Value
 from ..ops.elementwise import (
-    Binary, BinaryFn, Cast, Clamp, Compare, CompareFn, LeakyRelu, Unary, UnaryFn, Where,
+    Binary,
+    BinaryFn,
+    Cast,
+    Clamp,
+    Compare,
+    CompareFn,
+    LeakyRelu,
+    Unary,
+    UnaryFn,
+    Where,
 )
 
 

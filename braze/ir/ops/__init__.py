@@ -2,7 +2,16 @@
 from .attention import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .elementwise import (  # noqa: F401
-    ACTIVATIONS, Binary, BinaryFn, Cast, Clamp, Compare, CompareFn, LeakyRelu, Unary, UnaryFn,
+    ACTIVATIONS,
+    Binary,
+    BinaryFn,
+    Cast,
+    Clamp,
+    Compare,
+    CompareFn,
+    LeakyRelu,
+    Unary,
+    UnaryFn,
     Where,
 )
 from .fused import *  # noqa: F401,F403
