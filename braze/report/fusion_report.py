@@ -63,6 +63,11 @@ class FusionReport:
         return {k: v for k, v in sorted(self.counts_after.items()) if k in fused or
                 k.startswith("fused_") or k == "elementwise_region"}
 
+    @property
+    def missed(self) -> list[MissedFusion]:
+        """The fusions that did not happen (same as `misses`)."""
+        return self.misses
+
     def count(self, label: str, when: str = "after") -> int:
         counts = self.counts_after if when == "after" else self.counts_before
         return counts.get(label, 0)

@@ -29,5 +29,5 @@ def test_gpu_limits_hold_for_every_region(g):
         fused, _ = bz.fuse(g, "gpu")
     for n in fused.nodes:
         if n.op.kind == "elementwise_region":
-            assert n.op.steps <= 3 and n.op.n_inputs <= 2
+            assert len(n.op.steps) <= 3 and n.op.n_inputs <= 2
     assert_equivalent(g, fused, rtol=1e-4, atol=1e-5)
