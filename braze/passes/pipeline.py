@@ -6,6 +6,7 @@ Options are plain keyword arguments (no environment variables): `bz.fuse(g, "cpu
 transformer_layer=True, regions=False)`."""
 from __future__ import annotations
 
+import gc
 import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
@@ -129,11 +130,20 @@ class Pipeline:
         return fusion_passes(self.target, self.options)
 
     def run(self, g: Graph, *, verify: bool = False, check_numerics: bool = False):
+        """Fuse `g`; returns (graph, FusionReport). Python's cyclic GC is paused meanwhile: the
+        passes allocate many small acyclic objects, and its full-heap scans would otherwise make
+        large graphs fuse superlinearly (measured in bench/fusion_speed.py)."""
         from ..report import FusionReport
 
         ctx = RewriteContext(target=self.target, options=self.options)
-        out, results = run_passes(g, self.passes, ctx, verify=verify,
-                                  check_numerics=check_numerics)
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            out, results = run_passes(g, self.passes, ctx, verify=verify,
+                                      check_numerics=check_numerics)
+        finally:
+            if was_enabled:
+                gc.enable()
         return out, FusionReport.analyze(g, out, results, target=self.target.name)
 
 
