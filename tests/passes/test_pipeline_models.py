@@ -3,6 +3,7 @@ equal to the unfused graph (rtol 1e-5 in float32), plus fuse -> unfuse for every
 import pytest
 
 import braze as bz
+import braze.rewrite
 from braze.models import (
     bert_base,
     bert_encoder,
@@ -134,3 +135,17 @@ def test_pipeline_options_turn_passes_off():
         bz.fuse(g, "cpu", attention_blocks=False)
     with pytest.raises(bz.BrazeError, match="unknown target"):
         bz.fuse(g, "tpu")
+
+
+def test_fusion_passes_for_supported_claims_only_fuses_those_kinds():
+    g = llama_tiny()
+    passes = bz.fusion_passes_for_supported(["fused_attention_block"])
+    fused, results = bz.run_passes(g, passes, bz.rewrite.RewriteContext(
+        target=bz.get_target("cpu").with_options(claims=frozenset({"fused_attention_block"}))))
+    kinds = {n.op.kind for n in fused.nodes if n.op.fused}
+    assert kinds == {"fused_attention_block"}
+    misses = [m for r in results for m in r.misses]
+    assert any(m.reason is bz.MissReason.UNSUPPORTED_BY_TARGET for m in misses)
+    assert_equivalent(g, fused)
+    with pytest.raises(bz.BrazeError, match="unknown fused kinds"):
+        bz.fusion_passes_for_supported(["fused_everything"])
