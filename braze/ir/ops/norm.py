@@ -55,11 +55,10 @@ def _gamma_hint(op, position: int) -> str | None:
 
 
 @dataclass(frozen=True)
-class LayerNorm(Op):
-    """`(x - mean) / sqrt(var + eps) * gamma + beta` over axes `axis..rank-1` (biased variance).
-    gamma / beta have the normalized trailing dims."""
+class _TrailingNorm(Op):
+    """Shared shape rule of LayerNorm and RmsNorm: normalize over axes `axis..rank-1`, with
+    optional gamma / beta shaped like those trailing dims."""
 
-    kind = "layer_norm"
     min_arity = 1
     composite = True
     eps: float = 1e-5
@@ -73,8 +72,23 @@ class LayerNorm(Op):
         _affine_inputs(self, ins, x.dims[ax:], f"x's dims from axis {ax}")
         return x
 
+    def norm_axes(self, rank: int) -> tuple[int, ...]:
+        """The normalized axes for an input of this rank."""
+        return tuple(range(normalize_axis(self.axis, rank), rank))
+
+    param_init_hint = _gamma_hint
+
+
+@dataclass(frozen=True)
+class LayerNorm(_TrailingNorm):
+    """`(x - mean) / sqrt(var + eps) * gamma + beta` over axes `axis..rank-1` (biased variance).
+    gamma / beta have the normalized trailing dims."""
+
+    kind = "layer_norm"
+    eps: float = 1e-5
+
     def reference(self, x, *rest):
-        axes = tuple(range(normalize_axis(self.axis, x.ndim), x.ndim))
+        axes = self.norm_axes(x.ndim)
         y = x.astype(compute_dtype(x), copy=False)
         d = y - y.mean(axis=axes, keepdims=True)
         var = (d * d).mean(axis=axes, keepdims=True)
@@ -83,36 +97,22 @@ class LayerNorm(Op):
 
     def decompose(self, g, ins):
         x, *rest = ins
-        rank = g.shape_of(x).rank
-        axes = tuple(range(normalize_axis(self.axis, rank), rank))
+        axes = self.norm_axes(g.shape_of(x).rank)
         d = g.sub(x, g.reduce(x, ReduceFn.MEAN, axes, keepdims=True))
         var = g.reduce(g.mul(d, d), ReduceFn.MEAN, axes, keepdims=True)
         y = g.mul(d, g.rsqrt(g.add(var, self.eps)))
         return _decompose_affine(self, g, y, rest)
 
-    param_init_hint = _gamma_hint
-
 
 @dataclass(frozen=True)
-class RmsNorm(Op):
+class RmsNorm(_TrailingNorm):
     """`x / sqrt(mean(x^2) + eps) * gamma (+ beta)` over axes `axis..rank-1`."""
 
     kind = "rms_norm"
-    min_arity = 1
-    composite = True
     eps: float = 1e-6
-    axis: int = -1
-    has_gamma: bool = False
-    has_beta: bool = False
-
-    def infer(self, ins):
-        x = ins[0]
-        ax = normalize_axis(self.axis, x.rank)
-        _affine_inputs(self, ins, x.dims[ax:], f"x's dims from axis {ax}")
-        return x
 
     def reference(self, x, *rest):
-        axes = tuple(range(normalize_axis(self.axis, x.ndim), x.ndim))
+        axes = self.norm_axes(x.ndim)
         y = x.astype(compute_dtype(x), copy=False)
         ms = (y * y).mean(axis=axes, keepdims=True)
         y = y / np.sqrt(ms + np.asarray(self.eps, dtype=y.dtype))
@@ -120,13 +120,10 @@ class RmsNorm(Op):
 
     def decompose(self, g, ins):
         x, *rest = ins
-        rank = g.shape_of(x).rank
-        axes = tuple(range(normalize_axis(self.axis, rank), rank))
+        axes = self.norm_axes(g.shape_of(x).rank)
         ms = g.reduce(g.mul(x, x), ReduceFn.MEAN, axes, keepdims=True)
         y = g.mul(x, g.rsqrt(g.add(ms, self.eps)))
         return _decompose_affine(self, g, y, rest)
-
-    param_init_hint = _gamma_hint
 
 
 def _channel_shape(rank: int, c) -> tuple:
