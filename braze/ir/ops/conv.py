@@ -63,9 +63,21 @@ def _image(op: Op, s: Shape, what: str = "input") -> None:
     require(s.rank == 4, f"{op.kind} {what} must be [N, C, H, W], got rank {s.rank} ({s})")
 
 
+class _OptionalBias:
+    """Arity of the conv kinds: (x, w) plus b when `has_bias`."""
+
+    @property
+    def n_inputs(self) -> int:
+        return 3 if self.has_bias else 2
+
+    def check_arity(self, n: int) -> None:
+        require(n == self.n_inputs, f"{self.kind} with has_bias={self.has_bias} takes "
+                f"{self.n_inputs} inputs, got {n}")
+
+
 # -- convolution --------------------------------------------------------------------------------
 @dataclass(frozen=True)
-class Conv2d(Op):
+class Conv2d(_OptionalBias, Op):
     """2-D cross-correlation: x [N, C, H, W], w [O, C/groups, kh, kw], optional b [O]."""
 
     kind = "conv2d"
@@ -76,14 +88,6 @@ class Conv2d(Op):
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
     has_bias: bool = False
-
-    @property
-    def n_inputs(self) -> int:
-        return 3 if self.has_bias else 2
-
-    def check_arity(self, n: int) -> None:
-        require(n == self.n_inputs, f"{self.kind} with has_bias={self.has_bias} takes "
-                f"{self.n_inputs} inputs, got {n}")
 
     def infer(self, ins):
         x, w = ins[0], ins[1]
@@ -127,7 +131,7 @@ class Conv2d(Op):
 
 
 @dataclass(frozen=True)
-class ConvTranspose2d(Op):
+class ConvTranspose2d(_OptionalBias, Op):
     """Transposed 2-D convolution (the gradient of conv2d w.r.t. its input): x [N, C, H, W],
     w [C, O/groups, kh, kw], optional b [O]. Output H = (H-1)*s - top - bottom + d*(kh-1)
     + output_padding + 1 (likewise W); `padding` crops, `output_padding` extends bottom/right."""
@@ -141,14 +145,6 @@ class ConvTranspose2d(Op):
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
     has_bias: bool = False
-
-    @property
-    def n_inputs(self) -> int:
-        return 3 if self.has_bias else 2
-
-    def check_arity(self, n: int) -> None:
-        require(n == self.n_inputs, f"{self.kind} with has_bias={self.has_bias} takes "
-                f"{self.n_inputs} inputs, got {n}")
 
     def _out_len(self, axis: str, size: Dim, k: int, i: int) -> int:
         require(isinstance(size, int), f"{self.kind} needs a static {axis}, got symbol {size!r}")
