@@ -15,11 +15,14 @@ from .ir.op import Op
 from .ir.ops.elementwise import Cast
 from .ir.ops.io import Input, Param
 from .ir.shapes import Shape
+from .ir.symbolic import dim_symbols, eval_dim
 
 
 def bind_symbols(g: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
-    """Bind each symbolic dim of the graph inputs from the feeds; errors name the input."""
+    """Bind each symbolic dim of the graph inputs from the feeds; errors name the input.
+    Named dims bind first; dims written as expressions ("batch*seq") are then checked."""
     env: dict[str, int] = {}
+    later: list[tuple[str, str, Shape, int, tuple]] = []
     for node in g.inputs:
         name, shape = node.op.name, node.op.shape
         if name not in feeds:
@@ -35,14 +38,31 @@ def bind_symbols(g: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
                 if d != actual:
                     raise InterpretError(f"input {name!r} declared {shape} but was fed shape "
                                          f"{arr.shape}")
+            elif not d.isidentifier():
+                later.append((name, d, shape, actual, arr.shape))
             elif env.setdefault(d, actual) != actual:
                 raise InterpretError(f"symbol {d!r} is {env[d]} elsewhere but input {name!r} "
                                      f"gives {actual}")
+    for name, d, shape, actual, fed in later:
+        try:
+            want = eval_dim(d, env)
+        except KeyError as e:
+            raise InterpretError(f"input {name!r} {shape} has dim {d!r} whose symbol {e} no "
+                                 "input binds by name") from None
+        if want != actual:
+            raise InterpretError(f"input {name!r} declared {shape} ({d} = {want}) but was fed "
+                                 f"shape {fed}")
     return env
 
 
 def _resolve(shape: Shape, env: Mapping[str, int]) -> tuple[int, ...]:
-    return tuple(env.get(d, -1) if isinstance(d, str) else d for d in shape.dims)
+    out = []
+    for d in shape.dims:
+        try:
+            out.append(eval_dim(d, env))
+        except KeyError:
+            out.append(-1)
+    return tuple(out)
 
 
 def interpret(
@@ -215,7 +235,13 @@ def random_feeds(g: Graph, seed: int = 0, symbols: Mapping[str, int] | None = No
     feeds = {}
     for node in g.inputs:
         shape = node.op.shape
-        dims = tuple(symbols.setdefault(d, 3) if isinstance(d, str) else d for d in shape.dims)
+        for d in shape.dims:
+            if isinstance(d, str) and d.isidentifier():
+                symbols.setdefault(d, 3)
+        for d in shape.dims:
+            for name in dim_symbols(d):
+                symbols.setdefault(name, 3)
+        dims = tuple(eval_dim(d, symbols) for d in shape.dims)
         dt = shape.dtype
         if dt.is_int:
             hi = getattr(node.op, "int_high", None) or 4

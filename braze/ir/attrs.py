@@ -20,6 +20,7 @@ from ..errors import ParseError
 from .dtypes import DType, dtype_from_name, dtype_from_numpy
 from .op import OP_REGISTRY, Op
 from .shapes import Dim, Shape
+from .symbolic import canonical_dim
 
 __all__ = [
     "encode_attrs", "encode_value", "decode_op", "decode_value", "op_fields", "op_head",
@@ -347,10 +348,11 @@ def parse_shape_text(text: str) -> Shape:
         p = part.strip()
         if p.isdigit():
             dims.append(int(p))
-        elif p.isidentifier():
-            dims.append(p)
         else:
-            raise _DecodeError(f"bad dim {p!r} in {text!r}")
+            try:
+                dims.append(canonical_dim(p))
+            except ValueError:
+                raise _DecodeError(f"bad dim {p!r} in {text!r}") from None
     return Shape(tuple(dims), dt)
 
 

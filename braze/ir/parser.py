@@ -34,7 +34,7 @@ _TOKEN = re.compile(r"""
   | (?P<number>-?(?:(?:inf|nan)(?![A-Za-z0-9_])
                    |[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?))
   | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
-  | (?P<punct>->|[()\[\]{},=:])
+  | (?P<punct>->|[()\[\]{},=:*+])
 """, re.VERBOSE)
 _DTYPE_NAMES = frozenset(d.name for d in ALL_DTYPES)
 
@@ -280,16 +280,39 @@ class _Parser:
         dims: list[int | str] = []
         while not self.at("]"):
             d = self.tok
-            if d.kind == "number" and d.text.isdigit():
-                dims.append(int(self.next().text))
-            elif d.kind == "ident":
-                dims.append(self.next().text)
+            if (d.kind == "number" and d.text.isdigit()) or d.kind == "ident":
+                dims.append(self.dim_expression())
             else:
                 self.fail(f"expected a dim (an int or a symbol), got {_show(d)}")
             if not self.accept(","):
                 break
         self.expect("]")
         return Shape(tuple(dims), dtype_from_name(t.text))
+
+    def dim_expression(self) -> int | str:
+        """An int, a symbol, or a polynomial over symbols (`batch*seq`, `past+seq`, `seq-1`)."""
+        start = self.tok
+        parts = [self.next().text]
+        while True:
+            if self.at("*") or self.at("+"):
+                parts.append(self.next().text)
+                if self.tok.kind not in ("ident", "number"):
+                    self.fail(f"expected a symbol or an int after {parts[-1]!r}")
+                parts.append(self.next().text)
+            elif self.tok.kind == "number" and self.tok.text.startswith("-"):
+                parts.append(self.next().text)
+            else:
+                break
+        text = "".join(parts)
+        if text.isdigit():
+            return int(text)
+        try:
+            from .symbolic import canonical_dim
+
+            canonical_dim(text)
+        except ValueError as e:
+            self.fail(f"bad symbolic dim {text!r}: {e}", tok=start)
+        return text
 
     def types(self) -> tuple[Shape, ...]:
         if not self.accept("("):

@@ -1,5 +1,6 @@
-"""Tensor types: a tuple of dims (ints or named symbols such as "batch") plus a dtype, and the
-NumPy broadcasting rule over them. Symbols survive passes and are bound at run time."""
+"""Tensor types: a tuple of dims (ints, named symbols such as "batch", or polynomials over them
+such as "batch*seq"; see `symbolic`) plus a dtype, and the NumPy broadcasting rule over them.
+Symbols survive passes and are bound at run time."""
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -8,6 +9,7 @@ from typing import Union
 
 from ..errors import ShapeError
 from .dtypes import DType, f32
+from .symbolic import SymDim, canonical_dim, dim_symbols
 
 Dim = Union[int, str]
 
@@ -22,6 +24,8 @@ class Shape:
     def __init__(self, dims: Iterable[Dim] = (), dtype: DType = f32):
         norm = []
         for d in dims:
+            if isinstance(d, SymDim):
+                d = d.to_dim()
             if isinstance(d, bool) or not isinstance(d, (int, str)):
                 if hasattr(d, "__index__"):
                     d = int(d)
@@ -30,7 +34,12 @@ class Shape:
             if isinstance(d, int) and d < 0:
                 raise ShapeError(f"dim {d} is negative in {tuple(dims)}")
             if isinstance(d, str) and not d.isidentifier():
-                raise ShapeError(f"symbolic dim {d!r} must be an identifier")
+                try:
+                    d = canonical_dim(d)
+                except ValueError as e:
+                    raise ShapeError(f"symbolic dim {d!r}: {e}") from None
+                if isinstance(d, int) and d < 0:
+                    raise ShapeError(f"dim {d} is negative in {tuple(dims)}")
             norm.append(d)
         if not isinstance(dtype, DType):
             raise ShapeError(f"dtype must be a braze DType (bz.f32, ...), got {dtype!r}")
@@ -47,7 +56,16 @@ class Shape:
 
     @property
     def symbols(self) -> tuple[str, ...]:
+        """The symbolic dims as written ("seq", "batch*seq")."""
         return tuple(d for d in self.dims if isinstance(d, str))
+
+    @property
+    def symbol_names(self) -> frozenset[str]:
+        """Every name the dims mention ("batch*seq" mentions batch and seq)."""
+        out: frozenset[str] = frozenset()
+        for d in self.dims:
+            out |= dim_symbols(d)
+        return out
 
     def numel(self) -> int | None:
         """Element count, or None when a dim is symbolic."""

@@ -27,6 +27,9 @@ def run(g, outs, feeds, **kw):
     (("b", 4, 8), (-1, 32), ("b", 32)),
     (("b", "s", 8), ("s", "b", 2, -1), ("s", "b", 2, 4)),
     (("b", 6), (2, "b", 3), (2, "b", 3)),
+    (("b", 4), (-1,), ("4*b",)),                     # products of symbols are dims too
+    (("b", "s", 8), (-1, 8), ("b*s", 8)),
+    (("b*s", 8), ("b", "s", 8), ("b", "s", 8)),
 ])
 def test_reshape_resolves_minus_one_and_keeps_symbols(src, target, want):
     g = bz.Graph("r")
@@ -40,7 +43,7 @@ def test_reshape_resolves_minus_one_and_keeps_symbols(src, target, want):
     ((2, 3, 4), (5, -1), "do not divide"),
     ((2, 3, 4), (5, 5), "element counts 24 vs 25"),
     (("b", 4), ("c", 4), "symbolic dims"),
-    (("b", 4), (-1,), "not one dim"),
+    (("b", 4), (-1, 3), "do not divide"),
     ((2, 3), (-1, -1), "more than one -1"),
 ])
 def test_reshape_errors_name_the_op(src, target, needle):
@@ -122,8 +125,12 @@ def test_concat_joins_along_an_axis_with_symbolic_other_dims():
     with pytest.raises(bz.ShapeError, match="concat inputs differ at axis 2"):
         g.concat_([xs[0], other], 1)
     seq = g.input("s", bz.Shape(("b", "s", 4)))
-    with pytest.raises(bz.ShapeError, match="concat along axis 1 with symbolic sizes"):
-        g.concat([xs[0], seq], 1)
+    joined = g.concat([xs[0], seq], 1)                 # symbolic sizes add up: s+1
+    assert g.shape_of(joined).dims == ("b", "s+1", 4)
+    a, b = rand(2, 1, 4), rand(2, 5, 4)
+    (out,) = run(g, [joined], {"x0": a, "x1": rand(2, 2, 4), "x2": rand(2, 3, 4), "o": rand(2, 2, 5),
+                               "s": b})
+    np.testing.assert_array_equal(out, np.concatenate([a, b], axis=1))
 
 
 # -- expand / gather / pad -----------------------------------------------------------------------
@@ -174,8 +181,10 @@ def test_pad_adds_constant_borders():
     np.testing.assert_array_equal(out, want)
     with pytest.raises(bz.ShapeError, match="pad needs one .* pair per axis"):
         g.pad(x, ((1, 1),))
-    with pytest.raises(bz.ShapeError, match="pad cannot grow symbolic dim 'b'"):
-        g.pad(x, ((1, 0), (0, 0), (0, 0)))
+    grown = g.pad(x, ((1, 0), (0, 0), (0, 0)))          # a padded symbol is an expression
+    assert g.shape_of(grown).dims == ("b+1", 2, 3)
+    (out,) = run(g, [grown], {"x": a})
+    assert out.shape == (3, 2, 3) and not out[0].any()
 
 
 # -- split ---------------------------------------------------------------------------------------

@@ -61,10 +61,11 @@ class ShapeBuilder:
 
     transpose_ = transpose
 
-    def narrow(self, x: Value, axis: int, start: int, length: int) -> Value:
-        """Slice `[start, start + length)` along `axis`."""
+    def narrow(self, x: Value, axis: int, start: int, length: Dim) -> Value:
+        """Slice `[start, start + length)` along `axis`; `length` may be a symbol ("seq")."""
         ax = axis_for("narrow", axis, self.shape_of(x).rank)
-        return self.add_node(Narrow(ax, int(start), int(length)), (x,))[0]
+        length = length if isinstance(length, str) else int(length)
+        return self.add_node(Narrow(ax, int(start), length), (x,))[0]
 
     narrow_ = narrow
 

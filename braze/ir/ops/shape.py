@@ -12,6 +12,7 @@ import numpy as np
 
 from ..op import Op, require, same_dtype
 from ..shapes import Dim, normalize_axis
+from ..symbolic import SymDim, canonical_dim, eval_dim, monomial_factors
 
 __all__ = [
     "Reshape", "Transpose", "Narrow", "Concat", "Expand", "Gather", "Pad", "Split",
@@ -20,13 +21,20 @@ __all__ = [
 
 
 def _split_dims(dims: Sequence[Dim]) -> tuple[int, Counter]:
-    """(product of the static dims, multiset of the symbolic ones)."""
+    """(product of the static factors, multiset of the symbolic ones). A product such as
+    "4*batch*seq" contributes 4 and {batch, seq}; a sum such as "past+seq" is one factor."""
     n, syms = 1, Counter()
     for d in dims:
-        if isinstance(d, str):
+        if isinstance(d, int):
+            n *= d
+            continue
+        split = monomial_factors(d)
+        if split is None:
             syms[d] += 1
         else:
-            n *= d
+            coef, factors = split
+            n *= coef
+            syms.update(factors)
     return n, syms
 
 
@@ -59,16 +67,12 @@ def resolve_reshape(src: Sequence[Dim], target: Sequence[Dim]) -> tuple[Dim, ...
     require(not (s_tgt - s_src), f"reshape target {_fmt(target)} has symbols "
             f"{sorted((s_tgt - s_src).elements())} that input {_fmt(src)} lacks")
     left = s_src - s_tgt
-    fill: Dim
-    if not left:
-        require(n_tgt != 0 and n_src % n_tgt == 0, f"reshape cannot turn {_fmt(src)} into "
-                f"{_fmt(target)}: {n_src} elements do not divide by {n_tgt}")
-        fill = n_src // n_tgt
-    else:
-        require(sum(left.values()) == 1 and n_src == n_tgt,
-                f"reshape cannot resolve -1 in {_fmt(target)} from {_fmt(src)}: it would be "
-                f"{'*'.join(sorted(left.elements()))}*{n_src}/{n_tgt}, not one dim; give the dims")
-        (fill,) = left.elements()
+    require(n_tgt != 0 and n_src % n_tgt == 0, f"reshape cannot turn {_fmt(src)} into "
+            f"{_fmt(target)}: {n_src} elements do not divide by {n_tgt}")
+    fill: Dim = SymDim.of(n_src // n_tgt)
+    for name in left.elements():
+        fill = fill * SymDim.of(name)
+    fill = fill.to_dim()
     h = holes[0]
     return target[:h] + (fill,) + target[h + 1:]
 
@@ -77,19 +81,20 @@ def concrete_dims(op: str, dims: Sequence[Dim], symbols: Mapping[str, int] | Non
                   solve_one: bool = False) -> tuple[int, ...]:
     """Integer dims for running an op whose target holds symbols.
 
-    Symbols come from `symbols` (the interpreter's bindings); a single unbound one becomes -1
-    when `solve_one` (reshape: NumPy solves it from the element count). Otherwise ValueError."""
+    Symbols (and expressions over them) are evaluated with `symbols` (the interpreter's
+    bindings); a single dim that cannot be evaluated becomes -1 when `solve_one` (reshape: NumPy
+    solves it from the element count). Otherwise ValueError."""
     out: list[int] = []
     unknown = []
     for i, d in enumerate(dims):
-        if isinstance(d, str):
-            if symbols is not None and d in symbols:
-                out.append(int(symbols[d]))
-            else:
-                unknown.append(i)
-                out.append(-1)
-        else:
+        if isinstance(d, int):
             out.append(d)
+            continue
+        try:
+            out.append(eval_dim(d, symbols or {}))
+        except KeyError:
+            unknown.append(i)
+            out.append(-1)
     if not unknown:
         return tuple(out)
     if len(unknown) == 1 and solve_one:
@@ -136,32 +141,45 @@ class Transpose(Op):
 
 @dataclass(frozen=True)
 class Narrow(Op):
-    """Slice `[start, start + length)` along `axis`."""
+    """Slice `[start, start + length)` along `axis`. `length` may be symbolic ("seq": the first
+    seq rows of a position table), bound at run time like Reshape's dims."""
 
     kind = "narrow"
     arity = 1
+    needs_symbols: ClassVar[bool] = True
     axis: int
     start: int
-    length: int
+    length: Dim
+
+    def __post_init__(self):
+        if isinstance(self.length, str):
+            object.__setattr__(self, "length", canonical_dim(self.length))
 
     def infer(self, ins):
         (x,) = ins
         ax = normalize_axis(self.axis, x.rank)
-        require(self.start >= 0 and self.length >= 0,
-                f"narrow start {self.start} and length {self.length} must be >= 0")
+        require(self.start >= 0, f"narrow start {self.start} must be >= 0")
+        require(not isinstance(self.length, int) or self.length >= 0,
+                f"narrow length {self.length} must be >= 0")
         d = x.dims[ax]
-        require(not isinstance(d, int) or self.start + self.length <= d,
-                f"narrow [{self.start}, {self.start + self.length}) is out of bounds for "
-                f"axis {ax} of size {d}")
+        if isinstance(self.length, int):
+            require(not isinstance(d, int) or self.start + self.length <= d,
+                    f"narrow [{self.start}, {self.start + self.length}) is out of bounds for "
+                    f"axis {ax} of size {d}")
+        else:
+            require(d != self.length or self.start == 0,
+                    f"narrow [{self.start}, {self.start}+{self.length}) is out of bounds for "
+                    f"axis {ax} of size {d}")
         return x.with_dims(x.dims[:ax] + (self.length,) + x.dims[ax + 1:])
 
-    def reference(self, x):
+    def reference(self, x, *, symbols: Mapping[str, int] | None = None):
         ax = normalize_axis(self.axis, x.ndim)
-        if self.start + self.length > x.shape[ax]:
-            raise ValueError(f"narrow [{self.start}, {self.start + self.length}) is out of "
+        (length,) = concrete_dims("narrow", (self.length,), symbols)
+        if self.start + length > x.shape[ax]:
+            raise ValueError(f"narrow [{self.start}, {self.start + length}) is out of "
                              f"bounds for axis {ax} of size {x.shape[ax]}")
         idx = [slice(None)] * x.ndim
-        idx[ax] = slice(self.start, self.start + self.length)
+        idx[ax] = slice(self.start, self.start + length)
         return x[tuple(idx)]
 
 
@@ -184,13 +202,10 @@ class Concat(Op):
             for i, (a, b) in enumerate(zip(first.dims, s.dims)):
                 require(i == ax or a == b, f"concat inputs differ at axis {i} ({a} vs {b}); only "
                         f"the concat axis {ax} may differ")
-        along = [s.dims[ax] for s in ins]
-        if len(along) == 1:
-            total: Dim = along[0]
-        else:
-            require(all(isinstance(d, int) for d in along),
-                    f"concat along axis {ax} with symbolic sizes {along} has no single dim")
-            total = sum(along)
+        total = SymDim.of(0)
+        for s in ins:
+            total = total + SymDim.of(s.dims[ax])
+        total = total.to_dim()
         return first.with_dims(first.dims[:ax] + (total,) + first.dims[ax + 1:])
 
     def reference(self, *xs):
@@ -263,12 +278,7 @@ class Pad(Op):
             require(len(pair) == 2 and all(isinstance(p, int) and p >= 0 for p in pair),
                     f"pad amounts on axis {i} must be two ints >= 0, got {pair}")
             before, after = pair
-            if isinstance(d, str):
-                require(before + after == 0,
-                        f"pad cannot grow symbolic dim {d!r} on axis {i} (no single dim)")
-                out.append(d)
-            else:
-                out.append(d + before + after)
+            out.append((SymDim.of(d) + before + after).to_dim())
         return x.with_dims(out)
 
     def reference(self, x):
