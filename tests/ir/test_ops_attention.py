@@ -281,3 +281,24 @@ def test_rope_then_attention_graph_float64():
     qr, kr = (loop_rope(feeds[n], theta, 8, False) for n in ("q", "k"))
     want = loop_attention(qr, kr, feeds["k"], visible=causal(4, 4))
     np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_fully_masked_query_rows_output_zeros_like_pytorch_sdpa():
+    g = bz.Graph("masked")
+    q = g.input("q", bz.Shape((1, 1, 2, 4)))
+    v = g.input("v", bz.Shape((1, 1, 2, 4)))
+    m = g.input("m", bz.Shape((1, 1, 2, 2)))
+    g.set_outputs([g.attention(q, q, v, m)])
+    rng = np.random.default_rng(0)
+    feeds = {"q": rng.standard_normal((1, 1, 2, 4)).astype(np.float32),
+             "v": rng.standard_normal((1, 1, 2, 4)).astype(np.float32),
+             "m": np.array([[[[-np.inf, -np.inf], [0.0, -np.inf]]]], np.float32)}
+    (out,) = bz.interpret(g, feeds)
+    np.testing.assert_array_equal(out[0, 0, 0], np.zeros(4, np.float32))  # every key masked
+    np.testing.assert_allclose(out[0, 0, 1], feeds["v"][0, 0, 0], rtol=1e-6)
+    from braze.passes.expand import expand_nodes
+
+    dec, _ = expand_nodes(g, lambda op: op.composite)
+    assert "attention" not in dec.op_counts() and "softmax" not in dec.op_counts()
+    (via_dec,) = bz.interpret(dec, feeds)
+    np.testing.assert_allclose(via_dec, out, rtol=1e-6, atol=1e-7)

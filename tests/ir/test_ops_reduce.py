@@ -106,9 +106,40 @@ def test_softmax_matches_numpy_and_its_decomposition(axis):
     (out,) = run(g, [y], {"x": a})
     np.testing.assert_allclose(out, np_softmax(a, axis), rtol=1e-5, atol=1e-7)
     dec = decomposition_graph(op, [bz.Shape((3, 5, 7))])
-    assert dec.op_counts() == {"reduce_max": 1, "sub": 1, "exp": 1, "reduce_sum": 1, "div": 1}
+    assert dec.op_counts() == {"reduce_max": 1, "sub": 1, "exp": 1, "reduce_sum": 1, "div": 1,
+                               "isinf": 1, "eq": 1, "where": 2}  # the fully-masked-row guards
     (via_dec,) = bz.interpret(dec, {"x0": a})
     np.testing.assert_allclose(via_dec, out, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("via_decomposition", [False, True])
+def test_softmax_of_a_fully_masked_row_is_zero_not_nan(via_decomposition):
+    g = bz.Graph("s")
+    x = g.input("x", bz.Shape((2, 3)))
+    y = g.sm(x)
+    g.set_outputs([y])
+    if via_decomposition:
+        g = bz.unfuse_fused_for_autodiff(g)
+        from braze.passes.expand import expand_nodes
+
+        g, _ = expand_nodes(g, lambda op: op.composite)
+        assert "softmax" not in g.op_counts()
+    a = np.array([[-np.inf, -np.inf, -np.inf], [0.0, -np.inf, 0.0]], np.float32)
+    (out,) = bz.interpret(g, {"x": a})
+    np.testing.assert_array_equal(out, [[0, 0, 0], [0.5, 0, 0.5]])
+
+
+def test_log_softmax_matches_numpy_and_its_decomposition():
+    g = bz.Graph("ls")
+    x = g.input("x", bz.Shape((3, 5)))
+    y = g.log_softmax(x, 0)
+    a = rand(3, 5) * 30
+    (out,) = run(g, [y], {"x": a})
+    np.testing.assert_allclose(out, np.log(np_softmax(a.astype(np.float64), 0)), rtol=1e-5,
+                               atol=1e-5)
+    dec = decomposition_graph(g.node(y).op, [bz.Shape((3, 5))])
+    (via_dec,) = bz.interpret(dec, {"x0": a})
+    np.testing.assert_allclose(via_dec, out, rtol=1e-6, atol=1e-6)
 
 
 def test_softmax_is_stable_for_large_logits():

@@ -128,8 +128,8 @@ def test_concat_joins_along_an_axis_with_symbolic_other_dims():
     joined = g.concat([xs[0], seq], 1)                 # symbolic sizes add up: s+1
     assert g.shape_of(joined).dims == ("b", "s+1", 4)
     a, b = rand(2, 1, 4), rand(2, 5, 4)
-    (out,) = run(g, [joined], {"x0": a, "x1": rand(2, 2, 4), "x2": rand(2, 3, 4), "o": rand(2, 2, 5),
-                               "s": b})
+    feeds = {"x0": a, "x1": rand(2, 2, 4), "x2": rand(2, 3, 4), "o": rand(2, 2, 5), "s": b}
+    (out,) = run(g, [joined], feeds)
     np.testing.assert_array_equal(out, np.concatenate([a, b], axis=1))
 
 

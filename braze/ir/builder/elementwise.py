@@ -11,6 +11,8 @@ from ..ops.elementwise import (
     Clamp,
     Compare,
     CompareFn,
+    IsInf,
+    IsNan,
     LeakyRelu,
     Unary,
     UnaryFn,
@@ -83,6 +85,31 @@ class ElementwiseBuilder:
 
     def pow(self, a, b) -> Value:
         return self.binary(a, b, BinaryFn.POW)
+
+    def mod(self, a, b) -> Value:
+        """Remainder with the divisor's sign (Python `%`); `fmod` keeps the dividend's."""
+        return self.binary(a, b, BinaryFn.MOD)
+
+    def fmod(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.FMOD)
+
+    def logical_and(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.AND)
+
+    def logical_or(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.OR)
+
+    def logical_xor(self, a, b) -> Value:
+        return self.binary(a, b, BinaryFn.XOR)
+
+    def isnan(self, x: Value) -> Value:
+        """bool: x is NaN."""
+        return self.add_node(IsNan(), (x,))[0]
+
+    def isinf(self, x: Value, detect_positive: bool = True, detect_negative: bool = True
+              ) -> Value:
+        """bool: x is +inf / -inf (each side switchable)."""
+        return self.add_node(IsInf(bool(detect_positive), bool(detect_negative)), (x,))[0]
 
     def eq(self, a, b) -> Value:
         return self.compare(a, b, CompareFn.EQ)

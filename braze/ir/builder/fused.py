@@ -71,9 +71,10 @@ class FusedBuilder:
         return self.matmul(self.fused_swiglu(self.matmul(x, w_gate_up), gate_first), w_down)
 
     # -- one builder per fused kind -------------------------------------------------------------
-    def fused_swiglu(self, h: Value, gate_first: bool = True) -> Value:
-        """`silu(gate) * up` from h [..., 2N] holding both halves."""
-        return self.add_node(FusedSwiGLU(bool(gate_first)), (h,))[0]
+    def fused_swiglu(self, h: Value, gate_first: bool = True,
+                     act: UnaryFn | str = UnaryFn.SILU) -> Value:
+        """`act(gate) * up` from h [..., 2N] holding both halves (SiLU: SwiGLU; gelu: GeGLU)."""
+        return self.add_node(FusedSwiGLU(bool(gate_first), _enum(UnaryFn, act)), (h,))[0]
 
     def fused_residual_ln(self, x: Value, residual: Value, gamma: Value | None = None,
                           beta: Value | None = None, eps: float = 1e-5, axis: int = -1,

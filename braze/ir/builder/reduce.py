@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 from ...errors import GraphError
 from ..op import Value
-from ..ops.reduce import ArgMax, Cumsum, Reduce, ReduceFn, Softmax
+from ..ops.reduce import ArgMax, Cumsum, LogSoftmax, Reduce, ReduceFn, Softmax
 from .shape import axes_for, axis_for
 
 __all__ = ["ReduceBuilder"]
@@ -31,6 +31,11 @@ class ReduceBuilder:
         return self.add_node(Softmax(ax), (x,))[0]
 
     sm = softmax
+
+    def log_softmax(self, x: Value, axis: int = -1) -> Value:
+        """`log(softmax(x))` along `axis`, computed stably."""
+        ax = axis_for("log_softmax", axis, self.shape_of(x).rank)
+        return self.add_node(LogSoftmax(ax), (x,))[0]
 
     def reduce(self, x: Value, fn: ReduceFn | str, axes: Axes = None,
                keepdims: bool = False) -> Value:

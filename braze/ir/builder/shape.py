@@ -6,7 +6,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...errors import GraphError, ShapeError
+from ..dtypes import DType, i64
 from ..op import Value
+from ..ops.generate import Range, SymConst
+from ..ops.indexing import GatherElements, Slice, TopK, Trilu
 from ..ops.shape import (
     Concat,
     Expand,
@@ -103,6 +106,38 @@ class ShapeBuilder:
         """Cut `x` along `axis` into pieces of `sizes`; one value per piece."""
         ax = axis_for("split", axis, self.shape_of(x).rank)
         return self.add_node(Split(ax, tuple(int(s) for s in sizes)), (x,))
+
+    def slice(self, x: Value, axis: int, start: int, stop: int, step: int = 1) -> Value:
+        """`x[start:stop:step]` along `axis` (Python semantics; static axis)."""
+        ax = axis_for("slice", axis, self.shape_of(x).rank)
+        return self.add_node(Slice(ax, int(start), int(stop), int(step)), (x,))[0]
+
+    def gather_elements(self, x: Value, indices: Value, axis: int = 0) -> Value:
+        """`np.take_along_axis(x, indices, axis)`."""
+        ax = axis_for("gather_elements", axis, self.shape_of(x).rank)
+        return self.add_node(GatherElements(ax), (x, indices))[0]
+
+    def top_k(self, x: Value, k: int, axis: int = -1, largest: bool = True,
+              sorted: bool = True) -> tuple[Value, Value]:
+        """(values, i64 indices) of the `k` largest (or smallest) along `axis`."""
+        ax = axis_for("top_k", axis, self.shape_of(x).rank)
+        return self.add_node(TopK(int(k), ax, bool(largest), bool(sorted)), (x,))
+
+    def trilu(self, x: Value, upper: bool = True, k: int = 0) -> Value:
+        """Keep the upper (or lower) triangle of the last two axes, offset by diagonal `k`."""
+        return self.add_node(Trilu(bool(upper), int(k)), (x,))[0]
+
+    def arange(self, length: Dim, start: float = 0, delta: float = 1, dtype: DType = i64
+               ) -> Value:
+        """`start + i * delta` for i < `length` (an int or a symbol such as "seq")."""
+        return self.add_node(Range(length, start, delta, dtype), ())[0]
+
+    def sym_const(self, values: Sequence[Dim], shape: Sequence[int] | None = None,
+                  dtype: DType = i64) -> Value:
+        """A small tensor of dims evaluated at run time (`("batch", "seq", 64)`)."""
+        vals = tuple(values)
+        dims = (len(vals),) if shape is None else tuple(int(d) for d in shape)
+        return self.add_node(SymConst(vals, dims, dtype), ())[0]
 
     def squeeze(self, x: Value, axes: int | Sequence[int] | None = None) -> Value:
         """Drop size-1 `axes` (None: every size-1 axis); a reshape."""

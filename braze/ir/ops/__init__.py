@@ -9,12 +9,16 @@ from .elementwise import (  # noqa: F401
     Clamp,
     Compare,
     CompareFn,
+    IsInf,
+    IsNan,
     LeakyRelu,
     Unary,
     UnaryFn,
     Where,
 )
 from .fused import *  # noqa: F401,F403
+from .generate import *  # noqa: F401,F403
+from .indexing import *  # noqa: F401,F403
 from .io import Constant, Input, Param  # noqa: F401
 from .linalg import DotGeneral, MatMul  # noqa: F401
 from .norm import *  # noqa: F401,F403

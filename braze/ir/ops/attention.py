@@ -15,6 +15,7 @@ import numpy as np
 from ...errors import ShapeError
 from ..op import Op, require, same_dtype
 from ..shapes import Dim, Shape, broadcast_dims
+from .reduce import safe_softmax
 
 __all__ = ["MaskKind", "Attention", "Rope", "rope_tables", "visible_keys"]
 
@@ -65,7 +66,9 @@ class Attention(Op):
 
     `scale` defaults to 1/sqrt(D); `softcap` c maps scores s to c * tanh(s / c) before masking;
     CAUSAL / SLIDING_WINDOW (`window` keys, the query's own included) mask to a large negative
-    value; CUSTOM / BIAS add a 4th input broadcastable to [B, Hq, Sq, Sk]."""
+    value; CUSTOM / BIAS add a 4th input broadcastable to [B, Hq, Sq, Sk]. A query whose scores
+    are all -inf after masking (every key masked by a -inf custom mask) outputs zeros, as
+    PyTorch's scaled_dot_product_attention does (the softmax is braze's safe softmax)."""
 
     kind = "attention"
     arity = None
@@ -142,10 +145,7 @@ class Attention(Op):
             s = np.where(ok, s, ct.type(_masked_value(ct)))
         if m is not None:
             s = s + m.astype(ct, copy=False)
-        s = s - s.max(axis=-1, keepdims=True)
-        e = np.exp(s)
-        p = e / e.sum(axis=-1, keepdims=True)
-        return np.matmul(p, v).astype(out_dt, copy=False)
+        return np.matmul(safe_softmax(s, -1), v).astype(out_dt, copy=False)
 
     def decompose(self, g, ins):
         q, k, v = ins[:3]

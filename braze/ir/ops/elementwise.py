@@ -1,5 +1,6 @@
-"""Elementwise ops: unary functions (activations and math), binary arithmetic, comparisons,
-where, cast, and the parameterized activations leaky_relu and clamp."""
+"""Elementwise ops: unary functions (activations and math), binary arithmetic and logic,
+comparisons, the float tests isnan / isinf, where, cast, and the parameterized activations
+leaky_relu and clamp."""
 from __future__ import annotations
 
 import enum
@@ -22,6 +23,10 @@ def _sigmoid(x):
 
 def _gelu(x):
     return 0.5 * x * (1.0 + erf(x / x.dtype.type(math.sqrt(2.0))))
+
+
+def _quick_gelu(x):
+    return x * _sigmoid(x * x.dtype.type(1.702))
 
 
 def _gelu_approx(x):
@@ -53,6 +58,8 @@ class UnaryFn(enum.Enum):
     CEIL = "ceil"
     SIGN = "sign"
     NOT = "not"
+    ROUND = "round"
+    QUICK_GELU = "quick_gelu"
 
     @property
     def is_activation(self) -> bool:
@@ -63,7 +70,8 @@ class UnaryFn(enum.Enum):
 
 
 ACTIVATIONS = frozenset(
-    {UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.SILU, UnaryFn.RELU, UnaryFn.SIGMOID, UnaryFn.TANH}
+    {UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.SILU, UnaryFn.RELU, UnaryFn.SIGMOID, UnaryFn.TANH,
+     UnaryFn.QUICK_GELU}
 )
 
 _UNARY_IMPL = {
@@ -88,6 +96,8 @@ _UNARY_IMPL = {
     UnaryFn.CEIL: np.ceil,
     UnaryFn.SIGN: np.sign,
     UnaryFn.NOT: np.logical_not,
+    UnaryFn.ROUND: np.round,  # half to even, as ONNX Round
+    UnaryFn.QUICK_GELU: _quick_gelu,  # x * sigmoid(1.702 x), CLIP's quick_gelu
 }
 _FLOAT_ONLY = frozenset(UnaryFn) - {UnaryFn.NEG, UnaryFn.ABS, UnaryFn.SQUARE, UnaryFn.SIGN,
                                     UnaryFn.RELU, UnaryFn.NOT}
@@ -125,6 +135,9 @@ class Unary(Op):
 
 
 class BinaryFn(enum.Enum):
+    """Binary functions. DIV on integers floors; MOD takes the divisor's sign (Python %), FMOD
+    the dividend's (C fmod); AND / OR / XOR are logical and need bool operands."""
+
     ADD = "add"
     SUB = "sub"
     MUL = "mul"
@@ -132,10 +145,20 @@ class BinaryFn(enum.Enum):
     MAX = "max"
     MIN = "min"
     POW = "pow"
+    MOD = "mod"
+    FMOD = "fmod"
+    AND = "and"
+    OR = "or"
+    XOR = "xor"
 
     @property
     def commutative(self) -> bool:
-        return self in (BinaryFn.ADD, BinaryFn.MUL, BinaryFn.MAX, BinaryFn.MIN)
+        return self in (BinaryFn.ADD, BinaryFn.MUL, BinaryFn.MAX, BinaryFn.MIN, BinaryFn.AND,
+                        BinaryFn.OR, BinaryFn.XOR)
+
+    @property
+    def is_logical(self) -> bool:
+        return self in (BinaryFn.AND, BinaryFn.OR, BinaryFn.XOR)
 
 
 _BINARY_IMPL = {
@@ -146,6 +169,11 @@ _BINARY_IMPL = {
     BinaryFn.MAX: np.maximum,
     BinaryFn.MIN: np.minimum,
     BinaryFn.POW: np.power,
+    BinaryFn.MOD: np.mod,
+    BinaryFn.FMOD: np.fmod,
+    BinaryFn.AND: np.logical_and,
+    BinaryFn.OR: np.logical_or,
+    BinaryFn.XOR: np.logical_xor,
 }
 
 
@@ -165,6 +193,10 @@ class Binary(Op):
     def infer(self, ins):
         a, b = ins
         same_dtype(self, ins)
+        if self.fn.is_logical:
+            require(a.dtype == bool_, f"{self.fn.value} needs bool operands, got {a.dtype}")
+        else:
+            require(a.dtype != bool_, f"{self.fn.value} needs numeric operands, got bool")
         return Shape(broadcast_shapes(a.dims, b.dims), a.dtype)
 
     def reference(self, a, b):
@@ -210,6 +242,41 @@ class Compare(Op):
 
     def reference(self, a, b):
         return _COMPARE_IMPL[self.fn](a, b)
+
+
+@dataclass(frozen=True)
+class IsNan(Op):
+    """Whether each element is NaN (bool)."""
+
+    kind = "isnan"
+    arity = 1
+    elementwise = True
+
+    def infer(self, ins):
+        require(ins[0].dtype.is_float, f"isnan needs a float input, got {ins[0].dtype}")
+        return ins[0].with_dtype(bool_)
+
+    def reference(self, x):
+        return np.isnan(x)
+
+
+@dataclass(frozen=True)
+class IsInf(Op):
+    """Whether each element is +inf (`detect_positive`) or -inf (`detect_negative`) (bool)."""
+
+    kind = "isinf"
+    arity = 1
+    elementwise = True
+    detect_positive: bool = True
+    detect_negative: bool = True
+
+    def infer(self, ins):
+        require(ins[0].dtype.is_float, f"isinf needs a float input, got {ins[0].dtype}")
+        return ins[0].with_dtype(bool_)
+
+    def reference(self, x):
+        pos = np.isposinf(x) if self.detect_positive else np.zeros(x.shape, bool)
+        return pos | np.isneginf(x) if self.detect_negative else pos
 
 
 @dataclass(frozen=True)

@@ -114,11 +114,13 @@ class FusedMatMulBiasAct(FusedOp):
 # -- SwiGLU -------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FusedSwiGLU(FusedOp):
-    """`silu(gate) * up` from one input h [..., 2N] holding both halves: the gate is the first
-    half when `gate_first`, else the second. Output [..., N]."""
+    """`act(gate) * up` from one input h [..., 2N] holding both halves: the gate is the first
+    half when `gate_first`, else the second. Output [..., N]. `act` is SiLU (SwiGLU) by default;
+    GeGLU uses gelu / gelu_approx: any gated MLP is this kind."""
 
     kind = "fused_swiglu"
     gate_first: bool = True
+    act: UnaryFn = UnaryFn.SILU
 
     def input_roles(self) -> tuple[str, ...]:
         return ("h",)
@@ -139,14 +141,14 @@ class FusedSwiGLU(FusedOp):
         n = h.shape[-1] // 2
         a, b = h[..., :n], h[..., n:]
         gate, up = (a, b) if self.gate_first else (b, a)
-        return (Unary(UnaryFn.SILU).reference(gate) * up).astype(h.dtype, copy=False)
+        return (Unary(self.act).reference(gate) * up).astype(h.dtype, copy=False)
 
     def decompose(self, g: Graph, ins: Sequence[Value]) -> Value:
         (h,) = ins
         n = self._half(g.shape_of(h))
         first, second = g.narrow(h, -1, 0, n), g.narrow(h, -1, n, n)
         gate, up = (first, second) if self.gate_first else (second, first)
-        return g.mul(g.silu(gate), up)
+        return g.mul(g.activation(gate, self.act), up)
 
 
 # -- residual add + norm ------------------------------------------------------------------------

@@ -12,7 +12,8 @@ from ..dtypes import i64
 from ..op import Op, require
 from ..shapes import Shape, normalize_axis
 
-__all__ = ["ReduceFn", "Reduce", "Softmax", "Cumsum", "ArgMax", "compute_dtype"]
+__all__ = ["ReduceFn", "Reduce", "Softmax", "LogSoftmax", "Cumsum", "ArgMax", "compute_dtype",
+           "safe_softmax"]
 
 
 def compute_dtype(x: np.ndarray) -> np.dtype:
@@ -80,9 +81,20 @@ class Reduce(Op):
         return np.asarray(out).astype(x.dtype, copy=False)
 
 
+def safe_softmax(y: np.ndarray, axis: int) -> np.ndarray:
+    """Softmax along `axis` where a row of only -inf gives zeros instead of NaN."""
+    m = y.max(axis=axis, keepdims=True)
+    m = np.where(np.isneginf(m), y.dtype.type(0), m)
+    e = np.exp(y - m)
+    total = e.sum(axis=axis, keepdims=True)
+    return e / np.where(total == 0, y.dtype.type(1), total)
+
+
 @dataclass(frozen=True)
 class Softmax(Op):
-    """`exp(x - max) / sum(exp(x - max))` along `axis` (numerically stable)."""
+    """`exp(x - max) / sum(exp(x - max))` along `axis` (numerically stable). A row whose every
+    element is -inf (a fully masked attention row) gives zeros, not NaN, as PyTorch's safe
+    softmax does; so the `where(isnan(p), 0, p)` guard that exporters add is a no-op."""
 
     kind = "softmax"
     arity = 1
@@ -98,15 +110,41 @@ class Softmax(Op):
     def reference(self, x):
         ax = normalize_axis(self.axis, x.ndim)
         y = x.astype(compute_dtype(x), copy=False)
-        e = np.exp(y - np.max(y, axis=ax, keepdims=True))
-        return (e / np.sum(e, axis=ax, keepdims=True)).astype(x.dtype, copy=False)
+        return safe_softmax(y, ax).astype(x.dtype, copy=False)
 
     def decompose(self, g, ins):
         (x,) = ins
         ax = normalize_axis(self.axis, g.shape_of(x).rank)
-        shifted = g.sub(x, g.reduce(x, ReduceFn.MAX, ax, keepdims=True))
-        e = g.exp(shifted)
-        return g.div(e, g.reduce(e, ReduceFn.SUM, ax, keepdims=True))
+        mx = g.reduce(x, ReduceFn.MAX, ax, keepdims=True)
+        mx = g.where(g.isinf(mx, detect_positive=False), 0.0, mx)
+        e = g.exp(g.sub(x, mx))
+        total = g.reduce(e, ReduceFn.SUM, ax, keepdims=True)
+        return g.div(e, g.where(g.eq(total, 0.0), 1.0, total))
+
+
+@dataclass(frozen=True)
+class LogSoftmax(Op):
+    """`x - max - log(sum(exp(x - max)))` along `axis`."""
+
+    kind = "log_softmax"
+    arity = 1
+    composite = True
+    axis: int = -1
+
+    def infer(self, ins):
+        return Softmax(self.axis).infer(ins)
+
+    def reference(self, x):
+        ax = normalize_axis(self.axis, x.ndim)
+        y = x.astype(compute_dtype(x), copy=False)
+        s = y - y.max(axis=ax, keepdims=True)
+        return (s - np.log(np.exp(s).sum(axis=ax, keepdims=True))).astype(x.dtype, copy=False)
+
+    def decompose(self, g, ins):
+        (x,) = ins
+        ax = normalize_axis(self.axis, g.shape_of(x).rank)
+        s = g.sub(x, g.reduce(x, ReduceFn.MAX, ax, keepdims=True))
+        return g.sub(s, g.log(g.reduce(g.exp(s), ReduceFn.SUM, ax, keepdims=True)))
 
 
 @dataclass(frozen=True)
