@@ -1,13 +1,13 @@
 """The pipeline builder: one ordered list of named steps, read against a target's claims and the
-user's options. `bz.fuse(g, target)` runs lowerings -> canonicalization -> fusions in dependency
-order -> regions -> legalize -> cleanup, and returns the fused graph with its FusionReport.
+user's options. `bz.fuse(g, target)` runs lowerings -> canonicalization (recognize logical ops
+written in primitives, braze/passes/canonicalize/) -> fusions in dependency order -> regions ->
+legalize -> cleanup, and returns the fused graph with its FusionReport.
 
 Options are plain keyword arguments (no environment variables): `bz.fuse(g, "cpu",
 transformer_layer=True, regions=False)`."""
 from __future__ import annotations
 
 import gc
-import importlib
 from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 
@@ -24,6 +24,7 @@ class FusionOptions:
     """Which pipeline steps run. None means "the target decides" (whole-layer fusion follows
     `target.whole_layer`; regions follow `target.keep_regions`)."""
 
+    canonicalize: bool = True
     conv_bn_fold: bool = True
     conv_bias_act: bool = True
     shared_matmul: bool = True
@@ -38,26 +39,34 @@ class FusionOptions:
     cleanup: bool = True
 
 
-# (option, pass name, module under braze.passes, attribute holding rules or a pass)
-_FUSION_STEPS: tuple[tuple[str, str, str, str], ...] = (
-    ("conv_bn_fold", "FoldConvBatchNorm", "fusion.conv_bn", "RULES"),
-    ("conv_bias_act", "FuseConvBiasAct", "fusion.conv_bias_act", "RULES"),
-    ("swiglu", "FuseSwiGLUDualMatmul", "fusion.swiglu", "DUAL_RULES"),
-    ("attention_block", "FuseAttentionBlock", "fusion.attention_block", "RULES"),
-    ("shared_matmul", "FuseSharedInputMatMul", "fusion.shared_matmul", "RULES"),
-    ("swiglu", "FuseSwiGLU", "fusion.swiglu", "SPLIT_RULES"),
-    ("rms_norm_reshape", "FuseRmsNormReshape", "fusion.rms_norm_reshape", "RULES"),
-    ("residual_norm", "FuseResidualNorm", "fusion.residual_norm", "RULES"),
-    ("matmul_bias_act", "FuseMatMulBiasAct", "fusion.matmul_bias_act", "RULES"),
-    ("transformer_layer", "FuseTransformerLayer", "fusion.transformer_layer", "RULES"),
-)
+def _fusion_steps() -> tuple[tuple[str, Pass], ...]:
+    """(option that enables it, pass) in dependency order: larger patterns first, so a
+    fusion that builds on another's result (attention block on QKV, residual norm before
+    bias epilogues) sees the primitives it needs."""
+    from .fusion import (
+        attention_block,
+        conv_bias_act,
+        conv_bn,
+        matmul_bias_act,
+        residual_norm,
+        rms_norm_reshape,
+        shared_matmul,
+        swiglu,
+        transformer_layer,
+    )
 
-
-def _load(module: str, attr: str):
-    mod = importlib.import_module(f"braze.passes.{module}")
-    if hasattr(mod, attr):
-        return getattr(mod, attr)
-    return mod.RULES
+    return (
+        ("conv_bn_fold", RulePass("FoldConvBatchNorm", conv_bn.RULES)),
+        ("conv_bias_act", RulePass("FuseConvBiasAct", conv_bias_act.RULES)),
+        ("swiglu", RulePass("FuseSwiGLUDualMatmul", swiglu.DUAL_RULES)),
+        ("attention_block", RulePass("FuseAttentionBlock", attention_block.RULES)),
+        ("shared_matmul", RulePass("FuseSharedInputMatMul", shared_matmul.RULES)),
+        ("swiglu", RulePass("FuseSwiGLU", swiglu.SPLIT_RULES)),
+        ("rms_norm_reshape", RulePass("FuseRmsNormReshape", rms_norm_reshape.RULES)),
+        ("residual_norm", RulePass("FuseResidualNorm", residual_norm.RULES)),
+        ("matmul_bias_act", RulePass("FuseMatMulBiasAct", matmul_bias_act.RULES)),
+        ("transformer_layer", RulePass("FuseTransformerLayer", transformer_layer.RULES)),
+    )
 
 
 def _enabled(opts: FusionOptions, name: str, target: Target) -> bool:
@@ -75,10 +84,11 @@ def fusion_passes(target: str | Target = "cpu", options: FusionOptions | None = 
     passes: list[Pass] = []
     if not t.claims:
         return passes
-    for opt, name, module, attr in _FUSION_STEPS:
-        if _enabled(opts, opt, t):
-            rules = _load(module, attr)
-            passes.append(RulePass(name, tuple(rules)))
+    if opts.canonicalize:
+        from .canonicalize import canonicalize_passes
+
+        passes += canonicalize_passes(opts)
+    passes += [p for opt, p in _fusion_steps() if _enabled(opts, opt, t)]
     if _enabled(opts, "regions", t):
         from . import regions
 

@@ -1,0 +1,17 @@
+"""Canonicalization: recognize logical ops written in primitives (LayerNorm, RMSNorm, GELU and
+the other activations, linear layers, RoPE, attention, gated MLPs) so that one set of fusions
+serves every frontend. `bz.fuse` runs `canonicalize_passes()` before the fusions.
+
+Each recognizer is a file of rules (pattern + named checks + replacement, as in fusion/) with
+its own tests; this module only fixes their order."""
+from __future__ import annotations
+
+from ..base import Pass
+
+__all__ = ["canonicalize_passes"]
+
+
+def canonicalize_passes(options=None) -> list[Pass]:
+    """The canonicalization passes in order: cleanups that expose patterns first, then the
+    recognizers whose results later ones match (norms and activations before attention)."""
+    return []
