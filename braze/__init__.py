@@ -5,11 +5,13 @@
 """
 from .errors import (  # noqa: F401
     BrazeError,
+    FrontendError,
     GraphError,
     InterpretError,
     ParseError,
     PassError,
     ShapeError,
+    UnsupportedOpsError,
     VerifyError,
 )
 from .interpret import init_params, interpret, random_feeds  # noqa: F401
@@ -53,3 +55,11 @@ from .passes.pipeline import (  # noqa: E402,F401
 from .passes.targets import TARGETS, Target, get_target  # noqa: E402,F401
 from .passes.unfuse import unfuse_fused_for_autodiff  # noqa: E402,F401
 from .report import FusionReport, MissedFusion, MissReason  # noqa: E402,F401
+
+
+def import_onnx(model, **kwargs):
+    """Import an ONNX model (path, bytes or onnx.ModelProto) as a braze Graph; see
+    `braze.frontends.onnx.import_onnx`."""
+    from .frontends.onnx import import_onnx as _import
+
+    return _import(model, **kwargs)

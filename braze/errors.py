@@ -29,3 +29,15 @@ class InterpretError(BrazeError, RuntimeError):
 
 class PassError(BrazeError, RuntimeError):
     """A pass broke the graph (verification or numeric check after it failed)."""
+
+
+class FrontendError(BrazeError, ValueError):
+    """A model file or module could not be imported: names the file and node and what to do."""
+
+
+class UnsupportedOpsError(FrontendError):
+    """The model uses ops braze cannot import; `ops` maps each op type to one node using it."""
+
+    def __init__(self, message: str, ops: dict[str, str]):
+        super().__init__(message)
+        self.ops = dict(ops)

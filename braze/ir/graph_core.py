@@ -5,6 +5,7 @@ Builder methods (the public op surface) live in `builder/` mixins; `Graph` in `g
 combines them with this core."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -44,6 +45,18 @@ class GraphCore:
         self.record_provenance = record_provenance
         self._users: list[list[tuple[int, int]]] = []  # per node: (consumer id, output index)
         self._names: dict[str, int] = {}
+        self._provenance_scope: str | None = None
+
+    @contextlib.contextmanager
+    def provenance_scope(self, provenance: str | None):
+        """Nodes added inside the block get `provenance` (an ONNX node name, a torch module path)
+        instead of the builder's call site."""
+        saved = self._provenance_scope
+        self._provenance_scope = provenance
+        try:
+            yield self
+        finally:
+            self._provenance_scope = saved
 
     # -- construction ---------------------------------------------------------------------------
     def add_node(
@@ -72,6 +85,8 @@ class GraphCore:
                     f"(graph {self.name!r} has {nid} nodes); values from another graph "
                     "cannot be used"
                 )
+        if provenance is None:
+            provenance = self._provenance_scope
         if provenance is None and self.record_provenance:
             provenance = call_site()
         in_shapes = tuple(self.nodes[v.node].outputs[v.index] for v in inputs)

@@ -1,0 +1,342 @@
+"""`import_onnx`: an ONNX model to a braze Graph, node by node.
+
+Graph inputs keep their names (dim_param -> symbolic dims, unknown dims -> fresh symbols);
+float initializers with more than one element become params with stored values (weights); small
+integer and scalar tensors are compile-time values that shape computations fold through
+(known.py), materialized as constants only where data needs them. Every braze node records its
+ONNX node's name as provenance, so a fusion miss names the ONNX node. Recognizing logical ops
+(LayerNorm written in primitives, attention, ...) is canonicalization's job, not the importer's."""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+
+from ...errors import BrazeError, FrontendError, UnsupportedOpsError
+from ...interpret import interpret
+from ...ir.graph import Graph
+from ...ir.op import Value
+from ...ir.shapes import Shape
+from . import ops  # noqa: F401  (registers the converters)
+from .context import CONVERTERS, ImportContext, NodeView, Tensor
+from .dtypes import onnx_dtype
+from .known import FOLDERS, Known, NotFoldable
+from .loader import load_model
+
+__all__ = ["import_onnx", "SUPPORTED_OPS", "MIN_OPSET", "MAX_OPSET"]
+
+MIN_OPSET, MAX_OPSET = 11, 21
+FOLD_LIMIT = 1 << 16          # numeric folding evaluates tensors up to this many elements
+KNOWN_INT_LIMIT = 1024        # integer / bool initializers up to this size stay compile-time
+_ONNX_DOMAINS = ("", "ai.onnx")
+
+
+def SUPPORTED_OPS() -> list[str]:  # noqa: N802 - reads like the constant it is
+    return sorted(CONVERTERS)
+
+
+def import_onnx(model, *, input_shapes: Mapping[str, Sequence] | None = None,
+                base_dir: str | os.PathLike | None = None, name: str | None = None) -> Graph:
+    """Import an ONNX model (path, bytes or onnx.ModelProto) as a braze Graph.
+
+    `input_shapes` overrides graph input dims by name (ints or symbol names), e.g. to fix the
+    spatial size of a CNN whose file leaves it dynamic. `base_dir` is where external data of a
+    bytes / ModelProto model lives. Raises FrontendError (naming the file and node) for anything
+    braze cannot import, and UnsupportedOpsError listing every unsupported op type at once."""
+    proto, src = load_model(model, base_dir=base_dir)
+    return _Importer(proto, src.label, input_shapes or {}, name).run()
+
+
+def _sanitize(name: str) -> str:
+    s = re.sub(r"\W", "_", name)
+    return s if s and s.isidentifier() else f"d_{s}"
+
+
+class _Importer:
+    def __init__(self, proto, label: str, input_shapes, name: str | None):
+        self.proto = proto
+        self.label = label
+        self.input_shapes = dict(input_shapes)
+        gp = proto.graph
+        self.g = Graph(name or gp.name or "onnx_model", record_provenance=False)
+        self.opset = self._opset()
+        self.ctx = ImportContext(self.g, self.opset, label)
+
+    def _opset(self) -> int:
+        version = None
+        for o in self.proto.opset_import:
+            if o.domain in _ONNX_DOMAINS:
+                version = o.version
+        if version is None:
+            if self.proto.opset_import:
+                raise FrontendError(f"{self.label} imports no default-domain ONNX opset")
+            version = MAX_OPSET
+        if not MIN_OPSET <= version <= MAX_OPSET + 2:
+            raise FrontendError(f"{self.label} uses ONNX opset {version}; braze imports opsets "
+                                f"{MIN_OPSET}..{MAX_OPSET} (convert it with "
+                                "onnx.version_converter)")
+        return version
+
+    # -- the import -----------------------------------------------------------------------------
+    def run(self) -> Graph:
+        gp = self.proto.graph
+        nodes = [self._view(n) for n in gp.node]
+        self._check_supported(nodes)
+        init_names = self._initializers(gp)
+        self._inputs(gp, init_names)
+        for node in self._topological(nodes):
+            self._convert(node)
+        self._outputs(gp)
+        return self.g
+
+    def _view(self, n) -> NodeView:
+        from onnx import helper
+
+        attrs = {}
+        for a in n.attribute:
+            if a.type in (a.GRAPH, a.GRAPHS):
+                attrs[a.name] = None  # subgraphs: the op is unsupported anyway
+                continue
+            v = helper.get_attribute_value(a)
+            if isinstance(v, bytes):
+                v = v.decode("utf-8", "replace")
+            elif isinstance(v, list) and v and isinstance(v[0], bytes):
+                v = [x.decode("utf-8", "replace") for x in v]
+            attrs[a.name] = v
+        return NodeView(n.op_type, n.name, list(n.input), list(n.output), attrs, n.domain)
+
+    def _check_supported(self, nodes: list[NodeView]) -> None:
+        bad: dict[str, str] = {}
+        for n in nodes:
+            key = n.op_type if n.domain in _ONNX_DOMAINS else f"{n.domain}::{n.op_type}"
+            if (n.domain not in _ONNX_DOMAINS or n.op_type not in CONVERTERS) and key not in bad:
+                bad[key] = n.name or (n.outputs[0] if n.outputs else "?")
+        if bad:
+            listing = ", ".join(f"{k} (e.g. node {v!r})" for k, v in sorted(bad.items()))
+            raise UnsupportedOpsError(
+                f"{self.label}: braze cannot import {len(bad)} op type(s): {listing}. Supported "
+                f"ONNX ops: {', '.join(SUPPORTED_OPS())}", bad)
+
+    def _initializers(self, gp) -> set[str]:
+        from onnx import numpy_helper
+
+        names = set()
+        for t in gp.initializer:
+            if t.name in names:
+                raise FrontendError(f"{self.label}: initializer {t.name!r} is defined twice")
+            names.add(t.name)
+            dt = onnx_dtype(t.data_type, f"{self.label}: initializer {t.name!r}")
+            try:
+                arr = numpy_helper.to_array(t)
+            except Exception as e:  # noqa: BLE001 - a corrupt tensor is a bad model file
+                raise FrontendError(f"{self.label}: initializer {t.name!r} is corrupt: {e}") \
+                    from None
+            self._add_tensor(t.name, np.asarray(arr).astype(dt.np, copy=False))
+        return names
+
+    def _add_tensor(self, name: str, arr: np.ndarray) -> None:
+        """A weight (param with stored value) or a compile-time constant, by size and type."""
+        from ...ir.dtypes import dtype_from_numpy
+
+        dt = dtype_from_numpy(arr.dtype)
+        if arr.size == 1 or (not dt.is_float and arr.size <= KNOWN_INT_LIMIT):
+            self.ctx.env[name] = Tensor(known=Known(arr, dt))
+            return
+        with self.g.provenance_scope(name):
+            v = self.g.param(name, Shape(arr.shape, dt), value=arr)
+        self.ctx.env[name] = Tensor(value=v)
+
+    def _inputs(self, gp, init_names: set[str]) -> None:
+        seen = set()
+        for vi in gp.input:
+            if vi.name in init_names:
+                continue  # IR < 4 lists initializers as inputs too
+            if vi.name in seen:
+                raise FrontendError(f"{self.label}: graph input {vi.name!r} is declared twice")
+            seen.add(vi.name)
+            tt = vi.type.tensor_type
+            if not vi.type.HasField("tensor_type"):
+                raise FrontendError(f"{self.label}: graph input {vi.name!r} is not a tensor "
+                                    "(sequences and maps are not supported)")
+            dt = onnx_dtype(tt.elem_type, f"{self.label}: graph input {vi.name!r}")
+            dims = self._input_dims(vi.name, tt)
+            with self.g.provenance_scope(f"input {vi.name}"):
+                v = self.g.input(vi.name, Shape(dims, dt))
+            self.ctx.env[vi.name] = Tensor(value=v)
+        unknown = set(self.input_shapes) - seen
+        if unknown:
+            raise FrontendError(f"{self.label}: input_shapes names {sorted(unknown)}, which are "
+                                f"not graph inputs (inputs: {sorted(seen)})")
+
+    def _input_dims(self, name: str, tt) -> tuple:
+        if name in self.input_shapes:
+            dims = tuple(self.input_shapes[name])
+            if tt.HasField("shape") and len(tt.shape.dim) != len(dims):
+                raise FrontendError(f"{self.label}: input_shapes gives {name!r} rank {len(dims)} "
+                                    f"but the model declares rank {len(tt.shape.dim)}")
+            return dims
+        if not tt.HasField("shape"):
+            raise FrontendError(f"{self.label}: graph input {name!r} has no declared rank; "
+                                "pass input_shapes={...} to import_onnx")
+        dims = []
+        for axis, d in enumerate(tt.shape.dim):
+            if d.HasField("dim_value") and d.dim_value > 0:
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param and d.dim_param != "?":
+                dims.append(_sanitize(d.dim_param))
+            else:
+                dims.append(f"{_sanitize(name)}_dim{axis}")
+        return tuple(dims)
+
+    def _topological(self, nodes: list[NodeView]) -> list[NodeView]:
+        """The nodes in an order where each reads only earlier results (ONNX requires it; a
+        model that breaks it is sorted), or an error naming a cycle / dangling input."""
+        produced: dict[str, int] = {}
+        for i, n in enumerate(nodes):
+            for o in n.outputs:
+                if not o:
+                    continue
+                if o in produced or o in self.ctx.env:
+                    raise FrontendError(f"{self.label}: tensor {o!r} is produced twice (by node "
+                                        f"{n.label}); output names must be unique")
+                produced[o] = i
+        available = set(self.ctx.env)
+        if all(all(not x or x in available or produced.get(x, len(nodes)) < i
+                   for x in n.inputs) for i, n in enumerate(nodes)):
+            for n in nodes:
+                self._check_inputs(n, available, produced)
+            return nodes
+        order, state = [], [0] * len(nodes)  # 0 new, 1 visiting, 2 done
+
+        def visit(i: int) -> None:
+            stack = [(i, iter(nodes[i].inputs))]
+            state[i] = 1
+            while stack:
+                j, it = stack[-1]
+                for x in it:
+                    if not x or x in available:
+                        continue
+                    k = produced.get(x)
+                    if k is None:
+                        raise FrontendError(f"{self.label}: node {nodes[j].label} reads {x!r}, "
+                                            "which no graph input, initializer or node produces")
+                    if state[k] == 1:
+                        raise FrontendError(f"{self.label}: the graph has a cycle through node "
+                                            f"{nodes[k].label} (reading {x!r})")
+                    if state[k] == 0:
+                        state[k] = 1
+                        stack.append((k, iter(nodes[k].inputs)))
+                        break
+                else:
+                    stack.pop()
+                    state[j] = 2
+                    order.append(nodes[j])
+
+        for i in range(len(nodes)):
+            if state[i] == 0:
+                visit(i)
+        return order
+
+    def _check_inputs(self, n: NodeView, available, produced) -> None:
+        for x in n.inputs:
+            if x and x not in available and x not in produced:
+                raise FrontendError(f"{self.label}: node {n.label} reads {x!r}, which no graph "
+                                    "input, initializer or node produces")
+
+    # -- one node -------------------------------------------------------------------------------
+    def _convert(self, node: NodeView) -> None:
+        ctx = self.ctx
+        prov = node.name or f"{node.op_type}:{node.outputs[0] if node.outputs else '?'}"
+        try:
+            with self.g.provenance_scope(prov):
+                outs = self._fold(node)
+                if outs is None:
+                    outs = CONVERTERS[node.op_type](ctx, node)
+        except FrontendError:
+            raise
+        except BrazeError as e:
+            raise FrontendError(f"{self.label}: node {node.label}: {e}") from e
+        except NotFoldable as e:
+            raise FrontendError(f"{self.label}: node {node.label}: {e}") from e
+        except (ValueError, TypeError, KeyError, IndexError) as e:
+            raise FrontendError(f"{self.label}: node {node.label} could not be imported "
+                                f"({type(e).__name__}: {e}); check its inputs and attributes") \
+                from e
+        outs = list(outs)
+        if len(outs) < len([o for o in node.outputs if o]):
+            raise FrontendError(f"{self.label}: node {node.label} has {len(node.outputs)} "
+                                f"outputs; braze computes only {len(outs)} (the extra outputs "
+                                "are not supported)")
+        for name, out in zip(node.outputs, outs):
+            if not name:
+                continue
+            if isinstance(out, Known):
+                ctx.env[name] = Tensor(known=out)
+            elif isinstance(out, Value):
+                ctx.env[name] = Tensor(value=out)
+            elif out is None:
+                raise FrontendError(f"{self.label}: node {node.label}: output {name!r} is not "
+                                    "supported by braze (only the main output is)")
+            else:
+                raise TypeError(f"converter for {node.op_type} returned {out!r}")
+
+    def _fold(self, node: NodeView) -> list[Known] | None:
+        """Compile-time results when every input is known (symbolic shape math, or small
+        numeric tensors evaluated with the reference interpreter); None otherwise."""
+        ins = [self.ctx.known(node, i) if self.ctx.has(node, i) else None
+               for i in range(len(node.inputs))]
+        if node.op_type in ("Shape", "Size", "ConstantOfShape", "Range"):
+            return None  # their converters decide (they read shapes, not values)
+        present = [k for i, k in enumerate(ins) if self.ctx.has(node, i)]
+        if not present or any(k is None for k in present):
+            return None
+        fold = FOLDERS.get(node.op_type)
+        if fold is not None:
+            try:
+                return fold(node.attrs, ins, self.opset)
+            except (NotFoldable, ValueError, TypeError, IndexError, AttributeError):
+                pass  # computed at run time instead
+        if any(k.symbolic for k in present):
+            return None
+        if sum(k.array.size for k in present) > FOLD_LIMIT:
+            return None
+        return self._evaluate(node, present)
+
+    def _evaluate(self, node: NodeView, present: list[Known]) -> list[Known] | None:
+        scratch = Graph("fold", record_provenance=False)
+        sctx = ImportContext(scratch, self.opset, self.label)
+        for i, x in enumerate(node.inputs):
+            if self.ctx.has(node, i):
+                sctx.env[x] = Tensor(known=self.ctx.env[x].known)
+        try:
+            outs = CONVERTERS[node.op_type](sctx, node)
+            vals = [sctx.materialize(o) if isinstance(o, Known) else o for o in outs]
+            if any(not isinstance(v, Value) for v in vals):
+                return None
+            scratch.set_outputs(vals)
+            arrays = interpret(scratch, {})
+        except (BrazeError, ValueError, TypeError, KeyError, IndexError, NotFoldable):
+            return None
+        from ...ir.dtypes import dtype_from_numpy
+
+        return [Known(a, dtype_from_numpy(a.dtype)) for a in arrays]
+
+    def _outputs(self, gp) -> None:
+        outs = []
+        seen = set()
+        for vi in gp.output:
+            if vi.name in seen:
+                raise FrontendError(f"{self.label}: graph output {vi.name!r} is listed twice")
+            seen.add(vi.name)
+            t = self.ctx.env.get(vi.name)
+            if t is None:
+                raise FrontendError(f"{self.label}: graph output {vi.name!r} is not produced by "
+                                    "any node, input or initializer")
+            if t.value is None:
+                t.value = self.ctx.materialize(t.known)
+            outs.append(t.value)
+        if not outs:
+            raise FrontendError(f"{self.label} declares no graph outputs")
+        self.g.set_outputs(outs)

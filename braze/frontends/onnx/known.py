@@ -1,0 +1,301 @@
+"""Compile-time values during ONNX import: shape computations (Shape -> Gather -> Unsqueeze ->
+Concat -> Reshape, masks of ones, position ids) fold into NumPy arrays whose integer entries may
+be symbolic dims (`SymDim`, in object arrays). Folding is an optimization with a fallback: a value
+that cannot be folded is materialized (`constant` or `sym_const`) and computed at run time.
+
+`FOLDERS` maps an ONNX op type to a function (node attrs, known inputs, opset) -> known outputs,
+or raises NotFoldable. Decisions about symbols use the "every symbol is >= 2" assumption of
+braze.ir.symbolic (a symbolic dim is never -1, 0 or 1)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...ir.dtypes import DType, bool_, f32, i64
+from ...ir.symbolic import SymDim
+
+__all__ = ["Known", "NotFoldable", "FOLDERS", "is_symbolic_array", "as_dims"]
+
+
+class NotFoldable(Exception):
+    """This node's result cannot be computed at import time (it is computed at run time)."""
+
+
+@dataclass(frozen=True)
+class Known:
+    """A compile-time tensor: `array` is numeric, or object dtype holding ints and SymDims;
+    `dtype` is the braze dtype the value has in the model."""
+
+    array: np.ndarray
+    dtype: DType
+
+    @property
+    def symbolic(self) -> bool:
+        return is_symbolic_array(self.array)
+
+    def ints(self) -> list:
+        """Entries as ints / SymDims (constant SymDims become ints)."""
+        return [_norm(v) for v in self.array.reshape(-1).tolist()]
+
+
+def is_symbolic_array(a: np.ndarray) -> bool:
+    return a.dtype == object
+
+
+def _norm(v):
+    if isinstance(v, SymDim):
+        return v.const if v.is_const else v
+    if isinstance(v, (bool, np.bool_)):
+        return bool(v)
+    if isinstance(v, (int, np.integer)):
+        return int(v)
+    return v
+
+
+def _obj(a) -> np.ndarray:
+    """An object array with SymDim entries simplified to ints where constant."""
+    a = np.asarray(a, dtype=object) if not isinstance(a, np.ndarray) else a
+    out = np.empty(a.shape, dtype=object)
+    flat = out.reshape(-1)
+    for i, v in enumerate(a.reshape(-1).tolist()):
+        flat[i] = _norm(v)
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in flat):
+        return out.astype(np.int64)
+    return out
+
+
+def as_dims(k: Known) -> tuple:
+    """The entries as dims (ints or canonical symbol strings)."""
+    return tuple(v if isinstance(v, int) else v.to_dim() for v in k.ints())
+
+
+# -- folders ------------------------------------------------------------------------------------
+Folder = Callable[[dict, list, int], list]
+FOLDERS: dict[str, Folder] = {}
+
+
+def folder(*op_types: str):
+    def deco(fn: Folder) -> Folder:
+        for t in op_types:
+            FOLDERS[t] = fn
+        return fn
+
+    return deco
+
+
+def _need_sym(ins: list) -> None:
+    if not any(k.symbolic for k in ins if k is not None):
+        raise NotFoldable("numeric: the generic folder handles it")
+
+
+@folder("Identity")
+def _identity(attrs, ins, opset):
+    return [ins[0]]
+
+
+@folder("Cast", "CastLike")
+def _cast(attrs, ins, opset):
+    from .dtypes import onnx_dtype
+
+    to = onnx_dtype(attrs["to"]) if "to" in attrs else ins[1].dtype
+    k = ins[0]
+    if not k.symbolic:
+        raise NotFoldable("numeric")
+    if not (to.is_int or to.is_float):
+        raise NotFoldable("a symbol cast to a non-number")
+    return [Known(k.array, to)]
+
+
+@folder("Gather")
+def _gather(attrs, ins, opset):
+    _need_sym(ins[:1])
+    data, idx = ins
+    if idx.symbolic:
+        raise NotFoldable("symbolic indices")
+    axis = attrs.get("axis", 0)
+    return [Known(_obj(np.take(data.array, idx.array.astype(np.int64), axis=axis)), data.dtype)]
+
+
+@folder("Unsqueeze")
+def _unsqueeze(attrs, ins, opset):
+    _need_sym(ins[:1])
+    axes = attrs["axes"] if "axes" in attrs else [int(v) for v in ins[1].ints()]
+    a = ins[0].array
+    out_rank = a.ndim + len(axes)
+    shape = list(a.shape)
+    for ax in sorted(x % out_rank for x in axes):
+        shape.insert(ax, 1)
+    return [Known(a.reshape(shape), ins[0].dtype)]
+
+
+@folder("Squeeze")
+def _squeeze(attrs, ins, opset):
+    _need_sym(ins[:1])
+    a = ins[0].array
+    if "axes" in attrs or (len(ins) > 1 and ins[1] is not None):
+        axes = attrs.get("axes") or [int(v) for v in ins[1].ints()]
+        axes = tuple(x % a.ndim for x in axes)
+    else:
+        axes = tuple(i for i, d in enumerate(a.shape) if d == 1)
+    return [Known(a.reshape([d for i, d in enumerate(a.shape) if i not in axes]), ins[0].dtype)]
+
+
+@folder("Concat")
+def _concat(attrs, ins, opset):
+    _need_sym(ins)
+    arrays = [k.array.astype(object) for k in ins]
+    return [Known(_obj(np.concatenate(arrays, axis=attrs["axis"])), ins[0].dtype)]
+
+
+@folder("Slice")
+def _slice(attrs, ins, opset):
+    _need_sym(ins[:1])
+    a = ins[0].array
+    if opset < 10:
+        starts, ends = attrs["starts"], attrs["ends"]
+        axes = attrs.get("axes", list(range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        if any(k is not None and k.symbolic for k in ins[1:]):
+            raise NotFoldable("symbolic slice bounds")
+        starts, ends = [int(v) for v in ins[1].ints()], [int(v) for v in ins[2].ints()]
+        axes = [int(v) for v in ins[3].ints()] if len(ins) > 3 and ins[3] is not None else \
+            list(range(len(starts)))
+        steps = [int(v) for v in ins[4].ints()] if len(ins) > 4 and ins[4] is not None else \
+            [1] * len(starts)
+    idx = [slice(None)] * a.ndim
+    for s, e, ax, st in zip(starts, ends, axes, steps, strict=True):
+        idx[ax % a.ndim] = slice(s, e, st)
+    return [Known(_obj(a[tuple(idx)]), ins[0].dtype)]
+
+
+@folder("Reshape")
+def _reshape(attrs, ins, opset):
+    _need_sym(ins[:1])
+    if ins[1].symbolic:
+        raise NotFoldable("symbolic target")
+    a = ins[0].array
+    shape = [int(v) for v in ins[1].ints()]
+    shape = [a.shape[i] if d == 0 and not attrs.get("allowzero", 0) else d
+             for i, d in enumerate(shape)]
+    return [Known(a.reshape(shape), ins[0].dtype)]
+
+
+@folder("Flatten")
+def _flatten(attrs, ins, opset):
+    _need_sym(ins)
+    a = ins[0].array
+    ax = attrs.get("axis", 1) % (a.ndim + 1) if a.ndim else 0
+    lead = int(np.prod(a.shape[:ax], dtype=np.int64))
+    return [Known(a.reshape(lead, -1), ins[0].dtype)]
+
+
+def _binary(fn):
+    def fold(attrs, ins, opset):
+        _need_sym(ins)
+        a, b = (k.array for k in ins)
+        return [Known(_obj(np.frompyfunc(fn, 2, 1)(a, b)), ins[0].dtype)]
+
+    return fold
+
+
+def _sym_div(x, y):
+    if isinstance(x, SymDim) or isinstance(y, SymDim):
+        try:
+            return SymDim.of(x) // SymDim.of(y)
+        except ValueError:
+            raise NotFoldable(f"{x} / {y} is not exact") from None
+    return int(x) // int(y) if (x >= 0) == (y > 0) else -(-int(x) // int(y))
+
+
+FOLDERS["Add"] = _binary(lambda x, y: SymDim.of(x) + SymDim.of(y))
+FOLDERS["Sub"] = _binary(lambda x, y: SymDim.of(x) - SymDim.of(y))
+FOLDERS["Mul"] = _binary(lambda x, y: SymDim.of(x) * SymDim.of(y))
+FOLDERS["Div"] = _binary(_sym_div)
+
+
+def _decide_eq(x, y) -> bool:
+    a, b = SymDim.of(x), SymDim.of(y)
+    if a == b:
+        return True
+    if a.known_ne(b):
+        return False
+    raise NotFoldable(f"cannot decide {a} == {b}")
+
+
+def _decide_lt(x, y) -> bool:
+    d = SymDim.of(y) - SymDim.of(x)  # x < y  <=>  y - x > 0
+    if d.is_const:
+        return d.const > 0
+    lb = d.lower_bound()
+    if lb is not None and lb > 0:
+        return True
+    ub = (-d).lower_bound()
+    if ub is not None and ub >= 0:
+        return False
+    raise NotFoldable(f"cannot decide {x} < {y}")
+
+
+def _compare(fn):
+    def fold(attrs, ins, opset):
+        _need_sym(ins)
+        a, b = (k.array for k in ins)
+        return [Known(np.frompyfunc(fn, 2, 1)(a, b).astype(bool), bool_)]
+
+    return fold
+
+
+FOLDERS["Equal"] = _compare(_decide_eq)
+FOLDERS["Less"] = _compare(_decide_lt)
+FOLDERS["Greater"] = _compare(lambda x, y: _decide_lt(y, x))
+FOLDERS["LessOrEqual"] = _compare(lambda x, y: not _decide_lt(y, x))
+FOLDERS["GreaterOrEqual"] = _compare(lambda x, y: not _decide_lt(x, y))
+
+
+def _pick(fn):
+    def choose(x, y):
+        return x if fn(x, y) else y
+
+    return choose
+
+
+FOLDERS["Max"] = _binary(_pick(lambda x, y: not _decide_lt(x, y)))
+FOLDERS["Min"] = _binary(_pick(lambda x, y: _decide_lt(x, y) or _decide_eq(x, y)))
+
+
+@folder("Neg")
+def _neg(attrs, ins, opset):
+    _need_sym(ins)
+    return [Known(_obj(np.frompyfunc(lambda x: -SymDim.of(x), 1, 1)(ins[0].array)), ins[0].dtype)]
+
+
+@folder("Where")
+def _where(attrs, ins, opset):
+    _need_sym(ins[1:])
+    cond, a, b = ins
+    if cond.symbolic:
+        raise NotFoldable("symbolic condition")
+    return [Known(_obj(np.where(cond.array.astype(bool), a.array.astype(object),
+                                b.array.astype(object))), a.dtype)]
+
+
+@folder("Expand")
+def _expand(attrs, ins, opset):
+    _need_sym(ins[:1])
+    if ins[1].symbolic:
+        raise NotFoldable("symbolic target")
+    shape = [int(v) for v in ins[1].ints()]
+    out = np.broadcast_shapes(ins[0].array.shape, tuple(shape))
+    return [Known(np.broadcast_to(ins[0].array, out).copy(), ins[0].dtype)]
+
+
+def numeric(array: np.ndarray, dtype: DType) -> Known:
+    return Known(np.asarray(array), dtype)
+
+
+def scalar_known(v, dtype: DType = i64) -> Known:
+    if isinstance(v, SymDim) and not v.is_const:
+        return Known(np.array(v, dtype=object), dtype)
+    return Known(np.asarray(_norm(v), dtype=dtype.np if dtype != f32 else np.float32), dtype)

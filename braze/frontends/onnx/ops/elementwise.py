@@ -1,0 +1,177 @@
+"""ONNX elementwise ops: arithmetic (numpy broadcasting), math and activation functions,
+comparisons and logic, Where, Cast, Clip, and activations braze writes in primitives
+(HardSigmoid, HardSwish, Elu-free set). Operands of mixed dtypes that ONNX allows (Pow's
+exponent) are cast to the base's dtype."""
+from __future__ import annotations
+
+import numpy as np
+
+from ....ir.ops.elementwise import BinaryFn, CompareFn, UnaryFn
+from ..context import ImportContext, NodeView, converter
+from ..dtypes import onnx_dtype
+
+_BINARY = {"Add": BinaryFn.ADD, "Sub": BinaryFn.SUB, "Mul": BinaryFn.MUL, "Div": BinaryFn.DIV,
+           "Pow": BinaryFn.POW, "And": BinaryFn.AND, "Or": BinaryFn.OR, "Xor": BinaryFn.XOR}
+_UNARY = {"Relu": UnaryFn.RELU, "Sigmoid": UnaryFn.SIGMOID, "Tanh": UnaryFn.TANH,
+          "Exp": UnaryFn.EXP, "Log": UnaryFn.LOG, "Sqrt": UnaryFn.SQRT, "Neg": UnaryFn.NEG,
+          "Abs": UnaryFn.ABS, "Sin": UnaryFn.SIN, "Cos": UnaryFn.COS, "Erf": UnaryFn.ERF,
+          "Reciprocal": UnaryFn.RECIPROCAL, "Floor": UnaryFn.FLOOR, "Ceil": UnaryFn.CEIL,
+          "Sign": UnaryFn.SIGN, "Not": UnaryFn.NOT, "Round": UnaryFn.ROUND}
+_COMPARE = {"Equal": CompareFn.EQ, "Less": CompareFn.LT, "Greater": CompareFn.GT,
+            "LessOrEqual": CompareFn.LE, "GreaterOrEqual": CompareFn.GE}
+
+
+@converter(*_BINARY)
+def binary(ctx: ImportContext, node: NodeView):
+    a, b = ctx.value(node, 0), ctx.value(node, 1)
+    if ctx.dtype(b) != ctx.dtype(a):
+        if node.op_type != "Pow":
+            raise ctx.fail(node, f"operands have different dtypes ({ctx.dtype(a)}, "
+                                 f"{ctx.dtype(b)})")
+        b = ctx.g.cast(b, ctx.dtype(a))
+    fn = _BINARY[node.op_type]
+    if fn is BinaryFn.DIV and ctx.dtype(a).is_int:
+        return [_int_div_truncating(ctx, a, b)]
+    return [ctx.g.binary(a, b, fn)]
+
+
+def _int_div_truncating(ctx, a, b):
+    """ONNX integer Div truncates toward zero; braze's integer div floors: fix the sign case."""
+    g = ctx.g
+    q = g.div(a, b)
+    zero = ctx.const_like(0, a)
+    inexact = g.ne(g.mul(q, b), a)
+    neg = g.logical_xor(g.lt(a, zero), g.lt(b, zero))
+    return g.where(g.logical_and(inexact, neg), g.add(q, ctx.const_like(1, a)), q)
+
+
+@converter("Mod")
+def mod(ctx, node):
+    a, b = ctx.value(node, 0), ctx.value(node, 1)
+    fmod = node.attr("fmod", 0)
+    return [ctx.g.fmod(a, b) if fmod else ctx.g.mod(a, b)]
+
+
+@converter(*_UNARY)
+def unary(ctx, node):
+    return [ctx.g.activation(ctx.value(node, 0), _UNARY[node.op_type])]
+
+
+@converter("Gelu")
+def gelu(ctx, node):
+    approx = node.attr("approximate", "none")
+    fn = {"none": UnaryFn.GELU, "tanh": UnaryFn.GELU_APPROX}.get(approx)
+    if fn is None:
+        raise ctx.fail(node, f"unknown Gelu approximate={approx!r} (none or tanh)")
+    return [ctx.g.activation(ctx.value(node, 0), fn)]
+
+
+@converter("LeakyRelu")
+def leaky_relu(ctx, node):
+    return [ctx.g.leaky_relu(ctx.value(node, 0), node.attr("alpha", 0.01))]
+
+
+@converter("HardSigmoid")
+def hard_sigmoid(ctx, node):
+    x = ctx.value(node, 0)
+    return [_hard_sigmoid(ctx, x, node.attr("alpha", 0.2), node.attr("beta", 0.5))]
+
+
+def _hard_sigmoid(ctx, x, alpha: float, beta: float):
+    g = ctx.g
+    return g.clamp(g.add(g.mul(x, ctx.const_like(alpha, x)), ctx.const_like(beta, x)), 0.0, 1.0)
+
+
+@converter("HardSwish")
+def hard_swish(ctx, node):
+    x = ctx.value(node, 0)
+    return [ctx.g.mul(x, _hard_sigmoid(ctx, x, 1.0 / 6.0, 0.5))]
+
+
+@converter("Softplus")
+def softplus(ctx, node):
+    g, x = ctx.g, ctx.value(node, 0)
+    return [g.log(g.add(g.exp(x), ctx.const_like(1.0, x)))]
+
+
+@converter("Clip")
+def clip(ctx, node):
+    x = ctx.value(node, 0)
+    if ctx.opset < 11:
+        lo, hi = node.attr("min", None), node.attr("max", None)
+    else:
+        lo = ctx.scalar(node, 1, "Clip min", default=np.nan) if ctx.has(node, 1) else None
+        hi = ctx.scalar(node, 2, "Clip max", default=np.nan) if ctx.has(node, 2) else None
+    if lo is not None and hi is not None and ctx.dtype(x).is_float:
+        return [ctx.g.clamp(x, float(lo), float(hi))]
+    y = x
+    if lo is not None:
+        y = ctx.g.maximum(y, ctx.const_like(lo, x))
+    if hi is not None:
+        y = ctx.g.minimum(y, ctx.const_like(hi, x))
+    return [y]
+
+
+@converter("Max", "Min", "Sum", "Mean")
+def variadic(ctx, node):
+    fn = {"Max": BinaryFn.MAX, "Min": BinaryFn.MIN, "Sum": BinaryFn.ADD,
+          "Mean": BinaryFn.ADD}[node.op_type]
+    vals = [ctx.value(node, i) for i in range(len(node.inputs)) if ctx.has(node, i)]
+    y = vals[0]
+    for v in vals[1:]:
+        y = ctx.g.binary(y, v, fn)
+    if node.op_type == "Mean" and len(vals) > 1:
+        y = ctx.g.div(y, ctx.const_like(len(vals), y))
+    return [y]
+
+
+@converter(*_COMPARE)
+def compare(ctx, node):
+    a, b = ctx.value(node, 0), ctx.value(node, 1)
+    return [ctx.g.compare(a, b, _COMPARE[node.op_type])]
+
+
+@converter("IsNaN")
+def isnan(ctx, node):
+    return [ctx.g.isnan(ctx.value(node, 0))]
+
+
+@converter("IsInf")
+def isinf(ctx, node):
+    return [ctx.g.isinf(ctx.value(node, 0), bool(node.attr("detect_positive", 1)),
+                        bool(node.attr("detect_negative", 1)))]
+
+
+@converter("Where")
+def where(ctx, node):
+    return [ctx.g.where(ctx.value(node, 0), ctx.value(node, 1), ctx.value(node, 2))]
+
+
+@converter("Cast")
+def cast(ctx, node):
+    x = ctx.value(node, 0)
+    to = onnx_dtype(node.attr("to"), f"{ctx.source}: node {node.label} target type")
+    return [x if ctx.dtype(x) == to else ctx.g.cast(x, to)]
+
+
+@converter("CastLike")
+def cast_like(ctx, node):
+    x, to = ctx.value(node, 0), ctx.dtype(ctx.value(node, 1))
+    return [x if ctx.dtype(x) == to else ctx.g.cast(x, to)]
+
+
+@converter("Identity")
+def identity(ctx, node):
+    t = ctx.tensor(node, 0)
+    return [t.known if t.value is None and t.known is not None else ctx.value(node, 0)]
+
+
+@converter("Dropout")
+def dropout(ctx, node):
+    if ctx.has(node, 2) and ctx.known(node, 2) is not None and bool(ctx.scalar(node, 2, "mode")):
+        raise ctx.fail(node, "Dropout in training mode is not supported; export the model in "
+                             "eval mode")
+    if ctx.has(node, 2) and ctx.known(node, 2) is None:
+        raise ctx.fail(node, "Dropout's training_mode is computed at run time; export in eval "
+                             "mode")
+    return [ctx.value(node, 0)] + ([None] if len(node.outputs) > 1 and node.outputs[1] else [])

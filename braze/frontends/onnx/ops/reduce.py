@@ -1,0 +1,89 @@
+"""ONNX reductions and normalizations: ReduceMean/Sum/Max/Min/Prod (axes as attribute or, in
+newer opsets, as input), Softmax / LogSoftmax (opset < 13 flatten at `axis`), LayerNormalization,
+CumSum, ArgMax, TopK (static k)."""
+from __future__ import annotations
+
+from ....ir.ops.reduce import ReduceFn
+from ....ir.symbolic import SymDim
+from ..context import ImportContext, NodeView, converter
+
+_REDUCE = {"ReduceMean": ReduceFn.MEAN, "ReduceSum": ReduceFn.SUM, "ReduceMax": ReduceFn.MAX,
+           "ReduceMin": ReduceFn.MIN, "ReduceProd": ReduceFn.PROD}
+
+
+def _axes_input_opset(op_type: str) -> int:
+    return 13 if op_type == "ReduceSum" else 18
+
+
+@converter(*_REDUCE)
+def reduce(ctx: ImportContext, node: NodeView):
+    x = ctx.value(node, 0)
+    rank = len(ctx.dims(x))
+    if ctx.opset >= _axes_input_opset(node.op_type) and "axes" not in node.attrs:
+        axes = ctx.static_ints(node, 1, "reduction axes") if ctx.has(node, 1) else None
+    else:
+        axes = node.attr("axes", None)
+    keep = bool(node.attr("keepdims", 1))
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return [x]
+        axes = list(range(rank))
+    return [ctx.g.reduce(x, _REDUCE[node.op_type], [a % rank for a in axes], keep)]
+
+
+def _flattened(ctx, node, x, build):
+    """Opset < 13 Softmax semantics: normalize over all dims from `axis` (flattened)."""
+    dims = ctx.dims(x)
+    rank = len(dims)
+    ax = node.attr("axis", 1 if ctx.opset < 13 else -1)
+    ax = ax % rank if rank else 0
+    if ctx.opset >= 13 or ax == rank - 1:
+        return build(x, ax)
+    tail = SymDim.of(1)
+    for d in dims[ax:]:
+        tail = tail * SymDim.of(d)
+    flat = ctx.g.reshape(x, tuple(dims[:ax]) + (tail.to_dim(),))
+    return ctx.g.reshape(build(flat, -1), dims)
+
+
+@converter("Softmax")
+def softmax(ctx, node):
+    return [_flattened(ctx, node, ctx.value(node, 0), ctx.g.softmax)]
+
+
+@converter("LogSoftmax")
+def log_softmax(ctx, node):
+    return [_flattened(ctx, node, ctx.value(node, 0), ctx.g.log_softmax)]
+
+
+@converter("LayerNormalization")
+def layer_norm(ctx, node):
+    if any(o for o in node.outputs[1:]):
+        raise ctx.fail(node, "LayerNormalization's mean / inv_std_dev outputs are not supported "
+                             "(inference graphs do not use them)")
+    x = ctx.value(node, 0)
+    return [ctx.g.layer_norm(x, ctx.opt_value(node, 1), ctx.opt_value(node, 2),
+                             eps=node.attr("epsilon", 1e-5), axis=node.attr("axis", -1))]
+
+
+@converter("CumSum")
+def cumsum(ctx, node):
+    axis = int(ctx.scalar(node, 1, "CumSum axis"))
+    return [ctx.g.cumsum(ctx.value(node, 0), axis, bool(node.attr("exclusive", 0)),
+                         bool(node.attr("reverse", 0)))]
+
+
+@converter("ArgMax")
+def argmax(ctx, node):
+    if node.attr("select_last_index", 0):
+        raise ctx.fail(node, "ArgMax with select_last_index=1 is not supported")
+    return [ctx.g.argmax(ctx.value(node, 0), node.attr("axis", 0),
+                         bool(node.attr("keepdims", 1)))]
+
+
+@converter("TopK")
+def top_k(ctx, node):
+    x = ctx.value(node, 0)
+    k = node.attr("k") if ctx.opset < 10 else ctx.static_ints(node, 1, "TopK k")[0]
+    return list(ctx.g.top_k(x, int(k), node.attr("axis", -1), bool(node.attr("largest", 1)),
+                            bool(node.attr("sorted", 1))))

@@ -1,0 +1,349 @@
+"""ONNX data-movement and shape ops: Constant, Shape, Size, Reshape, Flatten, Transpose,
+Squeeze, Unsqueeze, Concat, Split (into narrows), Slice (narrows, or strided slices), Gather,
+GatherElements, Expand (ONNX's two-way broadcast), Tile, ConstantOfShape, Range, Trilu.
+
+Shape-valued inputs (Reshape targets, Slice bounds, ...) must be known at import time; they
+may hold symbolic dims (`SymDim`)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ....ir.dtypes import i64
+from ....ir.symbolic import SymDim
+from ..context import ImportContext, NodeView, converter
+from ..dtypes import onnx_dtype
+from ..known import Known, scalar_known
+
+_BIG = 1 << 40  # Slice ends at or beyond this mean "to the end"
+CONST_FOLD_ELEMENTS = 1 << 16
+
+
+def _dim(d):
+    """A braze dim from an int / SymDim."""
+    return d.to_dim() if isinstance(d, SymDim) else int(d)
+
+
+def _axis(ctx, node, axis: int, rank: int) -> int:
+    if not -rank <= axis < max(rank, 1):
+        raise ctx.fail(node, f"axis {axis} is out of range for rank {rank}")
+    return axis % rank if rank else 0
+
+
+@converter("Constant")
+def constant(ctx: ImportContext, node: NodeView):
+    from onnx import numpy_helper
+
+    a = node.attrs
+    if "value" in a:
+        arr = numpy_helper.to_array(a["value"])
+        dt = onnx_dtype(a["value"].data_type, f"{ctx.source}: node {node.label}")
+        arr = np.asarray(arr).astype(dt.np, copy=False)
+    elif "value_float" in a:
+        arr = np.asarray(a["value_float"], np.float32)
+    elif "value_floats" in a:
+        arr = np.asarray(a["value_floats"], np.float32)
+    elif "value_int" in a:
+        arr = np.asarray(a["value_int"], np.int64)
+    elif "value_ints" in a:
+        arr = np.asarray(a["value_ints"], np.int64)
+    else:
+        raise ctx.fail(node, f"Constant with {sorted(a)} is not supported (tensor, float(s) and "
+                             "int(s) values are)")
+    from ....ir.dtypes import dtype_from_numpy
+
+    dt = dtype_from_numpy(arr.dtype)
+    if arr.size == 1 or not dt.is_float:
+        return [Known(arr, dt)]
+    return [ctx.g.constant(arr, dt)]
+
+
+@converter("Shape")
+def shape(ctx, node):
+    t = ctx.tensor(node, 0)
+    dims = ctx.dims(t.value) if t.value is not None else t.known.array.shape
+    start, end = node.attr("start", 0), node.attr("end", None)
+    dims = list(dims)[slice(start, end)]
+    if all(isinstance(d, int) for d in dims):
+        return [Known(np.asarray(dims, np.int64).reshape(len(dims)), i64)]
+    arr = np.empty(len(dims), dtype=object)
+    for i, d in enumerate(dims):
+        arr[i] = d if isinstance(d, int) else SymDim.of(d)
+    return [Known(arr, i64)]
+
+
+@converter("Size")
+def size(ctx, node):
+    n = SymDim.of(1)
+    for d in ctx.dims(ctx.value(node, 0)):
+        n = n * SymDim.of(d)
+    return [scalar_known(n, i64)]
+
+
+@converter("Reshape")
+def reshape(ctx, node):
+    x = ctx.value(node, 0)
+    target = ctx.ints(node, 1, "Reshape's target shape")
+    src = ctx.dims(x)
+    dims = []
+    for i, d in enumerate(target):
+        if isinstance(d, int) and d == 0 and not node.attr("allowzero", 0):
+            if i >= len(src):
+                raise ctx.fail(node, f"target {target} copies dim {i} (0) beyond input rank")
+            dims.append(src[i])
+        else:
+            dims.append(_dim(d))
+    return [ctx.g.reshape(x, dims)]
+
+
+@converter("Flatten")
+def flatten(ctx, node):
+    x = ctx.value(node, 0)
+    dims = ctx.dims(x)
+    ax = node.attr("axis", 1)
+    ax = ax + len(dims) if ax < 0 else ax
+    lead, tail = SymDim.of(1), SymDim.of(1)
+    for d in dims[:ax]:
+        lead = lead * SymDim.of(d)
+    for d in dims[ax:]:
+        tail = tail * SymDim.of(d)
+    return [ctx.g.reshape(x, (lead.to_dim(), tail.to_dim()))]
+
+
+@converter("Transpose")
+def transpose(ctx, node):
+    x = ctx.value(node, 0)
+    perm = node.attr("perm", None)
+    return [ctx.g.transpose(x, None if perm is None else tuple(perm))]
+
+
+def _axes(ctx, node, pos: int, what: str) -> list[int] | None:
+    if "axes" in node.attrs:
+        return list(node.attrs["axes"])
+    if ctx.has(node, pos):
+        return ctx.static_ints(node, pos, what)
+    return None
+
+
+@converter("Squeeze")
+def squeeze(ctx, node):
+    x = ctx.value(node, 0)
+    axes = _axes(ctx, node, 1, "Squeeze axes")
+    return [ctx.g.squeeze(x, axes)]
+
+
+@converter("Unsqueeze")
+def unsqueeze(ctx, node):
+    x = ctx.value(node, 0)
+    axes = _axes(ctx, node, 1, "Unsqueeze axes")
+    if axes is None:
+        raise ctx.fail(node, "Unsqueeze needs axes")
+    return [ctx.g.unsqueeze(x, axes)]
+
+
+@converter("Concat")
+def concat(ctx, node):
+    vals = [ctx.value(node, i) for i in range(len(node.inputs)) if ctx.has(node, i)]
+    vals = [v for v in vals if ctx.g.shape_of(v).numel() != 0] or vals[:1]  # ONNX allows empties
+    return [ctx.g.concat(vals, node.attr("axis"))]
+
+
+@converter("Split")
+def split(ctx, node):
+    x = ctx.value(node, 0)
+    dims = ctx.dims(x)
+    ax = _axis(ctx, node, node.attr("axis", 0), len(dims))
+    n_out = len(node.outputs)
+    if "split" in node.attrs:
+        sizes = list(node.attrs["split"])
+    elif ctx.has(node, 1):
+        sizes = ctx.static_ints(node, 1, "Split sizes")
+    else:
+        total = dims[ax]
+        parts = node.attr("num_outputs", n_out)
+        if not isinstance(total, int):
+            raise ctx.fail(node, f"Split of symbolic axis {ax} ({total}) into equal parts "
+                                 "needs the sizes")
+        chunk = -(-total // parts)
+        sizes = [min(chunk, total - i * chunk) for i in range(parts)]
+    if len(sizes) != n_out:
+        raise ctx.fail(node, f"Split into {len(sizes)} pieces but {n_out} outputs")
+    outs, start = [], 0
+    for s in sizes:
+        outs.append(ctx.g.narrow(x, ax, start, s))
+        start += s
+    return outs
+
+
+@converter("Slice")
+def slice_(ctx, node):
+    x = ctx.value(node, 0)
+    if ctx.opset < 10:
+        starts, ends = list(node.attr("starts")), list(node.attr("ends"))
+        axes = list(node.attr("axes", range(len(starts))))
+        steps = [1] * len(starts)
+    else:
+        starts = ctx.ints(node, 1, "Slice starts")
+        ends = ctx.ints(node, 2, "Slice ends")
+        axes = ctx.static_ints(node, 3, "Slice axes") if ctx.has(node, 3) else \
+            list(range(len(starts)))
+        steps = ctx.static_ints(node, 4, "Slice steps") if ctx.has(node, 4) else \
+            [1] * len(starts)
+    for s, e, a, st in zip(starts, ends, axes, steps, strict=True):
+        x = _slice_axis(ctx, node, x, _axis(ctx, node, a, len(ctx.dims(x))), s, e, st)
+    return [x]
+
+
+def _slice_axis(ctx, node, x, ax: int, start, end, step: int):
+    d = ctx.dims(x)[ax]
+    if step == 0:
+        raise ctx.fail(node, "Slice step must not be 0")
+    if isinstance(d, int) and isinstance(start, int) and isinstance(end, int):
+        if step == 1:
+            lo, hi, _ = slice(start, end, 1).indices(d)
+            if lo == 0 and hi == d:
+                return x
+            return ctx.g.narrow(x, ax, lo, max(hi - lo, 0))
+        return ctx.g.slice(x, ax, start, max(min(end, _BIG), -_BIG), step)
+    if step != 1:
+        raise ctx.fail(node, f"a strided Slice of symbolic axis {ax} ({d}) is not supported")
+    dim = SymDim.of(d)
+    lo = SymDim.of(start)
+    if lo.is_const and lo.const < 0:
+        lo = dim + lo.const
+    if isinstance(end, int) and end >= _BIG:
+        hi = dim
+    else:
+        hi = SymDim.of(end)
+        if hi.is_const and hi.const < 0:
+            hi = dim + hi.const
+    if not lo.is_const:
+        raise ctx.fail(node, f"Slice start {lo} on axis {ax} depends on a symbolic dim; braze "
+                             "slices from static starts (pass input_shapes= to fix the dims)")
+    length = hi - lo
+    if length == dim and lo.const == 0:
+        return x
+    return ctx.g.narrow(x, ax, lo.const, length.to_dim())
+
+
+@converter("Gather")
+def gather(ctx, node):
+    x = ctx.value(node, 0)
+    idx = ctx.value(node, 1)
+    return [ctx.g.gather(x, idx, node.attr("axis", 0))]
+
+
+@converter("GatherElements")
+def gather_elements(ctx, node):
+    return [ctx.g.gather_elements(ctx.value(node, 0), ctx.value(node, 1), node.attr("axis", 0))]
+
+
+@converter("Expand")
+def expand(ctx, node):
+    x = ctx.value(node, 0)
+    target = [_dim(d) for d in ctx.ints(node, 1, "Expand's target shape")]
+    src = list(ctx.dims(x))
+    rank = max(len(src), len(target))
+    src = [1] * (rank - len(src)) + src
+    target = [1] * (rank - len(target)) + target
+    out = []
+    for i, (s, t) in enumerate(zip(src, target)):
+        if t == 1 or s == t:
+            out.append(s)
+        elif s == 1:
+            out.append(t)
+        else:
+            raise ctx.fail(node, f"cannot expand dim {i} of {tuple(ctx.dims(x))} to {t}")
+    if tuple(out) == tuple(ctx.dims(x)):
+        return [x]
+    if rank > len(ctx.dims(x)):
+        x = ctx.g.reshape(x, src)
+    return [ctx.g.expand(x, out)]
+
+
+@converter("Tile")
+def tile(ctx, node):
+    x = ctx.value(node, 0)
+    reps = ctx.static_ints(node, 1, "Tile repeats")
+    dims = ctx.dims(x)
+    if len(reps) != len(dims):
+        raise ctx.fail(node, f"Tile repeats {reps} do not match rank {len(dims)}")
+    if all(r == 1 for r in reps):
+        return [x]
+    inter = [v for d in dims for v in (1, d)]
+    wide = [v for r, d in zip(reps, dims) for v in (r, d)]
+    out = [(SymDim.of(d) * r).to_dim() for r, d in zip(reps, dims)]
+    return [ctx.g.reshape(ctx.g.expand(ctx.g.reshape(x, inter), wide), out)]
+
+
+@converter("ConstantOfShape")
+def constant_of_shape(ctx, node):
+    from onnx import numpy_helper
+
+    dims = ctx.ints(node, 0, "ConstantOfShape's shape")
+    val = node.attr("value", None)
+    arr = np.zeros(1, np.float32) if val is None else numpy_helper.to_array(val).reshape(-1)
+    dt = onnx_dtype(val.data_type) if val is not None else None
+    from ....ir.dtypes import dtype_from_numpy, f32
+
+    dt = dt or f32
+    arr = arr.astype(dt.np)
+    if all(isinstance(d, int) for d in dims):
+        n = int(np.prod(dims, dtype=np.int64))
+        if n <= CONST_FOLD_ELEMENTS:
+            return [Known(np.full(dims, arr[0], dtype=arr.dtype), dtype_from_numpy(arr.dtype))]
+    scalar = ctx.g.constant(arr.reshape(()), dt)
+    return [ctx.g.expand(scalar, [_dim(d) for d in dims])]
+
+
+@converter("Range")
+def range_(ctx, node):
+    start = ctx.scalar(node, 0, "Range start")
+    limit = ctx.scalar(node, 1, "Range limit")
+    delta = ctx.scalar(node, 2, "Range delta")
+    k = ctx.known(node, 0) or ctx.known(node, 1)
+    dt = k.dtype if k is not None else i64
+    if not any(isinstance(v, SymDim) for v in (start, limit, delta)):
+        n = max(int(np.ceil((limit - start) / delta)), 0)
+        if n <= CONST_FOLD_ELEMENTS:
+            return [Known((start + np.arange(n, dtype=np.float64) * delta).astype(dt.np), dt)]
+        return [ctx.g.arange(n, start, delta, dt)]
+    if isinstance(start, SymDim) or isinstance(delta, SymDim) or delta not in (1, -1):
+        raise ctx.fail(node, f"Range({start}, {limit}, {delta}) with symbolic bounds needs a "
+                             "static start and a step of 1 or -1")
+    length = (SymDim.of(limit) - start) * delta
+    return [ctx.g.arange(length.to_dim(), start, delta, dt)]
+
+
+@converter("Trilu")
+def trilu(ctx, node):
+    k = int(ctx.scalar(node, 1, "Trilu k", default=0)) if ctx.has(node, 1) else 0
+    return [ctx.g.trilu(ctx.value(node, 0), bool(node.attr("upper", 1)), k)]
+
+
+@converter("GatherND")
+def gather_nd(ctx, node):
+    """Index tuples in the last axis of `indices` pick slices of `data`: written as one flat
+    gather over the leading dims (linear index = sum of index * stride; strides may be
+    symbolic)."""
+    if node.attr("batch_dims", 0):
+        raise ctx.fail(node, "GatherND with batch_dims > 0 is not supported")
+    g = ctx.g
+    data, idx = ctx.value(node, 0), ctx.value(node, 1)
+    dims, idims = ctx.dims(data), ctx.dims(idx)
+    k = idims[-1]
+    if not isinstance(k, int) or not 1 <= k <= len(dims):
+        raise ctx.fail(node, f"GatherND index tuples of length {k} do not fit data rank "
+                             f"{len(dims)}")
+    lead = idims[:-1]
+    linear = None
+    stride = SymDim.of(1)
+    for i in reversed(range(k)):
+        part = g.reshape(g.narrow(idx, -1, i, 1), lead)
+        size = g.sym_const((_dim(SymDim.of(dims[i])),), (), ctx.dtype(idx))
+        part = g.where(g.lt(part, ctx.const_like(0, part)), g.add(part, size), part)
+        if stride != 1:
+            part = g.mul(part, g.sym_const((stride.to_dim(),), (), ctx.dtype(idx)))
+        linear = part if linear is None else g.add(linear, part)
+        stride = stride * SymDim.of(dims[i])
+    flat = g.reshape(data, (stride.to_dim(),) + tuple(dims[k:]))
+    return [g.gather(flat, linear, 0)]
