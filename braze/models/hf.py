@@ -1,0 +1,212 @@
+"""Hugging Face transformer models built from their config classes with random weights (nothing
+is downloaded), and their ONNX exports in the variants users produce: the TorchScript exporter
+with sdpa attention ("sdpa") or eager attention ("eager"), and the dynamo exporter ("dynamo").
+Tests and benchmarks use these to check braze against real exports. Needs torch and
+transformers (the `torch` extra).
+
+    m = hf_module("llama")                        # eval-mode torch module: (ids, mask) -> hidden
+    export_onnx_variant(m, "llama.onnx", "dynamo")
+    feeds = hf_inputs(batch=2, seq=8, vocab=m.vocab_size)
+
+Norm weights and biases, and every zero-initialized bias, are perturbed away from 1 / 0, so a
+dropped gamma, beta or bias cannot go unnoticed in a numeric check."""
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["HF_FAMILIES", "HFFamily", "hf_module", "hf_inputs", "export_onnx_variant",
+           "EXPORT_VARIANTS"]
+
+EXPORT_VARIANTS = ("sdpa", "eager", "dynamo")
+VOCAB = 128
+
+
+@dataclass(frozen=True)
+class HFFamily:
+    """One architecture: its model class, a config builder for a size, the number of layers of
+    that config, and how its layers are built (what fusion must find per layer)."""
+
+    name: str
+    model_class: str
+    config: Callable[[str], object]
+    layers: Callable[[str], int]
+    causal: bool
+    gated_mlp: bool = False
+
+
+def _tiny_or_base(tiny: dict, base: dict):
+    def build(size: str) -> dict:
+        if size == "tiny":
+            return dict(tiny)
+        if size == "base":
+            return dict(base)
+        raise ValueError(f"unknown model size {size!r} (tiny or base)")
+
+    return build
+
+
+def _config(cls_name: str, tiny: dict, base: dict | None = None):
+    sizes = _tiny_or_base(tiny, base or tiny)
+
+    def make(size: str):
+        import transformers
+
+        return getattr(transformers, cls_name)(**sizes(size))
+
+    return make
+
+
+def _layers(key: str, tiny: dict, base: dict | None = None):
+    return lambda size: (tiny if size == "tiny" else (base or tiny))[key]
+
+
+_BERT_T = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+               vocab_size=VOCAB, max_position_embeddings=64)
+_BERT_B = dict(vocab_size=30522)
+_GPT2_T = dict(n_embd=64, n_layer=2, n_head=4, vocab_size=VOCAB, n_positions=64,
+               bos_token_id=0, eos_token_id=0)
+_GPT2_B = dict(n_layer=12, bos_token_id=0, eos_token_id=0)
+_LLAMA_T = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=64)
+_LLAMA_B = dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                num_key_value_heads=4, intermediate_size=2048, vocab_size=32000,
+                max_position_embeddings=512)
+_GEMMA_T = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=1,
+                head_dim=16, intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=64,
+                hidden_activation="gelu_pytorch_tanh")
+_NEOX_T = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+               vocab_size=VOCAB, max_position_embeddings=64, rotary_pct=0.25,
+               use_parallel_residual=True)
+_PHI_T = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+              vocab_size=VOCAB, max_position_embeddings=64, partial_rotary_factor=0.5)
+_QWEN2_T = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=64)
+
+HF_FAMILIES: dict[str, HFFamily] = {
+    "bert": HFFamily("bert", "BertModel", _config("BertConfig", _BERT_T, _BERT_B),
+                     _layers("num_hidden_layers", _BERT_T, {"num_hidden_layers": 12}), False),
+    "gpt2": HFFamily("gpt2", "GPT2Model", _config("GPT2Config", _GPT2_T, _GPT2_B),
+                     _layers("n_layer", _GPT2_T, _GPT2_B), True),
+    "llama": HFFamily("llama", "LlamaModel", _config("LlamaConfig", _LLAMA_T, _LLAMA_B),
+                      _layers("num_hidden_layers", _LLAMA_T, _LLAMA_B), True, gated_mlp=True),
+    "gemma": HFFamily("gemma", "GemmaModel", _config("GemmaConfig", _GEMMA_T),
+                      _layers("num_hidden_layers", _GEMMA_T), True, gated_mlp=True),
+    "gpt_neox": HFFamily("gpt_neox", "GPTNeoXModel", _config("GPTNeoXConfig", _NEOX_T),
+                         _layers("num_hidden_layers", _NEOX_T), True),
+    "phi": HFFamily("phi", "PhiModel", _config("PhiConfig", _PHI_T),
+                    _layers("num_hidden_layers", _PHI_T), True),
+    "qwen2": HFFamily("qwen2", "Qwen2Model", _config("Qwen2Config", _QWEN2_T),
+                      _layers("num_hidden_layers", _QWEN2_T), True, gated_mlp=True),
+}
+
+
+def hf_module(family: str, *, size: str = "tiny", attn: str = "sdpa", seed: int = 0):
+    """An eval-mode torch module `(input_ids, attention_mask) -> last_hidden_state` of
+    `family` with random, perturbed weights (deterministic for a seed)."""
+    import torch
+    import transformers
+
+    fam = _family(family)
+    torch.manual_seed(seed)
+    cfg = fam.config(size)
+    cfg._attn_implementation = attn
+    model = getattr(transformers, fam.model_class)(cfg).eval()
+    _perturb(model, seed)
+    wrapped = _LastHidden(model, fam.model_class != "BertModel").eval()
+    wrapped.vocab_size = cfg.vocab_size
+    wrapped.num_layers = fam.layers(size)
+    return wrapped
+
+
+def _family(name: str) -> HFFamily:
+    try:
+        return HF_FAMILIES[name]
+    except KeyError:
+        raise ValueError(f"unknown model family {name!r}; known: {', '.join(HF_FAMILIES)}") \
+            from None
+
+
+def _perturb(model, seed: int) -> None:
+    """Move every 1-D parameter (norm weights off 1, biases off 0) by N(0, 0.1) noise."""
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                noise = torch.randn(p.shape, generator=gen) * 0.1
+                p.add_(noise.to(p.dtype))
+
+
+def _last_hidden_class():
+    import torch
+
+    class LastHidden(torch.nn.Module):
+        """(input_ids, attention_mask) -> last_hidden_state, without a KV cache."""
+
+        def __init__(self, model, no_cache: bool):
+            super().__init__()
+            self.model = model
+            self.no_cache = no_cache
+
+        def forward(self, input_ids, attention_mask):
+            kw = {"use_cache": False} if self.no_cache else {}
+            return self.model(input_ids=input_ids, attention_mask=attention_mask,
+                              **kw).last_hidden_state
+
+    return LastHidden
+
+
+def _LastHidden(model, no_cache):  # noqa: N802 - a class made on first use (torch is optional)
+    return _last_hidden_class()(model, no_cache)
+
+
+def hf_inputs(batch: int = 2, seq: int = 8, *, vocab: int = VOCAB, seed: int = 0,
+              padding: str = "right") -> dict[str, np.ndarray]:
+    """input_ids and an attention_mask whose second sequence is padded by two positions
+    (`padding="right"` or "left"; "none" for all ones)."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(0, vocab, (batch, seq)).astype(np.int64)
+    mask = np.ones((batch, seq), np.int64)
+    if padding != "none" and batch > 1 and seq > 2:
+        if padding == "right":
+            mask[1, seq - 2:] = 0
+        elif padding == "left":
+            mask[1, :2] = 0
+        else:
+            raise ValueError(f"padding must be right, left or none, got {padding!r}")
+    return {"input_ids": ids, "attention_mask": mask}
+
+
+def export_onnx_variant(module, path: str | os.PathLike, variant: str, *, opset: int = 17
+                        ) -> str:
+    """Export `module` (from hf_module) to `path` as `variant`: "sdpa"/"eager" (TorchScript
+    exporter; the module's attention implementation decides which) or "dynamo" (the dynamo
+    exporter at its default opset). Batch and sequence are dynamic ("batch", "seq")."""
+    import warnings
+
+    import torch
+
+    feeds = hf_inputs(2, 8, vocab=module.vocab_size)
+    args = tuple(torch.from_numpy(feeds[k]) for k in ("input_ids", "attention_mask"))
+    names = ["input_ids", "attention_mask"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if variant in ("sdpa", "eager"):
+            axes = {n: {0: "batch", 1: "seq"} for n in names}
+            torch.onnx.export(module, args, str(path), input_names=names,
+                              output_names=["last_hidden_state"], dynamic_axes=axes,
+                              opset_version=opset, dynamo=False)
+        elif variant == "dynamo":
+            b, s = torch.export.Dim("batch"), torch.export.Dim("seq")
+            shapes = {"input_ids": {0: b, 1: s}, "attention_mask": {0: b, 1: s}}
+            torch.onnx.export(module, args, str(path), input_names=names,
+                              output_names=["last_hidden_state"], dynamic_shapes=shapes,
+                              dynamo=True, external_data=False, verbose=False)
+        else:
+            raise ValueError(f"unknown export variant {variant!r}; known: {EXPORT_VARIANTS}")
+    return str(path)
