@@ -32,6 +32,27 @@ def call_site() -> str | None:
     return None
 
 
+_INFER_CACHE: dict = {}
+_INFER_CACHE_LIMIT = 1 << 16
+
+
+def infer_cached(op: Op, in_shapes: tuple[Shape, ...]):
+    """`op.infer(in_shapes)`, memoized: inference is a pure function of the op's attributes
+    and the input types, and passes rebuild graphs node by node, re-inferring the same
+    (op, shapes) pairs many times. Errors are not cached."""
+    try:
+        key = (op, in_shapes)
+        hit = _INFER_CACHE.get(key)
+    except TypeError:  # an op with an unhashable attribute
+        return op.infer(in_shapes)
+    if hit is None:
+        hit = op.infer(in_shapes)
+        if len(_INFER_CACHE) >= _INFER_CACHE_LIMIT:
+            _INFER_CACHE.clear()
+        _INFER_CACHE[key] = hit
+    return hit
+
+
 class GraphCore:
     """Nodes, inputs, params, weights, outputs and the users index. See `Graph`."""
 
@@ -92,7 +113,7 @@ class GraphCore:
         in_shapes = tuple(self.nodes[v.node].outputs[v.index] for v in inputs)
         try:
             op.check_arity(len(inputs))
-            out = op.infer(in_shapes)
+            out = infer_cached(op, in_shapes)
         except ShapeError as e:
             who = name or f"%{nid}"
             where = f" at {provenance}" if provenance else ""
@@ -113,18 +134,53 @@ class GraphCore:
                 self._users[v.node].append((nid, v.index))
         return node.values
 
-    def clone_node(self, node: Node, inputs: Sequence[Value]) -> tuple[Value, ...]:
-        """Append a copy of `node` (from another graph) reading `inputs`: same op, name and
-        provenance; inputs and params are registered as such. Passes rebuild graphs with this."""
+    def clone_node(self, node: Node, inputs: Sequence[Value], source: GraphCore | None = None
+                   ) -> tuple[Value, ...]:
+        """Append a copy of `node` (from graph `source`) reading `inputs`: same op, name and
+        provenance; inputs and params are registered as such. Passes rebuild graphs with this;
+        when `source` is given and the new inputs have the old inputs' types, the node keeps its
+        output types without re-running inference."""
         from .ops.io import Input, Param
 
-        name = node.name if node.name not in self._names else None
-        vals = self.add_node(node.op, inputs, name=name, provenance=node.provenance)
+        inputs = tuple(inputs)
+        name = node.name if node.name is not None and node.name not in self._names else None
+        if source is not None and self._same_types(inputs, node.inputs, source):
+            vals = self._append(node.op, inputs, node.outputs, name, node.provenance)
+        else:
+            vals = self.add_node(node.op, inputs, name=name, provenance=node.provenance)
         if isinstance(node.op, Input):
             self.input_ids.append(vals[0].node)
         elif isinstance(node.op, Param):
             self.param_ids.append(vals[0].node)
         return vals
+
+    def _same_types(self, new: tuple[Value, ...], old: tuple[Value, ...], source: GraphCore
+                    ) -> bool:
+        if len(new) != len(old):
+            return False
+        for nv, ov in zip(new, old):
+            if not (0 <= nv.node < len(self.nodes)):
+                return False
+            a = self.nodes[nv.node].outputs
+            b = source.nodes[ov.node].outputs[ov.index]
+            if nv.index >= len(a) or (a[nv.index] is not b and a[nv.index] != b):
+                return False
+        return True
+
+    def _append(self, op: Op, inputs: tuple[Value, ...], outs: tuple[Shape, ...],
+                name: str | None, provenance: str | None) -> tuple[Value, ...]:
+        """Append a node whose inputs are checked and output types known (clone_node)."""
+        nid = len(self.nodes)
+        if name is not None:
+            self._names[name] = nid
+        node = Node(nid, op, inputs, outs, name, provenance)
+        self.nodes.append(node)
+        users: list[tuple[int, int]] = []
+        self._users.append(users)
+        for i, v in enumerate(inputs):
+            if v not in inputs[:i]:
+                self._users[v.node].append((nid, v.index))
+        return node.values
 
     def set_outputs(self, outputs: Iterable[Value]) -> None:
         """Declare the graph's results (order matters)."""

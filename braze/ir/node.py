@@ -26,6 +26,8 @@ class Node:
 
     @property
     def values(self) -> tuple[Value, ...]:
+        if len(self.outputs) == 1:
+            return (Value(self.id, 0),)
         return tuple(Value(self.id, i) for i in range(len(self.outputs)))
 
     @property

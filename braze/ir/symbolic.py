@@ -10,6 +10,7 @@ Like torch.export, braze assumes every named dim is at least 2 when it must deci
 import time (a symbol is never a broadcasting 1 and never equal to a negative number)."""
 from __future__ import annotations
 
+import functools
 import re
 from collections import Counter
 from collections.abc import Mapping
@@ -44,7 +45,7 @@ class SymDim:
         if isinstance(d, int):
             return cls({(): d})
         if isinstance(d, str):
-            return _parse(d)
+            return _parse_cached(d)
         if hasattr(d, "__index__"):
             return cls({(): int(d)})
         raise ValueError(f"dim {d!r} must be an int or a symbolic expression")
@@ -181,6 +182,11 @@ def _format(terms: Mapping[Monomial, int]) -> str:
     return text[1:] if text.startswith("+") else text
 
 
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str) -> SymDim:
+    return _parse(text)
+
+
 def _parse(text: str) -> SymDim:
     s = text.replace(" ", "")
     if not s:
@@ -237,16 +243,22 @@ def to_dim(d) -> int | str:
     return SymDim.of(d).to_dim()
 
 
+@functools.lru_cache(maxsize=4096)
+def _factors_of(d: str) -> tuple[int, tuple[str, ...]] | None:
+    p = SymDim.of(d)
+    if len(p.terms) != 1:
+        return None
+    ((mono, coef),) = p.terms.items()
+    return coef, mono
+
+
 def monomial_factors(d) -> tuple[int, Counter] | None:
     """(integer coefficient, multiset of symbol factors) when `d` is a single term, e.g.
     "4*batch*seq" -> (4, {batch, seq}); None for a sum such as "past+seq"."""
     if isinstance(d, int):
         return d, Counter()
-    p = SymDim.of(d)
-    if len(p.terms) != 1:
-        return None
-    ((mono, coef),) = p.terms.items()
-    return coef, Counter(mono)
+    split = _factors_of(d) if isinstance(d, str) else _factors_of(str(d))
+    return None if split is None else (split[0], Counter(split[1]))
 
 
 Dim = Union[int, str]

@@ -31,7 +31,7 @@ def dead_code_elimination(g: Graph, ctx: RewriteContext | None = None) -> tuple[
     vmap: dict[Value, Value] = {}
     for node in g.nodes:
         if live[node.id]:
-            vmap.update(zip(node.values, new.clone_node(node, [vmap[v] for v in node.inputs])))
+            vmap.update(zip(node.values, new.clone_node(node, [vmap[v] for v in node.inputs], g)))
     kept = {n.op.name for n in new.params}
     new.weights = {k: w for k, w in g.weights.items() if k in kept}
     new.set_outputs([vmap[v] for v in g.outputs])
@@ -53,7 +53,7 @@ def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None
         key = None if isinstance(node.op, (Input, Param)) else _key(node.op, ins)
         outs = seen.get(key) if key is not None else None
         if outs is None:
-            outs = new.clone_node(node, ins)
+            outs = new.clone_node(node, ins, g)
             if key is not None:
                 seen[key] = outs
         else:

@@ -38,7 +38,7 @@ def _expand_once(g: Graph, should_expand) -> Graph:
                 if n.provenance is None and node.provenance is not None:
                     new.nodes[i] = dataclasses.replace(n, provenance=node.provenance)
         else:
-            outs = new.clone_node(node, ins)
+            outs = new.clone_node(node, ins, g)
         for old, nv in zip(node.values, outs, strict=True):
             vmap[old] = nv
     new.weights = dict(g.weights)

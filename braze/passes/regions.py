@@ -102,7 +102,7 @@ def _rebuild_with_regions(g: Graph, regions: list[list[int]]) -> Graph:
         if node.id in root_of:
             _emit_region(new, g, [g.nodes[i] for i in root_of[node.id]], vmap, outputs)
         elif not member[node.id] and node.id not in absorbed:
-            outs = new.clone_node(node, [vmap[v] for v in node.inputs])
+            outs = new.clone_node(node, [vmap[v] for v in node.inputs], g)
             vmap.update(zip(node.values, outs))
     new.weights = dict(g.weights)
     new.set_outputs([vmap[v] for v in g.outputs])
@@ -183,7 +183,7 @@ def clip_elementwise_regions(g: Graph, limits: FusionLimits
                                 f"{_show(limits)}; split into {pieces} region(s) and inlined "
                                 "the rest"))
         else:
-            outs = new.clone_node(node, ins)
+            outs = new.clone_node(node, ins, g)
         vmap.update(zip(node.values, outs))
     new.weights = dict(g.weights)
     new.set_outputs([vmap[v] for v in g.outputs])

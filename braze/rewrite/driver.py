@@ -244,7 +244,7 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match]
             emit_match(m)
             return
         ins = [resolve(v) for v in node.inputs]
-        outs = new.clone_node(node, ins)
+        outs = new.clone_node(node, ins, g)
         for old, nv in zip(node.values, outs, strict=True):
             vmap[old] = nv
 
@@ -269,16 +269,13 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match]
     for node in g.nodes:
         emit(node)
     made = new.weights  # values of params that replacements created (e.g. concatenated)
-    new.weights = {k: w for k, w in g.weights.items() if _has_param(new, k)}
+    kept = {new.nodes[i].op.name for i in new.param_ids}
+    new.weights = {k: w for k, w in g.weights.items() if k in kept}
     new.weights.update(made)
     new.set_outputs([resolve(v) for v in g.outputs])
     node_map = {v.node: nv.node for v, nv in vmap.items()
                 if v.index == 0 and v.node not in claimed}
     return new, node_map
-
-
-def _has_param(g: Graph, name: str) -> bool:
-    return any(g.nodes[i].op.name == name for i in g.param_ids)
 
 
 def _record(m: Match, result, vmap: dict[Value, Value]) -> None:
