@@ -1,29 +1,56 @@
-"""The `braze` command: `inspect` a graph, `fuse` it for a target with a report, and `demo`
-(what `make demo` runs)."""
+"""The `braze` command: `inspect` a model, `fuse` it for a target with a report (and export the
+fused ONNX), and `demo` (what `make demo` runs). A model is a builtin name, a saved graph
+(.json), an ONNX file (.onnx) or a saved torch.export program (.pt2)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 
 import numpy as np
 
 from .errors import BrazeError
+from .progress import Progress
 
 
-def _load_model(spec: str):
-    """A builtin model name or a saved graph file."""
-    import os
+def _parse_input_shapes(items: list[str] | None) -> dict:
+    """["x=1x3x48x320", "ids=batch,seq"] -> {"x": (1, 3, 48, 320), "ids": ("batch", "seq")}."""
+    shapes = {}
+    for item in items or []:
+        name, sep, dims = item.partition("=")
+        if not sep or not name or not dims:
+            raise BrazeError(f"--input-shape takes NAME=DIMS (e.g. x=1x3x48x320), got {item!r}")
+        parts = dims.replace("x", ",").split(",") if dims[0].isdigit() else dims.split(",")
+        shapes[name] = tuple(int(p) if p.strip().isdigit() else p.strip() for p in parts)
+    return shapes
 
+
+def _load_model(spec: str, progress: Progress | None = None, input_shapes=None):
+    """A builtin model name, a saved graph (.json), an ONNX file or a .pt2 program."""
     from .ir.serialize import load
     from .models import BUILTIN_MODELS, build_model
 
+    progress = progress or Progress(False)
     if spec in BUILTIN_MODELS:
-        return build_model(spec)
-    if os.path.exists(spec):
+        with progress.step(f"building {spec}"):
+            return build_model(spec)
+    if not os.path.exists(spec):
+        raise BrazeError(f"{spec!r} is neither a builtin model ({', '.join(BUILTIN_MODELS)}) nor "
+                         "an existing file (.json graph, .onnx model or .pt2 program)")
+    size = os.path.getsize(spec) / 2**20
+    if spec.endswith(".onnx"):
+        from .frontends.onnx import import_onnx
+
+        with progress.step(f"importing {os.path.basename(spec)} ({size:.1f} MiB)"):
+            return import_onnx(spec, input_shapes=input_shapes)
+    if spec.endswith(".pt2"):
+        from . import import_torch
+
+        with progress.step(f"importing {os.path.basename(spec)} ({size:.1f} MiB)"):
+            return import_torch(spec)
+    with progress.step(f"loading {os.path.basename(spec)}"):
         return load(spec)
-    raise BrazeError(f"{spec!r} is neither a builtin model ({', '.join(BUILTIN_MODELS)}) nor an "
-                     "existing graph file")
 
 
 def _summary(g) -> str:
@@ -42,8 +69,12 @@ def _summary(g) -> str:
     return "\n".join(lines)
 
 
+def _progress(args) -> Progress:
+    return Progress(not getattr(args, "quiet", False))
+
+
 def cmd_inspect(args) -> int:
-    g = _load_model(args.model)
+    g = _load_model(args.model, _progress(args), _parse_input_shapes(args.input_shape))
     if not args.summary_only:
         print(g)
     print(_summary(g))
@@ -59,13 +90,15 @@ def cmd_fuse(args) -> int:
     from .ir.serialize import save
     from .passes.pipeline import fuse
 
-    g = _load_model(args.model)
+    progress = _progress(args)
+    g = _load_model(args.model, progress, _parse_input_shapes(args.input_shape))
     opts = {}
     if args.whole_layer:
         opts["transformer_layer"] = True
     if args.no_regions:
         opts["regions"] = False
-    fused, report = fuse(g, args.target, verify=args.verify, **opts)
+    with progress.step(f"fusing {len(g.nodes)} nodes for target {args.target}"):
+        fused, report = fuse(g, args.target, verify=args.verify, **opts)
     print(report)
     if args.check:
         from .interpret import init_params, interpret, random_feeds
@@ -84,6 +117,14 @@ def cmd_fuse(args) -> int:
     if args.save:
         save(fused, args.save)
         print(f"fused graph saved to {args.save}")
+    if args.export:
+        from .export.onnx import export_onnx
+
+        target = args.export_target or ("onnxruntime" if args.target == "onnxruntime"
+                                        else "standard")
+        with progress.step(f"exporting {os.path.basename(args.export)} for {target}"):
+            export_onnx(fused, args.export, target=target)
+        print(f"fused model exported to {args.export} (ONNX, target {target})")
     return 0
 
 
@@ -118,12 +159,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="braze", description="braze: an ML graph compiler built "
                                 "around operator fusion")
     sub = p.add_subparsers(dest="cmd", required=True)
+    model_help = "builtin model name, saved graph (.json), ONNX model (.onnx) or .pt2 program"
+    shape_help = "fix an input's dims on import, e.g. x=1x3x48x320 or ids=batch,seq (repeatable)"
     s = sub.add_parser("inspect", help="print a graph's IR and a summary")
-    s.add_argument("model", help="builtin model name or saved graph (.json)")
+    s.add_argument("model", help=model_help)
     s.add_argument("--summary-only", action="store_true", help="skip the text IR")
+    s.add_argument("--input-shape", action="append", metavar="NAME=DIMS", help=shape_help)
+    s.add_argument("--quiet", action="store_true", help="no progress display")
     s.set_defaults(fn=cmd_inspect)
     s = sub.add_parser("fuse", help="fuse a graph for a target and print the fusion report")
-    s.add_argument("model", help="builtin model name or saved graph (.json)")
+    s.add_argument("model", help=model_help)
+    s.add_argument("--input-shape", action="append", metavar="NAME=DIMS", help=shape_help)
+    s.add_argument("--export", metavar="FILE.onnx", help="export the fused graph to ONNX")
+    s.add_argument("--export-target", choices=("onnxruntime", "standard"),
+                   help="contrib ops for ONNX Runtime, or standard ONNX only (default: "
+                        "onnxruntime when --target onnxruntime, else standard)")
+    s.add_argument("--quiet", action="store_true", help="no progress display")
     s.add_argument("--target", default="cpu", help="reference, cpu, gpu or onnxruntime")
     s.add_argument("--json", help="write the report as JSON here")
     s.add_argument("--html", help="write the report as an HTML page here")

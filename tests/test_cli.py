@@ -47,3 +47,51 @@ def test_corrupt_file(tmp_path, capsys):
     p.write_text('{"format": "braze-graph", "version": 1, "nodes": [')
     assert main(["inspect", str(p)]) == 2
     assert "bad.json" in capsys.readouterr().err
+
+
+def _tiny_onnx(path):
+    """x [batch, 4] @ W + b -> relu: an ONNX file built with onnx.helper."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.arange(8, dtype=np.float32).reshape(4, 2), "w")
+    b = numpy_helper.from_array(np.ones(2, np.float32), "b")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["h"], name="proj"),
+             helper.make_node("Add", ["h", "b"], ["hb"], name="bias"),
+             helper.make_node("Relu", ["hb"], ["y"], name="act")]
+    graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["batch", 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, ["batch", 2])], [w, b])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_fuse_onnx_file_names_onnx_nodes_and_reports_progress(tmp_path, capsys):
+    p = _tiny_onnx(tmp_path / "tiny.onnx")
+    assert main(["fuse", str(p), "--check"]) == 0
+    out, err = capsys.readouterr()
+    assert "fused_matmul_bias_act" in out and "numeric check" in out
+    assert "importing tiny.onnx" in err and "fusing" in err
+
+
+def test_inspect_onnx_with_input_shape_override(tmp_path, capsys):
+    p = _tiny_onnx(tmp_path / "tiny.onnx")
+    assert main(["inspect", str(p), "--input-shape", "x=3x4", "--quiet"]) == 0
+    out, err = capsys.readouterr()
+    assert "%x: f32[3, 4]" in out and "# proj" in out and err == ""
+
+
+@pytest.mark.parametrize("content, words", [(b"", "empty"), (b"\x08\x07garbage\xff\xff", "not")])
+def test_corrupt_onnx_file_is_a_one_line_error(tmp_path, capsys, content, words):
+    p = tmp_path / "bad.onnx"
+    p.write_bytes(content)
+    assert main(["fuse", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert "bad.onnx" in err and words in err and "Traceback" not in err
+
+
+def test_bad_input_shape_option(tmp_path, capsys):
+    p = _tiny_onnx(tmp_path / "tiny.onnx")
+    assert main(["inspect", str(p), "--input-shape", "x"]) == 2
+    assert "NAME=DIMS" in capsys.readouterr().err
