@@ -63,3 +63,10 @@ def import_onnx(model, **kwargs):
     from .frontends.onnx import import_onnx as _import
 
     return _import(model, **kwargs)
+
+
+def compile(graph, target="cpu", **kwargs):  # noqa: A001 - the public name the design gives
+    """Compile `graph` into an executable for `target`; see `braze.runtime.compile`."""
+    from .runtime import compile as _compile
+
+    return _compile(graph, target, **kwargs)

@@ -174,12 +174,16 @@ def test_attention_decomposition_agrees_with_reference(name):
                                atol=1e-5)
 
 
-def test_attention_decomposition_of_causal_needs_static_seq():
+@pytest.mark.parametrize("mask, window", [(MaskKind.CAUSAL, 0), (MaskKind.SLIDING_WINDOW, 2)])
+def test_causal_decomposition_with_a_symbolic_sequence_builds_the_mask_from_ranges(mask, window):
     shapes = [bz.Shape((1, 2, "s", 4))] * 3
-    with pytest.raises(bz.ShapeError, match="static Sq and Sk"):
-        decomposition_graph(Attention(MaskKind.CAUSAL), shapes)
-    g = decomposition_graph(Attention(), shapes)  # no mask: symbolic sequence is fine
-    assert g.count("softmax") == 1
+    g = decomposition_graph(Attention(mask, window), shapes)
+    assert g.count("range") == 2 and g.count("softmax") == 1
+    op = Attention(mask, window)
+    for n in (3, 6):
+        q, k, v = (rand(1, 2, n, 4) for _ in range(3))
+        (got,) = bz.interpret(g, {"x0": q, "x1": k, "x2": v})
+        np.testing.assert_allclose(got, op.reference(q, k, v), rtol=1e-5, atol=1e-6)
 
 
 def test_attention_f16_keeps_dtype():

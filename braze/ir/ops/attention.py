@@ -159,14 +159,29 @@ class Attention(Op):
         if self.softcap is not None:
             s = g.mul(g.tanh(g.div(s, self.softcap)), self.softcap)
         if self.mask.is_causal:
-            require(isinstance(sq, int) and isinstance(sk, int),
-                    f"attention {self.mask.value} decomposition needs static Sq and Sk, got "
-                    f"{sq}, {sk}; bind the sequence symbols first")
-            ok = g.constant(visible_keys(self.mask, sq, sk, self.window))
-            s = g.where(ok, s, _masked_value(qs.dtype.np))
+            s = g.where(_visible(g, self.mask, sq, sk, self.window), s,
+                        _masked_value(qs.dtype.np))
         if self.mask.takes_input:
             s = g.add(s, ins[3])
         return g.matmul(g.softmax(s, axis=-1), v)
+
+
+def _visible(g, mask: MaskKind, sq: Dim, sk: Dim, window: int):
+    """bool [Sq, Sk] visible_keys as graph ops: a constant for static lengths, else built
+    from ranges so it holds for every binding of the sequence symbols."""
+    if isinstance(sq, int) and isinstance(sk, int):
+        return g.constant(visible_keys(mask, sq, sk, window))
+    from ..symbolic import SymDim
+
+    last = g.reshape(g.arange(sq), (sq, 1))
+    offset = (SymDim.of(sk) - SymDim.of(sq)).to_dim()
+    if offset != 0:
+        last = g.add(last, g.sym_const((offset,), ()))
+    j = g.reshape(g.arange(sk), (1, sk))
+    ok = g.le(j, last)
+    if mask is MaskKind.SLIDING_WINDOW:
+        ok = g.logical_and(ok, g.gt(j, g.sub(last, g.constant(np.int64(window)))))
+    return ok
 
 
 def _repeat_heads(g, x, rep: int):

@@ -1,0 +1,201 @@
+"""`bz.compile`: a graph becomes an `Executable` for a target.
+
+compile = the target's fusion pipeline -> legalize (composite ops without a kernel decompose
+into ops that have one) -> per binding of the symbolic dims, a Program (static values computed
+once, one kernel per node, one arena). `exe(feeds)` runs the program for the feeds' binding,
+building and caching it on first sight of that binding."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InterpretError
+from ..interpret import bind_symbols
+from ..ir.graph import Graph
+from ..passes.expand import expand_nodes
+from .kernels import KERNELS, Dispatch, KernelContext
+from .program import Program, build_program
+
+__all__ = ["compile", "Executable", "DispatchReport"]
+
+
+def _has_kernel(op) -> bool:
+    return any(cls in KERNELS for cls in type(op).__mro__)
+
+
+def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarray] | None = None,
+            precision=None, threads: int | None = None, fuse: bool = True) -> Executable:
+    """Compile `graph` for `target` ("cpu"). `params` supplies weights for params without
+    stored values (as `bz.interpret` takes them); `threads` caps the kernels' threads;
+    `fuse=False` skips the fusion pipeline (the graph runs as given, legalized)."""
+    from ..passes.pipeline import fuse as run_fusion
+    from ..report import FusionReport
+
+    if fuse:
+        fused, report = run_fusion(graph, target)
+    else:
+        fused, report = graph, FusionReport.analyze(graph, graph, target=str(target))
+    legal, decomposed = legalize_for_kernels(fused)
+    return Executable(graph, legal, report, dict(params or {}), precision, threads, decomposed)
+
+
+def legalize_for_kernels(g: Graph) -> tuple[Graph, dict[str, int]]:
+    """Decompose composite nodes that have no kernel into ops that have one (repeatedly).
+    Returns the graph and how many nodes of each kind were decomposed."""
+    counts: dict[str, int] = {}
+    for n in g.nodes:
+        if n.op.composite and not _has_kernel(n.op):
+            counts[n.op.label] = counts.get(n.op.label, 0) + 1
+    if not counts:
+        return g, counts
+    out, _ = expand_nodes(g, lambda op: op.composite and not _has_kernel(op))
+    return out, counts
+
+
+@dataclass
+class DispatchReport:
+    """For every node of the executed graph: how it runs (native kernel, generated kernel,
+    reference fallback, view, or static: computed once from weights), plus the composite kinds
+    decomposed because no kernel runs them."""
+
+    rows: list[tuple[str, str, str, str]]  # (node, kind, dispatch, implementation)
+    decomposed: dict[str, int]
+
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for _, _, d, _ in self.rows:
+            out[d] = out.get(d, 0) + 1
+        return out
+
+    def by_dispatch(self, dispatch: str) -> list[tuple[str, str, str, str]]:
+        return [r for r in self.rows if r[2] == dispatch]
+
+    def __str__(self) -> str:
+        lines = ["Dispatch report: " + ", ".join(f"{k} {v}" for k, v in
+                                                 sorted(self.counts().items()))]
+        if self.decomposed:
+            lines.append("  decomposed (no kernel): " + ", ".join(
+                f"{k} x{v}" for k, v in sorted(self.decomposed.items())))
+        ref = self.by_dispatch(Dispatch.REFERENCE)
+        if ref:
+            lines.append(f"  reference fallback ({len(ref)}):")
+            lines += [f"    {node} ({kind})" for node, kind, _, _ in ref]
+        lines.append("  per node:")
+        lines += [f"    {node:<48} {kind:<24} {d:<13} {impl}" for node, kind, d, impl in
+                  self.rows]
+        return "\n".join(lines)
+
+
+class Executable:
+    """A compiled graph. Call it with feeds (input name -> array) for the outputs."""
+
+    def __init__(self, source: Graph, graph: Graph, report, params: dict, precision, threads,
+                 decomposed: dict[str, int]):
+        self.source = source
+        self.graph = graph
+        self.report = report
+        self.precision = precision
+        self.threads = threads
+        self.decomposed = decomposed
+        self._weights = {**graph.weights, **params}
+        self._programs: dict[tuple, Program] = {}
+        self._static: dict = {}
+        self._last: Program | None = None
+        if threads:
+            _set_threads(int(threads))
+
+    # -- running --------------------------------------------------------------------------------
+    def program(self, feeds: Mapping[str, np.ndarray]) -> Program:
+        """The program for the feeds' binding of the symbolic dims (built once, cached)."""
+        symbols = bind_symbols(self.graph, feeds)
+        key = tuple(sorted(symbols.items()))
+        prog = self._programs.get(key)
+        if prog is None:
+            ctx = KernelContext(threads=self.threads or 0, precision=self.precision,
+                                symbols=symbols)
+            prog = build_program(self.graph, symbols, self._weights, ctx, self._static)
+            self._programs[key] = prog
+        self._last = prog
+        return prog
+
+    def _checked(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        out = {}
+        for node in self.graph.inputs:
+            name, want = node.op.name, node.op.shape.dtype.np
+            if name not in feeds:
+                have = ", ".join(sorted(feeds)) or "nothing"
+                raise InterpretError(f"graph {self.graph.name!r} needs input {name!r} "
+                                     f"{node.op.shape}; feeds have {have}")
+            arr = np.ascontiguousarray(feeds[name])
+            if arr.dtype != want:
+                raise InterpretError(f"input {name!r} declared {node.op.shape.dtype} but was "
+                                     f"fed {arr.dtype}; cast the feed")
+            out[name] = arr
+        return out
+
+    def __call__(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        feeds = self._checked(feeds)
+        return self.program(feeds).run(feeds)
+
+    def update_weights(self, params: Mapping[str, np.ndarray]) -> None:
+        """New values for params; static values (weight preparation) are recomputed on the
+        next call."""
+        self._weights.update(params)
+        self._programs.clear()
+        self._static.clear()
+
+    # -- inspecting -----------------------------------------------------------------------------
+    @property
+    def plan(self):
+        """The memory plan of the last program run (or built)."""
+        if self._last is None:
+            raise InterpretError("no program yet: call the executable (or .program(feeds)) "
+                                 "once so the symbolic dims are bound")
+        return self._last.plan
+
+    def dispatch_report(self, feeds: Mapping[str, np.ndarray] | None = None) -> DispatchReport:
+        prog = self.program(self._checked(feeds)) if feeds is not None else self._last
+        if prog is None:
+            prog = self._any_program()
+        stepped = {s.node.id: s for s in prog.steps}
+        rows = []
+        for n in self.graph.nodes:
+            if n.op.source:
+                continue
+            who = n.name or f"%{n.id}"
+            if n.provenance:
+                who += f" [{n.provenance}]"
+            if n.id in stepped:
+                k = stepped[n.id].kernel
+                rows.append((who, n.op.label, k.dispatch, k.name))
+            elif n.id in prog.view_ids:
+                rows.append((who, n.op.label, Dispatch.VIEW, "view of its input"))
+            elif n.id in prog.static_ids:
+                rows.append((who, n.op.label, Dispatch.STATIC, "computed once (weights / dims)"))
+            else:
+                rows.append((who, n.op.label, Dispatch.STATIC, "unused"))
+        return DispatchReport(rows, dict(self.decomposed))
+
+    def _any_program(self) -> Program:
+        if not self._programs:
+            raise InterpretError("no program yet: call the executable once, or pass feeds to "
+                                 "dispatch_report(feeds)")
+        return next(iter(self._programs.values()))
+
+    def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 3):
+        """Per-node time (median of `repeat` runs), bytes moved and achieved GFLOP/s or GB/s."""
+        from .profile import profile_program
+
+        feeds = self._checked(feeds)
+        return profile_program(self.program(feeds), feeds, repeat)
+
+
+def _set_threads(n: int) -> None:
+    try:
+        import numba
+
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+    except ImportError:
+        pass

@@ -1,0 +1,89 @@
+"""The kernel registry: kernels register against op classes, as the interpreter's references do.
+
+A kernel factory `make(node, ins, outs, ctx)` gets the node and its concrete input / output
+types (static dims: the executable is planned per binding of the symbolic dims) and returns a
+`Kernel`, or None to decline (the op then runs its NumPy reference). Kernels are tested against
+the reference interpreter, never the other way round."""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ...ir.node import Node
+from ...ir.op import Op
+from ...ir.shapes import Shape
+
+__all__ = ["Kernel", "KernelContext", "register_kernel", "kernel_for", "KERNELS", "Dispatch"]
+
+
+class Dispatch:
+    """How a node runs: the four answers `dispatch_report()` gives."""
+
+    NATIVE = "native"            # a hand-written kernel (BLAS, numba, NumPy vectorized)
+    GENERATED = "generated"      # code generated from the node (regions, epilogues)
+    DECOMPOSED = "decomposition"  # legalized into other ops that have kernels
+    REFERENCE = "reference"      # the op's NumPy reference, no kernel
+    VIEW = "view"                # no work: a view of its input's memory
+    STATIC = "static"            # computed once, when the program is built (weight prep)
+
+
+@dataclass
+class KernelContext:
+    """What a kernel factory may consult: thread count, precision policy, the symbol binding."""
+
+    threads: int = 0
+    precision: Any = None
+    symbols: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Kernel:
+    """`run(*inputs, *outputs)` writes the outputs (preallocated, C-contiguous) from the
+    inputs. `dispatch` says what it is; `name` names the implementation for reports;
+    `inplace` lists input positions whose buffer the first output may share (an elementwise
+    kernel reading element i before writing it); `flops` / `bytes` estimate one run for the
+    profile."""
+
+    run: Callable[..., None]
+    dispatch: str = Dispatch.NATIVE
+    name: str = ""
+    inplace: tuple[int, ...] = ()
+    flops: int = 0
+    bytes: int = 0
+
+
+KernelFactory = Callable[[Node, Sequence[Shape], Sequence[Shape], KernelContext], "Kernel | None"]
+KERNELS: dict[type[Op], list[KernelFactory]] = {}
+
+
+def register_kernel(*op_classes: type[Op]):
+    """Register a factory for these op classes; later registrations are tried first."""
+
+    def deco(fn: KernelFactory) -> KernelFactory:
+        for cls in op_classes:
+            KERNELS.setdefault(cls, []).insert(0, fn)
+        return fn
+
+    return deco
+
+
+def kernel_for(node: Node, ins: Sequence[Shape], outs: Sequence[Shape], ctx: KernelContext
+               ) -> Kernel | None:
+    """The first registered kernel that accepts this node, or None."""
+    for cls in type(node.op).__mro__:
+        for make in KERNELS.get(cls, ()):
+            k = make(node, ins, outs, ctx)
+            if k is not None:
+                return k
+    return None
+
+
+def nbytes(shapes: Sequence[Shape]) -> int:
+    return sum((s.numel() or 0) * s.dtype.itemsize for s in shapes)
+
+
+def as_np(shape: Shape) -> tuple[tuple[int, ...], np.dtype]:
+    return tuple(int(d) for d in shape.dims), shape.dtype.np

@@ -1,0 +1,290 @@
+"""A program: one graph planned for one binding of its symbolic dims. Static values (weights and
+everything computed only from weights and dims) are computed once here; every other node is a
+step (kernel, argument slots) over arrays that are views of one preallocated arena. Running is a
+flat loop that does no planning."""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import InterpretError
+from ..ir.graph import Graph
+from ..ir.node import Node
+from ..ir.op import Value
+from ..ir.ops.io import Constant, Input, Param
+from ..ir.ops.shape import Expand, Narrow, Reshape
+from ..ir.shapes import Shape
+from ..ir.symbolic import eval_dim
+from .kernels import Kernel, KernelContext, kernel_for, reference_kernel
+from .plan import ALIGN, Buffer, MemoryPlan, plan_memory
+
+__all__ = ["Program", "Step", "build_program"]
+
+_VIEW_OPS = (Reshape, Narrow, Expand)
+
+
+@dataclass
+class Step:
+    """One kernel call: `kernel.run(*[env[s] for s in slots])` (inputs, then outputs)."""
+
+    node: Node
+    kernel: Kernel
+    slots: tuple[int, ...]
+
+
+@dataclass
+class Program:
+    graph: Graph
+    symbols: dict[str, int]
+    env: list                      # per slot: an array, or None for feeds and feed views
+    input_slots: dict[str, int]
+    steps: list[Step]
+    feed_views: list[tuple[int, object, int]]  # (slot, view fn, source slot), per call
+    output_slots: list[int]
+    plan: MemoryPlan
+    static_ids: set[int]          # nodes computed once (weights, dims)
+    view_ids: set[int]            # nodes that are views of their input
+    arena: np.ndarray
+
+    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+        env = list(self.env)
+        for name, slot in self.input_slots.items():
+            env[slot] = feeds[name]
+        for slot, view, src in self.feed_views:
+            env[slot] = view(env[src])
+        for step in self.steps:
+            step.kernel.run(*[env[s] for s in step.slots])
+        return [np.array(env[s], copy=True) for s in self.output_slots]
+
+    def profile(self, feeds: Mapping[str, np.ndarray]) -> list[tuple[Step, float]]:
+        env = list(self.env)
+        for name, slot in self.input_slots.items():
+            env[slot] = feeds[name]
+        for slot, view, src in self.feed_views:
+            env[slot] = view(env[src])
+        times = []
+        for step in self.steps:
+            args = [env[s] for s in step.slots]
+            t0 = time.perf_counter()
+            step.kernel.run(*args)
+            times.append((step, time.perf_counter() - t0))
+        return times
+
+
+def concrete(shape: Shape, symbols: Mapping[str, int]) -> tuple[int, ...]:
+    return tuple(eval_dim(d, symbols) for d in shape.dims)
+
+
+def _static_nodes(g: Graph) -> list[bool]:
+    """Nodes computed from params, constants and dims alone (weight preparation)."""
+    static = [False] * len(g.nodes)
+    for n in g.nodes:
+        if isinstance(n.op, Input):
+            continue
+        static[n.id] = all(static[v.node] for v in n.inputs)
+    return static
+
+
+def _view_fn(node: Node, out_dims: tuple[int, ...]):
+    op = node.op
+    if isinstance(op, Reshape):
+        return lambda x: x.reshape(out_dims)
+    if isinstance(op, Expand):
+        return lambda x: np.broadcast_to(x, out_dims)
+    ax, start, length = op.axis, op.start, out_dims[op.axis]
+    idx = tuple([slice(None)] * ax + [slice(start, start + length)])
+    return lambda x: x[idx]
+
+
+def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np.ndarray],
+                  ctx: KernelContext, static_cache: dict) -> Program:
+    """Plan `g` for `symbols`: evaluate static values, pick a kernel per node, plan memory."""
+    symbols = dict(symbols)
+    slot_of: dict[Value, int] = {}
+    env: list = []
+
+    def slot(v: Value) -> int:
+        if v not in slot_of:
+            slot_of[v] = len(env)
+            env.append(None)
+        return slot_of[v]
+
+    static = _static_nodes(g)
+    needed = _needed_static(g, static)
+    shapes = {v: concrete(g.shape_of(v), symbols) for n in g.nodes for v in n.values}
+    static_ids = set()
+    for n in g.nodes:
+        if static[n.id] and n.id in needed:
+            for v, arr in zip(n.values, _static_value(n, g, weights, symbols, env, slot_of,
+                                                      static_cache), strict=True):
+                env[slot(v)] = arr
+            static_ids.add(n.id)
+    input_slots = {n.op.name: slot(n.value) for n in g.inputs}
+    steps: list[Step] = []
+    feed_views: list = []
+    fixed_views: list = []
+    view_ids: set[int] = set()
+    contiguous: dict[Value, bool] = {}  # views of contiguous memory that stay contiguous
+    writer: dict[Value, int] = {}     # value -> step index that writes it
+    last_use: dict[Value, int] = {}   # buffer value -> last step index reading it
+    alias: dict[Value, Value] = {}    # view value -> the buffer value it looks into
+    for n in g.nodes:
+        if static[n.id] or isinstance(n.op, Input):
+            continue
+        ins = [g.shape_of(v) for v in n.inputs]
+        in_shapes = [Shape(shapes[v], s.dtype) for v, s in zip(n.inputs, ins)]
+        out_shapes = [Shape(shapes[v], s.dtype) for v, s in zip(n.values, n.outputs)]
+        src = n.inputs[0] if n.inputs else None
+        view_ok, contig = _view_layout(n, shapes, contiguous.get(src, True))
+        if view_ok:  # reshape / narrow / expand: NumPy views, no step
+            fn = _view_fn(n, shapes[n.value])
+            root = alias.get(src, src)
+            alias[n.value] = root
+            contiguous[n.value] = contig
+            view_ids.add(n.id)
+            (fixed_views if env[slot(src)] is not None or root in writer else feed_views
+             ).append((slot(n.value), fn, slot(src)))
+            continue
+        k = kernel_for(n, in_shapes, out_shapes, ctx) or reference_kernel(n, symbols)
+        idx = len(steps)
+        for v in n.inputs:
+            last_use[alias.get(v, v)] = idx
+        for v in n.values:
+            writer[v] = idx
+        steps.append(Step(n, k, tuple(slot(v) for v in n.inputs) +
+                          tuple(slot(v) for v in n.values)))
+    end = len(steps)
+    outputs = {alias.get(v, v) for v in g.outputs}
+    for v in outputs:
+        last_use[v] = end
+    buffers = _buffers(g, steps, last_use, shapes, outputs, alias)
+    plan = plan_memory(buffers)
+    arena = _aligned_arena(plan.peak)
+    for b in plan.buffers:
+        for v in (b.key, *b.shares):
+            dims, dt = shapes[v], g.shape_of(v).dtype.np
+            size = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
+            env[slot(v)] = arena[b.offset:b.offset + size].view(dt).reshape(dims)
+    for s, fn, src in fixed_views:  # views of arena buffers and static values never move
+        env[s] = fn(env[src])
+    for v in g.outputs:
+        slot(v)
+    return Program(g, symbols, env, input_slots, steps, feed_views,
+                   [slot_of[v] for v in g.outputs], plan, static_ids, view_ids, arena)
+
+
+def _view_layout(n: Node, shapes, src_contiguous: bool) -> tuple[bool, bool]:
+    """(runs as a view, the view is C-contiguous). A reshape is a view only of contiguous
+    memory (NumPy would silently copy otherwise, and a copy made once would go stale); narrow
+    and expand always view."""
+    op = n.op
+    if isinstance(op, Reshape):
+        return src_contiguous, True
+    if isinstance(op, Narrow):
+        lead = shapes[n.inputs[0]][:op.axis]
+        return True, src_contiguous and int(np.prod(lead, dtype=np.int64)) == 1
+    if isinstance(op, Expand):
+        return True, src_contiguous and shapes[n.inputs[0]] == shapes[n.value]
+    return False, True
+
+
+def _needed_static(g: Graph, static: list[bool]) -> set[int]:
+    """Static nodes whose values a dynamic node or an output reads (their producers are
+    evaluated too, but need no slot afterwards)."""
+    need = {v.node for v in g.outputs if static[v.node]}
+    for n in g.nodes:
+        if not static[n.id]:
+            need.update(v.node for v in n.inputs if static[v.node])
+    stack = list(need)
+    closure = set(need)
+    while stack:
+        nid = stack.pop()
+        for v in g.nodes[nid].inputs:
+            if v.node not in closure:
+                closure.add(v.node)
+                stack.append(v.node)
+    return closure
+
+
+def _static_value(n: Node, g: Graph, weights, symbols, env, slot_of, cache) -> tuple:
+    """The value(s) of a static node: a weight, a constant, or the op's reference applied to
+    static inputs. Values that do not depend on the binding are cached across programs."""
+    op = n.op
+    if isinstance(op, Param):
+        if op.name not in weights:
+            raise InterpretError(f"param {op.name!r} {op.shape} has no value; pass it in "
+                                 "params= (bz.init_params(g) draws random ones)")
+        arr = np.asarray(weights[op.name])
+        want = concrete(op.shape, symbols)
+        if arr.shape != want:
+            raise InterpretError(f"param {op.name!r} declared {op.shape} but its value has "
+                                 f"shape {arr.shape}")
+        return (np.ascontiguousarray(arr, dtype=op.shape.dtype.np),)
+    if isinstance(op, Constant):
+        return (op.value,)
+    key = ("static", n.id) if not _binds(n, g) else None
+    if key is not None and key in cache:
+        return cache[key]
+    args = [env[slot_of[v]] for v in n.inputs]
+    try:
+        res = op.reference(*args, symbols=symbols) if getattr(op, "needs_symbols", False) \
+            else op.reference(*args)
+    except Exception as e:  # noqa: BLE001 - name the node, keep the cause
+        where = f" from {n.provenance}" if n.provenance else ""
+        raise InterpretError(f"while preparing weights at node {n.label}{where}: "
+                             f"{type(e).__name__}: {e}") from e
+    out = tuple(np.ascontiguousarray(r) for r in (res if isinstance(res, tuple) else (res,)))
+    if key is not None:
+        cache[key] = out
+    return out
+
+
+def _binds(n: Node, g: Graph) -> bool:
+    """Whether a static node's value may differ between bindings of the symbols."""
+    return bool(getattr(n.op, "needs_symbols", False)) or any(
+        not s.is_static for s in n.outputs) or any(not g.shape_of(v).is_static
+                                                   for v in n.inputs)
+
+
+def _buffers(g, steps, last_use, shapes, outputs, alias) -> list[Buffer]:
+    buffers: dict[Value, Buffer] = {}
+    owner: dict[Value, Value] = {}
+    for idx, step in enumerate(steps):
+        n = step.node
+        for pos, v in enumerate(n.values):
+            nbytes = int(np.prod(shapes[v], dtype=np.int64)) * g.shape_of(v).dtype.itemsize
+            host = _inplace_host(step, pos, idx, last_use, outputs, alias, owner, shapes, g)
+            if host is not None:
+                b = buffers[host]
+                b.shares.append(v)
+                b.last = max(b.last, last_use.get(v, idx))
+                owner[v] = host
+                continue
+            buffers[v] = Buffer(v, nbytes, idx, last_use.get(v, idx))
+            owner[v] = v
+    return list(buffers.values())
+
+
+def _inplace_host(step, pos, idx, last_use, outputs, alias, owner, shapes, g):
+    """The buffer an output may reuse: a same-shaped input buffer that dies at this step."""
+    if pos != 0 or not step.kernel.inplace:
+        return None
+    out = step.node.values[0]
+    for i in step.kernel.inplace:
+        v = step.node.inputs[i]
+        if v in alias or v not in owner or v in outputs or last_use.get(v) != idx:
+            continue
+        if sum(1 for u in step.node.inputs if u == v) > 1:
+            continue
+        if shapes[v] == shapes[out] and g.shape_of(v).dtype == g.shape_of(out).dtype:
+            return owner[v]  # views of v count as reads of v, so none is live past this step
+    return None
+
+
+def _aligned_arena(nbytes: int) -> np.ndarray:
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    off = (-raw.ctypes.data) % ALIGN
+    return raw[off:off + nbytes]

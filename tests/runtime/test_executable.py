@@ -1,0 +1,109 @@
+"""bz.compile: every op kind runs (kernel or reference fallback), programs are planned per
+binding of the symbolic dims, static values are computed once, the arena plan is tight, and
+outputs equal the reference interpreter's."""
+import numpy as np
+import pytest
+
+import braze as bz
+import braze.models as models
+from braze.op_examples import OP_EXAMPLES, example_graph
+from braze.runtime.kernels import Dispatch
+from braze.testing import assert_equivalent  # noqa: F401  (the same comparison rules)
+
+
+def _check(g, exe, feeds, params, rtol=1e-5, atol=1e-5):
+    want = bz.interpret(g, feeds, params)
+    got = exe(feeds)
+    assert len(got) == len(want)
+    for w, a in zip(want, got, strict=True):
+        assert a.shape == w.shape and a.dtype == w.dtype
+        if w.dtype.kind in "biu":
+            np.testing.assert_array_equal(a, w)
+        else:
+            np.testing.assert_allclose(a, w, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("kind", sorted(OP_EXAMPLES))
+def test_every_op_kind_runs_compiled(kind):
+    g = example_graph(kind)
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params, fuse=False)
+    feeds = bz.random_feeds(g, 1)
+    _check(g, exe, feeds, params)
+
+
+@pytest.mark.parametrize("build", [
+    lambda: models.bert_encoder(2, 64, 4, batch="batch", seq="seq", with_mask=True),
+    lambda: models.gpt2_blocks(2, 64, 4, batch="batch", seq="seq"),
+    lambda: models.llama_tiny(),
+    lambda: models.resnet_basic_block(),
+], ids=["bert", "gpt2", "llama", "resnet"])
+def test_builtin_models_match_the_interpreter_at_two_bindings(build):
+    g = build()
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params)
+    for i, sym in enumerate(({"batch": 2, "seq": 5}, {"batch": 1, "seq": 7})):
+        feeds = bz.random_feeds(g, i, sym)
+        _check(g, exe, feeds, params, rtol=1e-4, atol=1e-4)
+        assert exe.plan.ratio <= 1.2, exe.plan.summary()
+
+
+def test_programs_are_cached_per_binding_and_outputs_are_copies():
+    g = models.bert_encoder(1, 32, 2, batch="batch", seq="seq")
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params)
+    f1 = bz.random_feeds(g, 0, {"batch": 2, "seq": 4})
+    a = exe(f1)[0]
+    prog = exe.program(f1)
+    a[...] = 0
+    b = exe(f1)[0]
+    assert exe.program(f1) is prog and np.abs(b).max() > 0
+    exe(bz.random_feeds(g, 0, {"batch": 1, "seq": 6}))
+    assert len(exe._programs) == 2
+
+
+def test_weight_preparation_is_static_and_update_weights_recomputes_it():
+    g = models.bert_encoder(1, 32, 2, batch=2, seq=4)        # QKV concat of unstored params
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params)
+    feeds = bz.random_feeds(g, 0)
+    exe(feeds)
+    report = exe.dispatch_report()
+    static = report.by_dispatch(Dispatch.STATIC)
+    assert any(kind == "concat" for _, kind, _, _ in static)
+    params2 = bz.init_params(g, 5)
+    exe.update_weights(params2)
+    np.testing.assert_allclose(exe(feeds)[0], bz.interpret(g, feeds, params2)[0], rtol=1e-5,
+                               atol=1e-5)
+
+
+def test_dispatch_report_lists_reference_fallbacks_and_decompositions():
+    g = bz.Graph("odd")
+    x = g.input("x", bz.Shape((3, 4)))
+    g.set_outputs([g.cumsum(g.gelu(x), 1)])
+    exe = bz.compile(g, fuse=False)
+    exe(bz.random_feeds(g, 0))
+    rep = exe.dispatch_report()
+    kinds = {kind: d for _, kind, d, _ in rep.rows}
+    assert kinds["cumsum"] == Dispatch.REFERENCE
+    assert "reference fallback" in str(rep)
+
+
+def test_bad_feeds_are_clear_errors():
+    g = models.bert_encoder(1, 32, 2, batch="batch", seq="seq")
+    exe = bz.compile(g, params=bz.init_params(g, 0))
+    with pytest.raises(bz.InterpretError, match="needs input 'hidden'"):
+        exe({})
+    with pytest.raises(bz.InterpretError, match="cast the feed"):
+        exe({"hidden": np.zeros((1, 2, 32), np.float64)})
+    with pytest.raises(bz.InterpretError, match="param .* has no value"):
+        bz.compile(g)(bz.random_feeds(g, 0))
+
+
+def test_profile_names_every_step():
+    g = models.bert_encoder(1, 32, 2, batch=1, seq=4)
+    exe = bz.compile(g, params=bz.init_params(g, 0))
+    feeds = bz.random_feeds(g, 0)
+    prof = exe.profile(feeds, repeat=2)
+    assert len(prof.rows) == len(exe.program(feeds).steps)
+    assert prof.total_seconds > 0 and "matmul" in str(prof)
