@@ -71,10 +71,12 @@ def interpret(
     params: Mapping[str, np.ndarray] | None = None,
     *,
     float64: bool = False,
+    symbols: Mapping[str, int] | None = None,
 ) -> list[np.ndarray]:
     """Run `g` on `feeds` (input name -> array) with `params` (name -> array; falls back to
-    `g.weights`). Returns the outputs in order. `float64=True` computes in double precision."""
-    env = bind_symbols(g, feeds)
+    `g.weights`). Returns the outputs in order. `float64=True` computes in double precision;
+    `symbols` binds dims no input binds (a graph that computes from dims alone)."""
+    env = {**(symbols or {}), **bind_symbols(g, feeds)}
     weights = dict(g.weights)
     if params:
         weights.update(params)

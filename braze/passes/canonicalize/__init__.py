@@ -14,4 +14,16 @@ __all__ = ["canonicalize_passes"]
 def canonicalize_passes(options=None) -> list[Pass]:
     """The canonicalization passes in order: cleanups that expose patterns first, then the
     recognizers whose results later ones match (norms and activations before attention)."""
-    return []
+    from ..base import RulePass
+    from ..cleanup import DCE_PASS
+    from .attention import CANONICALIZE_ATTENTION, FOLD_REPEAT_KV
+    from .attention_mask import RECOGNIZE_CAUSAL_MASK
+    from .layout import LAYOUT_RULES
+
+    return [
+        RulePass("CanonicalizeLayout", LAYOUT_RULES),
+        RulePass("CanonicalizeAttention", (CANONICALIZE_ATTENTION,)),
+        RulePass("CanonicalizeAttentionLayout", LAYOUT_RULES + (FOLD_REPEAT_KV,)),
+        RulePass("RecognizeCausalMask", (RECOGNIZE_CAUSAL_MASK,)),
+        DCE_PASS,
+    ]

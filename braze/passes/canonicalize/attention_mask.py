@@ -1,0 +1,124 @@
+"""Causal masks become the CAUSAL (or SLIDING_WINDOW) mask kind.
+
+Exporters build a causal mask in many ways: a constant triangular table, Trilu of ones,
+Range + compare, vmap-style index arithmetic, combined with and-masks and turned additive with
+where(m, 0, -inf). When an attention's additive mask depends on no graph input and no learned
+param - only on constants and the symbolic dims - it is a function of the dims alone, and braze
+decides what it is by evaluating that subgraph with the reference interpreter for several
+sequence lengths and comparing with braze's causal pattern (0 where a key is visible, -inf or
+the dtype's minimum where it is not, the same for every batch and head). A mask that also reads
+data (a padding mask from attention_mask) stays a CUSTOM mask: correct, and still fused."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import BrazeError
+from ...interpret import interpret
+from ...ir.graph import Graph
+from ...ir.op import Value
+from ...ir.ops.attention import Attention, MaskKind, visible_keys
+from ...ir.ops.io import Input, Param
+from ...rewrite import Match, Rule
+from .attention import MASK_FLOOR
+
+__all__ = ["RECOGNIZE_CAUSAL_MASK", "classify_mask"]
+
+PROBE_LENGTHS = (3, 6, 11)
+
+
+def _ancestors(g, v: Value) -> list[int] | None:
+    """Node ids computing v (topological), or None if it reads an input or a param."""
+    seen, stack = set(), [v.node]
+    while stack:
+        nid = stack.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        op = g.nodes[nid].op
+        if isinstance(op, (Input, Param)):
+            return None
+        stack.extend(u.node for u in g.nodes[nid].inputs)
+    return sorted(seen)
+
+
+def _subgraph(g, ids: list[int], v: Value) -> Graph:
+    sub = Graph("mask", record_provenance=False)
+    vmap = {}
+    for nid in ids:
+        n = g.nodes[nid]
+        outs = sub.clone_node(n, [vmap[u] for u in n.inputs], g)
+        vmap.update(zip(n.values, outs))
+    sub.set_outputs([vmap[v]])
+    return sub
+
+
+def classify_mask(g, mask: Value, q_len, k_len) -> tuple[MaskKind, int] | None:
+    """(CAUSAL, 0) or (SLIDING_WINDOW, w) when the additive mask is provably that pattern for
+    every probed length; None otherwise."""
+    if q_len != k_len:
+        return None
+    ids = _ancestors(g, mask)
+    if ids is None:
+        return None
+    sub = _subgraph(g, ids, mask)
+    names = set()
+    for n in sub.nodes:
+        for s in n.outputs:
+            names |= s.symbol_names
+    found = None
+    for n in PROBE_LENGTHS:
+        try:
+            (m,) = interpret(sub, {}, symbols={s: n for s in names})
+        except BrazeError:
+            return None
+        kind = _pattern(np.asarray(m, np.float64), n)
+        if kind is None or (found is not None and kind != found):
+            return None
+        found = kind
+    return found
+
+
+def _pattern(m: np.ndarray, n: int) -> tuple[MaskKind, int] | None:
+    if m.ndim < 2 or m.shape[-2:] != (n, n):
+        return None
+    flat = m.reshape(-1, n, n)
+    if not (flat == flat[:1]).all():
+        return None  # differs between batches or heads
+    grid = flat[0]
+    visible = grid == 0
+    masked = grid <= MASK_FLOOR
+    if not (visible | masked).all():
+        return None
+    counts = visible.sum(axis=1)
+    window = int(counts[-1])
+    kind = MaskKind.CAUSAL if window == n else MaskKind.SLIDING_WINDOW
+    want = visible_keys(kind, n, n, window if kind is MaskKind.SLIDING_WINDOW else 0)
+    if not np.array_equal(visible, want):
+        return None
+    return (kind, window if kind is MaskKind.SLIDING_WINDOW else 0)
+
+
+def _matcher(g, node, ctx):
+    op = node.op
+    if op.mask is not MaskKind.CUSTOM:
+        return
+    q, k = (g.shape_of(v) for v in node.inputs[:2])
+    found = classify_mask(g, node.inputs[3], q.dims[2], k.dims[2])
+    if found is None:
+        return
+    kind, window = found
+    if kind is MaskKind.SLIDING_WINDOW and window >= PROBE_LENGTHS[-1]:
+        return
+    yield Match(RECOGNIZE_CAUSAL_MASK, g, node, {"root": node},
+                {"q": node.inputs[0], "k": node.inputs[1], "v": node.inputs[2]}, (node.id,),
+                data={"kind": kind, "window": window})
+
+
+def _build(b, m):
+    op = m.root.op
+    return b.attention(m.v("q"), m.v("k"), m.v("v"), kind=m.data["kind"],
+                       window=m.data["window"], scale=op.scale, softcap=op.softcap)
+
+
+RECOGNIZE_CAUSAL_MASK = Rule("RecognizeCausalMask", _build, matcher=_matcher,
+                             root_test=lambda op: isinstance(op, Attention))
