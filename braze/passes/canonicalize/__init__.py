@@ -16,12 +16,16 @@ def canonicalize_passes(options=None) -> list[Pass]:
     recognizers whose results later ones match (norms and activations before attention)."""
     from ..base import RulePass
     from ..cleanup import DCE_PASS
+    from .activations import CANONICALIZE_ACTIVATION
     from .attention import CANONICALIZE_ATTENTION, FOLD_REPEAT_KV
     from .attention_mask import RECOGNIZE_CAUSAL_MASK
     from .layout import LAYOUT_RULES
+    from .norms import CANONICALIZE_NORM
 
     return [
         RulePass("CanonicalizeLayout", LAYOUT_RULES),
+        RulePass("CanonicalizeNormsAndActivations", (CANONICALIZE_NORM,
+                                                     CANONICALIZE_ACTIVATION)),
         RulePass("CanonicalizeAttention", (CANONICALIZE_ATTENTION,)),
         RulePass("CanonicalizeAttentionLayout", LAYOUT_RULES + (FOLD_REPEAT_KV,)),
         RulePass("RecognizeCausalMask", (RECOGNIZE_CAUSAL_MASK,)),

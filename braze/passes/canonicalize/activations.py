@@ -1,0 +1,130 @@
+"""Activations written in primitives become one unary op: GELU (erf form), GELU's tanh forms
+(`gelu_new`, `gelu_pytorch_tanh`, `gelu_fast`: the same function written differently),
+quick_gelu (x * sigmoid(1.702 x)), SiLU (x * sigmoid(x)), sigmoid and ReLU written as max(x, 0).
+
+Recognition is semantic, not syntactic: a cone of smooth elementwise ops (add, sub, mul, div,
+pow by a constant, neg, exp, tanh, erf, sigmoid, sqrt, reciprocal, max with 0) over one input x
+and scalar constants is a function of x alone; braze evaluates that function in float64 on a
+fixed set of probe points (dense on [-10, 10], plus large magnitudes) and compares it with each
+known activation. A match within 2e-7 relative is that activation (a cone that computes a
+different function - a wrong constant, a missing factor - is not). So every way of writing
+gelu_new an exporter emits is recognized, and nothing else is."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...interpret import interpret
+from ...ir.graph import Graph
+from ...ir.ops.elementwise import Binary, BinaryFn, Unary, UnaryFn
+from ...ir.ops.io import Constant
+from ...rewrite import Match, Rule
+
+__all__ = ["CANONICALIZE_ACTIVATION", "identify_activation", "PROBES"]
+
+_SMOOTH_UNARY = frozenset({UnaryFn.NEG, UnaryFn.EXP, UnaryFn.TANH, UnaryFn.ERF, UnaryFn.SIGMOID,
+                           UnaryFn.SQRT, UnaryFn.RECIPROCAL, UnaryFn.SQUARE, UnaryFn.RSQRT})
+_BINARY = frozenset({BinaryFn.ADD, BinaryFn.SUB, BinaryFn.MUL, BinaryFn.DIV, BinaryFn.POW,
+                     BinaryFn.MAX})
+_TARGETS = (UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.QUICK_GELU, UnaryFn.SILU,
+            UnaryFn.SIGMOID, UnaryFn.RELU)
+PROBES = np.concatenate([np.linspace(-10.0, 10.0, 401), [-60.0, -25.0, 25.0, 60.0]])
+MAX_CONE = 24
+TOLERANCE = 2e-7
+
+
+def _scalar_const(g, v) -> bool:
+    n = g.nodes[v.node]
+    return isinstance(n.op, Constant) and n.op.value.size == 1
+
+
+def _member(n) -> bool:
+    op = n.op
+    if isinstance(op, Unary):
+        return op.fn in _SMOOTH_UNARY or op.fn in _TARGETS
+    return isinstance(op, Binary) and op.fn in _BINARY
+
+
+def _is_max(n) -> bool:
+    return isinstance(n.op, Binary) and n.op.fn is BinaryFn.MAX
+
+
+def _cone(g, root):
+    """(member node ids, the single non-constant leaf) of the elementwise cone under root, or
+    None when it has several leaves or an interior value escapes."""
+    members, leaves, stack = set(), set(), [root.id]
+    while stack:
+        nid = stack.pop()
+        if nid in members:
+            continue
+        n = g.nodes[nid]
+        members.add(nid)
+        if len(members) > MAX_CONE:
+            return None
+        for v in n.inputs:
+            p = g.nodes[v.node]
+            if _scalar_const(g, v):
+                continue
+            if _member(p) and v.index == 0 and p.outputs[0] == root.outputs[0]:
+                stack.append(p.id)
+            else:
+                leaves.add(v)
+    if len(leaves) != 1 or (len(members) < 2 and not _is_max(root)):
+        return None
+    (x,) = leaves
+    if g.shape_of(x) != root.outputs[0]:
+        return None
+    return members, x
+
+
+def identify_activation(g, members: set[int], x, root) -> UnaryFn | None:
+    """The activation the cone computes, by probing (module docstring), or None."""
+    sub = Graph("cone", record_provenance=False)
+    vmap = {x: sub.input("x", g.shape_of(x).with_dims((len(PROBES),)))}
+    for nid in sorted(members):
+        n = g.nodes[nid]
+        ins = []
+        for v in n.inputs:
+            if v not in vmap:
+                c = g.nodes[v.node].op.value
+                vmap[v] = sub.constant(np.asarray(c).reshape(()), None)
+            ins.append(vmap[v])
+        vmap[n.value] = sub.add_node(n.op, ins)[0]
+    sub.set_outputs([vmap[root.value]])
+    feeds = {"x": PROBES.astype(g.shape_of(x).dtype.np)}
+    try:
+        with np.errstate(all="ignore"):
+            (got,) = interpret(sub, feeds, float64=True)
+    except Exception:  # noqa: BLE001 - a cone that cannot run on the probes is no activation
+        return None
+    got = np.asarray(got, np.float64)
+    if not np.isfinite(got).all():
+        return None
+    for fn in _TARGETS:
+        want = Unary(fn).reference(PROBES)
+        if np.all(np.abs(got - want) <= TOLERANCE * np.maximum(1.0, np.abs(want))):
+            return fn
+    return None
+
+
+def _matcher(g, node, ctx):
+    if node.op.elementwise is False or not _member(node):
+        return
+    if isinstance(node.op, Unary) and node.op.fn in _TARGETS:
+        return  # already canonical
+    if not node.outputs[0].dtype.is_float:
+        return
+    found = _cone(g, node)
+    if found is None:
+        return
+    members, x = found
+    fn = identify_activation(g, members, x, node)
+    if fn is None:
+        return
+    yield Match(CANONICALIZE_ACTIVATION, g, node, {"root": node}, {"x": x},
+                tuple(sorted(members)), data={"fn": fn})
+
+
+CANONICALIZE_ACTIVATION = Rule(
+    "CanonicalizeActivation", lambda b, m: b.activation(m.v("x"), m.data["fn"]),
+    matcher=_matcher, root_test=lambda op: isinstance(op, (Unary, Binary)),
+    produces="activation")
