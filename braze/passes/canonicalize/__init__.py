@@ -15,17 +15,21 @@ def canonicalize_passes(options=None) -> list[Pass]:
     """The canonicalization passes in order: cleanups that expose patterns first, then the
     recognizers whose results later ones match (norms and activations before attention)."""
     from ..base import RulePass
-    from ..cleanup import DCE_PASS
+    from ..cleanup import CSE_PASS, DCE_PASS
     from .activations import CANONICALIZE_ACTIVATION
     from .attention import CANONICALIZE_ATTENTION, FOLD_REPEAT_KV
     from .attention_mask import RECOGNIZE_CAUSAL_MASK
     from .layout import LAYOUT_RULES
     from .norms import CANONICALIZE_NORM
+    from .rope import CANONICALIZE_ROPE, MERGE_PARTIAL_ROPE
 
     return [
         RulePass("CanonicalizeLayout", LAYOUT_RULES),
         RulePass("CanonicalizeNormsAndActivations", (CANONICALIZE_NORM,
                                                      CANONICALIZE_ACTIVATION)),
+        RulePass("CanonicalizeRope", (CANONICALIZE_ROPE,)),
+        RulePass("MergePartialRope", (MERGE_PARTIAL_ROPE,)),
+        CSE_PASS,  # q and k read one half table
         RulePass("CanonicalizeAttention", (CANONICALIZE_ATTENTION,)),
         RulePass("CanonicalizeAttentionLayout", LAYOUT_RULES + (FOLD_REPEAT_KV,)),
         RulePass("RecognizeCausalMask", (RECOGNIZE_CAUSAL_MASK,)),
