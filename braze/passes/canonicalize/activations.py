@@ -48,32 +48,70 @@ def _is_max(n) -> bool:
     return isinstance(n.op, Binary) and n.op.fn is BinaryFn.MAX
 
 
-def _cone(g, root):
-    """(member node ids, the single non-constant leaf) of the elementwise cone under root, or
-    None when it has several leaves or an interior value escapes."""
-    members, leaves, stack = set(), set(), [root.id]
+def _region(g, root) -> set[int]:
+    """Every smooth elementwise node above root (same shape), up to MAX_CONE of them."""
+    members, stack = set(), [root.id]
+    while stack and len(members) < MAX_CONE:
+        nid = stack.pop()
+        if nid in members:
+            continue
+        members.add(nid)
+        for v in g.nodes[nid].inputs:
+            p = g.nodes[v.node]
+            if not _scalar_const(g, v) and _member(p) and v.index == 0 and \
+                    p.outputs[0] == root.outputs[0]:
+                stack.append(p.id)
+    return members
+
+
+def _cone_to(g, root, x) -> set[int] | None:
+    """The nodes on paths from x to root, if every other input along them is a scalar
+    constant (a function of x alone)."""
+    members, stack = set(), [root.id]
     while stack:
         nid = stack.pop()
         if nid in members:
             continue
-        n = g.nodes[nid]
         members.add(nid)
         if len(members) > MAX_CONE:
             return None
+        n = g.nodes[nid]
+        if not _member(n):
+            return None
         for v in n.inputs:
-            p = g.nodes[v.node]
-            if _scalar_const(g, v):
+            if v == x or _scalar_const(g, v):
                 continue
-            if _member(p) and v.index == 0 and p.outputs[0] == root.outputs[0]:
-                stack.append(p.id)
-            else:
-                leaves.add(v)
-    if len(leaves) != 1 or (len(members) < 2 and not _is_max(root)):
-        return None
-    (x,) = leaves
-    if g.shape_of(x) != root.outputs[0]:
-        return None
-    return members, x
+            if g.nodes[v.node].outputs[0] != root.outputs[0] or v.index != 0:
+                return None
+            stack.append(v.node)
+    return members
+
+
+_TRANSCENDENTAL = frozenset({UnaryFn.ERF, UnaryFn.TANH, UnaryFn.SIGMOID, UnaryFn.EXP})
+
+
+def _worth_probing(g, members: set[int], root) -> bool:
+    ops = [g.nodes[i].op for i in members]
+    return any(isinstance(op, Unary) and op.fn in _TRANSCENDENTAL for op in ops) or (
+        len(members) == 1 and _is_max(root))
+
+
+def _cones(g, root):
+    """Candidate (members, x) cones under root, the largest first: x is an input of the
+    smooth region (farthest first) such that the cone is a function of x alone."""
+    region = _region(g, root)
+    leaves = []
+    for nid in sorted(region):
+        for v in g.nodes[nid].inputs:
+            if v.node not in region and not _scalar_const(g, v) and v not in leaves:
+                leaves.append(v)
+    inner = [g.nodes[i].value for i in sorted(region) if i != root.id]
+    for x in leaves + inner:
+        if g.shape_of(x) != root.outputs[0]:
+            continue
+        members = _cone_to(g, root, x)
+        if members is not None and _worth_probing(g, members, root):
+            yield members, x
 
 
 def identify_activation(g, members: set[int], x, root) -> UnaryFn | None:
@@ -113,15 +151,12 @@ def _matcher(g, node, ctx):
         return  # already canonical
     if not node.outputs[0].dtype.is_float:
         return
-    found = _cone(g, node)
-    if found is None:
-        return
-    members, x = found
-    fn = identify_activation(g, members, x, node)
-    if fn is None:
-        return
-    yield Match(CANONICALIZE_ACTIVATION, g, node, {"root": node}, {"x": x},
-                tuple(sorted(members)), data={"fn": fn})
+    for members, x in _cones(g, node):
+        fn = identify_activation(g, members, x, node)
+        if fn is not None:
+            yield Match(CANONICALIZE_ACTIVATION, g, node, {"root": node}, {"x": x},
+                        tuple(sorted(members)), data={"fn": fn})
+            return
 
 
 CANONICALIZE_ACTIVATION = Rule(

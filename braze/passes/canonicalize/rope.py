@@ -106,7 +106,8 @@ def _structurally_repeats(g, v, interleaved: bool) -> bool:
         n = _node(g, v)
         op = n.op
         if isinstance(op, (Cast, Reshape, Expand)):
-            if isinstance(op, Reshape) and n.outputs[0].dims[-1] != g.shape_of(n.inputs[0]).dims[-1]:
+            last = g.shape_of(n.inputs[0]).dims[-1]
+            if isinstance(op, Reshape) and n.outputs[0].dims[-1] != last:
                 return False
             v = n.inputs[0]
         elif isinstance(op, Binary) and op.fn is BinaryFn.MUL:

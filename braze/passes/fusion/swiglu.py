@@ -1,9 +1,10 @@
-"""SwiGLU fusions into FusedSwiGLU. FuseSwiGLU: silu(narrow(h)) * narrow(h) over the two halves
-of one h (what FuseSharedInputMatMul leaves of gate/up), either half the gate. FuseSwiGLUDualMatmul:
-silu(x @ wg) * (x @ wu) in one step, weights concatenated as the shared-input fusion does.
-Silu may be written as g * sigmoid(g)."""
+"""Gated-MLP fusions (SwiGLU, GeGLU: any activation) into FusedSwiGLU. FuseSwiGLU:
+act(narrow(h)) * narrow(h) over the two halves of one h (what FuseSharedInputMatMul leaves of
+gate/up), either half the gate. FuseSwiGLUDualMatmul: act(x @ wg) * (x @ wu) in one step,
+weights concatenated as the shared-input fusion does. SiLU may be written as g * sigmoid(g)."""
 from __future__ import annotations
 
+from ...ir.ops.elementwise import Unary, UnaryFn
 from ...rewrite import Match, MissReason, P, Rule, V, fail
 from .checks import target_claims
 from .shared_matmul import concat_weights
@@ -12,8 +13,15 @@ __all__ = ["FUSE_SWIGLU", "FUSE_SWIGLU_DUAL_MATMUL", "SPLIT_RULES", "DUAL_RULES"
 
 
 def _silu_of(gate):
-    """silu(gate), or gate * sigmoid(gate) (either operand order)."""
-    return P.silu(gate, name="act") | P.mul(gate, P.sigmoid(gate, name="sig"), name="act")
+    """act(gate) for any activation (SiLU: SwiGLU, gelu: GeGLU, ...), or gate * sigmoid(gate)
+    (SiLU written out, either operand order)."""
+    return (P.of(Unary, gate, name="act", fn=lambda f: f.is_activation)
+            | P.mul(gate, P.sigmoid(gate, name="sig"), name="act"))
+
+
+def _act(m: Match) -> UnaryFn:
+    op = m.op("act")
+    return op.fn if isinstance(op, Unary) else UnaryFn.SILU
 
 
 # -- FuseSwiGLU: the split form ----------------------------------------------------------------
@@ -59,7 +67,7 @@ def halves_of_h(m: Match, ctx):
 
 
 def _build_split(b, m: Match):
-    return b.fused_swiglu(m.v("h"), gate_first=m.op("gate").start == 0)
+    return b.fused_swiglu(m.v("h"), gate_first=m.op("gate").start == 0, act=_act(m))
 
 
 FUSE_SWIGLU = Rule(
@@ -95,7 +103,7 @@ def gate_up_weights_match(m: Match, ctx):
 
 def _build_dual(b, m: Match):
     w = concat_weights(b, m, [m.values["wg"], m.values["wu"]])
-    return b.fused_swiglu(b.matmul(m.v("x"), w), gate_first=True)
+    return b.fused_swiglu(b.matmul(m.v("x"), w), gate_first=True, act=_act(m))
 
 
 FUSE_SWIGLU_DUAL_MATMUL = Rule(

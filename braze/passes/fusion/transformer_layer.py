@@ -155,6 +155,12 @@ def norms_agree(m, ctx) -> Miss | None:
 def mlp_is_supported(m, ctx) -> Miss | None:
     """The MLP activation is GELU / GELU_APPROX / RELU (or SwiGLU), with both biases or none."""
     if "swiglu" in m.nodes:
+        act = m.op("swiglu").act
+        if act is not UnaryFn.SILU:
+            return fail(MissReason.PATTERN_MISMATCH,
+                        detail=f"the gated MLP uses {act.value}; the whole-layer kind runs "
+                               "SwiGLU (silu) only",
+                        hint="the attention block, norms and gated MLP still fuse separately")
         return None
     act = m.op("up").act if isinstance(m.op("up"), FusedMatMulBiasAct) else m.op("up").fn
     if act not in _MLP_ACTS:
