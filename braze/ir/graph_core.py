@@ -275,6 +275,8 @@ class GraphCore:
         if isinstance(x, (bool, int, float, np.number)) and not isinstance(x, np.ndarray):
             dt = self.shape_of(like).dtype if like is not None else None
             arr = np.asarray(x, dtype=dt.np if dt is not None else None)
+            if dt is None and isinstance(x, float):
+                arr = arr.astype(np.float32)  # a Python float is f32, as in `constant`
         elif isinstance(x, np.ndarray):
             arr = x
         else:

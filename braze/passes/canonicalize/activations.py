@@ -17,7 +17,7 @@ from ...interpret import interpret
 from ...ir.graph import Graph
 from ...ir.ops.elementwise import Binary, BinaryFn, Unary, UnaryFn
 from ...ir.ops.io import Constant
-from ...rewrite import Match, Rule
+from ...rewrite import Match, MissReason, Rule, fail
 
 __all__ = ["CANONICALIZE_ACTIVATION", "identify_activation", "PROBES"]
 
@@ -116,6 +116,15 @@ def _cones(g, root):
 
 def identify_activation(g, members: set[int], x, root) -> UnaryFn | None:
     """The activation the cone computes, by probing (module docstring), or None."""
+    fn, _ = probe_cone(g, members, x, root)
+    return fn
+
+
+NEAR_MISS = 1e-2  # a cone within this of an activation is reported as a near miss
+
+
+def probe_cone(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | None]:
+    """(the activation the cone computes or None, (closest activation, max relative error))."""
     sub = Graph("cone", record_provenance=False)
     vmap = {x: sub.input("x", g.shape_of(x).with_dims((len(PROBES),)))}
     for nid in sorted(members):
@@ -133,15 +142,19 @@ def identify_activation(g, members: set[int], x, root) -> UnaryFn | None:
         with np.errstate(all="ignore"):
             (got,) = interpret(sub, feeds, float64=True)
     except Exception:  # noqa: BLE001 - a cone that cannot run on the probes is no activation
-        return None
+        return None, None
     got = np.asarray(got, np.float64)
     if not np.isfinite(got).all():
-        return None
+        return None, None
+    closest = None
     for fn in _TARGETS:
         want = Unary(fn).reference(PROBES)
-        if np.all(np.abs(got - want) <= TOLERANCE * np.maximum(1.0, np.abs(want))):
-            return fn
-    return None
+        err = float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))))
+        if err <= TOLERANCE:
+            return fn, (fn, err)
+        if closest is None or err < closest[1]:
+            closest = (fn, err)
+    return None, closest
 
 
 def _matcher(g, node, ctx):
@@ -151,15 +164,31 @@ def _matcher(g, node, ctx):
         return  # already canonical
     if not node.outputs[0].dtype.is_float:
         return
+    near = None
     for members, x in _cones(g, node):
-        fn = identify_activation(g, members, x, node)
+        fn, closest = probe_cone(g, members, x, node)
         if fn is not None:
             yield Match(CANONICALIZE_ACTIVATION, g, node, {"root": node}, {"x": x},
                         tuple(sorted(members)), data={"fn": fn})
             return
+        if near is None and closest is not None and closest[1] < NEAR_MISS:
+            near = (members, x, closest)
+    if near is not None:
+        members, x, (fn, err) = near
+        yield Match(CANONICALIZE_ACTIVATION, g, node, {"root": node}, {"x": x},
+                    tuple(sorted(members)), data={"miss": fail(
+                        MissReason.PATTERN_MISMATCH,
+                        detail=f"this elementwise expression is close to {fn.value} but not "
+                               f"equal (max relative error {err:.1e} on the probes)",
+                        hint="check the constants: a mistyped constant changes the function")})
+
+
+def recognized(m, ctx):
+    """The cone computes a known activation."""
+    return m.data.get("miss")
 
 
 CANONICALIZE_ACTIVATION = Rule(
     "CanonicalizeActivation", lambda b, m: b.activation(m.v("x"), m.data["fn"]),
-    matcher=_matcher, root_test=lambda op: isinstance(op, (Unary, Binary)),
+    matcher=_matcher, checks=(recognized,), root_test=lambda op: isinstance(op, (Unary, Binary)),
     produces="activation")

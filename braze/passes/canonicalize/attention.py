@@ -162,10 +162,6 @@ def _walk_scores(g, v, parse: _Parse, post: float = 1.0, capped: bool = False):
             parse.miss = fail(MissReason.PATTERN_MISMATCH,
                               detail="the scores are scaled by a value that is not a constant")
             return False
-        if capped:
-            parse.miss = fail(MissReason.PATTERN_MISMATCH,
-                              detail="the scores are scaled before the softcap")
-            return False
         c = cb if cb is not None else ca
         factor = c if op.fn is BinaryFn.MUL else 1.0 / c
         parse.scale *= factor

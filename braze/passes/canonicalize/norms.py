@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Unary, UnaryFn
 from ...ir.ops.io import Constant
 from ...ir.ops.reduce import Reduce, ReduceFn
-from ...rewrite import Match, Rule
+from ...rewrite import Match, MissReason, Rule, fail
 
 __all__ = ["CANONICALIZE_NORM"]
 
@@ -64,14 +64,19 @@ def _square_of(g, v, nodes):
     return None
 
 
+_NEAR: list[str] = []  # why the last parse that looked like a norm failed (one matcher call)
+
+
 def _mean_of(g, v, nodes):
     """(t, axis) when v = mean(t) over trailing axes with keepdims."""
     n = g.nodes[v.node]
-    if not _is(n, Reduce, ReduceFn.MEAN) or not n.op.keepdims:
+    if not _is(n, Reduce, ReduceFn.MEAN):
         return None
     rank = g.shape_of(n.inputs[0]).rank
     axes = n.op.axes
-    if axes != tuple(range(axes[0], rank)):
+    if not n.op.keepdims or axes != tuple(range(axes[0], rank)):
+        _NEAR.append(f"the statistic is a mean over axes {axes} (keepdims={n.op.keepdims}); a "
+                     f"norm reduces the trailing axes of its rank-{rank} input with keepdims")
         return None
     nodes.append(n.id)
     return n.inputs[0], axes[0]
@@ -186,7 +191,12 @@ def _casts_between(g, v) -> list[int]:
 
 
 def _matcher(g, node, ctx):
+    _NEAR.clear()
     found = _parse(g, node)
+    if found is None and _NEAR and _is(node, Binary, BinaryFn.MUL):
+        yield Match(CANONICALIZE_NORM, g, node, {"root": node}, {}, (node.id,),
+                    data={"miss": fail(MissReason.AXIS_MISMATCH, detail=_NEAR[0])})
+        return
     if found is None or not g.shape_of(found.x).dtype.is_float:
         return
     if g.shape_of(found.x) != node.outputs[0]:
@@ -209,6 +219,11 @@ def _build(b, m):
     return build(m.v("x"), gamma, beta, eps=d["eps"], axis=d["axis"])
 
 
+def recognized(m, ctx):
+    """The expression is a norm over the trailing axes."""
+    return m.data.get("miss")
+
+
 CANONICALIZE_NORM = Rule(
-    "CanonicalizeNorm", _build, matcher=_matcher,
+    "CanonicalizeNorm", _build, matcher=_matcher, checks=(recognized,),
     root_test=lambda op: isinstance(op, (Binary, Cast)), produces="norm")

@@ -1,0 +1,74 @@
+"""Activations written in primitives become one unary op by probing the function they compute;
+a mistyped constant is a reported near miss, and arbitrary math is left alone."""
+import numpy as np
+import pytest
+from helpers import canonicalize, check_same
+
+import braze as bz
+
+C = float(np.sqrt(2.0 / np.pi))
+
+
+def _gelu_erf(g, x, order):
+    if order == 0:
+        return g.mul(g.mul(x, 0.5), g.add(g.erf(g.div(x, float(np.sqrt(2.0)))), 1.0))
+    return g.mul(g.mul(g.add(g.erf(g.mul(x, float(1 / np.sqrt(2.0)))), 1.0), x), 0.5)
+
+
+def _gelu_tanh(g, x, form):
+    if form == "new":           # gelu_new: pow(x, 3)
+        inner = g.mul(g.add(x, g.mul(g.pow(x, 3.0), 0.044715)), C)
+    elif form == "pytorch":     # gelu_pytorch_tanh written as x * x * x
+        inner = g.mul(g.add(x, g.mul(g.mul(g.mul(x, x), x), 0.044715)), C)
+    else:                       # gelu_fast: x * 0.7978845608 * (1 + 0.044715 * x * x)
+        inner = g.mul(g.mul(x, 0.7978845608), g.add(g.mul(g.mul(x, x), 0.044715), 1.0))
+    return g.mul(g.mul(x, 0.5), g.add(g.tanh(inner), 1.0))
+
+
+CASES = {
+    "gelu_erf_0": (lambda g, x: _gelu_erf(g, x, 0), bz.UnaryFn.GELU),
+    "gelu_erf_1": (lambda g, x: _gelu_erf(g, x, 1), bz.UnaryFn.GELU),
+    "gelu_new": (lambda g, x: _gelu_tanh(g, x, "new"), bz.UnaryFn.GELU_APPROX),
+    "gelu_pytorch_tanh": (lambda g, x: _gelu_tanh(g, x, "pytorch"), bz.UnaryFn.GELU_APPROX),
+    "gelu_fast": (lambda g, x: _gelu_tanh(g, x, "fast"), bz.UnaryFn.GELU_APPROX),
+    "quick_gelu": (lambda g, x: g.mul(x, g.sigmoid(g.mul(x, 1.702))), bz.UnaryFn.QUICK_GELU),
+    "silu": (lambda g, x: g.mul(g.sigmoid(x), x), bz.UnaryFn.SILU),
+    "relu": (lambda g, x: g.maximum(x, 0.0), bz.UnaryFn.RELU),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_activation_forms(name):
+    build, fn = CASES[name]
+    g = bz.Graph(name)
+    x = g.input("x", bz.Shape(("b", 16)))
+    h = g.add(x, g.param("bias", bz.Shape((16,))))         # the activation's input is computed
+    g.set_outputs([build(g, h)])
+    out, _ = canonicalize(g)
+    assert out.count(fn.value) == 1, out.op_counts()
+    assert sum(out.op_counts().values()) == 2              # the bias add and the activation
+    check_same(g, out, rtol=1e-5, atol=1e-6)
+
+
+def test_a_mistyped_constant_is_a_near_miss_with_the_reason():
+    g = bz.Graph("typo")
+    x = g.input("x", bz.Shape((4, 8)))
+    inner = g.mul(g.add(x, g.mul(g.pow(x, 3.0), 0.0447)), C)       # 0.044715 mistyped
+    g.set_outputs([g.mul(g.mul(x, 0.5), g.add(g.tanh(inner), 1.0))])
+    out, misses = canonicalize(g)
+    assert out.count("gelu_approx") == 0 and out.count("tanh") == 1
+    (miss,) = [m for m in misses if m.pattern == "CanonicalizeActivation"]
+    assert "close to gelu_approx" in miss.detail
+    check_same(g, out)
+
+
+def test_other_math_and_two_input_expressions_are_left_alone():
+    g = bz.Graph("other")
+    x = g.input("x", bz.Shape((4, 8)))
+    y = g.input("y", bz.Shape((4, 8)))
+    a = g.mul(g.tanh(x), g.exp(x))                      # smooth, one input, not an activation
+    b = g.mul(x, g.sigmoid(y))                          # silu-shaped but two inputs
+    g.set_outputs([a, b])
+    out, misses = canonicalize(g)
+    assert out.op_counts() == g.op_counts()
+    assert not [m for m in misses if m.pattern == "CanonicalizeActivation"]

@@ -1,0 +1,234 @@
+"""Attention written in primitives becomes the attention op, whatever the scale placement, mask
+form, softcap, casts or export guard; GQA's repeat_kv folds into kv heads; causal masks built
+from dims become the causal kind; near matches that cannot be expressed report why."""
+import numpy as np
+import pytest
+from helpers import canonicalize, check_same, run_rules
+
+import braze as bz
+from braze.ir.ops.attention import MaskKind
+from braze.passes.canonicalize.attention import CANONICALIZE_ATTENTION, FOLD_REPEAT_KV
+from braze.passes.canonicalize.layout import LAYOUT_RULES
+
+B, H, S, D = 2, 2, 5, 4
+NEG = float(np.finfo(np.float32).min)
+
+
+def _qkv(g, heads=H, kv_heads=None):
+    kv = kv_heads or heads
+    q = g.input("q", bz.Shape(("b", heads, "s", D)))
+    k = g.input("k", bz.Shape(("b", kv, "s", D)))
+    v = g.input("v", bz.Shape(("b", kv, "s", D)))
+    return q, k, v
+
+
+def _attn_ops(out):
+    return [n.op for n in out.nodes if n.op.kind == "attention"]
+
+
+SYM = {"b": B, "s": S}
+
+
+@pytest.mark.parametrize("form", ["scores_mul", "scores_div", "q_and_k", "q_only", "k_only"])
+def test_every_scale_placement_becomes_one_scale(form):
+    g = bz.Graph("a")
+    q, k, v = _qkv(g)
+    kt = g.transpose(k, (0, 1, 3, 2))
+    c = 1 / np.sqrt(D)
+    if form == "scores_mul":
+        s = g.mul(g.matmul(q, kt), c)
+    elif form == "scores_div":
+        s = g.div(g.matmul(q, kt), float(np.sqrt(D)))
+    elif form == "q_and_k":
+        s = g.matmul(g.mul(q, float(np.sqrt(c))), g.mul(kt, float(np.sqrt(c))))
+    elif form == "q_only":
+        s = g.matmul(g.mul(q, 0.3), kt)
+    else:
+        s = g.matmul(q, g.mul(kt, 0.3))
+    g.set_outputs([g.matmul(g.softmax(s, -1), v)])
+    out, _ = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.mask is MaskKind.NONE
+    assert op.scale == (None if form not in ("q_only", "k_only") else pytest.approx(0.3))
+    assert out.count("matmul") == 0 and out.count("softmax") == 0
+    check_same(g, out, symbols=SYM)
+
+
+def test_sdpa_export_form_with_additive_bool_mask_and_nan_guard():
+    """TorchScript sdpa: k transposed straight from [B, S, H, D], sqrt scale on each side,
+    where(mask, 0, -inf) added, softmax, where(isnan(p), 0, p)."""
+    g = bz.Graph("sdpa")
+    x = g.input("x", bz.Shape(("b", "s", H * D)))
+    m = g.input("m", bz.Shape(("b", 1, "s", "s"), bz.bool_))
+    heads = lambda t: g.reshape(t, ("b", "s", H, D))  # noqa: E731
+    q = g.transpose(heads(x), (0, 2, 1, 3))
+    kt = g.transpose(heads(g.exp(x)), (0, 2, 3, 1))
+    v = g.transpose(heads(g.tanh(x)), (0, 2, 1, 3))
+    c = float(D ** -0.25)
+    s = g.matmul(g.mul(q, c), g.mul(kt, c))
+    s = g.add(s, g.where(m, 0.0, -np.inf))
+    p = g.softmax(s, -1)
+    p = g.where(g.isnan(p), 0.0, p)
+    g.set_outputs([g.matmul(p, v)])
+    out, _ = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.mask is MaskKind.CUSTOM and op.scale is None
+    assert out.count("isnan") == 0
+    heads_t = [n.op.perm for n in out.nodes if n.op.kind == "transpose"]
+    assert heads_t == [(0, 2, 1, 3)] * 3              # the key transpose folded into its split
+    check_same(g, out, symbols=SYM)
+
+
+@pytest.mark.parametrize("fill", [-np.inf, NEG])
+def test_masked_fill_becomes_an_additive_mask(fill):
+    g = bz.Graph("fill")
+    q, k, v = _qkv(g)
+    keep = g.input("keep", bz.Shape((1, 1, "s", "s"), bz.bool_))
+    s = g.mul(g.matmul(q, g.transpose(k, (0, 1, 3, 2))), 0.5)
+    s = g.where(keep, s, fill)
+    g.set_outputs([g.matmul(g.softmax(s, -1), v)])
+    out, _ = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.mask is MaskKind.CUSTOM
+    check_same(g, out, symbols=SYM)
+
+
+def test_masked_fill_with_a_small_value_is_a_reported_miss():
+    g = bz.Graph("fill")
+    q, k, v = _qkv(g)
+    keep = g.input("keep", bz.Shape((1, 1, "s", "s"), bz.bool_))
+    s = g.where(keep, g.matmul(q, g.transpose(k, (0, 1, 3, 2))), -10000.0)
+    g.set_outputs([g.matmul(g.softmax(s, -1), v)])
+    out, misses = canonicalize(g)
+    assert not _attn_ops(out)
+    (miss,) = [m for m in misses if m.pattern == "CanonicalizeAttention"]
+    assert "not far enough below" in miss.detail
+
+
+def test_softmax_over_another_axis_is_a_reported_miss():
+    g = bz.Graph("axis")
+    q, k, v = _qkv(g)
+    s = g.matmul(q, g.transpose(k, (0, 1, 3, 2)))
+    g.set_outputs([g.matmul(g.softmax(s, 2), v)])
+    out, misses = canonicalize(g)
+    assert not _attn_ops(out)
+    assert any(m.reason is bz.MissReason.AXIS_MISMATCH for m in misses)
+
+
+def test_a_scale_that_is_not_a_constant_is_a_reported_miss():
+    g = bz.Graph("scale")
+    q, k, v = _qkv(g)
+    t = g.input("t", bz.Shape((1,)))
+    s = g.mul(g.matmul(q, g.transpose(k, (0, 1, 3, 2))), t)
+    g.set_outputs([g.matmul(g.softmax(s, -1), v)])
+    out, misses = canonicalize(g)
+    assert not _attn_ops(out)
+    assert any("not a constant" in (m.detail or "") for m in misses)
+
+
+def test_scores_that_are_also_an_output_stay_unfused():
+    g = bz.Graph("out")
+    q, k, v = _qkv(g)
+    s = g.matmul(q, g.transpose(k, (0, 1, 3, 2)))
+    g.set_outputs([g.matmul(g.softmax(s, -1), v), s])
+    out, misses = canonicalize(g)
+    assert not _attn_ops(out)
+    assert any(m.reason is bz.MissReason.GRAPH_OUTPUT for m in misses)
+    check_same(g, out, symbols=SYM)
+
+
+def test_softcap_and_f32_casts():
+    g = bz.Graph("cap")
+    q, k, v = _qkv(g)
+    s = g.mul(g.matmul(q, g.transpose(k, (0, 1, 3, 2))), 0.3)
+    s = g.mul(g.tanh(g.div(s, 30.0)), 30.0)
+    s = g.cast(s, bz.f32)
+    g.set_outputs([g.matmul(g.cast(g.softmax(s, -1), bz.f32), v)])
+    out, _ = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.softcap == pytest.approx(30.0) and op.scale == pytest.approx(0.3)
+    check_same(g, out, symbols=SYM)
+
+
+def test_repeat_kv_folds_into_gqa_heads():
+    g = bz.Graph("gqa")
+    q, k, v = _qkv(g, heads=4, kv_heads=2)
+
+    def repeat(t):
+        t5 = g.reshape(t, ("b", 2, 1, "s", D))
+        return g.reshape(g.expand(t5, ("b", 2, 2, "s", D)), ("b", 4, "s", D))
+
+    s = g.mul(g.matmul(q, g.transpose(repeat(k), (0, 1, 3, 2))), 0.5)
+    g.set_outputs([g.matmul(g.softmax(s, -1), repeat(v))])
+    out, _ = run_rules(g, CANONICALIZE_ATTENTION)
+    out, _ = run_rules(out, *LAYOUT_RULES, FOLD_REPEAT_KV)
+    (att,) = [n for n in out.nodes if n.op.kind == "attention"]
+    assert out.shape_of(att.inputs[1]).dims[1] == 2 and out.count("expand") == 0
+    check_same(g, out, symbols=SYM)
+
+
+def _causal_table(g, kind):
+    """A dims-only causal mask, additive: built from ranges + compare, or from trilu."""
+    if kind == "range":
+        i = g.reshape(g.arange("s"), ("s", 1))
+        j = g.reshape(g.arange("s"), (1, "s"))
+        ok = g.le(j, i)
+    else:
+        ones = g.expand(g.constant(np.float32(1.0)), ("s", "s"))
+        ok = g.gt(g.trilu(ones, upper=False), 0.0)
+    return g.reshape(g.where(ok, 0.0, NEG), (1, 1, "s", "s"))
+
+
+@pytest.mark.parametrize("kind", ["range", "trilu"])
+def test_causal_masks_built_from_dims_become_the_causal_kind(kind):
+    g = bz.Graph("causal")
+    q, k, v = _qkv(g)
+    s = g.add(g.mul(g.matmul(q, g.transpose(k, (0, 1, 3, 2))), 0.5), _causal_table(g, kind))
+    g.set_outputs([g.matmul(g.softmax(s, -1), v)])
+    out, _ = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.mask is MaskKind.CAUSAL
+    assert out.count("where") == 0 and out.count("range") == 0
+    check_same(g, out, symbols=SYM)
+
+
+def test_sliding_window_mask_is_recognized_with_its_window():
+    g = bz.Graph("window")
+    q, k, v = _qkv(g)
+    i = g.reshape(g.arange("s"), ("s", 1))
+    j = g.reshape(g.arange("s"), (1, "s"))
+    ok = g.logical_and(g.le(j, i), g.gt(j, g.sub(i, g.constant(np.int64(2)))))
+    mask = g.reshape(g.where(ok, 0.0, NEG), (1, 1, "s", "s"))
+    s = g.add(g.matmul(q, g.transpose(k, (0, 1, 3, 2))), mask)
+    g.set_outputs([g.matmul(g.softmax(s, -1), v)])
+    out, _ = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.mask is MaskKind.SLIDING_WINDOW and op.window == 2
+    check_same(g, out, symbols={"b": B, "s": 7})
+
+
+def test_a_mask_that_reads_data_stays_custom():
+    g = bz.Graph("pad")
+    q, k, v = _qkv(g)
+    pad = g.input("pad", bz.Shape(("b", 1, 1, "s"), bz.bool_))
+    i = g.reshape(g.arange("s"), ("s", 1))
+    j = g.reshape(g.arange("s"), (1, "s"))
+    ok = g.logical_and(g.le(j, i), pad)               # causal and padding: depends on data
+    s = g.add(g.matmul(q, g.transpose(k, (0, 1, 3, 2))), g.where(ok, 0.0, NEG))
+    g.set_outputs([g.matmul(g.softmax(s, -1), v)])
+    out, _ = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.mask is MaskKind.CUSTOM
+    check_same(g, out, symbols=SYM)
+
+
+def test_a_learned_bias_becomes_the_bias_kind():
+    g = bz.Graph("bias")
+    q, k, v = (g.input(n, bz.Shape((B, H, S, D))) for n in "qkv")
+    table = g.param("rel_bias", bz.Shape((H, S, S)))
+    s = g.add(g.matmul(q, g.transpose(k, (0, 1, 3, 2))), g.reshape(table, (1, H, S, S)))
+    g.set_outputs([g.matmul(g.softmax(s, -1), v)])
+    out, _ = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.mask is MaskKind.BIAS and op.scale == 1.0
+    check_same(g, out, symbols={"b": B, "s": S})

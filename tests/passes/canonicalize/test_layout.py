@@ -1,0 +1,85 @@
+"""Layout canonicalization: transpose/reshape chains, reshape-transpose-reshape sandwiches and
+linear layers on flattened rows take one canonical form; interiors read elsewhere stay."""
+import numpy as np
+from helpers import check_same, run_rules
+
+import braze as bz
+from braze.passes.canonicalize.layout import LAYOUT_RULES, merge_groups
+
+
+def test_transpose_chains_compose_and_identities_vanish():
+    g = bz.Graph("t")
+    x = g.input("x", bz.Shape(("b", 3, 4, 5)))
+    y = g.transpose(g.transpose(x, (0, 2, 1, 3)), (0, 1, 3, 2))
+    z = g.transpose(g.transpose(x, (0, 2, 1, 3)), (0, 2, 1, 3))     # the identity
+    g.set_outputs([y, g.reshape(g.reshape(z, ("b", 12, 5)), ("b", 3, 4, 5))])
+    out, _ = run_rules(g, *LAYOUT_RULES)
+    counts = out.op_counts()
+    assert counts.get("transpose") == 1 and "reshape" not in counts
+    (t,) = [n for n in out.nodes if n.op.kind == "transpose"]
+    assert t.op.perm == (0, 2, 3, 1)
+    check_same(g, out)
+
+
+def test_reshape_transpose_reshape_collapses_to_one_transpose():
+    """dynamo's key transpose: [b, 4, s, 16] -> [4b, s, 16] -> (0, 2, 1) -> [b, 4, 16, s]."""
+    g = bz.Graph("k")
+    x = g.input("x", bz.Shape(("b", 4, "s", 16)))
+    y = g.reshape(g.transpose(g.reshape(x, ("4*b", "s", 16)), (0, 2, 1)), ("b", 4, 16, "s"))
+    g.set_outputs([y])
+    out, _ = run_rules(g, *LAYOUT_RULES)
+    assert out.op_counts() == {"transpose": 1}
+    assert [n.op.perm for n in out.nodes if n.op.kind == "transpose"] == [(0, 1, 3, 2)]
+    check_same(g, out, symbols={"b": 2, "s": 3})
+
+
+def test_sandwich_that_does_not_split_back_is_left_alone():
+    g = bz.Graph("k")
+    x = g.input("x", bz.Shape((2, 4, 3, 6)))
+    y = g.reshape(g.transpose(g.reshape(x, (8, 3, 6)), (0, 2, 1)), (8, 18))  # stays merged
+    g.set_outputs([y])
+    out, _ = run_rules(g, *LAYOUT_RULES)
+    assert out.count("transpose") == 1 and out.count("reshape") == 2
+    check_same(g, out)
+    assert merge_groups((2, 3), (3, 2)) is None
+
+
+def _flat_linear(g, x, w, b, shared=False):
+    flat = g.reshape(x, ("b*s", 8))
+    y = g.add(g.matmul(flat, w), b)
+    return g.reshape(y, ("b", "s", 6)), flat
+
+
+def test_linear_on_flattened_rows_unflattens():
+    g = bz.Graph("lin")
+    x = g.input("x", bz.Shape(("b", "s", 8)))
+    w, b = g.param("w", bz.Shape((8, 6))), g.param("bias", bz.Shape((6,)))
+    y, _ = _flat_linear(g, x, w, b)
+    g.set_outputs([y])
+    out, _ = run_rules(g, *LAYOUT_RULES)
+    assert out.op_counts() == {"matmul": 1, "add": 1}
+    mm = next(n for n in out.nodes if n.op.kind == "matmul")
+    assert out.shape_of(mm.value).dims == ("b", "s", 6)
+    check_same(g, out)
+
+
+def test_flattened_linear_whose_rows_are_used_elsewhere_stays():
+    g = bz.Graph("lin")
+    x = g.input("x", bz.Shape(("b", "s", 8)))
+    w, b = g.param("w", bz.Shape((8, 6))), g.param("bias", bz.Shape((6,)))
+    y, flat = _flat_linear(g, x, w, b)
+    g.set_outputs([y, flat])                      # the flattened rows are an output too
+    out, _ = run_rules(g, *LAYOUT_RULES)
+    assert out.count("reshape") == 2
+    check_same(g, out)
+
+
+def test_a_reshape_that_reads_another_reshape_keeps_that_ones_other_users():
+    g = bz.Graph("two")
+    x = g.input("x", bz.Shape((2, 12)))
+    mid = g.reshape(x, (2, 3, 4))
+    g.set_outputs([g.reshape(mid, (6, 4)), g.exp(mid)])
+    out, _ = run_rules(g, *LAYOUT_RULES)
+    assert out.count("reshape") == 2 and out.count("exp") == 1
+    a = np.arange(24, dtype=np.float32).reshape(2, 12)
+    np.testing.assert_array_equal(bz.interpret(out, {"x": a})[0], a.reshape(6, 4))
