@@ -50,9 +50,9 @@ def test_fused_graph_matches_pytorch_and_onnxruntime(hf_zoo, family, variant):
     m = hf_zoo.module(family, "eager" if variant == "eager" else "sdpa")
     right = hf_inputs(3, 6, vocab=m.vocab_size, seed=3)
     with torch.no_grad():
-        want = m(*(torch.from_numpy(right[k]) for k in ("input_ids", "attention_mask")))
+        want = m(*(torch.from_numpy(right[k]) for k in ("input_ids", "attention_mask"))).numpy()
     (got,) = bz.interpret(fused, right)
-    np.testing.assert_allclose(got, want.numpy(), rtol=1e-4, atol=1e-4 * float(np.abs(want.numpy()).max()))
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
     sess = ort.InferenceSession(hf_zoo.onnx(family, variant), providers=["CPUExecutionProvider"])
     for padding in ("left", "none"):
         feeds = hf_inputs(2, 9, vocab=m.vocab_size, seed=4, padding=padding)

@@ -1,7 +1,6 @@
 """RoPE written in primitives becomes the rope op (rotate-half, interleaved, partial), with the
 half tables read off the exported full tables only when they provably repeat."""
 import numpy as np
-import pytest
 from helpers import canonicalize, check_same
 
 import braze as bz
