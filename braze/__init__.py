@@ -70,3 +70,10 @@ def compile(graph, target="cpu", **kwargs):  # noqa: A001 - the public name the 
     from .runtime import compile as _compile
 
     return _compile(graph, target, **kwargs)
+
+
+def export_onnx(graph, path, target="onnxruntime", **kwargs):
+    """Write `graph` as an ONNX model; see `braze.export.onnx.export_onnx`."""
+    from .export.onnx import export_onnx as _export
+
+    return _export(graph, path, target, **kwargs)

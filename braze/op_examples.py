@@ -90,6 +90,8 @@ OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
                                         count_include_pad=True),
     "global_avg_pool": lambda g, x: g.global_avg_pool(g.reshape(x, (2, 4, 3, 2))),
     "resize_nearest_2x": lambda g, x: g.resize_nearest_2x(g.reshape(x, (2, 4, 3, 2))),
+    "resize": lambda g, x: g.resize(g.reshape(x, (2, 4, 3, 2)), (5, 3), "linear",
+                                    "pytorch_half_pixel"),
     "fused_matmul_bias_act": lambda g, x: g.linear_fused(x, g.param("w", _s(8, 4)),
                                                          g.param("b", _s(4)), "relu"),
     "fused_swiglu": lambda g, x: g.fused_swiglu(x, gate_first=False),

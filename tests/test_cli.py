@@ -95,3 +95,17 @@ def test_bad_input_shape_option(tmp_path, capsys):
     p = _tiny_onnx(tmp_path / "tiny.onnx")
     assert main(["inspect", str(p), "--input-shape", "x"]) == 2
     assert "NAME=DIMS" in capsys.readouterr().err
+
+
+def test_fuse_onnx_and_export_for_onnxruntime(tmp_path, capsys):
+    import numpy as np
+    import onnxruntime as ort
+
+    p = _tiny_onnx(tmp_path / "tiny.onnx")
+    out = tmp_path / "fused.onnx"
+    assert main(["fuse", str(p), "--target", "onnxruntime", "--export", str(out), "--quiet"]) == 0
+    assert "exported to" in capsys.readouterr().out
+    x = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    want = ort.InferenceSession(str(p)).run(None, {"x": x})[0]
+    got = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5)

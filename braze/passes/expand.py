@@ -1,12 +1,14 @@
 """Expand selected composite nodes into their decompositions, repeatedly, until none is left.
-Unfuse (for autodiff) and legalization (for backends without a kernel) both use this one
-mechanism, so they can never disagree with the ops' own `decompose`."""
+Unfuse (for autodiff), legalization (for backends without a kernel) and the ONNX exporter
+(kinds without an ONNX mapping) all use this one mechanism, so they can never disagree with the
+ops' own `decompose`."""
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
 
 from ..ir.graph import Graph
+from ..ir.node import Node
 from ..ir.op import Op, Value
 
 MAX_DEPTH = 16
@@ -15,21 +17,28 @@ MAX_DEPTH = 16
 def expand_nodes(g: Graph, should_expand: Callable[[Op], bool]) -> tuple[Graph, bool]:
     """A new graph where every node whose op passes `should_expand` is replaced by its
     decomposition (recursively). Returns (graph, whether anything was expanded)."""
+    return expand_where(g, lambda node, graph: should_expand(node.op))
+
+
+def expand_where(g: Graph, should_expand: Callable[[Node, Graph], bool]) -> tuple[Graph, bool]:
+    """Like `expand_nodes`, deciding per node (its op, inputs and types in its graph): composite
+    nodes for which `should_expand(node, graph)` holds are decomposed, repeatedly."""
     changed = False
+    test = lambda node, graph: node.op.composite and should_expand(node, graph)  # noqa: E731
     for _ in range(MAX_DEPTH):
-        if not any(should_expand(n.op) for n in g.nodes):
+        if not any(test(n, g) for n in g.nodes):
             return g, changed
-        g = _expand_once(g, should_expand)
+        g = _expand_once(g, test)
         changed = True
     raise RecursionError("decompositions still produce expandable ops after 16 rounds")
 
 
-def _expand_once(g: Graph, should_expand) -> Graph:
+def _expand_once(g: Graph, test: Callable[[Node, Graph], bool]) -> Graph:
     new = Graph(g.name, record_provenance=False)
     vmap: dict[Value, Value] = {}
     for node in g.nodes:
         ins = [vmap[v] for v in node.inputs]
-        if should_expand(node.op):
+        if test(node, g):
             start = len(new.nodes)
             out = node.op.decompose(new, ins)
             outs = out if isinstance(out, tuple) else (out,)

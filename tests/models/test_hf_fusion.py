@@ -69,3 +69,19 @@ def test_misses_name_the_onnx_node(hf_zoo, family):
     fused, report = bz.fuse(g, "cpu", transformer_layer=True)
     for miss in report.misses:
         assert "/" in miss.context  # ONNX node names look like /model/layers.0/...
+
+
+@pytest.mark.parametrize("variant", EXPORT_VARIANTS)
+@pytest.mark.parametrize("family", sorted(HF_FAMILIES))
+def test_fused_export_runs_in_onnxruntime_and_matches(hf_zoo, family, variant, tmp_path):
+    g = hf_zoo.graph(family, variant)
+    fused, _ = bz.fuse(g, "onnxruntime")
+    path = bz.export_onnx(fused, tmp_path / "fused.onnx", target="onnxruntime")
+    fused_sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    assert any(n.domain == "com.microsoft" for n in __import__("onnx").load(path).graph.node)
+    original = ort.InferenceSession(hf_zoo.onnx(family, variant),
+                                    providers=["CPUExecutionProvider"])
+    feeds = hf_inputs(2, 7, vocab=128, seed=6)
+    (want,) = original.run(None, feeds)
+    (got,) = fused_sess.run(None, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))

@@ -1,4 +1,4 @@
-"""Builder methods for conv2d, conv_transpose2d, pooling, resize.
+"""Builder methods for conv2d, conv_transpose2d, pooling, resize (2x nearest and general).
 
 Strides, dilations and kernels take an int or a pair; paddings an int, a pair (ph, pw) or a
 4-tuple (top, left, bottom, right)."""
@@ -7,6 +7,7 @@ from __future__ import annotations
 from ...errors import GraphError
 from ..op import Value
 from ..ops.conv import Conv2d, ConvTranspose2d, GlobalAvgPool, Pool2d, PoolKind, ResizeNearest2x
+from ..ops.resize import CoordinateMode, NearestMode, Resize, ResizeMode
 
 
 def _pair(v, what: str) -> tuple[int, int]:
@@ -15,6 +16,13 @@ def _pair(v, what: str) -> tuple[int, int]:
     t = tuple(v) if isinstance(v, (tuple, list)) else ()
     if len(t) != 2 or not all(isinstance(i, int) for i in t):
         raise GraphError(f"{what} must be an int or a pair of ints, got {v!r}")
+    return t
+
+
+def _pair_any(v, what: str) -> tuple:
+    t = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
+    if len(t) != 2:
+        raise GraphError(f"{what} must be a number or a pair, got {v!r}")
     return t
 
 
@@ -27,6 +35,16 @@ def _padding4(v) -> tuple[int, int, int, int]:
     if len(t) == 4 and all(isinstance(i, int) for i in t):
         return t
     raise GraphError(f"padding must be an int, (ph, pw) or (top, left, bottom, right), got {v!r}")
+
+
+def _enum(cls, v, what: str):
+    if isinstance(v, cls):
+        return v
+    try:
+        return cls(v)
+    except ValueError:
+        raise GraphError(f"unknown {what} {v!r}; known: "
+                         f"{', '.join(m.value for m in cls)}") from None
 
 
 def _pool_kind(kind) -> PoolKind:
@@ -77,3 +95,16 @@ class ConvBuilder:
     def resize_nearest_2x(self, x: Value) -> Value:
         """[N, C, H, W] -> [N, C, 2H, 2W], nearest neighbour."""
         return self.add_node(ResizeNearest2x(), (x,))[0]
+
+    def resize(self, x: Value, size, mode: ResizeMode | str = "nearest",
+               coordinate: CoordinateMode | str = "half_pixel",
+               nearest: NearestMode | str = "round_prefer_floor", scale=None, *,
+               cubic_a: float = -0.75, exclude_outside: bool = False) -> Value:
+        """[N, C, H, W] -> [N, C, *size] with ONNX Resize semantics (braze.ir.ops.resize);
+        `scale` (sh, sw) is the coordinate scale, out / in when None."""
+        sc = None if scale is None else tuple(float(s) for s in _pair_any(scale, "scale"))
+        op = Resize(_pair(size, "size"), _enum(ResizeMode, mode, "resize mode"),
+                    _enum(CoordinateMode, coordinate, "coordinate transformation mode"),
+                    _enum(NearestMode, nearest, "nearest mode"), sc, float(cubic_a),
+                    bool(exclude_outside))
+        return self.add_node(op, (x,))[0]

@@ -16,6 +16,7 @@ from ..ops.shape import (
     Gather,
     Narrow,
     Pad,
+    PadMode,
     Reshape,
     Split,
     Transpose,
@@ -32,6 +33,16 @@ def axis_for(op: str, axis: int, rank: int) -> int:
         return normalize_axis(int(axis), rank)
     except ShapeError as e:
         raise ShapeError(f"{op}: {e}") from None
+
+
+def _pad_mode(mode: PadMode | str) -> PadMode:
+    if isinstance(mode, PadMode):
+        return mode
+    try:
+        return PadMode(mode)
+    except ValueError:
+        raise GraphError(f"unknown pad mode {mode!r}; known: "
+                         f"{', '.join(m.value for m in PadMode)}") from None
 
 
 def axes_for(op: str, axes: int | Sequence[int], rank: int) -> tuple[int, ...]:
@@ -97,10 +108,12 @@ class ShapeBuilder:
 
     gather_ = gather
 
-    def pad(self, x: Value, pads: Sequence[tuple[int, int]], value: float = 0.0) -> Value:
-        """Pad with `value`: `pads[i] = (before, after)` for every axis i."""
+    def pad(self, x: Value, pads: Sequence[tuple[int, int]], value: float = 0.0,
+            mode: PadMode | str = PadMode.CONSTANT) -> Value:
+        """Pad `x`: `pads[i] = (before, after)` for every axis i, filled with `value`
+        (mode "constant"), the mirror image without the edge ("reflect") or the edge ("edge")."""
         pairs = tuple((int(b), int(a)) for b, a in pads)
-        return self.add_node(Pad(pairs, float(value)), (x,))[0]
+        return self.add_node(Pad(pairs, float(value), _pad_mode(mode)), (x,))[0]
 
     def split(self, x: Value, axis: int, sizes: Sequence[int]) -> tuple[Value, ...]:
         """Cut `x` along `axis` into pieces of `sizes`; one value per piece."""

@@ -24,4 +24,5 @@ from .linalg import DotGeneral, MatMul  # noqa: F401
 from .norm import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .region import *  # noqa: F401,F403
+from .resize import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403

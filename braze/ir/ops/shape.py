@@ -3,6 +3,7 @@ gather, pad and the multi-output split. Axes are stored non-negative (builders n
 symbolic dims are kept wherever the result can still be written as a tuple of dims."""
 from __future__ import annotations
 
+import enum
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,7 +16,7 @@ from ..shapes import Dim, normalize_axis
 from ..symbolic import SymDim, canonical_dim, eval_dim, monomial_factors
 
 __all__ = [
-    "Reshape", "Transpose", "Narrow", "Concat", "Expand", "Gather", "Pad", "Split",
+    "Reshape", "Transpose", "Narrow", "Concat", "Expand", "Gather", "Pad", "PadMode", "Split",
     "resolve_reshape", "concrete_dims",
 ]
 
@@ -259,15 +260,23 @@ class Gather(Op):
         return np.take(x, idx, axis=normalize_axis(self.axis, x.ndim))
 
 
+class PadMode(enum.Enum):
+    CONSTANT = "constant"
+    REFLECT = "reflect"
+    EDGE = "edge"
+
+
 @dataclass(frozen=True)
 class Pad(Op):
-    """Constant padding: `pads[i] = (before, after)` elements added on axis i, filled with
-    `value`."""
+    """Padding: `pads[i] = (before, after)` elements added on axis i. `mode` says what fills
+    them: `value` (constant), the mirror image without the edge element (reflect: each amount
+    must be below the axis length) or copies of the edge element (edge)."""
 
     kind = "pad"
     arity = 1
     pads: tuple[tuple[int, int], ...]
     value: float = 0.0
+    mode: PadMode = PadMode.CONSTANT
 
     def infer(self, ins):
         (x,) = ins
@@ -278,12 +287,21 @@ class Pad(Op):
             require(len(pair) == 2 and all(isinstance(p, int) and p >= 0 for p in pair),
                     f"pad amounts on axis {i} must be two ints >= 0, got {pair}")
             before, after = pair
+            if self.mode is not PadMode.CONSTANT and (before or after):
+                require(isinstance(d, int), f"{self.mode.value} pad needs a static axis {i}, "
+                        f"got {d!r}")
+                require(d >= 1, f"{self.mode.value} pad of empty axis {i}")
+                if self.mode is PadMode.REFLECT:
+                    require(max(before, after) < d, f"reflect pad amounts {pair} on axis {i} "
+                            f"must be below its length {d}")
             out.append((SymDim.of(d) + before + after).to_dim())
         return x.with_dims(out)
 
     def reference(self, x):
-        return np.pad(x, self.pads, mode="constant",
-                      constant_values=np.asarray(self.value).astype(x.dtype))
+        if self.mode is PadMode.CONSTANT:
+            return np.pad(x, self.pads, mode="constant",
+                          constant_values=np.asarray(self.value).astype(x.dtype))
+        return np.pad(x, self.pads, mode=self.mode.value)
 
 
 @dataclass(frozen=True)

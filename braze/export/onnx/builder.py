@@ -1,0 +1,155 @@
+"""The ONNX graph under construction: nodes, initializers and tensor names, plus the symbol
+table that turns braze's symbolic dims into int64 tensors computed from the graph inputs'
+shapes at run time (Shape -> Gather once per symbol; expressions with Mul / Add)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...errors import BrazeError
+from ...ir.dtypes import DType
+from ...ir.graph import Graph
+from ...ir.op import Value
+from ...ir.symbolic import SymDim
+
+__all__ = ["OnnxBuilder", "ExportError", "onnx_type"]
+
+
+class ExportError(BrazeError):
+    """A graph that cannot be written as ONNX (names the node and why)."""
+
+
+_ONNX_TYPES = {"f32": 1, "u8": 2, "i8": 3, "i16": 5, "i32": 6, "i64": 7, "bool": 9, "f16": 10,
+               "f64": 11, "u32": 12, "c64": 14, "bf16": 16}
+
+
+def onnx_type(dt: DType) -> int:
+    return _ONNX_TYPES[dt.name]
+
+
+class OnnxBuilder:
+    """Collects ONNX nodes and initializers for one exported graph."""
+
+    def __init__(self, g: Graph, opset: int):
+        self.g = g
+        self.opset = opset
+        self.nodes: list = []
+        self.initializers: list = []
+        self.names: dict[Value, str] = {}
+        self._consts: dict[tuple, str] = {}
+        self._count = 0
+        self._symbols: dict[str, str] = {}
+        self._dims: dict[tuple, str] = {}
+        self.domains: set[str] = set()
+        self._bind_symbols()
+
+    # -- names ----------------------------------------------------------------------------------
+    def fresh(self, hint: str = "t") -> str:
+        self._count += 1
+        return f"{hint}_{self._count}"
+
+    def name(self, v: Value) -> str:
+        return self.names[v]
+
+    # -- nodes and constants --------------------------------------------------------------------
+    def op(self, op_type: str, inputs, n_out: int = 1, *, domain: str = "", name_hint=None,
+           outputs: list[str] | None = None, **attrs) -> list[str]:
+        """Append an ONNX node; returns its output names."""
+        from onnx import helper
+
+        outs = outputs or [self.fresh(name_hint or op_type.lower()) for _ in range(n_out)]
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        node = helper.make_node(op_type, list(inputs), outs, name=self.fresh(op_type),
+                                domain=domain or None, **attrs)
+        self.nodes.append(node)
+        if domain:
+            self.domains.add(domain)
+        return outs
+
+    def op1(self, op_type: str, *inputs, **kw) -> str:
+        return self.op(op_type, inputs, **kw)[0]
+
+    def const(self, value, dtype=None) -> str:
+        """An initializer holding `value` (small ones are shared)."""
+        arr = np.asarray(value, dtype=dtype)
+        key = None
+        if arr.size <= 16:
+            key = (arr.dtype.str, arr.shape, arr.tobytes())
+            if key in self._consts:
+                return self._consts[key]
+        name = self.fresh("const")
+        self.add_initializer(name, arr)
+        if key is not None:
+            self._consts[key] = name
+        return name
+
+    def add_initializer(self, name: str, arr: np.ndarray) -> None:
+        from onnx import numpy_helper
+
+        arr = np.asarray(arr)
+        if arr.dtype.name == "bfloat16":
+            from onnx import TensorProto, helper
+
+            bits = arr.view(np.uint16).reshape(-1)
+            t = helper.make_tensor(name, TensorProto.BFLOAT16, arr.shape, bits.tobytes(),
+                                   raw=True)
+        else:
+            if not arr.flags.c_contiguous:  # (ascontiguousarray would make a 0-d array 1-d)
+                arr = arr.copy(order="C")
+            t = numpy_helper.from_array(arr, name)
+        self.initializers.append(t)
+
+    # -- symbolic dims --------------------------------------------------------------------------
+    def _bind_symbols(self) -> None:
+        for node in self.g.inputs:
+            for axis, d in enumerate(node.op.shape.dims):
+                if isinstance(d, str) and d.isidentifier() and d not in self._symbols:
+                    self._symbols[d] = (node.op.name, axis)
+
+    def _symbol_scalar(self, name: str) -> str:
+        ref = self._symbols.get(name)
+        if ref is None:
+            raise ExportError(f"symbol {name!r} is not a dim of any graph input, so an exported "
+                              "model cannot compute it; bind it first (static shapes)")
+        if isinstance(ref, str):
+            return ref
+        inp, axis = ref
+        shape = self.op1("Shape", inp, name_hint=f"shape_{_safe(inp)}")
+        out = self.op1("Gather", shape, self.const(np.int64(axis)), axis=0,
+                       name_hint=f"sym_{name}")
+        self._symbols[name] = out
+        return out
+
+    def dim_scalar(self, d) -> str:
+        """An int64 scalar tensor holding dim `d` (an int, a symbol or an expression)."""
+        if isinstance(d, int):
+            return self.const(np.int64(d))
+        key = ("scalar", d)
+        if key in self._dims:
+            return self._dims[key]
+        total = None
+        for mono, coef in SymDim.of(d).terms.items():
+            term = self.const(np.int64(coef)) if coef != 1 or not mono else None
+            for s in mono:
+                v = self._symbol_scalar(s)
+                term = v if term is None else self.op1("Mul", term, v)
+            total = term if total is None else self.op1("Add", total, term)
+        self._dims[key] = total
+        return total
+
+    def dims_tensor(self, dims) -> str:
+        """A 1-D int64 tensor holding `dims` (static: an initializer)."""
+        dims = tuple(dims)
+        if all(isinstance(d, int) for d in dims):
+            return self.const(np.asarray(dims, np.int64).reshape(len(dims)))
+        if dims in self._dims:
+            return self._dims[dims]
+        parts = [self.op1("Reshape", self.dim_scalar(d), self.const(np.asarray([1], np.int64)))
+                 if not isinstance(d, int) else self.const(np.asarray([d], np.int64))
+                 for d in dims]
+        out = self.op1("Concat", *parts, axis=0, name_hint="dims")
+        self._dims[dims] = out
+        return out
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in name)[:40]

@@ -1,0 +1,218 @@
+"""ONNX Runtime contrib-op mappings (target "onnxruntime", domain com.microsoft unless noted):
+fused kinds and logical ops whose ORT op means exactly the same thing. Each `accept` states
+the conditions (a mask kind ORT lacks, a softcap, GQA for the packed Attention op, ...); a node
+outside them is exported as its decomposition instead.
+
+- fused_matmul_bias_act: MatMul + BiasGelu (gelu), MatMul + FastGelu with bias (gelu_approx)
+- fused_residual_ln: SkipLayerNormalization (4th output: the exposed sum)
+- fused_residual_rms_norm: SkipSimplifiedLayerNormalization
+- rms_norm alone: its decomposition (ORT's SimplifiedLayerNormalization sits in the default
+  domain where onnx.checker rejects it; residual RMS norms use the contrib op above)
+- fused_attention_block (no rope, MHA, no softcap/window): Attention (packed QKV weights),
+  then the output projection; attention: MultiHeadAttention; rope: RotaryEmbedding
+- fused_conv_bias_act: FusedConv (relu / sigmoid / tanh)
+
+ORT's softmax gives NaN for a query whose keys are all masked with -inf; braze gives zeros, so
+every attention output passes through where(isnan(y), 0, y)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.ops.attention import Attention, MaskKind, Rope
+from ...ir.ops.elementwise import UnaryFn
+from ...ir.ops.fused import (
+    FusedAttentionBlock,
+    FusedConvBiasAct,
+    FusedMatMulBiasAct,
+    FusedResidualLN,
+    FusedResidualRmsNorm,
+    RopeMode,
+)
+from .ops_standard import conv_attrs, scalar, unary_fn
+from .registry import exporter
+
+MS = "com.microsoft"
+_ORT_MASKS = (MaskKind.NONE, MaskKind.CAUSAL, MaskKind.CUSTOM, MaskKind.BIAS)
+
+
+def _ort(target: str) -> bool:
+    return target == "onnxruntime"
+
+
+def _nan_guard(b, y: str, dt) -> str:
+    return b.op1("Where", b.op1("IsNaN", y), scalar(b, 0.0, dt), y)
+
+
+# -- matmul epilogues -----------------------------------------------------------------------------
+@exporter(FusedMatMulBiasAct, accept=lambda n, g, t: True)
+def matmul_bias_act(b, n, ins, target):
+    op = n.op
+    dt = n.outputs[0].dtype
+    y = b.op1("MatMul", ins[0], ins[1])
+    if op.has_bias and _ort(target) and op.act is UnaryFn.GELU:
+        return [b.op1("BiasGelu", y, ins[2], domain=MS)]
+    if op.has_bias and _ort(target) and op.act is UnaryFn.GELU_APPROX:
+        return [b.op1("FastGelu", y, ins[2], domain=MS)]
+    if op.has_bias:
+        y = b.op1("Add", y, ins[2])
+    return [y if op.act is None else unary_fn(b, op.act, y, dt, target)]
+
+
+# -- norms ----------------------------------------------------------------------------------------
+def _last_axis(n, g) -> bool:
+    rank = n.outputs[0].rank
+    return n.op.axis in (-1, rank - 1)
+
+
+def _skip_ok(n, g, target, allow_beta: bool):
+    if not _ort(target) or not n.op.has_gamma or (n.op.has_beta and not allow_beta):
+        return False
+    x, r = (g.shape_of(v) for v in n.inputs[:2])
+    return x == r and x.rank == 3 and _last_axis(n, g)
+
+
+def _skip(b, n, ins, op_type):
+    op = n.op
+    outs = b.op(op_type, ins, n_out=4, domain=MS, epsilon=float(op.eps))
+    return [outs[0], outs[3]] if op.expose_sum else [outs[0]]
+
+
+@exporter(FusedResidualLN, accept=lambda n, g, t: _skip_ok(n, g, t, True))
+def residual_ln(b, n, ins, target):
+    return _skip(b, n, ins, "SkipLayerNormalization")
+
+
+@exporter(FusedResidualRmsNorm, accept=lambda n, g, t: _skip_ok(n, g, t, False))
+def residual_rms(b, n, ins, target):
+    return _skip(b, n, ins, "SkipSimplifiedLayerNormalization")
+
+
+# -- attention ------------------------------------------------------------------------------------
+def _attention_ok(n, g, target):
+    op = n.op
+    if not _ort(target) or op.softcap is not None or op.mask not in _ORT_MASKS:
+        return False
+    q, k, v = (g.shape_of(x) for x in n.inputs[:3])
+    if q.dims[3] != v.dims[3] or not isinstance(q.dims[1], int):
+        return False
+    if op.mask.is_causal and q.dims[2] != k.dims[2]:
+        return False
+    return not op.mask.takes_input or g.shape_of(n.inputs[3]).rank <= 4
+
+
+def attention_bias(b, mask_v, mask_name: str, sq, sk) -> str:
+    """The additive mask as ORT wants it: 4-D with full query and key lengths."""
+    dims = b.g.shape_of(mask_v).dims
+    rank = len(dims)
+    if rank < 4:
+        mask_name = b.op1("Unsqueeze", mask_name,
+                          b.const(np.arange(4 - rank, dtype=np.int64)))
+        dims = (1,) * (4 - rank) + tuple(dims)
+    if dims[2] != sq or dims[3] != sk:
+        mask_name = b.op1("Expand", mask_name, b.dims_tensor((1, 1, sq, sk)))
+    return mask_name
+
+
+def _bsh(b, x: str, dims) -> str:
+    """[B, H, S, D] -> [B, S, H*D]."""
+    bb, h, s, d = dims
+    t = b.op1("Transpose", x, perm=[0, 2, 1, 3])
+    return b.op1("Reshape", t, b.dims_tensor((bb, s, h * d)))
+
+
+def _repeat_heads(b, x: str, dims, heads: int):
+    """GQA: [B, Hkv, S, D] -> [B, heads, S, D], each kv head repeated in place."""
+    bb, h, s, d = dims
+    rep = heads // h
+    x5 = b.op1("Unsqueeze", x, b.const(np.asarray([2], np.int64)))
+    x5 = b.op1("Expand", x5, b.dims_tensor((bb, h, rep, s, d)))
+    return b.op1("Reshape", x5, b.dims_tensor((bb, heads, s, d))), (bb, heads, s, d)
+
+
+@exporter(Attention, accept=_attention_ok)
+def attention(b, n, ins, target):
+    op = n.op
+    q_dims = b.g.shape_of(n.inputs[0]).dims
+    k_dims = b.g.shape_of(n.inputs[1]).dims
+    v_dims = b.g.shape_of(n.inputs[2]).dims
+    k_in, v_in = ins[1], ins[2]
+    if k_dims[1] != q_dims[1]:  # MultiHeadAttention wants one head count: repeat kv heads
+        k_in, k_dims = _repeat_heads(b, k_in, k_dims, q_dims[1])
+        v_in, v_dims = _repeat_heads(b, v_in, v_dims, q_dims[1])
+    q, k, v = _bsh(b, ins[0], q_dims), _bsh(b, k_in, k_dims), _bsh(b, v_in, v_dims)
+    bias = (attention_bias(b, n.inputs[3], ins[3], q_dims[2], k_dims[2])
+            if op.mask.takes_input else "")
+    args = [q, k, v, "", "", bias] if bias else [q, k, v]
+    d = q_dims[3]
+    y = b.op1("MultiHeadAttention", *args, domain=MS, num_heads=int(q_dims[1]),
+              scale=float(op.score_scale(d)), unidirectional=int(op.mask is MaskKind.CAUSAL))
+    bb, h, s, dv = q_dims[0], q_dims[1], q_dims[2], v_dims[3]
+    y = b.op1("Reshape", y, b.dims_tensor((bb, s, h, dv)))
+    y = b.op1("Transpose", y, perm=[0, 2, 1, 3])
+    return [_nan_guard(b, y, n.outputs[0].dtype)]
+
+
+def _block_ok(n, g, target):
+    op = n.op
+    return (_ort(target) and op.rope is RopeMode.NONE and op.num_heads == op.num_kv_heads
+            and op.softcap is None and op.mask in _ORT_MASKS)
+
+
+@exporter(FusedAttentionBlock, accept=_block_ok)
+def attention_block(b, n, ins, target):
+    op = n.op
+    r = op.named(ins)
+    dt = n.outputs[0].dtype
+    width = op.qkv_width
+    bias = r.get("b_qkv") or b.const(np.zeros(width, dt.np))
+    args = [r["x"], r["w_qkv"], bias]
+    if op.mask.takes_input:
+        mask_v = n.inputs[op.input_roles().index("mask")]
+        s = b.g.shape_of(n.inputs[0]).dims[1]
+        args += ["", "", attention_bias(b, mask_v, r["mask"], s, s)]
+    y = b.op1("Attention", *args, domain=MS, num_heads=op.num_heads,
+              scale=float(op.attention_op.score_scale(op.head_dim)),
+              unidirectional=int(op.mask is MaskKind.CAUSAL))
+    y = _nan_guard(b, y, dt)
+    y = b.op1("MatMul", y, r["w_o"])
+    return [b.op1("Add", y, r["b_o"]) if op.has_out_bias else y]
+
+
+def _rope_ok(n, g, target):
+    if not _ort(target):
+        return False
+    x, cos = g.shape_of(n.inputs[0]), g.shape_of(n.inputs[1])
+    if x.rank != 4 or cos.rank < 2 or any(d != 1 for d in cos.dims[:-2]):
+        return False
+    return cos.dims[-2] == x.dims[2]
+
+
+@exporter(Rope, accept=_rope_ok)
+def rope(b, n, ins, target):
+    op = n.op
+    x_dims = b.g.shape_of(n.inputs[0]).dims
+    cos_dims = b.g.shape_of(n.inputs[1]).dims
+    s, half = cos_dims[-2], cos_dims[-1]
+    cos = b.op1("Reshape", ins[1], b.dims_tensor((s, half)))
+    sin = b.op1("Reshape", ins[2], b.dims_tensor((s, half)))
+    pos = b.op1("Range", b.const(np.int64(0)), b.dim_scalar(s), b.const(np.int64(1)))
+    pos = b.op1("Expand", b.op1("Unsqueeze", pos, b.const(np.asarray([0], np.int64))),
+                b.dims_tensor((x_dims[0], s)))
+    n_rot = op.n_rot or x_dims[3]
+    return [b.op1("RotaryEmbedding", ins[0], pos, cos, sin, domain=MS,
+                  interleaved=int(op.interleaved), rotary_embedding_dim=int(n_rot),
+                  num_heads=int(x_dims[1]))]
+
+
+# -- convolution ----------------------------------------------------------------------------------
+_CONV_ACTS = {UnaryFn.RELU: "Relu", UnaryFn.SIGMOID: "Sigmoid", UnaryFn.TANH: "Tanh"}
+
+
+@exporter(FusedConvBiasAct, accept=lambda n, g, t: True)
+def conv_bias_act(b, n, ins, target):
+    op = n.op
+    attrs = conv_attrs(op.conv)
+    if _ort(target) and op.act in _CONV_ACTS:
+        return [b.op1("FusedConv", *ins, domain=MS, activation=_CONV_ACTS[op.act], **attrs)]
+    y = b.op1("Conv", *ins, **attrs)
+    return [y if op.act is None else unary_fn(b, op.act, y, n.outputs[0].dtype, target)]
