@@ -63,7 +63,9 @@ def _tiny_onnx(path):
     graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info(
         "x", TensorProto.FLOAT, ["batch", 4])], [helper.make_tensor_value_info(
             "y", TensorProto.FLOAT, ["batch", 2])], [w, b])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10  # what ONNX Runtime 1.31 reads
+    onnx.save(model, str(path))
     return path
 
 
