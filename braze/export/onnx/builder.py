@@ -83,20 +83,42 @@ class OnnxBuilder:
         return name
 
     def add_initializer(self, name: str, arr: np.ndarray) -> None:
-        from onnx import numpy_helper
+        """Queue an initializer; `write_initializers` puts them into the model (one copy)."""
+        self.initializers.append((name, np.asarray(arr)))
 
-        arr = np.asarray(arr)
-        if arr.dtype.name == "bfloat16":
-            from onnx import TensorProto, helper
+    def initializer_bytes(self) -> int:
+        return sum(a.nbytes for _, a in self.initializers)
 
-            bits = arr.view(np.uint16).reshape(-1)
-            t = helper.make_tensor(name, TensorProto.BFLOAT16, arr.shape, bits.tobytes(),
-                                   raw=True)
-        else:
-            if not arr.flags.c_contiguous:  # (ascontiguousarray would make a 0-d array 1-d)
+    def write_initializers(self, graph_proto, data_file=None, location: str = "") -> None:
+        """Fill `graph_proto.initializer` in place: raw little-endian data inline, or (with
+        `data_file`) tensors over 1 KiB written straight to that file as external data."""
+        from onnx import TensorProto
+
+        for name, arr in self.initializers:
+            t = graph_proto.initializer.add()
+            t.name = name
+            t.dims.extend(arr.shape)
+            if arr.dtype.name == "bfloat16":
+                t.data_type = TensorProto.BFLOAT16
+                arr = arr.view(np.uint16)
+            else:
+                from onnx import helper
+
+                t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
+            if not arr.flags.c_contiguous:
                 arr = arr.copy(order="C")
-            t = numpy_helper.from_array(arr, name)
-        self.initializers.append(t)
+            if data_file is not None and arr.nbytes > 1024:
+                pad = (-data_file.tell()) % 64
+                data_file.write(b"\0" * pad)
+                offset = data_file.tell()
+                arr.tofile(data_file)
+                t.data_location = TensorProto.EXTERNAL
+                for key, value in (("location", location), ("offset", str(offset)),
+                                   ("length", str(arr.nbytes))):
+                    e = t.external_data.add()
+                    e.key, e.value = key, value
+            else:
+                t.raw_data = arr.tobytes()
 
     # -- symbolic dims --------------------------------------------------------------------------
     def _bind_symbols(self) -> None:
