@@ -74,6 +74,17 @@ class Program:
         return times
 
 
+@dataclass(frozen=True)
+class _Scratch:
+    """A kernel's temporary buffer: node id and index."""
+
+    node: int
+    index: int
+
+    def __str__(self) -> str:
+        return f"scratch %{self.node}.{self.index}"
+
+
 def concrete(shape: Shape, symbols: Mapping[str, int]) -> tuple[int, ...]:
     return tuple(eval_dim(d, symbols) for d in shape.dims)
 
@@ -128,6 +139,7 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     fixed_views: list = []
     view_ids: set[int] = set()
     contiguous: dict[Value, bool] = {}  # views of contiguous memory that stay contiguous
+    scratch_types: dict = {}
     writer: dict[Value, int] = {}     # value -> step index that writes it
     last_use: dict[Value, int] = {}   # buffer value -> last step index reading it
     alias: dict[Value, Value] = {}    # view value -> the buffer value it looks into
@@ -154,18 +166,30 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             last_use[alias.get(v, v)] = idx
         for v in n.values:
             writer[v] = idx
+        scratch = []
+        for i, (dims, dt) in enumerate(k.scratch):
+            key = _Scratch(n.id, i)
+            shapes[key] = tuple(int(d) for d in dims)
+            scratch_types[key] = np.dtype(dt)
+            scratch.append(slot(key))
         steps.append(Step(n, k, tuple(slot(v) for v in n.inputs) +
-                          tuple(slot(v) for v in n.values)))
+                          tuple(slot(v) for v in n.values) + tuple(scratch)))
     end = len(steps)
     outputs = {alias.get(v, v) for v in g.outputs}
     for v in outputs:
         last_use[v] = end
     buffers = _buffers(g, steps, last_use, shapes, outputs, alias)
+    for idx, step in enumerate(steps):
+        for i, (_, dt) in enumerate(step.kernel.scratch):
+            key = _Scratch(step.node.id, i)
+            nbytes = int(np.prod(shapes[key], dtype=np.int64)) * np.dtype(dt).itemsize
+            buffers.append(Buffer(key, nbytes, idx, idx))
     plan = plan_memory(buffers)
     arena = _aligned_arena(plan.peak)
     for b in plan.buffers:
         for v in (b.key, *b.shares):
-            dims, dt = shapes[v], g.shape_of(v).dtype.np
+            dims = shapes[v]
+            dt = scratch_types[v] if isinstance(v, _Scratch) else g.shape_of(v).dtype.np
             size = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
             env[slot(v)] = arena[b.offset:b.offset + size].view(dt).reshape(dims)
     for s, fn, src in fixed_views:  # views of arena buffers and static values never move

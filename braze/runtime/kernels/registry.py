@@ -44,8 +44,9 @@ class Kernel:
     """`run(*inputs, *outputs)` writes the outputs (preallocated, C-contiguous) from the
     inputs. `dispatch` says what it is; `name` names the implementation for reports;
     `inplace` lists input positions whose buffer the first output may share (an elementwise
-    kernel reading element i before writing it); `flops` / `bytes` estimate one run for the
-    profile."""
+    kernel reading element i before writing it); `scratch` lists temporary buffers (shape,
+    NumPy dtype) the memory plan gives it for the duration of its step, passed after the
+    outputs; `flops` / `bytes` estimate one run for the profile."""
 
     run: Callable[..., None]
     dispatch: str = Dispatch.NATIVE
@@ -53,6 +54,7 @@ class Kernel:
     inplace: tuple[int, ...] = ()
     flops: int = 0
     bytes: int = 0
+    scratch: tuple[tuple[tuple[int, ...], object], ...] = ()
 
 
 KernelFactory = Callable[[Node, Sequence[Shape], Sequence[Shape], KernelContext], "Kernel | None"]

@@ -1,0 +1,78 @@
+"""Compile C source with the system compiler into a shared library, cached on disk by the
+source's hash (as TorchInductor's CPU backend does): `-O3 -march=native -ffast-math -fopenmp`,
+so glibc's libmvec vectorizes expf / tanhf / erff. No compiler: `available()` is False and the
+executor keeps its NumPy kernels.
+
+The cache lives in $BRAZE_CACHE_DIR, else ~/.cache/braze/kernels; a file lock makes concurrent
+processes build a library once."""
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from functools import cache
+from pathlib import Path
+
+__all__ = ["available", "compile_c", "cache_dir", "FLAGS", "CompileError"]
+
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared", "-std=c11")
+_LOADED: dict[str, ctypes.CDLL] = {}
+
+
+class CompileError(RuntimeError):
+    """The system compiler rejected generated code (a braze bug: the message has the log)."""
+
+
+@cache
+def compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name and shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def available() -> bool:
+    return compiler() is not None and os.environ.get("BRAZE_NO_CC") != "1"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("BRAZE_CACHE_DIR")
+    d = Path(base) if base else Path.home() / ".cache" / "braze" / "kernels"
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def compile_c(source: str, name: str = "kernel") -> ctypes.CDLL:
+    """The loaded library built from `source` (compiled once per source text, per machine)."""
+    key = hashlib.sha256((source + "\0" + " ".join(FLAGS)).encode()).hexdigest()[:20]
+    if key in _LOADED:
+        return _LOADED[key]
+    d = cache_dir()
+    lib_path = d / f"{name}_{key}.so"
+    if not lib_path.exists():
+        with open(d / f".{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not lib_path.exists():
+                _build(source, lib_path)
+    lib = ctypes.CDLL(str(lib_path))
+    _LOADED[key] = lib
+    return lib
+
+
+def _build(source: str, out: Path) -> None:
+    cc = compiler()
+    if cc is None:
+        raise CompileError("no C compiler found (set CC)")
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "k.c"
+        src.write_text(source)
+        part = Path(tmp) / "k.so"
+        res = subprocess.run([cc, *FLAGS, str(src), "-o", str(part), "-lm"],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise CompileError(f"the C compiler failed on generated code:\n{res.stderr[-4000:]}")
+        os.replace(part, out)

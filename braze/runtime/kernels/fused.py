@@ -1,0 +1,191 @@
+"""Kernels for fused and logical kinds: BLAS GEMM into the output buffer with the epilogue
+applied in place (bias + activation), row norms with the residual add (and its sum), safe
+softmax, activations, SwiGLU / GeGLU, RoPE. float32 uses the native C kernels (native.py);
+anything else declines, and the node decomposes or runs its reference."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.ops.attention import Rope
+from ...ir.ops.elementwise import Unary
+from ...ir.ops.fused import (
+    FusedMatMulBiasAct,
+    FusedResidualLN,
+    FusedResidualRmsNorm,
+    FusedSwiGLU,
+)
+from ...ir.ops.norm import LayerNorm, RmsNorm
+from ...ir.ops.reduce import Softmax
+from . import native
+from .registry import Dispatch, Kernel, nbytes, register_kernel
+
+__all__ = ["is_f32"]
+
+
+def is_f32(*shapes) -> bool:
+    return all(s.dtype.name == "f32" for s in shapes)
+
+
+def _numel(s) -> int:
+    return int(np.prod(s.dims, dtype=np.int64)) if s.dims else 1
+
+
+def _act_code(fn) -> int | None:
+    return native.ACT_CODES.get(None if fn is None else fn.value)
+
+
+def _c(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+@register_kernel(FusedMatMulBiasAct)
+def matmul_bias_act(node, ins, outs, ctx):
+    op = node.op
+    lib = native.lib()
+    act = _act_code(op.act)
+    if lib is None or not is_f32(*ins) or act is None:
+        return None
+    cols = int(outs[0].dims[-1])
+    if op.has_bias and tuple(ins[2].dims) not in ((cols,), ()):
+        return None
+    rows = _numel(outs[0]) // max(cols, 1)
+    bias_full = op.has_bias and ins[2].dims == (cols,)
+
+    def run(x, w, *rest):
+        out = rest[-1]
+        np.matmul(x, w, out=out)
+        b = rest[0] if op.has_bias else None
+        if b is not None and not bias_full:
+            b = np.full(cols, b.reshape(()), np.float32)
+        if b is not None or act:
+            lib.bias_act(out.ctypes.data, None if b is None else _c(b).ctypes.data, rows, cols,
+                         act)
+
+    k = int(ins[0].dims[-1])
+    what = op.act.value if op.act else "bias"
+    return Kernel(run, Dispatch.NATIVE, f"BLAS matmul + C epilogue ({what})",
+                  flops=2 * rows * cols * k, bytes=nbytes(ins) + nbytes(outs))
+
+
+def _norm_kernel(node, ins, outs, rms: bool, residual: bool, expose: bool):
+    lib = native.lib()
+    op = node.op
+    if lib is None or not is_f32(*ins):
+        return None
+    x = ins[0]
+    rank = x.rank
+    axis = op.axis % rank if rank else 0
+    cols = int(np.prod(x.dims[axis:], dtype=np.int64))
+    rows = _numel(outs[0]) // max(cols, 1)
+    if residual and ins[1].dims != x.dims:
+        return None
+    n_in = len(ins)
+    first_affine = 2 if residual else 1
+    has_gamma, has_beta = op.has_gamma, op.has_beta
+    eps = float(op.eps)
+
+    def run(*arrays):
+        x_a = _c(arrays[0])
+        r_a = _c(arrays[1]) if residual else None
+        it = iter(arrays[first_affine:n_in])
+        gamma = _c(next(it)) if has_gamma else None
+        beta = _c(next(it)) if has_beta else None
+        y = arrays[n_in]
+        s = arrays[n_in + 1] if expose else None
+        lib.row_norm(x_a.ctypes.data, None if r_a is None else r_a.ctypes.data,
+                     None if gamma is None else gamma.ctypes.data,
+                     None if beta is None else beta.ctypes.data, y.ctypes.data,
+                     None if s is None else s.ctypes.data, rows, cols, eps, int(rms))
+
+    name = ("residual " if residual else "") + ("RMSNorm" if rms else "LayerNorm")
+    return Kernel(run, Dispatch.NATIVE, f"C row {name}", bytes=nbytes(ins) + nbytes(outs),
+                  flops=6 * _numel(outs[0]))
+
+
+@register_kernel(LayerNorm)
+def layer_norm(node, ins, outs, ctx):
+    return _norm_kernel(node, ins, outs, rms=False, residual=False, expose=False)
+
+
+@register_kernel(RmsNorm)
+def rms_norm(node, ins, outs, ctx):
+    return _norm_kernel(node, ins, outs, rms=True, residual=False, expose=False)
+
+
+@register_kernel(FusedResidualLN)
+def residual_ln(node, ins, outs, ctx):
+    return _norm_kernel(node, ins, outs, rms=False, residual=True, expose=node.op.expose_sum)
+
+
+@register_kernel(FusedResidualRmsNorm)
+def residual_rms(node, ins, outs, ctx):
+    return _norm_kernel(node, ins, outs, rms=True, residual=True, expose=node.op.expose_sum)
+
+
+@register_kernel(Softmax)
+def softmax(node, ins, outs, ctx):
+    lib = native.lib()
+    x = ins[0]
+    if lib is None or not is_f32(x) or node.op.axis % x.rank != x.rank - 1:
+        return None
+    cols = int(x.dims[-1])
+    rows = _numel(x) // max(cols, 1)
+
+    def run(a, out):
+        lib.softmax_rows(_c(a).ctypes.data, out.ctypes.data, rows, cols)
+
+    return Kernel(run, Dispatch.NATIVE, "C safe softmax rows", inplace=(0,),
+                  bytes=nbytes(ins) + nbytes(outs), flops=5 * _numel(x))
+
+
+@register_kernel(Unary)
+def activation(node, ins, outs, ctx):
+    lib = native.lib()
+    act = _act_code(node.op.fn)
+    if lib is None or not act or not is_f32(*ins):
+        return None
+    n = _numel(outs[0])
+
+    def run(x, out):
+        lib.unary_act(_c(x).ctypes.data, out.ctypes.data, n, act)
+
+    return Kernel(run, Dispatch.NATIVE, f"C {node.op.fn.value}", inplace=(0,),
+                  bytes=nbytes(ins) + nbytes(outs), flops=n)
+
+
+@register_kernel(FusedSwiGLU)
+def gated(node, ins, outs, ctx):
+    lib = native.lib()
+    act = _act_code(node.op.act)
+    if lib is None or not act or not is_f32(*ins):
+        return None
+    half = int(outs[0].dims[-1])
+    rows = _numel(outs[0]) // max(half, 1)
+    gate_first = int(node.op.gate_first)
+
+    def run(h, out):
+        lib.gated(_c(h).ctypes.data, out.ctypes.data, rows, half, gate_first, act)
+
+    return Kernel(run, Dispatch.NATIVE, f"C gated {node.op.act.value}",
+                  bytes=nbytes(ins) + nbytes(outs), flops=4 * _numel(outs[0]))
+
+
+@register_kernel(Rope)
+def rope(node, ins, outs, ctx):
+    lib = native.lib()
+    x, cos, _ = ins
+    if lib is None or not is_f32(*ins) or x.rank < 2:
+        return None
+    if any(d != 1 for d in cos.dims[:-2]) or cos.rank < 2 or cos.dims[-2] != x.dims[-2]:
+        return None
+    s, d = int(x.dims[-2]), int(x.dims[-1])
+    outer = _numel(x) // max(s * d, 1)
+    n_rot = node.op.n_rot or d
+    inter = int(node.op.interleaved)
+
+    def run(xa, ca, sa, out):
+        lib.rope(_c(xa).ctypes.data, _c(ca).ctypes.data, _c(sa).ctypes.data, out.ctypes.data,
+                 outer, s, d, n_rot, inter)
+
+    return Kernel(run, Dispatch.NATIVE, "C rope", bytes=nbytes(ins) + nbytes(outs),
+                  flops=3 * _numel(x))

@@ -1,0 +1,145 @@
+"""Native kernels against the reference interpreter on random inputs, odd sizes included:
+matmul epilogues, norms (residual, exposed sum), softmax, activations, gated MLPs, rope,
+attention (every mask kind, GQA, softcap, query blocking) and the fused attention block."""
+import numpy as np
+import pytest
+
+import braze as bz
+from braze.ir.ops.attention import rope_tables
+from braze.runtime.kernels import Dispatch, native
+
+pytestmark = pytest.mark.skipif(native.lib() is None, reason="no C compiler on this machine")
+
+
+def _compiled_matches(g, params=None, symbols=None, rtol=2e-5, atol=2e-5, seeds=(0, 1)):
+    params = params if params is not None else bz.init_params(g, 0)
+    exe = bz.compile(g, params=params, fuse=False)
+    for seed in seeds:
+        feeds = bz.random_feeds(g, seed, symbols)
+        want = bz.interpret(g, feeds, params)
+        got = exe(feeds)
+        for a, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(a, w, rtol=rtol, atol=atol)
+    return exe
+
+
+def _native_kinds(exe):
+    return {kind for _, kind, d, _ in exe.dispatch_report().rows if d == Dispatch.NATIVE}
+
+
+@pytest.mark.parametrize("act", [None, "gelu", "gelu_approx", "silu", "relu", "sigmoid", "tanh",
+                                 "quick_gelu"])
+@pytest.mark.parametrize("bias", [True, False])
+def test_matmul_epilogues(act, bias):
+    g = bz.Graph("mm")
+    x = g.input("x", bz.Shape((3, 7, 13)))
+    w = g.param("w", bz.Shape((13, 29)))
+    b = g.param("b", bz.Shape((29,))) if bias else None
+    g.set_outputs([g.linear_fused(x, w, b, act)])
+    exe = _compiled_matches(g, rtol=1e-5, atol=1e-5)
+    assert "fused_matmul_bias_act" in _native_kinds(exe)
+
+
+@pytest.mark.parametrize("rms", [False, True])
+@pytest.mark.parametrize("residual, expose", [(False, False), (True, False), (True, True)])
+@pytest.mark.parametrize("affine", [(True, True), (True, False), (False, False)])
+def test_row_norms(rms, residual, expose, affine):
+    g = bz.Graph("norm")
+    x = g.input("x", bz.Shape((2, 5, 37)))
+    gamma = g.param("g", bz.Shape((37,))) if affine[0] else None
+    beta = g.param("b", bz.Shape((37,))) if affine[1] else None
+    if residual:
+        r = g.input("r", bz.Shape((2, 5, 37)))
+        build = g.fused_residual_rms_norm if rms else g.fused_residual_ln
+        y = build(x, r, gamma, beta, eps=1e-5, expose_sum=expose)
+        outs = list(y) if expose else [y]
+    else:
+        outs = [(g.rms_norm if rms else g.layer_norm)(x, gamma, beta, eps=1e-5)]
+    g.set_outputs(outs)
+    exe = _compiled_matches(g, rtol=1e-4, atol=1e-5)
+    assert len(_native_kinds(exe)) == 1
+
+
+def test_softmax_activations_and_gated():
+    g = bz.Graph("misc")
+    x = g.input("x", bz.Shape((3, 11, 18)))
+    outs = [g.softmax(x, -1), g.gelu(x), g.gelu_approx(x), g.silu(x), g.quick_gelu(x),
+            g.fused_swiglu(x, gate_first=False), g.fused_swiglu(x, act="gelu_approx")]
+    g.set_outputs(outs)
+    exe = _compiled_matches(g, rtol=1e-5, atol=2e-6)
+    assert {"softmax", "gelu", "fused_swiglu"} <= _native_kinds(exe)
+
+
+@pytest.mark.parametrize("interleaved, n_rot", [(False, None), (True, None), (False, 4)])
+def test_rope(interleaved, n_rot):
+    g = bz.Graph("rope")
+    x = g.input("x", bz.Shape((2, 3, 5, 8)))
+    cos, sin = rope_tables(5, n_rot or 8)
+    c = g.constant(cos.reshape(1, 1, 5, -1))
+    s = g.constant(sin.reshape(1, 1, 5, -1))
+    g.set_outputs([g.rope(x, c, s, interleaved=interleaved, n_rot=n_rot)])
+    exe = _compiled_matches(g, rtol=1e-5, atol=1e-6)
+    assert "rope" in _native_kinds(exe)
+
+
+@pytest.mark.parametrize("kind, window", [("none", 0), ("causal", 0), ("sliding_window", 3),
+                                          ("custom", 0), ("bias", 0)])
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2), (6, 1)])
+def test_attention_every_mask_kind_and_gqa(kind, window, heads):
+    hq, hkv = heads
+    g = bz.Graph("attn")
+    q = g.input("q", bz.Shape((2, hq, 9, 8)))
+    k = g.input("k", bz.Shape((2, hkv, 9, 8)))
+    v = g.input("v", bz.Shape((2, hkv, 9, 6)))
+    mask = g.input("m", bz.Shape((2, 1, 1, 9))) if kind in ("custom", "bias") else None
+    g.set_outputs([g.attention(q, k, v, mask, kind=kind, window=window, scale=0.3,
+                               softcap=20.0 if kind == "none" else None)])
+    exe = _compiled_matches(g, rtol=1e-5, atol=1e-6)
+    assert "attention" in _native_kinds(exe)
+
+
+def test_attention_fully_masked_rows_give_zeros():
+    g = bz.Graph("attn")
+    q = g.input("q", bz.Shape((1, 2, 3, 4)))
+    m = g.input("m", bz.Shape((1, 1, 3, 3)))
+    g.set_outputs([g.attention(q, q, q, m)])
+    exe = bz.compile(g, fuse=False)
+    feeds = {"q": np.random.default_rng(0).standard_normal((1, 2, 3, 4)).astype("f4"),
+             "m": np.array([[[[-np.inf] * 3, [0, -np.inf, 0], [0, 0, 0]]]], "f4")}
+    np.testing.assert_allclose(exe(feeds)[0], bz.interpret(g, feeds)[0], atol=1e-6)
+    assert not exe(feeds)[0][0, :, 0].any()
+
+
+def test_long_sequences_are_processed_in_query_blocks(monkeypatch):
+    from braze.runtime.kernels import attention
+
+    monkeypatch.setattr(attention, "BLOCK_BYTES", 2048)  # force several blocks
+    g = bz.Graph("long")
+    q = g.input("q", bz.Shape((1, 2, 40, 8)))
+    k = g.input("k", bz.Shape((1, 1, 40, 8)))
+    g.set_outputs([g.attention(q, k, k, kind="causal")])
+    exe = _compiled_matches(g, rtol=1e-5, atol=1e-6)
+    core_steps = [s for s in next(iter(exe._programs.values())).steps
+                  if s.node.op.kind == "attention"]
+    assert core_steps and exe.plan.peak < 40 * 40 * 2 * 4  # scores were never whole
+
+
+@pytest.mark.parametrize("rope", ["none", "rotate_half", "interleaved"])
+@pytest.mark.parametrize("heads", [(4, 4), (4, 2)])
+def test_fused_attention_block(rope, heads):
+    hq, hkv = heads
+    d = 8
+    g = bz.Graph("block")
+    x = g.input("x", bz.Shape((2, 5, 24)))
+    w_qkv = g.param("wqkv", bz.Shape((24, (hq + 2 * hkv) * d)))
+    w_o = g.param("wo", bz.Shape((hq * d, 24)))
+    b_qkv = g.param("bqkv", bz.Shape(((hq + 2 * hkv) * d,)))
+    cos, sin = rope_tables(5, d)
+    extra = {}
+    if rope != "none":
+        extra = {"cos": g.constant(cos), "sin": g.constant(sin)}
+    y = g.fused_attention_block(x, w_qkv, w_o, b_qkv=b_qkv, num_heads=hq, num_kv_heads=hkv,
+                                mask_kind="causal", rope=rope, **extra)
+    g.set_outputs([y])
+    exe = _compiled_matches(g, rtol=1e-4, atol=1e-5)
+    assert "fused_attention_block" in _native_kinds(exe)
