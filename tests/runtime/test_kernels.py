@@ -143,3 +143,20 @@ def test_fused_attention_block(rope, heads):
     g.set_outputs([y])
     exe = _compiled_matches(g, rtol=1e-4, atol=1e-5)
     assert "fused_attention_block" in _native_kinds(exe)
+
+
+def test_generated_region_kernels_match_and_broadcast():
+    body = bz.Graph("body")
+    a = body.input("in0", bz.Shape((4, 5, 6)))
+    b = body.input("in1", bz.Shape((6,)))
+    c = body.input("in2", bz.Shape((4, 1, 6)))
+    t = body.gelu_approx(body.add(a, b))
+    u = body.where(body.gt(t, 0.1), body.mul(t, c), body.exp(body.neg(t)))
+    body.set_outputs([u, body.sigmoid(body.sub(u, 1.0))])
+    g = bz.Graph("r")
+    ins = [g.input("x", bz.Shape((4, 5, 6))), g.param("bias", bz.Shape((6,))),
+           g.input("z", bz.Shape((4, 1, 6)))]
+    g.set_outputs(list(g.elementwise_region(body, ins)))
+    exe = _compiled_matches(g, rtol=1e-5, atol=1e-6)
+    kinds = {kind: d for _, kind, d, _ in exe.dispatch_report().rows}
+    assert kinds["elementwise_region"] == Dispatch.GENERATED

@@ -47,7 +47,12 @@ def cache_dir() -> Path:
 
 
 def compile_c(source: str, name: str = "kernel") -> ctypes.CDLL:
-    """The loaded library built from `source` (compiled once per source text, per machine)."""
+    """The loaded library built from `source` (compiled once per source text, per machine).
+
+    OpenMP's idle threads sleep instead of spinning (OMP_WAIT_POLICY=PASSIVE unless the user
+    set it): the BLAS threads that run between our kernels would otherwise share the cores
+    with spinning OpenMP workers."""
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     key = hashlib.sha256((source + "\0" + " ".join(FLAGS)).encode()).hexdigest()[:20]
     if key in _LOADED:
         return _LOADED[key]
