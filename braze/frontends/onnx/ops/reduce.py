@@ -1,5 +1,6 @@
 """ONNX reductions and normalizations: ReduceMean/Sum/Max/Min/Prod (axes as attribute or, in
-newer opsets, as input), Softmax / LogSoftmax (opset < 13 flatten at `axis`), LayerNormalization,
+newer opsets, as input), ReduceL1/L2/SumSquare/LogSum/LogSumExp as an elementwise map around a
+sum (F.normalize exports ReduceL2), Softmax / LogSoftmax (opset < 13 flatten at `axis`), LayerNormalization,
 CumSum, ArgMax, TopK (static k)."""
 from __future__ import annotations
 
@@ -11,24 +12,68 @@ _REDUCE = {"ReduceMean": ReduceFn.MEAN, "ReduceSum": ReduceFn.SUM, "ReduceMax": 
            "ReduceMin": ReduceFn.MIN, "ReduceProd": ReduceFn.PROD}
 
 
+# reductions written as pre(x) -> sum -> post(s): name -> (pre, post)
+_SUM_OF = {
+    "ReduceL1": ("abs", None),
+    "ReduceL2": ("square", "sqrt"),
+    "ReduceSumSquare": ("square", None),
+    "ReduceLogSum": (None, "log"),
+}
+
+
 def _axes_input_opset(op_type: str) -> int:
     return 13 if op_type == "ReduceSum" else 18
+
+
+def _reduce_axes(ctx: ImportContext, node: NodeView, rank: int) -> list[int] | None:
+    """The reduced axes (normalized), or None for ONNX's no-op with empty axes."""
+    if ctx.opset >= _axes_input_opset(node.op_type) and "axes" not in node.attrs:
+        axes = ctx.static_ints(node, 1, "reduction axes") if ctx.has(node, 1) else None
+    else:
+        axes = node.attr("axes", None)
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return None
+        axes = list(range(rank))
+    return [a % rank for a in axes]
+
+
+@converter(*_SUM_OF)
+def reduce_sum_of(ctx: ImportContext, node: NodeView):
+    x = ctx.value(node, 0)
+    pre, post = _SUM_OF[node.op_type]
+    axes = _reduce_axes(ctx, node, len(ctx.dims(x)))
+    if axes is None:  # no reduction: the elementwise maps only
+        y = ctx.g.activation(x, pre) if pre else x
+        return [ctx.g.activation(y, post) if post else y]
+    y = ctx.g.activation(x, pre) if pre else x
+    y = ctx.g.reduce(y, ReduceFn.SUM, axes, bool(node.attr("keepdims", 1)))
+    return [ctx.g.activation(y, post) if post else y]
+
+
+@converter("ReduceLogSumExp")
+def reduce_log_sum_exp(ctx: ImportContext, node: NodeView):
+    """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
+    x = ctx.value(node, 0)
+    axes = _reduce_axes(ctx, node, len(ctx.dims(x)))
+    if axes is None:
+        return [x]
+    g = ctx.g
+    m = g.reduce(x, ReduceFn.MAX, axes, True)
+    s = g.reduce(g.activation(g.sub(x, m), "exp"), ReduceFn.SUM, axes, True)
+    y = g.add(g.activation(s, "log"), m)
+    if not node.attr("keepdims", 1):
+        y = g.reshape(y, tuple(d for i, d in enumerate(ctx.dims(x)) if i not in axes))
+    return [y]
 
 
 @converter(*_REDUCE)
 def reduce(ctx: ImportContext, node: NodeView):
     x = ctx.value(node, 0)
-    rank = len(ctx.dims(x))
-    if ctx.opset >= _axes_input_opset(node.op_type) and "axes" not in node.attrs:
-        axes = ctx.static_ints(node, 1, "reduction axes") if ctx.has(node, 1) else None
-    else:
-        axes = node.attr("axes", None)
-    keep = bool(node.attr("keepdims", 1))
-    if not axes:
-        if node.attr("noop_with_empty_axes", 0):
-            return [x]
-        axes = list(range(rank))
-    return [ctx.g.reduce(x, _REDUCE[node.op_type], [a % rank for a in axes], keep)]
+    axes = _reduce_axes(ctx, node, len(ctx.dims(x)))
+    if axes is None:
+        return [x]
+    return [ctx.g.reduce(x, _REDUCE[node.op_type], axes, bool(node.attr("keepdims", 1)))]
 
 
 def _flattened(ctx, node, x, build):
