@@ -1,7 +1,7 @@
 """ONNX reductions and normalizations: ReduceMean/Sum/Max/Min/Prod (axes as attribute or, in
 newer opsets, as input), ReduceL1/L2/SumSquare/LogSum/LogSumExp as an elementwise map around a
-sum (F.normalize exports ReduceL2), Softmax / LogSoftmax (opset < 13 flatten at `axis`), LayerNormalization,
-CumSum, ArgMax, TopK (static k)."""
+sum (F.normalize exports ReduceL2), Softmax / LogSoftmax (opset < 13 flatten at `axis`),
+LayerNormalization, CumSum, ArgMax, TopK (static k)."""
 from __future__ import annotations
 
 from ....ir.ops.reduce import ReduceFn
