@@ -12,7 +12,7 @@ import numpy as np
 
 from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
-from . import native
+from . import blas, native
 from .fused import is_f32
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
@@ -58,12 +58,12 @@ class AttentionCore:
             qb = qg[:, :, :, q0:q0 + n].reshape(b, hkv, rep * n, d)
             s = scores[:, :, :rep * n] if n == self.block else \
                 np.empty((b, hkv, rep * n, sk), np.float32)
-            np.matmul(qb, kt, out=s)
+            blas.matmul(qb, kt, s)
             sc = np.ascontiguousarray(s)
             lib.attn_softmax(sc.ctypes.data, b * hkv, rep * n, n, sq, sk, q0, self.scale,
                              softcap, causal, window, None if m is None else m.ctypes.data, mb,
                              mh, hkv, rep, mr, mc)
-            ob = np.matmul(sc, v)  # [b, hkv, rep * n, dv]
+            ob = blas.matmul(sc, v, np.empty(sc.shape[:-1] + v.shape[-1:], np.float32))
             og[:, :, :, q0:q0 + n] = ob.reshape(b, hkv, rep, n, dv)
 
 
@@ -116,7 +116,7 @@ def attention_block(node, ins, outs, ctx):
         r = dict(zip(roles, arrays[:len(roles)]))
         out = arrays[len(roles)]
         qkv, q, k, v, att, merged, scores = arrays[len(roles) + 1:]
-        np.matmul(r["x"], r["w_qkv"], out=qkv)
+        blas.matmul(r["x"], r["w_qkv"], qkv)
         if op.has_qkv_bias:
             lib.bias_act(qkv.ctypes.data, np.ascontiguousarray(r["b_qkv"]).ctypes.data,
                          b * s, width, 0)
@@ -132,7 +132,7 @@ def attention_block(node, ins, outs, ctx):
                          d, n_rot, inter)
         core(lib, q, k, v, r.get("mask"), att, scores)
         np.copyto(merged.reshape(b, s, hq, d), att.transpose(0, 2, 1, 3))
-        np.matmul(merged, r["w_o"], out=out)
+        blas.matmul(merged, r["w_o"], out)
         if op.has_out_bias:
             lib.bias_act(out.ctypes.data, np.ascontiguousarray(r["b_o"]).ctypes.data, b * s,
                          int(out.shape[-1]), 0)

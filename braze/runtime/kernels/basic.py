@@ -10,6 +10,7 @@ from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Compare, CompareFn, Un
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.reduce import Reduce, ReduceFn
 from ...ir.ops.shape import Concat, Gather, Reshape, Split, Transpose
+from . import blas
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 _UNARY_UFUNC = {
@@ -102,7 +103,7 @@ def matmul(node, ins, outs, ctx):
         return None
     k = a.dims[-1]
     flops = 2 * (outs[0].numel() or 0) * int(k)
-    return Kernel(lambda x, w, out: np.matmul(x, w, out=out), Dispatch.NATIVE, "matmul (BLAS)",
+    return Kernel(lambda x, w, out: blas.matmul(x, w, out), Dispatch.NATIVE, "matmul (BLAS)",
                   flops=flops, bytes=nbytes(ins) + nbytes(outs))
 
 

@@ -16,7 +16,7 @@ from ...ir.ops.fused import (
 )
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.reduce import Softmax
-from . import native
+from . import blas, native
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 __all__ = ["is_f32"]
@@ -53,7 +53,7 @@ def matmul_bias_act(node, ins, outs, ctx):
 
     def run(x, w, *rest):
         out = rest[-1]
-        np.matmul(x, w, out=out)
+        blas.matmul(x, w, out)
         b = rest[0] if op.has_bias else None
         if b is not None and not bias_full:
             b = np.full(cols, b.reshape(()), np.float32)

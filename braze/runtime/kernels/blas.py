@@ -1,0 +1,84 @@
+"""The GEMM provider for the executor's kernels, chosen once per process:
+
+- MKL's cblas_sgemm through ctypes when the `mkl` wheel is installed (braze[fast]), loaded with
+  the GNU OpenMP threading layer, so BLAS and braze's C kernels share one OpenMP thread pool
+  (two pools on the same cores slow each other down badly once the machine is busy);
+- otherwise NumPy's matmul (its bundled BLAS).
+
+`matmul(a, b, out)` computes out = a @ b for float32 a [..., M, K] (any leading dims, or
+batched with b [..., K, N]) into the preallocated `out`."""
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+import sys
+from functools import cache
+
+import numpy as np
+
+__all__ = ["matmul", "provider"]
+
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
+
+
+@cache
+def _mkl():
+    if os.environ.get("BRAZE_BLAS", "").lower() == "numpy":
+        return None
+    os.environ.setdefault("MKL_THREADING_LAYER", "GNU")
+    os.environ.setdefault("MKL_INTERFACE_LAYER", "LP64")
+    candidates = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
+    for path in candidates:
+        try:
+            lib = ctypes.CDLL(path)
+            fn = lib.cblas_sgemm
+        except (OSError, AttributeError):
+            continue
+        fn.argtypes = [ctypes.c_int] * 6 + [ctypes.c_float, ctypes.c_void_p, ctypes.c_int,
+                                            ctypes.c_void_p, ctypes.c_int, ctypes.c_float,
+                                            ctypes.c_void_p, ctypes.c_int]
+        fn.restype = None
+        return fn
+    return None
+
+
+def provider() -> str:
+    return "mkl" if _mkl() is not None else "numpy"
+
+
+def _gemm2d(fn, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """out = a @ b with MKL for 2-D operands whose rows are contiguous; False if it can't."""
+    if a.dtype != np.float32 or b.dtype != np.float32 or out.dtype != np.float32:
+        return False
+    if a.strides[1] != 4 or out.strides[1] != 4 or not out.flags.c_contiguous:
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    if b.strides[1] == 4:
+        tb, ldb = _NO_TRANS, b.strides[0] // 4
+    elif b.strides[0] == 4:
+        tb, ldb = _TRANS, b.strides[1] // 4
+    else:
+        return False
+    fn(_ROW_MAJOR, _NO_TRANS, tb, m, n, k, 1.0, a.ctypes.data, a.strides[0] // 4,
+       b.ctypes.data, ldb, 0.0, out.ctypes.data, n)
+    return True
+
+
+def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out = a @ b (NumPy matmul semantics for the shapes braze's kernels use)."""
+    fn = _mkl()
+    if fn is not None:
+        if b.ndim == 2 and a.ndim >= 2 and (a.ndim == 2 or a.flags.c_contiguous):
+            a2 = a.reshape(-1, a.shape[-1])
+            if _gemm2d(fn, a2, b, out.reshape(-1, out.shape[-1])):
+                return out
+        elif a.ndim == b.ndim >= 3 and a.shape[:-2] == b.shape[:-2] and \
+                out.flags.c_contiguous:
+            a3 = a.reshape(-1, *a.shape[-2:])
+            b3 = b.reshape(-1, *b.shape[-2:])
+            o3 = out.reshape(-1, *out.shape[-2:])
+            if all(_gemm2d(fn, x, y, z) for x, y, z in zip(a3, b3, o3)):
+                return out
+    return np.matmul(a, b, out=out)
