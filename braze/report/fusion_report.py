@@ -7,6 +7,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ..ir.analysis import weight_prep_nodes
 from ..ir.graph import Graph
 from ..rewrite.driver import RuleStats
 from ..rewrite.miss import MissedFusion, MissReason
@@ -28,6 +29,8 @@ class FusionReport:
     misses: list[MissedFusion] = field(default_factory=list)
     pass_times: list[tuple[str, float]] = field(default_factory=list)
     rule_stats: dict[str, RuleStats] = field(default_factory=dict)
+    weight_prep_before: int = 0
+    weight_prep_after: int = 0
 
     # -- construction ---------------------------------------------------------------------------
     @classmethod
@@ -43,8 +46,10 @@ class FusionReport:
                 misses.setdefault((m.pattern, m.context, m.reason, m.detail), m)
             for k, s in r.stats.items():
                 stats.setdefault(k, RuleStats(s.rule, s.source)).merge(s)
-        return cls(before.name, target, _live(before), _live(after), before.op_counts(),
-                   after.op_counts(), list(misses.values()), times, stats)
+        prep_before, prep_after = weight_prep_nodes(before), weight_prep_nodes(after)
+        return cls(before.name, target, _live(before) - len(prep_before),
+                   _live(after) - len(prep_after), before.op_counts(), after.op_counts(),
+                   list(misses.values()), times, stats, len(prep_before), len(prep_after))
 
     @classmethod
     def scan(cls, g: Graph, target: str = "cpu", **options) -> FusionReport:
@@ -93,6 +98,9 @@ class FusionReport:
     def __str__(self) -> str:
         lines = [f"Fusion report for {self.graph_name!r} (target {self.target or '-'})",
                  f"  nodes: {self.nodes_before} -> {self.nodes_after}"]
+        if self.weight_prep_before or self.weight_prep_after:
+            lines.append(f"  weight preparation (runs once per weights update, not per call): "
+                         f"{self.weight_prep_before} -> {self.weight_prep_after} nodes")
         if self.fused_counts:
             lines.append("  fused:")
             lines += [f"    {k:<28} {v}" for k, v in self.fused_counts.items()]
@@ -126,6 +134,8 @@ class FusionReport:
         return {
             "graph": self.graph_name, "target": self.target,
             "nodes_before": self.nodes_before, "nodes_after": self.nodes_after,
+            "weight_prep_before": self.weight_prep_before,
+            "weight_prep_after": self.weight_prep_after,
             "counts_before": self.counts_before, "counts_after": self.counts_after,
             "fused": self.fused_counts,
             "misses": [m.to_dict() for m in self.misses],
@@ -146,4 +156,5 @@ class FusionReport:
 
 
 def _live(g: Graph) -> int:
+    """Non-source nodes (the model's computation, weight preparation included)."""
     return sum(1 for n in g.nodes if not n.op.source)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import InterpretError
+from ..ir.analysis import weight_prep_nodes
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.op import Value
@@ -90,13 +91,9 @@ def concrete(shape: Shape, symbols: Mapping[str, int]) -> tuple[int, ...]:
 
 
 def _static_nodes(g: Graph) -> list[bool]:
-    """Nodes computed from params, constants and dims alone (weight preparation)."""
-    static = [False] * len(g.nodes)
-    for n in g.nodes:
-        if isinstance(n.op, Input):
-            continue
-        static[n.id] = all(static[v.node] for v in n.inputs)
-    return static
+    """Sources other than inputs, and the weight-preparation nodes computed from them."""
+    prep = weight_prep_nodes(g)
+    return [n.id in prep or (n.op.source and not isinstance(n.op, Input)) for n in g.nodes]
 
 
 def _view_fn(node: Node, out_dims: tuple[int, ...]):
