@@ -6,9 +6,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
-
-import numpy as np
 
 from .errors import BrazeError
 from .progress import Progress
@@ -82,8 +79,9 @@ def cmd_inspect(args) -> int:
 
 
 def _max_abs_diff(a_outs, b_outs) -> float:
-    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
-               for a, b in zip(a_outs, b_outs, strict=True))
+    from .cli_exec import _max_abs_diff as diff
+
+    return diff(a_outs, b_outs)
 
 
 def cmd_fuse(args) -> int:
@@ -129,30 +127,25 @@ def cmd_fuse(args) -> int:
 
 
 def cmd_demo(args) -> int:
-    from .interpret import init_params, interpret, random_feeds
-    from .ir.verify import verify
-    from .models import bert_base, llama_small
-    from .passes.pipeline import fuse
+    from .cli_exec import cmd_demo as demo
 
-    print("== braze demo: BERT-base encoder (12 layers, hidden 768, batch 1, seq 128) ==")
-    t0 = time.perf_counter()
-    g = bert_base()
-    t_build = time.perf_counter() - t0
-    verify(g)
-    feeds, params = random_feeds(g, 0), init_params(g, 0)
-    t0 = time.perf_counter()
-    outs = interpret(g, feeds, params)
-    t_run = time.perf_counter() - t0
-    print(f"built {len(g.nodes)} nodes in {t_build * 1e3:.0f} ms; verified; reference interpreter: "
-          f"{[o.shape for o in outs]} in {t_run * 1e3:.0f} ms")
-    for label, model in (("BERT-base", g), ("LLaMA-style (small)", llama_small())):
-        print(f"\n== fusing {label} for target cpu ==")
-        fused, report = fuse(model, "cpu")
-        print(report)
-        f2, p2 = random_feeds(model, 1), init_params(model, 1)
-        diff = _max_abs_diff(interpret(model, f2, p2), interpret(fused, f2, p2))
-        print(f"numeric check: max abs diff fused vs unfused = {diff:.3e}")
-    return 0
+    return demo(args)
+
+
+def _loader(spec, progress, shapes):
+    return _load_model(spec, progress, _parse_input_shapes(shapes))
+
+
+def cmd_run(args) -> int:
+    from .cli_exec import cmd_run as run
+
+    return run(args, _loader, _progress(args))
+
+
+def cmd_bench(args) -> int:
+    from .cli_exec import cmd_bench as bench
+
+    return bench(args, _loader, _progress(args))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -184,7 +177,24 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--verify", action="store_true", help="verify the graph after every pass")
     s.add_argument("--check", action="store_true", help="compare outputs with the unfused graph")
     s.set_defaults(fn=cmd_fuse)
-    s = sub.add_parser("demo", help="build, verify, run and fuse the builtin models")
+    for name, fn, what in (("run", cmd_run, "compile a model and run it"),
+                           ("bench", cmd_bench, "time a model compiled for the CPU")):
+        s = sub.add_parser(name, help=what)
+        s.add_argument("model", help=model_help)
+        s.add_argument("--feeds", metavar="FEEDS.npz", help="input arrays by name (np.savez); "
+                       "default: random inputs")
+        s.add_argument("--dim", action="append", metavar="NAME=INT",
+                       help="value of a symbolic dim for random inputs (repeatable)")
+        s.add_argument("--precision", choices=("bf16",), help="mixed-precision policy")
+        s.add_argument("--input-shape", action="append", metavar="NAME=DIMS", help=shape_help)
+        s.add_argument("--quiet", action="store_true", help="no progress display")
+        if name == "run":
+            s.add_argument("--out", metavar="OUT.npz", help="write the outputs here")
+        else:
+            s.add_argument("--repeat", type=int, default=10, help="timed runs (median)")
+            s.add_argument("--profile", action="store_true", help="print the per-node profile")
+        s.set_defaults(fn=fn)
+    s = sub.add_parser("demo", help="build, fuse and run the builtin models compiled")
     s.set_defaults(fn=cmd_demo)
     return p
 

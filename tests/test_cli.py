@@ -111,3 +111,30 @@ def test_fuse_onnx_and_export_for_onnxruntime(tmp_path, capsys):
     want = ort.InferenceSession(str(p)).run(None, {"x": x})[0]
     got = ort.InferenceSession(str(out)).run(None, {"x": x})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5)
+
+
+def test_run_and_bench_builtin_models(tmp_path, capsys):
+    import numpy as np
+
+    out = tmp_path / "out.npz"
+    assert main(["run", "bert-tiny", "--out", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "output 0: float32[2, 8, 64]" in text and "random weights" in text
+    with np.load(out) as data:
+        assert data["output_0"].shape == (2, 8, 64)
+    assert main(["bench", "llama-tiny", "--repeat", "2", "--quiet", "--profile"]) == 0
+    text = capsys.readouterr().out
+    assert "ms median of 2" in text and "Profile:" in text
+
+
+def test_run_with_feeds_file_and_bad_feeds(tmp_path, capsys):
+    import numpy as np
+
+    p = _tiny_onnx(tmp_path / "tiny.onnx")
+    feeds = tmp_path / "feeds.npz"
+    np.savez(feeds, x=np.ones((5, 4), np.float32))
+    assert main(["run", str(p), "--feeds", str(feeds), "--quiet"]) == 0
+    assert "output 0: float32[5, 2]" in capsys.readouterr().out
+    np.savez(feeds, y=np.ones((5, 4), np.float32))
+    assert main(["run", str(p), "--feeds", str(feeds), "--quiet"]) == 2
+    assert "no arrays for inputs ['x']" in capsys.readouterr().err

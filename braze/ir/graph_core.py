@@ -21,12 +21,21 @@ from .shapes import Shape
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+_IR_DIR = os.path.join(_PKG_DIR, "ir")
+
+
 def call_site() -> str | None:
-    """`file:line` of the first caller outside the braze package (builder provenance)."""
+    """Where the node being built comes from: the first caller outside braze's IR and builder
+    (braze/ir/). User code is named `file.py:line`; braze's own model builders
+    `braze/models/bert.py:95`, so a builtin model's nodes name the builder line that made them
+    (not the console script or runpy that ran it)."""
     f = sys._getframe(1)
     while f is not None:
-        fn = f.f_code.co_filename
-        if not os.path.abspath(fn).startswith(_PKG_DIR):
+        fn = os.path.abspath(f.f_code.co_filename)
+        if not fn.startswith(_IR_DIR):
+            if fn.startswith(_PKG_DIR):
+                rel = os.path.relpath(fn, os.path.dirname(_PKG_DIR))
+                return f"{rel}:{f.f_lineno}"
             return f"{os.path.basename(fn)}:{f.f_lineno}"
         f = f.f_back
     return None

@@ -1,0 +1,154 @@
+"""The executing commands of `braze`: `run` (compile a model and run it on feeds), `bench`
+(compiled latency, with ONNX Runtime side by side for ONNX files) and `demo` (what `make demo`
+runs: BERT-base built, fused, and run compiled against the unfused graph)."""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from .errors import BrazeError
+
+
+def _feeds(g, path: str | None, symbols: dict | None = None) -> dict[str, np.ndarray]:
+    from .interpret import random_feeds
+
+    if path is None:
+        return random_feeds(g, 0, symbols)
+    try:
+        with np.load(path) as data:
+            feeds = {k: data[k] for k in data.files}
+    except (OSError, ValueError) as e:
+        raise BrazeError(f"cannot read feeds from {path}: {e} (save them with np.savez)") \
+            from None
+    missing = [n.op.name for n in g.inputs if n.op.name not in feeds]
+    if missing:
+        raise BrazeError(f"{path} has no arrays for inputs {missing} (it has {sorted(feeds)})")
+    return feeds
+
+
+def _params(g) -> dict[str, np.ndarray]:
+    """Random weights for params without stored values (builtin models carry none)."""
+    from .interpret import init_params
+
+    missing = [n.op.name for n in g.params if n.op.name not in g.weights]
+    if missing:
+        print(f"note: {len(missing)} params have no stored values; using random weights")
+        return init_params(g, 0)
+    return {}
+
+
+def _symbols(items: list[str] | None) -> dict[str, int]:
+    out = {}
+    for item in items or []:
+        name, sep, value = item.partition("=")
+        if not sep or not value.isdigit():
+            raise BrazeError(f"--dim takes NAME=INT (e.g. seq=128), got {item!r}")
+        out[name] = int(value)
+    return out
+
+
+def _median_ms(fn, repeat: int) -> float:
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e3
+
+
+def cmd_run(args, load_model, progress) -> int:
+    from .runtime import compile as compile_graph
+
+    g = load_model(args.model, progress, args.input_shape)
+    feeds = _feeds(g, args.feeds, _symbols(args.dim))
+    params = _params(g)
+    with progress.step("compiling"):
+        exe = compile_graph(g, params=params, precision=args.precision)
+        outs = exe(feeds)
+    for i, o in enumerate(outs):
+        o = np.asarray(o)
+        stats = "" if o.dtype.kind not in "fc" else (
+            f"  mean {float(np.mean(o)):.6g}  std {float(np.std(o)):.6g}")
+        print(f"output {i}: {o.dtype}{list(o.shape)}{stats}")
+    if args.out:
+        np.savez(args.out, **{f"output_{i}": o for i, o in enumerate(outs)})
+        print(f"outputs written to {args.out}")
+    return 0
+
+
+def cmd_bench(args, load_model, progress) -> int:
+    from .runtime import compile as compile_graph
+
+    g = load_model(args.model, progress, args.input_shape)
+    feeds = _feeds(g, args.feeds, _symbols(args.dim))
+    params = _params(g)
+    t0 = time.perf_counter()
+    with progress.step("compiling"):
+        exe = compile_graph(g, params=params, precision=args.precision)
+        exe(feeds)
+    compile_s = time.perf_counter() - t0
+    ms = _median_ms(lambda: exe(feeds), args.repeat)
+    print(f"braze compiled ({args.precision or 'f32'}): {ms:.2f} ms median of {args.repeat} "
+          f"(compile + first run {compile_s:.2f} s)")
+    if args.model.endswith(".onnx"):
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            ort = None
+        if ort is not None:
+            sess = ort.InferenceSession(args.model, providers=["CPUExecutionProvider"])
+            names = {i.name for i in sess.get_inputs()}
+            run = lambda: sess.run(None, {k: v for k, v in feeds.items() if k in names})  # noqa
+            ort_ms = _median_ms(run, args.repeat)
+            print(f"onnxruntime: {ort_ms:.2f} ms (braze / onnxruntime = {ms / ort_ms:.2f}x)")
+    if args.profile:
+        print(exe.profile(feeds))
+    return 0
+
+
+def cmd_demo(args) -> int:
+    from .interpret import init_params, interpret, random_feeds
+    from .ir.verify import verify
+    from .models import bert_base, llama_small
+    from .passes.pipeline import fuse
+    from .runtime import compile as compile_graph
+
+    print("== braze demo: BERT-base encoder (12 layers, hidden 768, batch 1, seq 128) ==")
+    t0 = time.perf_counter()
+    g = bert_base()
+    verify(g)
+    print(f"built and verified {len(g.nodes)} nodes in {(time.perf_counter() - t0) * 1e3:.0f} ms")
+    feeds, params = random_feeds(g, 0), init_params(g, 0)
+    t0 = time.perf_counter()
+    ref = interpret(g, feeds, params)
+    print(f"reference interpreter: {[o.shape for o in ref]} in "
+          f"{(time.perf_counter() - t0) * 1e3:.0f} ms")
+    for label, model in (("BERT-base", g), ("LLaMA-style (small)", llama_small())):
+        print(f"\n== fusing {label} for target cpu ==")
+        fused, report = fuse(model, "cpu")
+        print(report)
+        f2, p2 = random_feeds(model, 1), init_params(model, 1)
+        diff = _max_abs_diff(interpret(model, f2, p2), interpret(fused, f2, p2))
+        print(f"numeric check: max abs diff fused vs unfused = {diff:.3e}")
+    print("\n== BERT-base compiled for the CPU: fused vs unfused ==")
+    t0 = time.perf_counter()
+    fused_exe = compile_graph(g, params=params)
+    out = fused_exe(feeds)
+    print(f"compiled (fused) in {time.perf_counter() - t0:.2f} s; "
+          f"max abs diff vs interpreter {_max_abs_diff(out, ref):.3e}")
+    plain_exe = compile_graph(g, params=params, fuse=False)
+    plain_exe(feeds)
+    fused_ms = _median_ms(lambda: fused_exe(feeds), 5)
+    plain_ms = _median_ms(lambda: plain_exe(feeds), 5)
+    print(f"unfused {plain_ms:.1f} ms, fused {fused_ms:.1f} ms: {plain_ms / fused_ms:.2f}x "
+          f"faster fused")
+    print(fused_exe.plan.summary())
+    return 0
+
+
+def _max_abs_diff(a_outs, b_outs) -> float:
+    return max(float(np.max(np.abs(np.asarray(a, np.float64) - np.asarray(b, np.float64))))
+               for a, b in zip(a_outs, b_outs, strict=True))
