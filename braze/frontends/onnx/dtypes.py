@@ -4,7 +4,7 @@ from __future__ import annotations
 from ...errors import FrontendError
 from ...ir.dtypes import DType, bf16, bool_, c64, f16, f32, f64, i8, i16, i32, i64, u8, u32
 
-__all__ = ["onnx_dtype", "ONNX_TO_BRAZE", "BRAZE_TO_ONNX"]
+__all__ = ["onnx_dtype", "onnx_type_name", "ONNX_TO_BRAZE", "BRAZE_TO_ONNX"]
 
 # TensorProto.DataType values (stable in the ONNX spec)
 ONNX_TO_BRAZE: dict[int, DType] = {
@@ -12,7 +12,16 @@ ONNX_TO_BRAZE: dict[int, DType] = {
     16: bf16,
 }
 BRAZE_TO_ONNX: dict[str, int] = {d.name: k for k, d in ONNX_TO_BRAZE.items()}
-_NAMES = {0: "UNDEFINED", 4: "UINT16", 8: "STRING", 13: "UINT64", 15: "COMPLEX128"}
+
+
+def onnx_type_name(code: int) -> str:
+    """ONNX's name of element type `code` (FLOAT, UINT64, FLOAT8E4M3FN, ...)."""
+    try:
+        from onnx import TensorProto
+
+        return TensorProto.DataType.Name(int(code))
+    except (ImportError, ValueError):
+        return f"unknown type code {code}"
 
 
 def onnx_dtype(code: int, what: str = "tensor") -> DType:
@@ -20,7 +29,7 @@ def onnx_dtype(code: int, what: str = "tensor") -> DType:
     try:
         return ONNX_TO_BRAZE[int(code)]
     except KeyError:
-        name = _NAMES.get(int(code), f"type {code}")
+        name = onnx_type_name(code)
         raise FrontendError(f"{what} has ONNX element type {name}, which braze does not support "
                             "(supported: float, float16, bfloat16, double, int8/16/32/64, uint8, "
                             "uint32, bool, complex64)") from None

@@ -182,7 +182,7 @@ class _Importer:
                                 "pass input_shapes={...} to import_onnx")
         dims = []
         for axis, d in enumerate(tt.shape.dim):
-            if d.HasField("dim_value") and d.dim_value > 0:
+            if d.HasField("dim_value") and d.dim_value >= 0:
                 dims.append(int(d.dim_value))
             elif d.HasField("dim_param") and d.dim_param and d.dim_param != "?":
                 dims.append(_sanitize(d.dim_param))

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ....ir.dtypes import bool_
+from ....ir.op import Value
 from ....ir.ops.elementwise import BinaryFn, CompareFn, UnaryFn
 from ..context import ImportContext, NodeView, converter
 from ..dtypes import onnx_dtype
@@ -96,20 +98,37 @@ def softplus(ctx, node):
 
 @converter("Clip")
 def clip(ctx, node):
+    """min(max(x, lo), hi): bounds known at import time become a clamp; bounds computed at run
+    time (scalar tensors) become maximum / minimum nodes."""
     x = ctx.value(node, 0)
-    if ctx.opset < 11:
-        lo, hi = node.attr("min", None), node.attr("max", None)
-    else:
-        lo = ctx.scalar(node, 1, "Clip min", default=np.nan) if ctx.has(node, 1) else None
-        hi = ctx.scalar(node, 2, "Clip max", default=np.nan) if ctx.has(node, 2) else None
-    if lo is not None and hi is not None and ctx.dtype(x).is_float:
+    lo, hi = (_clip_bound(ctx, node, i, what) for i, what in ((1, "min"), (2, "max")))
+    static = not any(isinstance(b, Value) for b in (lo, hi))
+    if static and lo is not None and hi is not None and ctx.dtype(x).is_float:
         return [ctx.g.clamp(x, float(lo), float(hi))]
     y = x
     if lo is not None:
-        y = ctx.g.maximum(y, ctx.const_like(lo, x))
+        y = ctx.g.maximum(y, lo if isinstance(lo, Value) else ctx.const_like(lo, x))
     if hi is not None:
-        y = ctx.g.minimum(y, ctx.const_like(hi, x))
+        y = ctx.g.minimum(y, hi if isinstance(hi, Value) else ctx.const_like(hi, x))
     return [y]
+
+
+def _clip_bound(ctx, node, i: int, what: str):
+    """Clip bound `i`: None (absent), a Python number (known) or a scalar braze value."""
+    if not ctx.has(node, i):
+        return None
+    k = ctx.known(node, i)
+    if k is not None and not k.symbolic:
+        if k.array.size != 1:
+            raise ctx.fail(node, f"Clip {what} must be a scalar, got shape {k.array.shape}")
+        return k.array.reshape(-1)[0].item()
+    v = ctx.value(node, i)
+    dims, x = ctx.dims(v), ctx.value(node, 0)
+    if len(dims) > 1 or (dims and dims[0] != 1):
+        raise ctx.fail(node, f"Clip {what} must be a scalar, got shape {tuple(dims)}")
+    if ctx.dtype(v) != ctx.dtype(x):
+        raise ctx.fail(node, f"Clip {what} is {ctx.dtype(v)} but the input is {ctx.dtype(x)}")
+    return ctx.g.reshape(v, ()) if dims else v
 
 
 @converter("Max", "Min", "Sum", "Mean")
@@ -174,4 +193,9 @@ def dropout(ctx, node):
     if ctx.has(node, 2) and ctx.known(node, 2) is None:
         raise ctx.fail(node, "Dropout's training_mode is computed at run time; export in eval "
                              "mode")
-    return [ctx.value(node, 0)] + ([None] if len(node.outputs) > 1 and node.outputs[1] else [])
+    x = ctx.value(node, 0)
+    if len(node.outputs) < 2 or not node.outputs[1]:
+        return [x]
+    # inference mode keeps every element: the mask is all true
+    keep = ctx.g.constant(np.ones((), np.bool_), bool_)
+    return [x, ctx.g.expand(keep, ctx.dims(x)) if ctx.dims(x) else keep]

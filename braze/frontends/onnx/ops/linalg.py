@@ -85,9 +85,8 @@ def einsum(ctx, node):
                   default=0)
         out_l = _letters(out, len(out.replace("...", "")) + (ell if "..." in out else 0), ctx,
                          node)
-    if any(len(set(t)) != len(t) for t in ins):
-        raise ctx.fail(node, f"einsum {eq!r} repeats a subscript within a term (diagonals are "
-                             "not supported)")
+    for i, (v, t) in enumerate(zip(vals, ins)):
+        vals[i], ins[i] = _diagonals(ctx, node, v, t)
     if len(vals) == 1:
         return [_reduce_to(ctx, vals[0], ins[0], out_l)]
     a, b = vals
@@ -115,6 +114,29 @@ def einsum(ctx, node):
     if tuple(ctx.dims(y)) != tuple(size[c] for c in full):
         y = g.reshape(y, [size[c] for c in full])
     return [_permute(g, y, full, out_l)]
+
+
+def _diagonals(ctx, node, v, letters: list[str]):
+    """A term that repeats a subscript ("ii") reads a diagonal: bring the two axes last, flatten
+    them and step by n + 1 (static n)."""
+    g = ctx.g
+    while len(set(letters)) != len(letters):
+        c = next(c for c in letters if letters.count(c) > 1)
+        p = letters.index(c)
+        q = letters.index(c, p + 1)
+        dims = ctx.dims(v)
+        n = dims[p]
+        if dims[q] != n or not isinstance(n, int):
+            raise ctx.fail(node, f"einsum subscript {c!r} repeats over axes of sizes {n} and "
+                                 f"{dims[q]}; a diagonal needs equal static sizes")
+        rest = [i for i in range(len(letters)) if i not in (p, q)]
+        perm = rest + [p, q]
+        if perm != sorted(perm):
+            v = g.transpose(v, tuple(perm))
+        v = g.reshape(v, [dims[i] for i in rest] + [n * n])
+        v = g.slice(v, -1, 0, n * n, n + 1)
+        letters = [letters[i] for i in rest] + [c]
+    return v, letters
 
 
 def _prod(size, letters):

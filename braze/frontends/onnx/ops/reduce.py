@@ -7,6 +7,7 @@ from __future__ import annotations
 from ....ir.ops.reduce import ReduceFn
 from ....ir.symbolic import SymDim
 from ..context import ImportContext, NodeView, converter
+from ..dtypes import onnx_dtype
 
 _REDUCE = {"ReduceMean": ReduceFn.MEAN, "ReduceSum": ReduceFn.SUM, "ReduceMax": ReduceFn.MAX,
            "ReduceMin": ReduceFn.MIN, "ReduceProd": ReduceFn.PROD}
@@ -103,12 +104,25 @@ def log_softmax(ctx, node):
 
 @converter("LayerNormalization")
 def layer_norm(ctx, node):
-    if any(o for o in node.outputs[1:]):
-        raise ctx.fail(node, "LayerNormalization's mean / inv_std_dev outputs are not supported "
-                             "(inference graphs do not use them)")
+    """One layer_norm node; the optional Mean / InvStdDev outputs (training graphs read them)
+    are computed beside it in primitives, in the stash type."""
     x = ctx.value(node, 0)
-    return [ctx.g.layer_norm(x, ctx.opt_value(node, 1), ctx.opt_value(node, 2),
-                             eps=node.attr("epsilon", 1e-5), axis=node.attr("axis", -1))]
+    rank = len(ctx.dims(x))
+    axis, eps = node.attr("axis", -1), float(node.attr("epsilon", 1e-5))
+    if not -rank <= axis < max(rank, 1):
+        raise ctx.fail(node, f"axis {axis} is out of range for rank {rank}")
+    y = ctx.g.layer_norm(x, ctx.opt_value(node, 1), ctx.opt_value(node, 2), eps=eps, axis=axis)
+    if not any(node.outputs[1:]):
+        return [y]
+    g = ctx.g
+    stash = onnx_dtype(node.attr("stash_type", 1), f"{ctx.source}: node {node.label} stash_type")
+    xs = x if ctx.dtype(x) == stash else g.cast(x, stash)
+    axes = list(range(axis % rank, rank))
+    mean = g.reduce(xs, ReduceFn.MEAN, axes, True)
+    centered = g.sub(xs, mean)
+    var = g.reduce(g.mul(centered, centered), ReduceFn.MEAN, axes, True)
+    inv_std = g.activation(g.add(var, ctx.const_like(eps, var)), "rsqrt")
+    return [y, mean, inv_std]
 
 
 @converter("CumSum")
@@ -120,10 +134,21 @@ def cumsum(ctx, node):
 
 @converter("ArgMax")
 def argmax(ctx, node):
-    if node.attr("select_last_index", 0):
-        raise ctx.fail(node, "ArgMax with select_last_index=1 is not supported")
-    return [ctx.g.argmax(ctx.value(node, 0), node.attr("axis", 0),
-                         bool(node.attr("keepdims", 1)))]
+    x = ctx.value(node, 0)
+    dims = ctx.dims(x)
+    axis, keepdims = node.attr("axis", 0), bool(node.attr("keepdims", 1))
+    if not -len(dims) <= axis < max(len(dims), 1):
+        raise ctx.fail(node, f"axis {axis} is out of range for rank {len(dims)}")
+    if not node.attr("select_last_index", 0):
+        return [ctx.g.argmax(x, axis, keepdims)]
+    # the last maximum: the first one of the reversed axis, counted from the end
+    n = dims[axis]
+    if not isinstance(n, int):
+        raise ctx.fail(node, f"ArgMax with select_last_index=1 needs a static axis {axis}, got "
+                             f"{n}; pass input_shapes= to import_onnx to fix it")
+    g = ctx.g
+    first = g.argmax(g.slice(x, axis, -1, -(n + 1), -1), axis, keepdims)
+    return [g.sub(ctx.const_like(n - 1, first), first)]
 
 
 @converter("TopK")
