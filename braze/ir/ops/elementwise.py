@@ -29,6 +29,11 @@ def _quick_gelu(x):
     return x * _sigmoid(x * x.dtype.type(1.702))
 
 
+def _hard_swish(x):
+    t = x.dtype.type
+    return x * np.clip(x + t(3), t(0), t(6)) / t(6)
+
+
 def _gelu_approx(x):
     c = x.dtype.type(_SQRT_2_OVER_PI)
     return 0.5 * x * (1.0 + np.tanh(c * (x + x.dtype.type(0.044715) * x * x * x)))
@@ -60,6 +65,7 @@ class UnaryFn(enum.Enum):
     NOT = "not"
     ROUND = "round"
     QUICK_GELU = "quick_gelu"
+    HARD_SWISH = "hard_swish"
 
     @property
     def is_activation(self) -> bool:
@@ -71,7 +77,7 @@ class UnaryFn(enum.Enum):
 
 ACTIVATIONS = frozenset(
     {UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.SILU, UnaryFn.RELU, UnaryFn.SIGMOID, UnaryFn.TANH,
-     UnaryFn.QUICK_GELU}
+     UnaryFn.QUICK_GELU, UnaryFn.HARD_SWISH}
 )
 
 _UNARY_IMPL = {
@@ -98,6 +104,7 @@ _UNARY_IMPL = {
     UnaryFn.NOT: np.logical_not,
     UnaryFn.ROUND: np.round,  # half to even, as ONNX Round
     UnaryFn.QUICK_GELU: _quick_gelu,  # x * sigmoid(1.702 x), CLIP's quick_gelu
+    UnaryFn.HARD_SWISH: _hard_swish,  # x * relu6(x + 3) / 6, MobileNetV3 / PP-LCNet
 }
 _FLOAT_ONLY = frozenset(UnaryFn) - {UnaryFn.NEG, UnaryFn.ABS, UnaryFn.SQUARE, UnaryFn.SIGN,
                                     UnaryFn.RELU, UnaryFn.NOT}

@@ -2,14 +2,21 @@
 operand order) -> optional activation, conv2d -> activation, or a conv with its own bias alone,
 into one FusedConvBiasAct (so every biased conv ends up one fused kind). The added bias is folded
 into the conv's own (a reshape / add on [C] vectors); a conv without any bias gets a zero bias
-constant. Which activations may join is the target's choice."""
+constant. Which activations may join is the target's choice.
+
+The activation is a unary op, or hard-swish written in primitives the ways exporters write it:
+y * relu6(y + 3) / 6 (Paddle, in either association, dividing or multiplying by 1/6) and
+y * hard_sigmoid(y) with alpha 1/6, beta 1/2 (ONNX HardSwish / HardSigmoid); the constants are
+checked to 1e-6 relative (Paddle writes 1/6 as 0.1666667)."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...ir.ops.conv import Conv2d
-from ...ir.ops.elementwise import Binary, BinaryFn, Unary
+from ...ir.ops.elementwise import Binary, BinaryFn, Unary, UnaryFn
 from ...ir.ops.fused import FusedConvBiasAct
+from ...ir.ops.io import Constant
+from ...ir.ops.shape import Reshape
 from ...rewrite import Miss, MissReason, P, Rule, V, fail
 from .checks import epilogue_activation_allowed, same_dtype, target_claims
 
@@ -18,6 +25,29 @@ _biased = P.add(_conv, V("b"), name="add")                     # conv(x, w) + b 
 _act_biased = P.of(Unary, _biased, name="act")                  # act(conv(x, w) + b)
 _act_only = P.of(Unary, _conv, name="act")                      # act(conv(x, w[, cb]))
 _own_bias = P.conv2d(V("x"), V("w"), V("cb"), name="conv")      # conv(x, w, cb) alone
+
+
+def _scalar_const(g, v) -> bool:
+    n = g.nodes[v.node]
+    return isinstance(n.op, Constant) and n.op.value.size == 1
+
+
+def _c(name: str) -> V:
+    return V(name, where=_scalar_const)
+
+
+def hard_swish_of(y):
+    """Hard-swish of `y` as exporters write it (the root is captured as "hswish")."""
+    relu6 = P.clamp(P.add(y, _c("three")), lo=0.0, hi=6.0)             # relu6(y + 3)
+    gate = P.clamp(P.add(P.mul(y, _c("sixth")), _c("half")), lo=0.0, hi=1.0)  # hard_sigmoid(y)
+    return (P.div(P.mul(y, relu6), _c("six"), name="hswish")           # y * relu6(y + 3) / 6
+            | P.mul(P.mul(y, relu6), _c("sixth"), name="hswish")       # y * relu6(y + 3) * 1/6
+            | P.mul(y, P.div(relu6, _c("six")), name="hswish")         # y * (relu6(y + 3) / 6)
+            | P.mul(y, P.mul(relu6, _c("sixth")), name="hswish")       # y * (relu6(y + 3) / 6)
+            | P.mul(y, gate, name="hswish"))                           # y * hard_sigmoid(y)
+
+
+_HSWISH_CONSTANTS = {"three": 3.0, "six": 6.0, "sixth": 1.0 / 6.0, "half": 0.5}
 
 
 def is_channel_bias(dims: tuple, channels: int) -> bool:
@@ -40,16 +70,50 @@ def bias_is_per_channel(m, ctx) -> Miss | None:
     return None
 
 
+def hard_swish_constants(m, ctx) -> Miss | None:
+    """The constants of a hard-swish epilogue are 3, 6, 1/6 and 1/2 (to 1e-6 relative)."""
+    for name, want in _HSWISH_CONSTANTS.items():
+        if name not in m.values:
+            continue
+        got = float(np.asarray(m.graph.nodes[m.values[name].node].op.value).reshape(-1)[0])
+        if abs(got - want) > 1e-6 * abs(want):
+            return fail(MissReason.PATTERN_MISMATCH,
+                        detail=f"an x * clamp(...) epilogue has constant {got} where hard-swish "
+                               f"has {want}")
+    return None
+
+
+def hard_swish_allowed(m, ctx) -> Miss | None:
+    """The target applies hard-swish in a conv epilogue."""
+    if "hswish" in m.nodes and ctx.target is not None and \
+            UnaryFn.HARD_SWISH not in ctx.target.epilogue_activations:
+        return fail(MissReason.UNSUPPORTED_EPILOGUE_ACTIVATION,
+                    detail=f"hard_swish is not an epilogue activation of target "
+                           f"{ctx.target.name!r}")
+    return None
+
+
+def _channel_vector(b, m, name: str, channels: int):
+    """Captured bias `name` as a [C] value: the vector itself when it is a reshape of one."""
+    g = m.graph
+    src = g.nodes[m.values[name].node]
+    if isinstance(src.op, Reshape) and g.shape_of(src.inputs[0]).dims == (channels,):
+        return m.new(src.inputs[0])
+    return b.reshape(m.v(name), (channels,))
+
+
 def _build(b, m):
     conv: Conv2d = m.op("conv")
     channels = m.shape("conv").dims[1]
     bias = m.v("cb") if "cb" in m.values else None
     if "b" in m.values:
-        extra = b.reshape(m.v("b"), (channels,))
+        extra = _channel_vector(b, m, "b", channels)
         bias = extra if bias is None else b.add(bias, extra)
     if bias is None:
         bias = b.constant(np.zeros(channels, m.shape("conv").dtype.np))
     act = m.op("act").fn if "act" in m.nodes else None
+    if "hswish" in m.nodes:
+        act = UnaryFn.HARD_SWISH
     op = FusedConvBiasAct(conv.stride, conv.padding, conv.dilation, conv.groups, act)
     return b.add_node(op, (m.v("x"), m.v("w"), bias))[0]
 
@@ -71,9 +135,11 @@ def _explain_conv(g, node, ctx) -> Miss | None:
 FUSE_CONV_BIAS_ACT = Rule(
     "FuseConvBiasAct",
     _build,
-    pattern=_act_biased | _biased | _act_only | _own_bias,
+    pattern=(hard_swish_of(_biased | _conv) | _act_biased | _biased | _act_only
+             | _own_bias),
     checks=(target_claims("fused_conv_bias_act"), bias_is_per_channel,
-            same_dtype("conv", "b"), epilogue_activation_allowed("act")),
+            same_dtype("conv", "b"), epilogue_activation_allowed("act"), hard_swish_constants,
+            hard_swish_allowed),
     anchor=lambda op: op.kind == "conv2d",
     explain=_explain_conv,
     produces="fused_conv_bias_act",
