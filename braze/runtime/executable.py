@@ -28,8 +28,10 @@ def _has_kernel(op) -> bool:
 def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarray] | None = None,
             precision=None, threads: int | None = None, fuse: bool = True) -> Executable:
     """Compile `graph` for `target` ("cpu"). `params` supplies weights for params without
-    stored values (as `bz.interpret` takes them); `threads` caps the kernels' threads;
-    `fuse=False` skips the fusion pipeline (the graph runs as given, legalized)."""
+    stored values (as `bz.interpret` takes them); `precision` ("bf16", "f16" or a
+    PrecisionPolicy) rounds matmul and conv operands to that type with f32 accumulation;
+    `threads` caps the kernels' threads; `fuse=False` skips the fusion pipeline (the graph runs
+    as given, legalized)."""
     from ..passes.pipeline import fuse as run_fusion
     from ..report import FusionReport
 
@@ -37,6 +39,10 @@ def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarra
         fused, report = run_fusion(graph, target)
     else:
         fused, report = graph, FusionReport.analyze(graph, graph, target=str(target))
+    if precision is not None:
+        from ..passes.precision import apply_precision
+
+        fused, _ = apply_precision(fused, precision)
     legal, decomposed = legalize_for_kernels(fused)
     return Executable(graph, legal, report, dict(params or {}), precision, threads, decomposed)
 

@@ -1,0 +1,97 @@
+"""Mixed precision: `AutoMixedPrecision(policy)` rounds the operands of the ops a policy lowers
+(matmuls and their fused kinds, convolutions) to bf16 (or f16), keeping accumulation and every
+other op - norms, softmax, residual sums, reductions - in float32, which is what a bf16 GEMM
+with f32 accumulation computes (products of bf16 values are exact in f32).
+
+Rounding is written as cast(cast(x, bf16), f32): the reference interpreter gives the policy's
+numbers exactly, and on weights it is weight preparation (computed once). A backend with a bf16
+GEMM runs those matmuls on the rounded operands directly."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ..ir.dtypes import DType, bf16, f16, f32
+from ..ir.graph import Graph
+from ..ir.op import Value
+from ..ir.ops.conv import Conv2d, ConvTranspose2d
+from ..ir.ops.fused import FusedAttentionBlock, FusedConvBiasAct, FusedMatMulBiasAct
+from ..ir.ops.linalg import DotGeneral, MatMul
+from .base import PassResult
+
+__all__ = ["PrecisionPolicy", "AutoMixedPrecision", "apply_precision", "POLICIES"]
+
+_LOWERED = (MatMul, DotGeneral, FusedMatMulBiasAct, Conv2d, ConvTranspose2d, FusedConvBiasAct,
+            FusedAttentionBlock)
+
+
+@dataclass(frozen=True)
+class PrecisionPolicy:
+    """Which ops compute on low-precision operands, and in what dtype. Inputs of those ops in
+    `roles` (by position; None: every float operand) are rounded; everything else stays f32."""
+
+    name: str
+    compute: DType = bf16
+    ops: tuple[type, ...] = _LOWERED
+    skip_roles: frozenset[str] = field(default_factory=lambda: frozenset(
+        {"b", "b_qkv", "b_o", "cos", "sin", "mask"}))  # biases / tables stay f32
+
+    def lowers(self, op) -> bool:
+        return isinstance(op, self.ops)
+
+
+POLICIES = {"bf16": PrecisionPolicy("bf16", bf16), "f16": PrecisionPolicy("f16", f16)}
+
+
+def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int]:
+    """A new graph with the policy's rounding inserted; returns (graph, ops lowered)."""
+    if isinstance(policy, str):
+        try:
+            policy = POLICIES[policy]
+        except KeyError:
+            from ..errors import BrazeError
+
+            raise BrazeError(f"unknown precision {policy!r}; known: {sorted(POLICIES)}") \
+                from None
+    new = Graph(g.name, record_provenance=False)
+    vmap: dict[Value, Value] = {}
+    rounded: dict[Value, Value] = {}
+    count = 0
+    for node in g.nodes:
+        ins = [vmap[v] for v in node.inputs]
+        if policy.lowers(node.op) and node.outputs[0].dtype == f32:
+            names = _roles(node.op, len(ins))
+            for i, (v, role) in enumerate(zip(ins, names)):
+                if role in policy.skip_roles or new.shape_of(v).dtype != f32:
+                    continue
+                if v not in rounded:
+                    rounded[v] = new.cast(new.cast(v, policy.compute), f32)
+                ins[i] = rounded[v]
+            count += 1
+        outs = new.clone_node(node, ins, g)
+        vmap.update(zip(node.values, outs))
+    new.weights = dict(g.weights)
+    new.set_outputs([vmap[v] for v in g.outputs])
+    return new, count
+
+
+def _roles(op, n: int) -> tuple:
+    roles = getattr(op, "input_roles", None)
+    if roles is not None:
+        return roles()
+    if isinstance(op, (Conv2d, ConvTranspose2d)):
+        return ("x", "w", "b")[:n]
+    return (None,) * n
+
+
+@dataclass
+class AutoMixedPrecision:
+    """The pass form of `apply_precision`."""
+
+    policy: PrecisionPolicy | str = "bf16"
+    name: str = "AutoMixedPrecision"
+
+    def run(self, g: Graph, ctx) -> PassResult:
+        t0 = time.perf_counter()
+        out, count = apply_precision(g, self.policy)
+        return PassResult(self.name, out, count > 0, seconds=time.perf_counter() - t0)

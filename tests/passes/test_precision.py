@@ -1,0 +1,63 @@
+"""AutoMixedPrecision: matmul / conv operands rounded to bf16, accumulation and norms /
+softmax / residuals in f32; weights rounded once (weight preparation); the policy's numbers
+are the interpreter's, and close to f32."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import braze as bz
+import braze.models as models
+from braze.ir.analysis import weight_prep_nodes
+from braze.passes.precision import AutoMixedPrecision, apply_precision
+
+
+def test_matmul_operands_are_rounded_and_the_rest_stays_f32():
+    g = bz.Graph("mlp")
+    x = g.input("x", bz.Shape((4, 16)))
+    w = g.param("w", bz.Shape((16, 8)))
+    b = g.param("b", bz.Shape((8,)))
+    g.set_outputs([g.layer_norm(g.linear_fused(x, w, b, "gelu"))])
+    out, count = apply_precision(g, "bf16")
+    assert count == 1
+    casts = [n for n in out.nodes if n.op.kind == "cast"]
+    assert [c.op.dtype for c in casts] == [bz.bf16, bz.f32, bz.bf16, bz.f32]  # x and w only
+    ln = next(n for n in out.nodes if n.op.kind == "layer_norm")
+    assert out.shape_of(ln.inputs[0]).dtype == bz.f32
+    assert len(weight_prep_nodes(out)) == 2                   # w's rounding runs once
+    params = bz.init_params(g, 0)
+    feeds = bz.random_feeds(g, 0)
+    xr = feeds["x"].astype(ml_dtypes.bfloat16).astype(np.float32)
+    wr = params["w"].astype(ml_dtypes.bfloat16).astype(np.float32)
+    manual = bz.Graph("m")
+    xi, wi = manual.input("x", bz.Shape((4, 16))), manual.input("w", bz.Shape((16, 8)))
+    manual.set_outputs([manual.layer_norm(manual.linear_fused(xi, wi, manual.constant(
+        params["b"]), "gelu"))])
+    want = bz.interpret(manual, {"x": xr, "w": wr})[0]
+    np.testing.assert_allclose(bz.interpret(out, feeds, params)[0], want, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("build", [lambda: models.bert_encoder(2, 64, 4, batch=2, seq=8),
+                                   lambda: models.llama_tiny()], ids=["bert", "llama"])
+def test_compiled_bf16_policy_is_close_to_f32(build):
+    g = build()
+    params = bz.init_params(g, 0)
+    feeds = bz.random_feeds(g, 0)
+    f32 = bz.interpret(g, feeds, params)[0]
+    exe = bz.compile(g, params=params, precision="bf16")
+    got = exe(feeds)[0]
+    rel = np.abs(got - f32).max() / np.abs(f32).max()
+    assert 0 < rel < 3e-2                                    # the accuracy cost is visible
+    fused, _ = bz.fuse(g, "cpu")
+    policy_graph, _ = apply_precision(fused, "bf16")
+    # the kernels sum in another order than NumPy: an f32 difference in the last bit can flip
+    # a bf16 rounding (one bf16 step, 2**-8 relative) for an element now and then
+    want = bz.interpret(policy_graph, feeds, params)[0]
+    assert np.abs(got - want).max() < 4e-3 * np.abs(want).max()
+
+
+def test_pass_form_and_unknown_policy():
+    g = models.bert_encoder(1, 32, 2, batch=1, seq=4)
+    res = AutoMixedPrecision("bf16").run(g, None)
+    assert res.changed and res.graph.count("cast") > 0
+    with pytest.raises(bz.BrazeError, match="unknown precision"):
+        apply_precision(g, "int3")
