@@ -96,9 +96,10 @@ def _window_pads(ctx, node, sizes, kernel, strides, dilations) -> list[tuple[int
     return [(pads[i], pads[i + n]) for i in range(n)]
 
 
-def _ceil_extra(ctx, node, sizes, kernel, strides, pairs) -> list[tuple[int, int]]:
-    """ceil_mode=1: extend the end padding so the last partial window exists (unless it would
-    start in the end padding, as ONNX Runtime rules)."""
+def _ceil_extra(ctx, node, sizes, kernel, strides, pairs) -> list[tuple[int, int, int]]:
+    """ceil_mode=1: (before, after, extra) per axis, `extra` end padding making room for the
+    last partial window (dropped when it would start in the end padding, as ONNX Runtime
+    rules)."""
     out = []
     sizes = _static_spatial(ctx, node, sizes, "ceil_mode=1")
     for size, k, s, (lo, hi) in zip(sizes, kernel, strides, pairs):
