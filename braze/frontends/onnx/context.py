@@ -131,9 +131,13 @@ class ImportContext:
                 raise FrontendError(f"{self.source}: node {node.label} needs {what}")
             return default
         k = self.known(node, i)
-        if k is None or k.array.size != 1:
-            raise FrontendError(f"{self.source}: node {node.label}: {what} must be a constant "
-                                "scalar")
+        if k is None:
+            raise FrontendError(f"{self.source}: node {node.label}: {what} (input {i}) is "
+                                "computed from data at run time; braze needs it at import time "
+                                "(a constant or initializer)")
+        if k.array.size != 1:
+            raise FrontendError(f"{self.source}: node {node.label}: {what} must be a scalar, "
+                                f"got shape {k.array.shape}")
         v = k.array.reshape(-1)[0]
         return v if isinstance(v, SymDim) else v.item()
 

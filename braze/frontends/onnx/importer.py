@@ -289,6 +289,8 @@ class _Importer:
                for i in range(len(node.inputs))]
         if node.op_type in ("Shape", "Size", "ConstantOfShape", "Range"):
             return None  # their converters decide (they read shapes, not values)
+        if node.op_type == "CastLike" and ins and ins[0] is not None and self.ctx.has(node, 1):
+            return self._cast_like(node, ins[0])  # reads only the dtype of input 1
         present = [k for i, k in enumerate(ins) if self.ctx.has(node, i)]
         if not present or any(k is None for k in present):
             return None
@@ -303,6 +305,14 @@ class _Importer:
         if sum(k.array.size for k in present) > FOLD_LIMIT:
             return None
         return self._evaluate(node, present)
+
+    def _cast_like(self, node: NodeView, k: Known) -> list[Known] | None:
+        """CastLike of a compile-time value: a compile-time value of input 1's dtype."""
+        like = self.ctx.tensor(node, 1)
+        dt = like.known.dtype if like.known is not None else self.ctx.dtype(like.value)
+        if k.symbolic:
+            return [Known(k.array, dt)] if dt.is_int or dt.is_float else None
+        return [Known(np.asarray(k.array).astype(dt.np), dt)]
 
     def _evaluate(self, node: NodeView, present: list[Known]) -> list[Known] | None:
         scratch = Graph("fold", record_provenance=False)

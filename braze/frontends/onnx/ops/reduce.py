@@ -4,6 +4,8 @@ sum (F.normalize exports ReduceL2), Softmax / LogSoftmax (opset < 13 flatten at 
 LayerNormalization, CumSum, ArgMax, TopK (static k)."""
 from __future__ import annotations
 
+import numpy as np
+
 from ....ir.ops.reduce import ReduceFn
 from ....ir.symbolic import SymDim
 from ..context import ImportContext, NodeView, converter
@@ -52,6 +54,26 @@ def reduce_sum_of(ctx: ImportContext, node: NodeView):
     return [ctx.g.activation(y, post) if post else y]
 
 
+def _empty_reduction(ctx: ImportContext, node: NodeView, x, axes: list[int], fill: str):
+    """The result of reducing over an empty set (a static 0 among the reduced dims): ONNX's
+    identity element, broadcast to the output shape; None when the set is not empty."""
+    dims = ctx.dims(x)
+    if not any(dims[a] == 0 for a in axes):
+        return None
+    dt = ctx.dtype(x)
+    if dt.kind == "bool":
+        value = fill == "min_identity"  # any() of nothing is False, all() True
+    elif dt.is_float:
+        value = -np.inf if fill == "max_identity" else np.inf
+    else:
+        info = np.iinfo(dt.np)
+        value = info.min if fill == "max_identity" else info.max
+    keep = bool(node.attr("keepdims", 1))
+    out = [1 if i in axes else d for i, d in enumerate(dims) if keep or i not in axes]
+    c = ctx.g.constant(np.asarray(value, dt.np), dt)
+    return ctx.g.expand(c, out) if out else c
+
+
 @converter("ReduceLogSumExp")
 def reduce_log_sum_exp(ctx: ImportContext, node: NodeView):
     """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
@@ -59,6 +81,9 @@ def reduce_log_sum_exp(ctx: ImportContext, node: NodeView):
     axes = _reduce_axes(ctx, node, len(ctx.dims(x)))
     if axes is None:
         return [x]
+    empty = _empty_reduction(ctx, node, x, axes, "max_identity")  # log(0) = -inf
+    if empty is not None:
+        return [empty]
     g = ctx.g
     m = g.reduce(x, ReduceFn.MAX, axes, True)
     s = g.reduce(g.activation(g.sub(x, m), "exp"), ReduceFn.SUM, axes, True)
@@ -74,7 +99,13 @@ def reduce(ctx: ImportContext, node: NodeView):
     axes = _reduce_axes(ctx, node, len(ctx.dims(x)))
     if axes is None:
         return [x]
-    return [ctx.g.reduce(x, _REDUCE[node.op_type], axes, bool(node.attr("keepdims", 1)))]
+    fn = _REDUCE[node.op_type]
+    if fn in (ReduceFn.MAX, ReduceFn.MIN):
+        empty = _empty_reduction(ctx, node, x, axes,
+                                 "max_identity" if fn is ReduceFn.MAX else "min_identity")
+        if empty is not None:
+            return [empty]
+    return [ctx.g.reduce(x, fn, axes, bool(node.attr("keepdims", 1)))]
 
 
 def _flattened(ctx, node, x, build):

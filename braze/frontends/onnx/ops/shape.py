@@ -323,27 +323,45 @@ def trilu(ctx, node):
 @converter("GatherND")
 def gather_nd(ctx, node):
     """Index tuples in the last axis of `indices` pick slices of `data`: written as one flat
-    gather over the leading dims (linear index = sum of index * stride; strides may be
-    symbolic)."""
-    if node.attr("batch_dims", 0):
-        raise ctx.fail(node, "GatherND with batch_dims > 0 is not supported")
+    gather over the indexed dims (linear index = sum of index * stride; strides may be
+    symbolic). With `batch_dims` b, the first b dims of data and indices pair up: the batch
+    position joins the linear index."""
     g = ctx.g
     data, idx = ctx.value(node, 0), ctx.value(node, 1)
     dims, idims = ctx.dims(data), ctx.dims(idx)
+    b = node.attr("batch_dims", 0)
+    if not idims or not isinstance(b, int) or not 0 <= b < len(idims) or b > len(dims):
+        raise ctx.fail(node, f"GatherND batch_dims={b} does not fit indices of rank "
+                             f"{len(idims)} and data of rank {len(dims)}")
+    if tuple(dims[:b]) != tuple(idims[:b]):
+        raise ctx.fail(node, f"GatherND batch dims of data {tuple(dims[:b])} and indices "
+                             f"{tuple(idims[:b])} differ")
+    if not ctx.dtype(idx).is_int:
+        raise ctx.fail(node, f"GatherND indices must be integers, got {ctx.dtype(idx)}")
     k = idims[-1]
-    if not isinstance(k, int) or not 1 <= k <= len(dims):
+    if not isinstance(k, int) or not 1 <= k <= len(dims) - b:
         raise ctx.fail(node, f"GatherND index tuples of length {k} do not fit data rank "
-                             f"{len(dims)}")
+                             f"{len(dims)} with {b} batch dims")
     lead = idims[:-1]
     linear = None
     stride = SymDim.of(1)
     for i in reversed(range(k)):
         part = g.reshape(g.narrow(idx, -1, i, 1), lead)
-        size = g.sym_const((_dim(SymDim.of(dims[i])),), (), ctx.dtype(idx))
+        size = g.sym_const((_dim(SymDim.of(dims[b + i])),), (), ctx.dtype(idx))
         part = g.where(g.lt(part, ctx.const_like(0, part)), g.add(part, size), part)
         if stride != 1:
             part = g.mul(part, g.sym_const((stride.to_dim(),), (), ctx.dtype(idx)))
         linear = part if linear is None else g.add(linear, part)
-        stride = stride * SymDim.of(dims[i])
-    flat = g.reshape(data, (stride.to_dim(),) + tuple(dims[k:]))
+        stride = stride * SymDim.of(dims[b + i])
+    if b:
+        n_batch = SymDim.of(1)
+        for d in dims[:b]:
+            n_batch = n_batch * SymDim.of(d)
+        pos = g.arange(n_batch.to_dim(), 0, 1, ctx.dtype(idx))
+        pos = g.reshape(pos, tuple(dims[:b]) + (1,) * (len(lead) - b))
+        if stride != 1:
+            pos = g.mul(pos, g.sym_const((stride.to_dim(),), (), ctx.dtype(idx)))
+        linear = g.add(linear, pos)
+        stride = stride * n_batch
+    flat = g.reshape(data, (stride.to_dim(),) + tuple(dims[b + k:]))
     return [g.gather(flat, linear, 0)]
