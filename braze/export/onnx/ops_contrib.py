@@ -72,9 +72,14 @@ def _skip_ok(n, g, target, allow_beta: bool):
 
 
 def _skip(b, n, ins, op_type):
+    """Outputs (y, "", "", sum): the unused mean / inv_std_var outputs stay unnamed."""
     op = n.op
-    outs = b.op(op_type, ins, n_out=4, domain=MS, epsilon=float(op.eps))
-    return [outs[0], outs[3]] if op.expose_sum else [outs[0]]
+    y = b.fresh(op_type.lower())
+    if not op.expose_sum:
+        return b.op(op_type, ins, outputs=[y], domain=MS, epsilon=float(op.eps))
+    s = b.fresh("skip_sum")
+    b.op(op_type, ins, outputs=[y, "", "", s], domain=MS, epsilon=float(op.eps))
+    return [y, s]
 
 
 @exporter(FusedResidualLN, accept=lambda n, g, t: _skip_ok(n, g, t, True))

@@ -49,6 +49,12 @@ def import_onnx(model, *, input_shapes: Mapping[str, Sequence] | None = None,
     return _Importer(proto, src.label, input_shapes or {}, name).run()
 
 
+def converter_key(node: NodeView) -> str:
+    """The CONVERTERS key of a node: its op type, or "domain::op_type" outside ONNX's default
+    domain (ONNX Runtime's com.microsoft contrib ops, ops/contrib.py)."""
+    return node.op_type if node.domain in _ONNX_DOMAINS else f"{node.domain}::{node.op_type}"
+
+
 def _sanitize(name: str) -> str:
     s = re.sub(r"\W", "_", name)
     return s if s and s.isidentifier() else f"d_{s}"
@@ -110,8 +116,8 @@ class _Importer:
     def _check_supported(self, nodes: list[NodeView]) -> None:
         bad: dict[str, str] = {}
         for n in nodes:
-            key = n.op_type if n.domain in _ONNX_DOMAINS else f"{n.domain}::{n.op_type}"
-            if (n.domain not in _ONNX_DOMAINS or n.op_type not in CONVERTERS) and key not in bad:
+            key = converter_key(n)
+            if key not in CONVERTERS and key not in bad:
                 bad[key] = n.name or (n.outputs[0] if n.outputs else "?")
         if bad:
             listing = ", ".join(f"{k} (e.g. node {v!r})" for k, v in sorted(bad.items()))
@@ -253,7 +259,7 @@ class _Importer:
             with self.g.provenance_scope(prov):
                 outs = self._fold(node)
                 if outs is None:
-                    outs = CONVERTERS[node.op_type](ctx, node)
+                    outs = CONVERTERS[converter_key(node)](ctx, node)
         except FrontendError:
             raise
         except BrazeError as e:
@@ -294,7 +300,7 @@ class _Importer:
         present = [k for i, k in enumerate(ins) if self.ctx.has(node, i)]
         if not present or any(k is None for k in present):
             return None
-        fold = FOLDERS.get(node.op_type)
+        fold = FOLDERS.get(converter_key(node))
         if fold is not None:
             try:
                 return fold(node.attrs, ins, self.opset)
@@ -321,7 +327,7 @@ class _Importer:
             if self.ctx.has(node, i):
                 sctx.env[x] = Tensor(known=self.ctx.env[x].known)
         try:
-            outs = CONVERTERS[node.op_type](sctx, node)
+            outs = CONVERTERS[converter_key(node)](sctx, node)
             vals = [sctx.materialize(o) if isinstance(o, Known) else o for o in outs]
             if any(not isinstance(v, Value) for v in vals):
                 return None

@@ -149,6 +149,22 @@ def _concat(attrs, ins, opset):
     return [Known(_obj(np.concatenate(arrays, axis=attrs["axis"])), ins[0].dtype)]
 
 
+@folder("Split")
+def _split(attrs, ins, opset):
+    """A symbolic shape vector split into parts of given sizes (ORT's GatherSliceToSplit
+    fusion turns Shape -> Gather chains into this)."""
+    _need_sym(ins[:1])
+    sizes = attrs.get("split")
+    if sizes is None and len(ins) > 1 and ins[1] is not None and not ins[1].symbolic:
+        sizes = [int(v) for v in ins[1].ints()]
+    if sizes is None:
+        raise NotFoldable("split sizes come from the output count")
+    a = ins[0].array
+    axis = attrs.get("axis", 0) % a.ndim
+    cuts = np.cumsum(sizes)[:-1]
+    return [Known(_obj(p), ins[0].dtype) for p in np.split(a, cuts, axis=axis)]
+
+
 @folder("Slice")
 def _slice(attrs, ins, opset):
     _need_sym(ins[:1])
