@@ -119,3 +119,13 @@ def test_large_models_use_external_data(tmp_path, monkeypatch):
     _same(sess.run(None, feeds), bz.interpret(g, feeds), atol=1e-5)
     back = bz.import_onnx(path)                        # and braze reads it back
     _same(bz.interpret(back, feeds), bz.interpret(g, feeds), atol=1e-5)
+
+
+def test_a_kind_without_mapping_is_named(tmp_path, monkeypatch):
+    from braze.ir.ops.elementwise import Unary
+
+    monkeypatch.delitem(EXPORTERS, Unary)
+    g = bz.Graph("g")
+    g.set_outputs([g.tanh(g.input("x", bz.Shape((2, 3))))])
+    with pytest.raises(ExportError, match=r"node %1 \(tanh\).*no ONNX mapping for op kind 'unary'"):
+        bz.export_onnx(g, tmp_path / "x.onnx")

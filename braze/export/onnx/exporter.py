@@ -67,7 +67,10 @@ def _build(graph: Graph, target: str, opset: int, params):
         elif isinstance(op, Constant):
             b.names[n.value] = b.const(op.value)
         else:
-            emit = EXPORTERS[type(op)]
+            emit = EXPORTERS.get(type(op))
+            if emit is None:
+                raise ExportError(f"cannot export node {n.describe()}: braze has no ONNX mapping "
+                                  f"for op kind {op.kind!r} and it has no decomposition")
             ins = [b.name(v) for v in n.inputs]
             try:
                 outs = emit(b, n, ins, target)
