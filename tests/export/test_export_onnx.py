@@ -129,3 +129,20 @@ def test_a_kind_without_mapping_is_named(tmp_path, monkeypatch):
     g.set_outputs([g.tanh(g.input("x", bz.Shape((2, 3))))])
     with pytest.raises(ExportError, match=r"node %1 \(tanh\).*no ONNX mapping for op kind 'unary'"):
         bz.export_onnx(g, tmp_path / "x.onnx")
+
+
+@pytest.mark.parametrize("mask, guarded", [("none", False), ("causal", False), ("custom", True)])
+def test_isnan_guard_only_where_a_mask_can_hide_every_key(mask, guarded):
+    g = bz.Graph("attn")
+    q, k, v = (g.input(n, bz.Shape((1, 2, 4, 8))) for n in "qkv")
+    m = g.input("m", bz.Shape((1, 1, 4, 4))) if mask == "custom" else None
+    g.set_outputs([g.attention(q, k, v, m, kind=mask)])
+    model = to_onnx_model(g, "onnxruntime")
+    assert ("IsNaN" in {n.op_type for n in model.graph.node}) is guarded
+    feeds = bz.random_feeds(g, 0)
+    if m is not None:
+        feeds["m"][..., 1, :] = -np.inf               # query 1 sees no key: braze gives zeros
+    want = bz.interpret(g, feeds)
+    _same(_run(model, feeds), want)
+    if m is not None:
+        assert not want[0][:, :, 1].any()

@@ -13,7 +13,9 @@ outside them is exported as its decomposition instead.
 - fused_conv_bias_act: FusedConv (relu / sigmoid / tanh)
 
 ORT's softmax gives NaN for a query whose keys are all masked with -inf; braze gives zeros, so
-every attention output passes through where(isnan(y), 0, y)."""
+the output of an attention with a mask input passes through where(isnan(y), 0, y). Without one
+(no mask, or causal with equal query and key lengths) every query sees a key, and no guard is
+written (a guard would also keep braze from re-fusing the imported model)."""
 from __future__ import annotations
 
 import numpy as np
@@ -39,7 +41,9 @@ def _ort(target: str) -> bool:
     return target == "onnxruntime"
 
 
-def _nan_guard(b, y: str, dt) -> str:
+def _nan_guard(b, y: str, dt, mask: MaskKind) -> str:
+    if not mask.takes_input:
+        return y
     return b.op1("Where", b.op1("IsNaN", y), scalar(b, 0.0, dt), y)
 
 
@@ -154,7 +158,7 @@ def attention(b, n, ins, target):
     bb, h, s, dv = q_dims[0], q_dims[1], q_dims[2], v_dims[3]
     y = b.op1("Reshape", y, b.dims_tensor((bb, s, h, dv)))
     y = b.op1("Transpose", y, perm=[0, 2, 1, 3])
-    return [_nan_guard(b, y, n.outputs[0].dtype)]
+    return [_nan_guard(b, y, n.outputs[0].dtype, op.mask)]
 
 
 def _block_ok(n, g, target):
@@ -178,7 +182,7 @@ def attention_block(b, n, ins, target):
     y = b.op1("Attention", *args, domain=MS, num_heads=op.num_heads,
               scale=float(op.attention_op.score_scale(op.head_dim)),
               unidirectional=int(op.mask is MaskKind.CAUSAL))
-    y = _nan_guard(b, y, dt)
+    y = _nan_guard(b, y, dt, op.mask)
     y = b.op1("MatMul", y, r["w_o"])
     return [b.op1("Add", y, r["b_o"]) if op.has_out_bias else y]
 
