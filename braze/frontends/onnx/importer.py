@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -38,15 +39,21 @@ def SUPPORTED_OPS() -> list[str]:  # noqa: N802 - reads like the constant it is
 
 
 def import_onnx(model, *, input_shapes: Mapping[str, Sequence] | None = None,
-                base_dir: str | os.PathLike | None = None, name: str | None = None) -> Graph:
+                base_dir: str | os.PathLike | None = None, name: str | None = None,
+                mmap: bool | None = None) -> Graph:
     """Import an ONNX model (path, bytes or onnx.ModelProto) as a braze Graph.
 
     `input_shapes` overrides graph input dims by name (ints or symbol names), e.g. to fix the
     spatial size of a CNN whose file leaves it dynamic. `base_dir` is where external data of a
     bytes / ModelProto model lives. Raises FrontendError (naming the file and node) for anything
-    braze cannot import, and UnsupportedOpsError listing every unsupported op type at once."""
-    proto, src = load_model(model, base_dir=base_dir)
-    return _Importer(proto, src.label, input_shapes or {}, name).run()
+    braze cannot import, and UnsupportedOpsError listing every unsupported op type at once.
+
+    Weights are read-only NumPy views of the model's bytes, never copies. Files of 64 MiB or
+    more are memory-mapped (`mmap=None`; True / False forces it): rewrite such a file only by
+    writing a new one and renaming it over the old, or the imported weights change under you."""
+    loaded = load_model(model, base_dir=base_dir, use_mmap=mmap)
+    return _Importer(loaded.proto, loaded.source.label, input_shapes or {}, name,
+                     loaded.payloads).run()
 
 
 def converter_key(node: NodeView) -> str:
@@ -61,8 +68,10 @@ def _sanitize(name: str) -> str:
 
 
 class _Importer:
-    def __init__(self, proto, label: str, input_shapes, name: str | None):
+    def __init__(self, proto, label: str, input_shapes, name: str | None,
+                 payloads: Sequence | None = None):
         self.proto = proto
+        self.payloads = list(payloads or [])
         self.label = label
         self.input_shapes = dict(input_shapes)
         gp = proto.graph
@@ -126,21 +135,39 @@ class _Importer:
                 f"ONNX ops: {', '.join(SUPPORTED_OPS())}", bad)
 
     def _initializers(self, gp) -> set[str]:
-        from onnx import numpy_helper
-
         names = set()
-        for t in gp.initializer:
+        for i, t in enumerate(gp.initializer):
             if t.name in names:
                 raise FrontendError(f"{self.label}: initializer {t.name!r} is defined twice")
             names.add(t.name)
             dt = onnx_dtype(t.data_type, f"{self.label}: initializer {t.name!r}")
+            payload = self.payloads[i] if i < len(self.payloads) else None
+            self._add_tensor(t.name, self._tensor_array(t, dt, payload))
+        return names
+
+    def _tensor_array(self, t, dt, payload) -> np.ndarray:
+        """The initializer's values: a view of its raw bytes (no copy) or, for tensors that
+        store typed fields, onnx's conversion."""
+        dims = tuple(t.dims)
+        if any(d < 0 for d in dims) or t.HasField("segment"):
+            raise FrontendError(f"{self.label}: initializer {t.name!r} is corrupt (dims {dims}"
+                                f"{', segmented' if t.HasField('segment') else ''})")
+        if payload is None:
+            from onnx import numpy_helper
+
             try:
-                arr = numpy_helper.to_array(t)
+                arr = np.asarray(numpy_helper.to_array(t))
+                return arr.reshape(dims).astype(dt.np, copy=False)
             except Exception as e:  # noqa: BLE001 - a corrupt tensor is a bad model file
                 raise FrontendError(f"{self.label}: initializer {t.name!r} is corrupt: {e}") \
                     from None
-            self._add_tensor(t.name, np.asarray(arr).astype(dt.np, copy=False))
-        return names
+        n = int(np.prod(dims, dtype=np.int64))
+        if len(payload) != n * dt.itemsize:
+            raise FrontendError(f"{self.label}: initializer {t.name!r} is corrupt: {dt}"
+                                f"{list(dims)} needs {n * dt.itemsize} bytes, its data has "
+                                f"{len(payload)} (truncated file?)")
+        arr = np.frombuffer(payload, dtype=dt.np, count=n).reshape(dims)
+        return arr.byteswap() if sys.byteorder == "big" else arr  # ONNX stores little-endian
 
     def _add_tensor(self, name: str, arr: np.ndarray) -> None:
         """A weight (param with stored value) or a compile-time constant, by size and type."""
