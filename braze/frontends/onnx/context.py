@@ -9,10 +9,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...errors import FrontendError
-from ...ir.dtypes import DType, dtype_from_numpy
+from ...ir.dtypes import DType
 from ...ir.graph import Graph
 from ...ir.op import Value
 from ...ir.symbolic import SymDim
+from .dtypes import braze_dtype
 from .known import Known
 
 __all__ = ["Tensor", "ImportContext", "NodeView", "Converter", "CONVERTERS", "converter"]
@@ -157,4 +158,4 @@ class ImportContext:
 
 
 def known_from_array(arr: np.ndarray) -> Known:
-    return Known(arr, dtype_from_numpy(arr.dtype))
+    return Known(arr, braze_dtype(arr.dtype))

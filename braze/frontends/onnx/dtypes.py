@@ -1,10 +1,30 @@
-"""ONNX element types <-> braze dtypes."""
+"""ONNX element types <-> braze dtypes, and ONNX tensors as NumPy arrays without copies."""
 from __future__ import annotations
 
-from ...errors import FrontendError
-from ...ir.dtypes import DType, bf16, bool_, c64, f16, f32, f64, i8, i16, i32, i64, u8, u32
+import sys
 
-__all__ = ["onnx_dtype", "onnx_type_name", "ONNX_TO_BRAZE", "BRAZE_TO_ONNX"]
+import numpy as np
+
+from ...errors import FrontendError
+from ...ir.dtypes import (
+    DType,
+    bf16,
+    bool_,
+    c64,
+    dtype_from_numpy,
+    f16,
+    f32,
+    f64,
+    i8,
+    i16,
+    i32,
+    i64,
+    u8,
+    u32,
+)
+
+__all__ = ["onnx_dtype", "onnx_type_name", "braze_dtype", "tensor_array", "ONNX_TO_BRAZE",
+           "BRAZE_TO_ONNX"]
 
 # TensorProto.DataType values (stable in the ONNX spec)
 ONNX_TO_BRAZE: dict[int, DType] = {
@@ -33,3 +53,39 @@ def onnx_dtype(code: int, what: str = "tensor") -> DType:
         raise FrontendError(f"{what} has ONNX element type {name}, which braze does not support "
                             "(supported: float, float16, bfloat16, double, int8/16/32/64, uint8, "
                             "uint32, bool, complex64)") from None
+
+
+_BY_NUMPY: dict[np.dtype, DType] = {}
+
+
+def braze_dtype(np_dtype) -> DType:
+    """The braze dtype of a NumPy dtype (memoized `dtype_from_numpy`)."""
+    dt = _BY_NUMPY.get(np_dtype)
+    if dt is None:
+        dt = _BY_NUMPY[np_dtype] = dtype_from_numpy(np_dtype)
+    return dt
+
+
+def tensor_array(t, what: str) -> tuple[np.ndarray, DType]:
+    """(values, braze dtype) of a TensorProto: raw bytes are viewed (read-only, no copy);
+    typed fields go through onnx's converter. FrontendError names `what` when the tensor is
+    corrupt or of a type braze lacks."""
+    dt = onnx_dtype(t.data_type, what)
+    dims = tuple(t.dims)
+    if any(d < 0 for d in dims) or t.HasField("segment") or t.data_location == 1:
+        raise FrontendError(f"{what} is corrupt or not self-contained (dims {dims})")
+    if t.HasField("raw_data"):
+        raw = t.raw_data
+        n = int(np.prod(dims, dtype=np.int64))
+        if len(raw) != n * dt.itemsize:
+            raise FrontendError(f"{what} is corrupt: {dt}{list(dims)} needs {n * dt.itemsize} "
+                                f"bytes, its data has {len(raw)}")
+        arr = np.frombuffer(raw, dtype=dt.np, count=n).reshape(dims)
+        return (arr.byteswap() if sys.byteorder == "big" else arr), dt
+    from onnx import numpy_helper
+
+    try:
+        arr = np.asarray(numpy_helper.to_array(t)).reshape(dims)
+    except Exception as e:  # noqa: BLE001 - a corrupt tensor is a bad model file
+        raise FrontendError(f"{what} is corrupt: {e}") from None
+    return arr.astype(dt.np, copy=False), dt

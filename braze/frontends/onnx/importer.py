@@ -22,7 +22,7 @@ from ...ir.op import Value
 from ...ir.shapes import Shape
 from . import ops  # noqa: F401  (registers the converters)
 from .context import CONVERTERS, ImportContext, NodeView, Tensor
-from .dtypes import onnx_dtype
+from .dtypes import braze_dtype, onnx_dtype, tensor_array
 from .known import FOLDERS, Known, NotFoldable
 from .loader import load_model
 
@@ -32,6 +32,21 @@ MIN_OPSET, MAX_OPSET = 11, 21
 FOLD_LIMIT = 1 << 16          # numeric folding evaluates tensors up to this many elements
 KNOWN_INT_LIMIT = 1024        # integer / bool initializers up to this size stay compile-time
 _ONNX_DOMAINS = ("", "ai.onnx")
+_SHAPE_READERS = frozenset({"Shape", "Size", "ConstantOfShape", "Range"})  # converters fold
+
+
+def _text(b: bytes) -> str:
+    return b.decode("utf-8", "replace")
+
+
+# AttributeProto.AttributeType -> how to read the value (subgraphs: their ops are unsupported)
+_ATTRIBUTE_READERS = {
+    1: lambda a: a.f, 2: lambda a: a.i, 3: lambda a: _text(a.s), 4: lambda a: a.t,
+    5: lambda a: None, 6: lambda a: list(a.floats), 7: lambda a: list(a.ints),
+    8: lambda a: [_text(s) for s in a.strings], 9: lambda a: list(a.tensors),
+    10: lambda a: None, 11: lambda a: a.sparse_tensor, 12: lambda a: list(a.sparse_tensors),
+    13: lambda a: a.tp, 14: lambda a: list(a.type_protos),
+}
 
 
 def SUPPORTED_OPS() -> list[str]:  # noqa: N802 - reads like the constant it is
@@ -107,19 +122,14 @@ class _Importer:
         return self.g
 
     def _view(self, n) -> NodeView:
-        from onnx import helper
-
         attrs = {}
         for a in n.attribute:
-            if a.type in (a.GRAPH, a.GRAPHS):
-                attrs[a.name] = None  # subgraphs: the op is unsupported anyway
-                continue
-            v = helper.get_attribute_value(a)
-            if isinstance(v, bytes):
-                v = v.decode("utf-8", "replace")
-            elif isinstance(v, list) and v and isinstance(v[0], bytes):
-                v = [x.decode("utf-8", "replace") for x in v]
-            attrs[a.name] = v
+            read = _ATTRIBUTE_READERS.get(a.type)
+            if read is None:
+                raise FrontendError(f"{self.label}: node {n.name or n.op_type!r} "
+                                    f"({n.op_type}) has attribute {a.name!r} of unknown type "
+                                    f"{a.type}")
+            attrs[a.name] = read(a)
         return NodeView(n.op_type, n.name, list(n.input), list(n.output), attrs, n.domain)
 
     def _check_supported(self, nodes: list[NodeView]) -> None:
@@ -148,19 +158,12 @@ class _Importer:
     def _tensor_array(self, t, dt, payload) -> np.ndarray:
         """The initializer's values: a view of its raw bytes (no copy) or, for tensors that
         store typed fields, onnx's conversion."""
+        if payload is None:
+            return tensor_array(t, f"{self.label}: initializer {t.name!r}")[0]
         dims = tuple(t.dims)
         if any(d < 0 for d in dims) or t.HasField("segment"):
             raise FrontendError(f"{self.label}: initializer {t.name!r} is corrupt (dims {dims}"
                                 f"{', segmented' if t.HasField('segment') else ''})")
-        if payload is None:
-            from onnx import numpy_helper
-
-            try:
-                arr = np.asarray(numpy_helper.to_array(t))
-                return arr.reshape(dims).astype(dt.np, copy=False)
-            except Exception as e:  # noqa: BLE001 - a corrupt tensor is a bad model file
-                raise FrontendError(f"{self.label}: initializer {t.name!r} is corrupt: {e}") \
-                    from None
         n = int(np.prod(dims, dtype=np.int64))
         if len(payload) != n * dt.itemsize:
             raise FrontendError(f"{self.label}: initializer {t.name!r} is corrupt: {dt}"
@@ -171,9 +174,7 @@ class _Importer:
 
     def _add_tensor(self, name: str, arr: np.ndarray) -> None:
         """A weight (param with stored value) or a compile-time constant, by size and type."""
-        from ...ir.dtypes import dtype_from_numpy
-
-        dt = dtype_from_numpy(arr.dtype)
+        dt = braze_dtype(arr.dtype)
         if arr.size == 1 or (not dt.is_float and arr.size <= KNOWN_INT_LIMIT):
             self.ctx.env[name] = Tensor(known=Known(arr, dt))
             return
@@ -318,15 +319,26 @@ class _Importer:
     def _fold(self, node: NodeView) -> list[Known] | None:
         """Compile-time results when every input is known (symbolic shape math, or small
         numeric tensors evaluated with the reference interpreter); None otherwise."""
-        ins = [self.ctx.known(node, i) if self.ctx.has(node, i) else None
-               for i in range(len(node.inputs))]
-        if node.op_type in ("Shape", "Size", "ConstantOfShape", "Range"):
+        op = node.op_type
+        if op in _SHAPE_READERS:
             return None  # their converters decide (they read shapes, not values)
-        if node.op_type == "CastLike" and ins and ins[0] is not None and self.ctx.has(node, 1):
-            return self._cast_like(node, ins[0])  # reads only the dtype of input 1
-        present = [k for i, k in enumerate(ins) if self.ctx.has(node, i)]
-        if not present or any(k is None for k in present):
+        env = self.ctx.env
+        ins: list[Known | None] = []
+        for x in node.inputs:
+            if not x:
+                ins.append(None)
+                continue
+            t = env.get(x)
+            if t is None or t.known is None:  # computed at run time
+                if op == "CastLike" and len(ins) == 1 and ins[0] is not None:
+                    return self._cast_like(node, ins[0])  # reads only input 1's dtype
+                return None
+            ins.append(t.known)
+        present = [k for k in ins if k is not None]
+        if not present:
             return None
+        if op == "CastLike" and len(ins) > 1:
+            return self._cast_like(node, ins[0])
         fold = FOLDERS.get(converter_key(node))
         if fold is not None:
             try:
@@ -362,9 +374,7 @@ class _Importer:
             arrays = interpret(scratch, {})
         except (BrazeError, ValueError, TypeError, KeyError, IndexError, NotFoldable):
             return None
-        from ...ir.dtypes import dtype_from_numpy
-
-        return [Known(a, dtype_from_numpy(a.dtype)) for a in arrays]
+        return [Known(a, braze_dtype(a.dtype)) for a in arrays]
 
     def _outputs(self, gp) -> None:
         outs = []

@@ -90,6 +90,11 @@ def _need_sym(ins: list) -> None:
         raise NotFoldable("numeric: the generic folder handles it")
 
 
+def _like(a: np.ndarray, k: Known) -> np.ndarray:
+    """A data-movement result of `k`'s array: SymDim entries normalized, numbers as they are."""
+    return _obj(a) if k.symbolic else a
+
+
 @folder("Identity")
 def _identity(attrs, ins, opset):
     return [ins[0]]
@@ -102,7 +107,7 @@ def _cast(attrs, ins, opset):
     to = onnx_dtype(attrs["to"]) if "to" in attrs else ins[1].dtype
     k = ins[0]
     if not k.symbolic:
-        raise NotFoldable("numeric")
+        return [Known(np.asarray(k.array).astype(to.np), to)]
     if not (to.is_int or to.is_float):
         raise NotFoldable("a symbol cast to a non-number")
     return [Known(k.array, to)]
@@ -110,41 +115,47 @@ def _cast(attrs, ins, opset):
 
 @folder("Gather")
 def _gather(attrs, ins, opset):
-    _need_sym(ins[:1])
     data, idx = ins
-    if idx.symbolic:
-        raise NotFoldable("symbolic indices")
+    if idx.symbolic or not np.issubdtype(idx.array.dtype, np.integer):
+        raise NotFoldable("symbolic or non-integer indices")
     axis = attrs.get("axis", 0)
-    return [Known(_obj(np.take(data.array, idx.array.astype(np.int64), axis=axis)), data.dtype)]
+    return [Known(_like(np.take(data.array, idx.array.astype(np.int64), axis=axis), data),
+                  data.dtype)]
 
 
 @folder("Unsqueeze")
 def _unsqueeze(attrs, ins, opset):
-    _need_sym(ins[:1])
     axes = attrs["axes"] if "axes" in attrs else [int(v) for v in ins[1].ints()]
     a = ins[0].array
     out_rank = a.ndim + len(axes)
     shape = list(a.shape)
-    for ax in sorted(x % out_rank for x in axes):
+    where = sorted(x % out_rank for x in axes)
+    if len(set(where)) != len(where) or any(not -out_rank <= x < out_rank for x in axes):
+        raise NotFoldable("bad axes: the converter reports them")
+    for ax in where:
         shape.insert(ax, 1)
     return [Known(a.reshape(shape), ins[0].dtype)]
 
 
 @folder("Squeeze")
 def _squeeze(attrs, ins, opset):
-    _need_sym(ins[:1])
     a = ins[0].array
     if "axes" in attrs or (len(ins) > 1 and ins[1] is not None):
         axes = attrs.get("axes") or [int(v) for v in ins[1].ints()]
         axes = tuple(x % a.ndim for x in axes)
     else:
         axes = tuple(i for i, d in enumerate(a.shape) if d == 1)
+    if any(a.shape[i] != 1 for i in axes):
+        raise NotFoldable("squeezing a dim that is not 1: the converter reports it")
     return [Known(a.reshape([d for i, d in enumerate(a.shape) if i not in axes]), ins[0].dtype)]
 
 
 @folder("Concat")
 def _concat(attrs, ins, opset):
-    _need_sym(ins)
+    if any(k is None or k.dtype != ins[0].dtype for k in ins):
+        raise NotFoldable("mixed dtypes: the converter reports them")
+    if not any(k.symbolic for k in ins):
+        return [Known(np.concatenate([k.array for k in ins], axis=attrs["axis"]), ins[0].dtype)]
     arrays = [k.array.astype(object) for k in ins]
     return [Known(_obj(np.concatenate(arrays, axis=attrs["axis"])), ins[0].dtype)]
 
@@ -167,7 +178,6 @@ def _split(attrs, ins, opset):
 
 @folder("Slice")
 def _slice(attrs, ins, opset):
-    _need_sym(ins[:1])
     a = ins[0].array
     if opset < 10:
         starts, ends = attrs["starts"], attrs["ends"]
@@ -183,13 +193,14 @@ def _slice(attrs, ins, opset):
             [1] * len(starts)
     idx = [slice(None)] * a.ndim
     for s, e, ax, st in zip(starts, ends, axes, steps, strict=True):
+        if st == 0 or not -a.ndim <= ax < a.ndim:
+            raise NotFoldable("bad step / axis: the converter reports it")
         idx[ax % a.ndim] = slice(s, e, st)
-    return [Known(_obj(a[tuple(idx)]), ins[0].dtype)]
+    return [Known(_like(a[tuple(idx)], ins[0]), ins[0].dtype)]
 
 
 @folder("Reshape")
 def _reshape(attrs, ins, opset):
-    _need_sym(ins[:1])
     if ins[1].symbolic:
         raise NotFoldable("symbolic target")
     a = ins[0].array

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ....ir.dtypes import i64
+from ....ir.dtypes import f32, i64
 from ....ir.symbolic import SymDim
 from ..context import ImportContext, NodeView, converter
-from ..dtypes import onnx_dtype
+from ..dtypes import braze_dtype, tensor_array
 from ..known import Known, scalar_known
 
 _BIG = 1 << 40  # Slice ends at or beyond this mean "to the end"
@@ -31,13 +31,11 @@ def _axis(ctx, node, axis: int, rank: int) -> int:
 
 @converter("Constant")
 def constant(ctx: ImportContext, node: NodeView):
-    from onnx import numpy_helper
-
     a = node.attrs
     if "value" in a:
-        arr = numpy_helper.to_array(a["value"])
-        dt = onnx_dtype(a["value"].data_type, f"{ctx.source}: node {node.label}")
-        arr = np.asarray(arr).astype(dt.np, copy=False)
+        if not hasattr(a["value"], "data_type"):
+            raise ctx.fail(node, "Constant's value attribute is not a tensor")
+        arr, dt = tensor_array(a["value"], f"{ctx.source}: node {node.label}: value")
     elif "value_float" in a:
         arr = np.asarray(a["value_float"], np.float32)
     elif "value_floats" in a:
@@ -49,9 +47,8 @@ def constant(ctx: ImportContext, node: NodeView):
     else:
         raise ctx.fail(node, f"Constant with {sorted(a)} is not supported (tensor, float(s) and "
                              "int(s) values are)")
-    from ....ir.dtypes import dtype_from_numpy
-
-    dt = dtype_from_numpy(arr.dtype)
+    if "value" not in a:
+        dt = braze_dtype(arr.dtype)
     if arr.size == 1 or not dt.is_float:
         return [Known(arr, dt)]
     return [ctx.g.constant(arr, dt)]
@@ -277,20 +274,24 @@ def tile(ctx, node):
 
 @converter("ConstantOfShape")
 def constant_of_shape(ctx, node):
-    from onnx import numpy_helper
-
     dims = ctx.ints(node, 0, "ConstantOfShape's shape")
+    if any(isinstance(d, int) and d < 0 for d in dims):
+        raise ctx.fail(node, f"ConstantOfShape's shape {[str(d) for d in dims]} is negative")
     val = node.attr("value", None)
-    arr = np.zeros(1, np.float32) if val is None else numpy_helper.to_array(val).reshape(-1)
-    dt = onnx_dtype(val.data_type) if val is not None else None
-    from ....ir.dtypes import dtype_from_numpy, f32
-
-    dt = dt or f32
-    arr = arr.astype(dt.np)
+    if val is None:
+        arr, dt = np.zeros(1, np.float32), f32
+    elif not hasattr(val, "data_type"):
+        raise ctx.fail(node, "ConstantOfShape's value attribute is not a tensor")
+    else:
+        arr, dt = tensor_array(val, f"{ctx.source}: node {node.label}: value")
+        if arr.size != 1:
+            raise ctx.fail(node, f"ConstantOfShape's value must hold one element, got "
+                                 f"{arr.size}")
+        arr = arr.reshape(-1)
     if all(isinstance(d, int) for d in dims):
         n = int(np.prod(dims, dtype=np.int64))
         if n <= CONST_FOLD_ELEMENTS:
-            return [Known(np.full(dims, arr[0], dtype=arr.dtype), dtype_from_numpy(arr.dtype))]
+            return [Known(np.full(dims, arr[0], dtype=arr.dtype), dt)]
     scalar = ctx.g.constant(arr.reshape(()), dt)
     return [ctx.g.expand(scalar, [_dim(d) for d in dims])]
 
