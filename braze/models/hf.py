@@ -12,6 +12,7 @@ Norm weights and biases, and every zero-initialized bias, are perturbed away fro
 dropped gamma, beta or bias cannot go unnoticed in a numeric check."""
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["HF_FAMILIES", "HFFamily", "hf_module", "hf_inputs", "export_onnx_variant",
-           "EXPORT_VARIANTS"]
+           "EXPORT_VARIANTS", "family_variants", "variant_attn"]
 
 EXPORT_VARIANTS = ("sdpa", "eager", "dynamo")
 VOCAB = 128
@@ -36,6 +37,8 @@ class HFFamily:
     layers: Callable[[str], int]
     causal: bool
     gated_mlp: bool = False
+    sdpa: bool = True          # whether the model has an sdpa attention implementation
+    dynamo_attn: str = "sdpa"  # the attention the dynamo export traces
 
 
 def _tiny_or_base(tiny: dict, base: dict):
@@ -85,6 +88,27 @@ _PHI_T = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, interm
               vocab_size=VOCAB, max_position_embeddings=64, partial_rotary_factor=0.5)
 _QWEN2_T = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
                 intermediate_size=128, vocab_size=VOCAB, max_position_embeddings=64)
+# held-out architectures: relative position bias, ALiBi, multi-query, sliding window,
+# interleaved rope, post-norm encoders, quick_gelu, learned positions with an offset
+_T5_T = dict(vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4,
+             relative_attention_num_buckets=8, relative_attention_max_distance=16)
+_BLOOM_T = dict(vocab_size=VOCAB, hidden_size=64, n_layer=2, n_head=4)
+_FALCON_T = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                 max_position_embeddings=64)
+_MISTRAL_T = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=VOCAB,
+                  max_position_embeddings=64, sliding_window=4)
+_GPTJ_T = dict(vocab_size=VOCAB, n_positions=64, n_embd=64, n_layer=2, n_head=4, rotary_dim=8)
+_DISTILBERT_T = dict(vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                     max_position_embeddings=64)
+_ROBERTA_T = dict(_BERT_T, max_position_embeddings=72)
+_CLIP_T = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+               num_attention_heads=4, max_position_embeddings=64, eos_token_id=2)
+_STABLELM_T = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                   partial_rotary_factor=0.25, use_qkv_bias=True)
+_OPT_T = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, ffn_dim=128,
+              num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=64)
 
 HF_FAMILIES: dict[str, HFFamily] = {
     "bert": HFFamily("bert", "BertModel", _config("BertConfig", _BERT_T, _BERT_B),
@@ -101,7 +125,46 @@ HF_FAMILIES: dict[str, HFFamily] = {
                     _layers("num_hidden_layers", _PHI_T), True),
     "qwen2": HFFamily("qwen2", "Qwen2Model", _config("Qwen2Config", _QWEN2_T),
                       _layers("num_hidden_layers", _QWEN2_T), True, gated_mlp=True),
+    "t5": HFFamily("t5", "T5EncoderModel", _config("T5Config", _T5_T),
+                   _layers("num_layers", _T5_T), False, dynamo_attn="eager"),
+    "bloom": HFFamily("bloom", "BloomModel", _config("BloomConfig", _BLOOM_T),
+                      _layers("n_layer", _BLOOM_T), True, sdpa=False),
+    "falcon": HFFamily("falcon", "FalconModel", _config("FalconConfig", _FALCON_T),
+                       _layers("num_hidden_layers", _FALCON_T), True),
+    "mistral": HFFamily("mistral", "MistralModel", _config("MistralConfig", _MISTRAL_T),
+                        _layers("num_hidden_layers", _MISTRAL_T), True, gated_mlp=True),
+    "gptj": HFFamily("gptj", "GPTJModel", _config("GPTJConfig", _GPTJ_T),
+                     _layers("n_layer", _GPTJ_T), True, sdpa=False),
+    "distilbert": HFFamily("distilbert", "DistilBertModel",
+                           _config("DistilBertConfig", _DISTILBERT_T),
+                           _layers("n_layers", _DISTILBERT_T), False),
+    "roberta": HFFamily("roberta", "RobertaModel", _config("RobertaConfig", _ROBERTA_T),
+                        _layers("num_hidden_layers", _ROBERTA_T), False),
+    "clip_text": HFFamily("clip_text", "CLIPTextModel", _config("CLIPTextConfig", _CLIP_T),
+                          _layers("num_hidden_layers", _CLIP_T), True),
+    "stablelm": HFFamily("stablelm", "StableLmModel", _config("StableLmConfig", _STABLELM_T),
+                         _layers("num_hidden_layers", _STABLELM_T), True, gated_mlp=True),
+    "opt": HFFamily("opt", "OPTModel", _config("OPTConfig", _OPT_T),
+                    _layers("num_hidden_layers", _OPT_T), True),
 }
+
+
+def variant_attn(family: str, variant: str) -> str:
+    """The attention implementation exported for `variant` of `family`: "eager" for the eager
+    variant and where the model has no sdpa path; the dynamo variant traces `dynamo_attn`
+    (T5's sdpa path does not get through torch.export's decompositions: a view of its
+    transposed attention output)."""
+    fam = _family(family)
+    if variant == "eager" or not fam.sdpa:
+        return "eager"
+    return fam.dynamo_attn if variant == "dynamo" else "sdpa"
+
+
+def family_variants(family: str) -> tuple[str, ...]:
+    """The export variants that differ for `family`: "sdpa" only where the model has an sdpa
+    attention implementation (without one, it would export the eager graph again)."""
+    fam = _family(family)
+    return EXPORT_VARIANTS if fam.sdpa else tuple(v for v in EXPORT_VARIANTS if v != "sdpa")
 
 
 def hf_module(family: str, *, size: str = "tiny", attn: str = "sdpa", seed: int = 0):
@@ -113,10 +176,12 @@ def hf_module(family: str, *, size: str = "tiny", attn: str = "sdpa", seed: int 
     fam = _family(family)
     torch.manual_seed(seed)
     cfg = fam.config(size)
-    cfg._attn_implementation = attn
-    model = getattr(transformers, fam.model_class)(cfg).eval()
+    cfg._attn_implementation = attn if fam.sdpa else "eager"
+    cls = getattr(transformers, fam.model_class)
+    model = cls(cfg).eval()
     _perturb(model, seed)
-    wrapped = _LastHidden(model, fam.model_class != "BertModel").eval()
+    no_cache = "use_cache" in inspect.signature(cls.forward).parameters
+    wrapped = _LastHidden(model, no_cache).eval()
     wrapped.vocab_size = cfg.vocab_size
     wrapped.num_layers = fam.layers(size)
     return wrapped

@@ -19,7 +19,8 @@ def canonicalize_passes(options=None) -> list[Pass]:
     from .activations import CANONICALIZE_ACTIVATION
     from .attention import CANONICALIZE_ATTENTION, FOLD_REPEAT_KV
     from .attention_mask import RECOGNIZE_CAUSAL_MASK
-    from .fused_qkv import SPLIT_PER_HEAD_QKV
+    from .fused_qkv import SELECT_QKV_COLUMNS
+    from .heads import HEAD_LAYOUT_RULES
     from .layout import LAYOUT_RULES
     from .norms import CANONICALIZE_NORM
     from .rope import CANONICALIZE_ROPE, MERGE_PARTIAL_ROPE
@@ -32,8 +33,9 @@ def canonicalize_passes(options=None) -> list[Pass]:
         RulePass("MergePartialRope", (MERGE_PARTIAL_ROPE,)),
         CSE_PASS,  # q and k read one half table
         RulePass("CanonicalizeAttention", (CANONICALIZE_ATTENTION,)),
-        RulePass("CanonicalizeAttentionLayout", LAYOUT_RULES + (FOLD_REPEAT_KV,
-                                                                SPLIT_PER_HEAD_QKV)),
+        RulePass("CanonicalizeAttentionLayout", LAYOUT_RULES + HEAD_LAYOUT_RULES + (
+            FOLD_REPEAT_KV, SELECT_QKV_COLUMNS)),
         RulePass("RecognizeCausalMask", (RECOGNIZE_CAUSAL_MASK,)),
+        CSE_PASS,  # q and k rope tables transposed alike are one value
         DCE_PASS,
     ]

@@ -30,7 +30,8 @@ from ...ir.ops.elementwise import Binary, BinaryFn, Cast, IsNan, Unary, UnaryFn,
 from ...ir.ops.io import Constant, Input, Param
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.reduce import Softmax
-from ...ir.ops.shape import Expand, Reshape
+from ...ir.ops.shape import Expand, Reshape, Transpose
+from ...ir.symbolic import SymDim
 from ...rewrite import Match, MissReason, Rule, fail
 from ...rewrite.miss import Miss
 
@@ -58,13 +59,28 @@ class _Parse:
     out_cast: object = None
     q: object = None
     kt: object = None
+    q_layout: tuple = ()     # reshapes / transposes a peeled scale sat under (q side)
+    kt_layout: tuple = ()
+    frame: tuple | None = None  # (B, H) when written on [B*H, S, D] (bmm / baddbmm exports)
+    stop: object = None      # the node where the walk back left the attention pattern
+    flat: bool = False       # the output matmul is 3-D
     miss: Miss | None = None
 
 
-def _peel_scales(g, v, parse: _Parse):
-    """Strip mul / div by scalar constants and float casts; returns the remaining value."""
+def _single_use(g, n) -> bool:
+    return len(g.users(n.value)) == 1 and not g.is_output(n.value)
+
+
+def _peel_scales(g, v, parse: _Parse, side: str):
+    """Strip mul / div by scalar constants and float casts, also where they sit under the head
+    split (OPT, BART: the projection is scaled before its reshape / transpose); returns the
+    remaining value, and records the layout ops to replay on it in `parse.{side}_layout`.
+    Only single-use nodes are peeled (a scaled q read elsewhere keeps its scale)."""
+    base, layout, pending, passed = v, [], [], []
     while True:
         n = g.nodes[v.node]
+        if n.id != base.node and not _single_use(g, n):
+            break
         if isinstance(n.op, Binary) and n.op.fn in (BinaryFn.MUL, BinaryFn.DIV):
             a, b = n.inputs
             cb, ca = _const_scalar(g, b), _const_scalar(g, a)
@@ -75,12 +91,53 @@ def _peel_scales(g, v, parse: _Parse):
                 parse.scale *= ca
                 v = b
             else:
-                return v
+                break
         elif isinstance(n.op, Cast) and n.op.dtype.is_float:
             v = n.inputs[0]
+        elif isinstance(n.op, (Reshape, Transpose)):
+            pending.append(n)
+            v = n.inputs[0]
+            continue
         else:
-            return v
-        parse.consumed.append(n.id)
+            break
+        passed += [p.id for p in pending] + [n.id]
+        layout += [p.op for p in pending]
+        pending = []
+        base = v
+    parse.consumed += passed
+    setattr(parse, f"{side}_layout", tuple(layout))
+    return base
+
+
+def _replay(b, v, ops):
+    """Apply the layout ops recorded by _peel_scales (outermost first) to v."""
+    for op in reversed(ops):
+        v = b.add_node(op, [v])[0]
+    return v
+
+
+def _head_merge(g, n) -> tuple | None:
+    """(B, H) when n is a reshape between [B, H, X, Y] and [B*H, X, Y] (either way)."""
+    if not isinstance(n.op, Reshape):
+        return None
+    a, o = g.shape_of(n.inputs[0]).dims, n.outputs[0].dims
+    four, three = (a, o) if len(a) == 4 else (o, a)
+    if len(four) != 4 or len(three) != 3 or four[2:] != three[1:]:
+        return None
+    if SymDim.of(four[0]) * SymDim.of(four[1]) != SymDim.of(three[0]):
+        return None
+    return four[0], four[1]
+
+
+def _set_frame(parse: _Parse, frame) -> bool:
+    if frame is None:
+        return True
+    if parse.frame is not None and parse.frame != frame:
+        parse.miss = fail(MissReason.SHAPE_MISMATCH,
+                          detail=f"batch and heads are merged as {parse.frame} and as {frame}")
+        return False
+    parse.frame = frame
+    return True
 
 
 def _walk_probs(g, v, parse: _Parse):
@@ -95,6 +152,9 @@ def _walk_probs(g, v, parse: _Parse):
             parse.consumed.append(n.id)
             parse.softmax = n
             return n.inputs[0]
+        elif _head_merge(g, n) is not None:
+            if not _set_frame(parse, _head_merge(g, n)):
+                return None
         else:
             return None
         parse.consumed.append(n.id)
@@ -134,14 +194,21 @@ def _walk_scores(g, v, parse: _Parse, post: float = 1.0, capped: bool = False):
     op = n.op
     if isinstance(op, MatMul):
         a, b = n.inputs
-        if g.shape_of(a).rank != 4 or g.shape_of(b).rank != 4:
+        ra, rb = g.shape_of(a).rank, g.shape_of(b).rank
+        if not (ra == rb == 4 or (ra == rb == 3 and (parse.frame is not None or parse.flat))):
             parse.miss = fail(MissReason.SHAPE_MISMATCH,
-                              detail="the scores matmul is not [B, H, Sq, D] @ [B, H, D, Sk]")
+                              detail="the scores matmul is not [B, H, Sq, D] @ [B, H, D, Sk] "
+                                     "(or [B*H, Sq, D] @ [B*H, D, Sk])")
             return False
         parse.consumed.append(n.id)
-        parse.q = _peel_scales(g, a, parse)
-        parse.kt = _peel_scales(g, b, parse)
+        parse.q = _peel_scales(g, a, parse, "q")
+        parse.kt = _peel_scales(g, b, parse, "kt")
         return True
+    if _head_merge(g, n) is not None:
+        if not _set_frame(parse, _head_merge(g, n)):
+            return False
+        parse.consumed.append(n.id)
+        return _walk_scores(g, n.inputs[0], parse, post, capped)
     if isinstance(op, Cast) and op.dtype.is_float:
         parse.consumed.append(n.id)
         return _walk_scores(g, n.inputs[0], parse, post, capped)
@@ -174,18 +241,21 @@ def _walk_scores(g, v, parse: _Parse, post: float = 1.0, capped: bool = False):
             return False
         for s_v, m_v in (n.inputs, n.inputs[::-1]):
             trial = _Parse(list(parse.consumed) + [n.id], parse.scale,
-                           parse.masks + [("add", m_v, post)], parse.softcap)
+                           parse.masks + [("add", m_v, post, n.outputs[0].rank)],
+                           parse.softcap, frame=parse.frame, flat=parse.flat)
             if _walk_scores(g, s_v, trial, post, capped):
                 _copy(trial, parse)
                 return True
             if trial.miss is not None and parse.miss is None:
                 parse.miss = trial.miss
+            parse.stop = parse.stop or trial.stop
         return False
     if isinstance(op, Where):
         c, a, b = n.inputs
         fa, fb = _const_scalar(g, a), _const_scalar(g, b)
         fill, s_v, keep_when = (fb, a, True) if fb is not None else (fa, b, False)
         if fill is None:
+            parse.stop = n
             return False
         if fill > MASK_FLOOR:
             parse.miss = fail(MissReason.PATTERN_MISMATCH,
@@ -193,20 +263,23 @@ def _walk_scores(g, v, parse: _Parse, post: float = 1.0, capped: bool = False):
                                      "scores to act as -inf",
                               hint="fill masked scores with -inf or the dtype's minimum")
             return False
-        parse.masks.append(("fill", (c, fill, keep_when), post))
+        parse.masks.append(("fill", (c, fill, keep_when), post, n.outputs[0].rank))
         parse.consumed.append(n.id)
         return _walk_scores(g, s_v, parse, post, capped)
+    parse.stop = n
     return False
 
 
 def _copy(src: _Parse, dst: _Parse) -> None:
-    for f in ("consumed", "scale", "masks", "softcap", "q", "kt", "miss"):
+    for f in ("consumed", "scale", "masks", "softcap", "q", "kt", "q_layout", "kt_layout",
+              "frame", "stop", "miss"):
         setattr(dst, f, getattr(src, f))
 
 
 def _attention_matcher(g, node, ctx):
     p_v, v_v = node.inputs
-    if g.shape_of(p_v).rank != 4 or g.shape_of(v_v).rank != 4:
+    rank = g.shape_of(p_v).rank
+    if rank not in (3, 4) or g.shape_of(v_v).rank != rank:
         return
     parse = _Parse([node.id])
     s_v = _walk_probs(g, p_v, parse)
@@ -222,15 +295,27 @@ def _attention_matcher(g, node, ctx):
         m.consumed = tuple(parse.consumed)
         yield m
         return
+    parse.flat = rank == 3
+    if rank == 3 and not _set_frame(parse, _v_frame(g, v_v, parse)):
+        m.data["reject"] = parse.miss
+        m.consumed = tuple(parse.consumed)
+        yield m
+        return
     if not _walk_scores(g, s_v, parse):
         if parse.miss is None:
-            return  # not attention: a softmax-weighted matmul of something else
+            stop = parse.stop.label if parse.stop is not None else "?"
+            parse.miss = fail(MissReason.PATTERN_MISMATCH,
+                              detail=f"softmax(s) @ v, but s is not q @ k' under constant "
+                                     f"scales, additive masks, masked fills or a softcap: "
+                                     f"the walk back from the softmax stopped at {stop}")
         m.data["reject"] = parse.miss
         m.consumed = tuple(dict.fromkeys(parse.consumed))
         yield m
         return
+    if parse.flat and parse.frame is None:
+        parse.frame = (g.shape_of(v_v).dims[0], 1)  # plain 3-D attention: one head
     m.values.update(q=parse.q, kt=parse.kt)
-    for i, (kind, val, _) in enumerate(parse.masks):
+    for i, (kind, val, _, _) in enumerate(parse.masks):
         if kind == "add":
             m.values[f"mask{i}"] = val
         else:
@@ -239,22 +324,58 @@ def _attention_matcher(g, node, ctx):
     yield m
 
 
+def _v_frame(g, v, parse: _Parse) -> tuple | None:
+    """(B, H) of a [B*H, Sk, D] value from v's own head merge (None: decided by a reshape the
+    walk passes, else one head per batch entry)."""
+    n = g.nodes[v.node]
+    if n.inputs and g.shape_of(n.inputs[0]).rank == 4:
+        return _head_merge(g, n)
+    return None
+
+
+def _split_heads_dims(dims, frame) -> tuple | None:
+    """dims of a 3-D value in a [B*H, ...] frame as 4-D [B, H, ...] (a leading 1 stays 1)."""
+    b, h = frame
+    if dims[0] == 1:
+        return (1, 1) + tuple(dims[1:])
+    if SymDim.of(dims[0]) == SymDim.of(b) * SymDim.of(h):
+        return (b, h) + tuple(dims[1:])
+    return None
+
+
 def accepted_shape(m, ctx) -> Miss | None:
-    """q [B, H, Sq, D], k' [B, Hk, D, Sk], v [B, Hk, Sk, Dv]; masks broadcast onto the scores."""
+    """q [B, H, Sq, D], k' [B, Hk, D, Sk], v [B, Hk, Sk, Dv] (or all three [B*H, ...]); masks
+    broadcast onto the scores."""
     if "reject" in m.data:
         return m.data["reject"]
+    parse = m.data["parse"]
     q, kt, v = m.shape("q"), m.shape("kt"), m.shape("v")
-    if q.dims[-1] != kt.dims[-2] or kt.dims[-1] != v.dims[-2] or kt.dims[1] != v.dims[1]:
+    q_d, kt_d = _layout_dims(q.dims, parse.q_layout), _layout_dims(kt.dims, parse.kt_layout)
+    lead = (lambda d: d[:1]) if parse.frame else (lambda d: d[1:2])
+    if q_d[-1] != kt_d[-2] or kt_d[-1] != v.dims[-2] or lead(kt_d) != lead(v.dims):
         return fail(MissReason.SHAPE_MISMATCH,
-                    detail=f"q {q}, k' {kt}, v {v} are not [B,H,Sq,D], [B,H,D,Sk], [B,H,Sk,Dv]")
+                    detail=f"q {q_d}, k' {kt_d}, v {v.dims} are not [B,H,Sq,D], [B,H,D,Sk], "
+                           "[B,H,Sk,Dv]")
     scores = m.graph.shape_of(m.nodes["softmax"].value)
-    for name in m.values:
-        if name.startswith(("mask", "cond")):
-            s = m.shape(name)
-            if s.rank > 4 or _broadcast(s.dims, scores.dims) != scores.dims:
-                return fail(MissReason.SHAPE_MISMATCH,
-                            detail=f"mask {s} does not broadcast onto the scores {scores}")
+    for i, (_, _, _, rank) in enumerate(parse.masks):
+        name = f"mask{i}" if f"mask{i}" in m.values else f"cond{i}"
+        s = m.shape(name)
+        dims = s.dims
+        if parse.frame is not None and rank == 3 and s.rank == 3:
+            dims = _split_heads_dims(dims, parse.frame)
+        frame_scores = scores.dims
+        if parse.frame is not None and len(frame_scores) == 3:
+            frame_scores = _split_heads_dims(frame_scores, parse.frame)
+        if dims is None or len(dims) > 4 or _broadcast(dims, frame_scores) != frame_scores:
+            return fail(MissReason.SHAPE_MISMATCH,
+                        detail=f"mask {s} does not broadcast onto the scores {scores}")
     return None
+
+
+def _layout_dims(dims, ops):
+    for op in reversed(ops):
+        dims = op.dims if isinstance(op, Reshape) else tuple(dims[i] for i in op.perm)
+    return tuple(dims)
 
 
 def _broadcast(a, b):
@@ -283,14 +404,25 @@ def _uses_params(g, v) -> bool:
     return False
 
 
+def _to_heads(b, v, frame):
+    """A [B*H, ...] value as [B, H, ...] (identity outside a merged frame)."""
+    if frame is None:
+        return v
+    dims = b.shape_of(v).dims
+    return b.reshape(v, _split_heads_dims(dims, frame)) if len(dims) == 3 else v
+
+
 def _build(b, m):
     parse = m.data["parse"]
-    q, v = m.v("q"), m.v("v")
-    k = b.transpose(m.v("kt"), (0, 1, 3, 2))
+    frame = parse.frame
+    q = _to_heads(b, _replay(b, m.v("q"), parse.q_layout), frame)
+    kt = _to_heads(b, _replay(b, m.v("kt"), parse.kt_layout), frame)
+    v = _to_heads(b, m.v("v"), frame)
+    k = b.transpose(kt, (0, 1, 3, 2))
     dt = b.shape_of(q).dtype
     mask = None
     bias = False
-    for i, (kind, val, post) in enumerate(parse.masks):
+    for i, (kind, val, post, rank) in enumerate(parse.masks):
         if kind == "add":
             term = m.v(f"mask{i}")
             bias = bias or _uses_params(m.graph, m.values[f"mask{i}"])
@@ -304,6 +436,8 @@ def _build(b, m):
             term = b.cast(term, dt)
         if post != 1.0:
             term = b.mul(term, b.constant(np.asarray(post, dt.np)))
+        if rank == 3:
+            term = _to_heads(b, term, frame)
         mask = term if mask is None else b.add(mask, term)
     d = b.shape_of(q).dims[-1]
     scale = parse.scale
@@ -311,6 +445,8 @@ def _build(b, m):
         scale = None
     kind = None if mask is None else (MaskKind.BIAS if bias else MaskKind.CUSTOM)
     out = b.attention(q, k, v, mask, kind=kind, scale=scale, softcap=parse.softcap)
+    if frame is not None:
+        out = b.reshape(out, m.root.outputs[0].dims)
     want = m.root.outputs[0].dtype
     return out if b.shape_of(out).dtype == want else b.cast(out, want)
 

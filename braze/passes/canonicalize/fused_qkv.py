@@ -1,24 +1,49 @@
-"""A fused QKV projection laid out per head (GPT-NeoX, BLOOM, Falcon: [B, S, H, 3D] with each
-head's q, k and v side by side) becomes one projection per block:
+"""Fused QKV projections in any layout become the canonical head split of a projection, so the
+attention block fusion sees q, k and v the one way it knows:
 
-  narrow(transpose(reshape(x @ w + b, [B, S, H, n*D]), (0, 2, 1, 3)), -1, j*D, D)
-    -> transpose(reshape(x @ w_j + b_j, [B, S, H, D]), (0, 2, 1, 3))
+  q = transpose(reshape(x @ w + b, [B, S, H, D]), (0, 2, 1, 3))   (or q's [B, S, H, D] form)
 
-where w_j / b_j hold block j's columns of every head (made once: a new param when w has a
-stored value, else a gather of w's columns that only reads params, i.e. weight preparation).
-The attention-block fusion then sees the usual separate q, k, v projections of one input and
-joins them again in its own [q | k | v] layout."""
+Exporters select q, k and v out of one projection in many layouts: GPT-2 narrows [q | k | v]
+(already canonical), GPT-NeoX reshapes to [B, S, H, 3D] and narrows each head's block, BLOOM
+reshapes to [B, S, H, 3, D] and gathers index j, Falcon's multi-query layout reshapes to
+[B, S, H + 2, D] and narrows / gathers heads, grouped layouts (new Falcon) reshape to
+[B, S, Hkv, r + 2, D]. Rather than match each, the rule reads the layout chain (reshape,
+transpose, narrow, slice, gather by constant indices) between a projection and the value that
+feeds the attention, and evaluates it with the reference interpreter on an index-coded
+projection: each output element names the token and the projection column it reads. The chain
+is data-independent (it has no other inputs), so this is exact; it is accepted when every
+element reads its own token's row and the column depends only on (head, d). Then
+
+  - columns that form one contiguous run in order  -> transpose(reshape(narrow(P, -1, a, n)))
+    (the attention block fusion narrows the projection itself: no weight copy);
+  - any other column set -> x @ w[:, cols] + b[cols] (a new param when w has a stored value,
+    else a gather of w's columns that only reads params: weight preparation)."""
 from __future__ import annotations
+
+import hashlib
 
 import numpy as np
 
+from ...errors import BrazeError
+from ...interpret import interpret
+from ...ir.dtypes import i64
+from ...ir.graph import Graph
+from ...ir.ops.attention import Attention, Rope
 from ...ir.ops.elementwise import Binary, BinaryFn
-from ...ir.ops.io import Param
+from ...ir.ops.indexing import Slice
+from ...ir.ops.io import Input, Param
 from ...ir.ops.linalg import MatMul
-from ...ir.ops.shape import Narrow, Reshape, Transpose
+from ...ir.ops.shape import Gather, Narrow, Reshape, Transpose
+from ...ir.shapes import Shape
+from ...ir.symbolic import SymDim
 from ...rewrite import Match, Rule
+from .layout import live_users
 
-__all__ = ["SPLIT_PER_HEAD_QKV"]
+__all__ = ["SELECT_QKV_COLUMNS"]
+
+_LAYOUT = (Reshape, Transpose, Narrow, Slice, Gather)
+_SELECT = (Narrow, Slice, Gather)
+PROBE = (2, 3)  # batch and sequence lengths the layout chain is evaluated at
 
 
 def _projection(g, v):
@@ -38,48 +63,137 @@ def _projection(g, v):
     return n.inputs[0], n.inputs[1], b
 
 
+def _chain(g, node) -> list | None:
+    """The layout nodes from `node` down to the first value they do not make (outermost
+    first); gather indices must be computed from constants and dims only."""
+    chain = []
+    while isinstance(node.op, _LAYOUT):
+        if isinstance(node.op, Gather) and not _dims_only(g, node.inputs[1]):
+            return None
+        chain.append(node)
+        node = g.nodes[node.inputs[0].node]
+    return chain
+
+
+def _dims_only(g, v, limit: int = 64) -> bool:
+    """Whether v is computed from constants and symbolic dims alone (a few nodes at most)."""
+    seen, stack = set(), [v.node]
+    while stack:
+        nid = stack.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        if len(seen) > limit or isinstance(g.nodes[nid].op, (Input, Param)):
+            return False
+        stack.extend(u.node for u in g.nodes[nid].inputs)
+    return True
+
+
+def _clone(sub, g, v, memo: dict):
+    """Copy v's (dims-only) computation into `sub`."""
+    if v not in memo:
+        n = g.nodes[v.node]
+        outs = sub.clone_node(n, [_clone(sub, g, u, memo) for u in n.inputs], g)
+        memo.update(zip(n.values, outs))
+    return memo[v]
+
+
+def _feeds_attention(g, node) -> bool:
+    """Every reader of node is an attention (as q, k or v) or a rope on the way to one."""
+    users = live_users(g, node.value)
+    if not users or g.is_output(node.value):
+        return False
+    for u in users:
+        if isinstance(u.op, Attention) and node.value in u.inputs[:3]:
+            continue
+        if isinstance(u.op, Rope) and u.inputs[0] == node.value:
+            continue
+        return False
+    return True
+
+
+def _columns(g, chain, src) -> tuple[np.ndarray, bool] | None:
+    """Evaluate the chain on an index-coded [B, S, N] source: (cols [H, D], heads_first) when
+    element [b, h, s, d] (or [b, s, h, d]) reads row (b, s), column cols[h, d]."""
+    b_dim, s_dim, n = g.shape_of(src).dims
+    if not isinstance(n, int):
+        return None
+    symbols: dict[str, int] = {}
+    sizes = []
+    for dim, probe in zip((b_dim, s_dim), PROBE):
+        if isinstance(dim, int):
+            sizes.append(dim)
+            continue
+        sym = SymDim.of(dim)
+        names = sym.symbols
+        if len(names) != 1 or SymDim.of(next(iter(names))) != sym:
+            return None  # an expression, not a plain symbol
+        symbols[next(iter(names))] = probe
+        sizes.append(probe)
+    bsz, ssz = sizes
+    sub = Graph("qkv_columns", record_provenance=False)
+    v = sub.input("p", Shape((b_dim, s_dim, n), i64))
+    memo: dict = {}
+    for node in reversed(chain):
+        extra = [_clone(sub, g, i, memo) for i in node.inputs[1:]]
+        v = sub.add_node(node.op, [v] + extra)[0]
+    sub.set_outputs([v])
+    code = np.arange(bsz * ssz * n, dtype=np.int64).reshape(bsz, ssz, n)
+    try:
+        (out,) = interpret(sub, {"p": code}, symbols=symbols)
+    except BrazeError:
+        return None
+    out = np.asarray(out)
+    dims = chain[0].outputs[0].dims
+    if out.ndim != 4 or dims[0] != b_dim:
+        return None
+    if dims[2] == s_dim and dims[1] != s_dim:
+        heads_first, bshd = True, out.transpose(0, 2, 1, 3)
+    elif dims[1] == s_dim:
+        heads_first, bshd = False, out
+    else:
+        return None
+    rows, cols = bshd // n, bshd % n
+    want_rows = (np.arange(bsz)[:, None] * ssz + np.arange(ssz)[None, :])[:, :, None, None]
+    if not (rows == want_rows).all() or not (cols == cols[:1, :1]).all():
+        return None
+    return cols[0, 0], heads_first
+
+
 def _matcher(g, node, ctx):
-    t = g.nodes[node.inputs[0].node]
-    if not isinstance(t.op, Transpose) or t.op.perm != (0, 2, 1, 3):
+    if node.outputs[0].rank != 4 or not _feeds_attention(g, node):
         return
-    r = g.nodes[t.inputs[0].node]
-    if not isinstance(r.op, Reshape):
+    chain = _chain(g, node)
+    if not chain or not any(isinstance(c.op, _SELECT) for c in chain):
         return
-    dims = r.outputs[0].dims
-    if len(dims) != 4 or node.op.axis != 3:
+    src = chain[-1].inputs[0]
+    if g.shape_of(src).rank != 3 or _projection(g, src) is None:
         return
-    b_, s_, h, nd = dims
-    length, start = node.op.length, node.op.start
-    if not all(isinstance(d, int) for d in (h, nd, length)) or length == 0 or \
-            start % length or nd % length or nd == length:
+    kinds = [type(c.op) for c in chain]
+    if kinds in ([Transpose, Reshape, Narrow], [Reshape, Narrow]) and \
+            chain[-1].op.axis in (-1, 2):
+        return  # already the canonical narrow of the projection
+    found = _columns(g, chain, src)
+    if found is None:
         return
-    src = r.inputs[0]
-    if g.shape_of(src).dims != (b_, s_, h * nd):
-        return
-    proj = _projection(g, src)
-    if proj is None:
-        return
-    x, w, bias = proj
-    values = {"x": x, "w": w}
+    cols, heads_first = found
+    x, w, bias = _projection(g, src)
+    values = {"x": x, "w": w, "p": src}
     if bias is not None:
         values["b"] = bias
-    yield Match(SPLIT_PER_HEAD_QKV, g, node, {"root": node}, values, (node.id,),
-                data={"heads": h, "width": nd, "start": start, "length": length,
-                      "lead": (b_, s_)})
-
-
-def _columns(d) -> np.ndarray:
-    h, nd, start, length = d["heads"], d["width"], d["start"], d["length"]
-    return np.asarray([i * nd + start + k for i in range(h) for k in range(length)], np.int64)
+    flat = cols.reshape(-1)
+    run = bool((np.diff(flat) == 1).all())
+    yield Match(SELECT_QKV_COLUMNS, g, node, {"root": node}, values, (node.id,),
+                data={"cols": cols, "heads_first": heads_first, "run": run})
 
 
 def _select(b, m, name: str, cols: np.ndarray, axis: int):
     """The chosen columns of weight `name`: a new stored param, or a gather (weight prep)."""
     old = m.values[name]
     node = m.graph.nodes[old.node]
-    tag = f"{m.data['start'] // m.data['length']}of{m.data['width'] // m.data['length']}"
     if isinstance(node.op, Param) and node.op.name in m.graph.weights:
-        pname = f"{node.op.name}.block{tag}"
+        tag = hashlib.sha1(cols.tobytes()).hexdigest()[:10]
+        pname = f"{node.op.name}.cols_{tag}"
         try:
             return b.node_by_name(pname).value
         except Exception:  # noqa: BLE001 - not made yet
@@ -90,13 +204,19 @@ def _select(b, m, name: str, cols: np.ndarray, axis: int):
 
 def _build(b, m):
     d = m.data
-    cols = _columns(d)
-    y = b.matmul(m.v("x"), _select(b, m, "w", cols, 1))
-    if "b" in m.values:
-        y = b.add(y, _select(b, m, "b", cols, 0))
-    heads = b.reshape(y, d["lead"] + (d["heads"], d["length"]))
-    return b.transpose(heads, (0, 2, 1, 3))
+    cols = d["cols"]
+    h, hd = cols.shape
+    flat = cols.reshape(-1)
+    bd, sd, _ = m.shape("p").dims
+    if d["run"]:
+        y = b.narrow(m.v("p"), -1, int(flat[0]), flat.size)
+    else:
+        y = b.matmul(m.v("x"), _select(b, m, "w", flat, 1))
+        if "b" in m.values:
+            y = b.add(y, _select(b, m, "b", flat, 0))
+    heads = b.reshape(y, (bd, sd, h, hd))
+    return b.transpose(heads, (0, 2, 1, 3)) if d["heads_first"] else heads
 
 
-SPLIT_PER_HEAD_QKV = Rule("SplitPerHeadQKV", _build, matcher=_matcher,
-                          root_test=lambda op: isinstance(op, Narrow))
+SELECT_QKV_COLUMNS = Rule("SelectQKVColumns", _build, matcher=_matcher,
+                          root_test=lambda op: isinstance(op, _LAYOUT))

@@ -7,21 +7,41 @@ stays for that reader; dead ones go in DCE):
   reshape(reshape(x))                      -> reshape(x)             (same dims: x)
   transpose(x, identity) / reshape, expand, cast to what x already is -> x
   reshape(transpose(reshape(x, merge), p), split-back) -> transpose(x, p on the merged groups)
+  transpose(reshape(x, merge), p)          -> reshape(transpose(x, p on the groups), merge')
+  reshape(x) that only moves size-1 axes   -> transpose(x, p)
+  reshape(F(reshape(x, [prod(L), E])), [L.., N]) for row-wise F (elementwise, last-axis
+                                           norms, @ w) -> F(x)  (rows unflattened)
   reshape(flat(x) @ w (+ b), [L.., N])     -> x' @ w (+ b)   (a linear layer on flattened rows)
 """
 from __future__ import annotations
 
-from ...ir.ops.elementwise import Binary, BinaryFn, Cast
+import dataclasses
+
+from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Unary
 from ...ir.ops.linalg import MatMul
+from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.shape import Expand, Reshape, Transpose
+from ...ir.shapes import normalize_axis
 from ...ir.symbolic import SymDim
 from ...rewrite import Match, Rule
 
-__all__ = ["LAYOUT_RULES", "merge_groups"]
+__all__ = ["LAYOUT_RULES", "merge_groups", "live_users"]
 
 
 def _producer(g, v):
     return g.nodes[v.node]
+
+
+def _live(g, node, depth: int) -> bool:
+    if g.is_output(node.value) or depth == 0:
+        return True
+    return any(_live(g, u, depth - 1) for u in g.users(node.value))
+
+
+def live_users(g, v, depth: int = 4) -> list:
+    """The readers of v whose results are used (nodes a rewrite made dead stay in the graph
+    until the pass's sweeps end; a chain longer than `depth` counts as used)."""
+    return [u for u in g.users(v) if _live(g, u, depth)]
 
 
 def _root_match(rule, g, node, values: dict, nodes: dict | None = None, data=None) -> Match:
@@ -131,6 +151,157 @@ COLLAPSE_RESHAPE_TRANSPOSE = Rule("CollapseReshapeTranspose", _build_transpose,
                                   matcher=_collapse, root_test=lambda op: isinstance(op, Reshape))
 
 
+def _transpose_of_merge(g, node, ctx):
+    """transpose(reshape(x, merge), p) where the reshape only merges consecutive axes (at least
+    two into one): the transpose moves the groups of x instead, and a merge follows. Exporters
+    write repeat_kv and key transposes on [B*H, S, D] (bmm) views; this brings them back to
+    the head axes."""
+    inner = _producer(g, node.inputs[0])
+    if not isinstance(inner.op, Reshape):
+        return
+    x = inner.inputs[0]
+    xd, yd = g.shape_of(x).dims, inner.outputs[0].dims
+    if len(xd) <= len(yd):
+        return
+    groups = merge_groups(xd, yd)
+    if groups is None:
+        return
+    perm = tuple(k for a in node.op.perm for k in groups[a])
+    yield _root_match(TRANSPOSE_BEFORE_MERGE, g, node, {"x": x},
+                      data={"perm": perm, "dims": node.outputs[0].dims})
+
+
+def _build_transpose_before_merge(b, m):
+    return b.reshape(_build_transpose(b, m), m.data["dims"])
+
+
+TRANSPOSE_BEFORE_MERGE = Rule("TransposeBeforeMerge", _build_transpose_before_merge,
+                              matcher=_transpose_of_merge,
+                              root_test=lambda op: isinstance(op, Transpose))
+
+
+def _unit_axes_reshape(g, node, ctx):
+    """A reshape that keeps the rank and the order of the non-unit axes, only moving size-1
+    axes ([B, 16, 1, S] -> [B, 1, 16, S]), is a transpose (which then composes)."""
+    x = node.inputs[0]
+    xd, zd = g.shape_of(x).dims, node.outputs[0].dims
+    if len(xd) != len(zd) or xd == zd:
+        return
+    xs = [i for i, d in enumerate(xd) if d != 1]
+    zs = [i for i, d in enumerate(zd) if d != 1]
+    if len(xs) != len(zs) or [xd[i] for i in xs] != [zd[i] for i in zs]:
+        return
+    ones = iter(i for i, d in enumerate(xd) if d == 1)
+    real = iter(xs)
+    perm = tuple(next(real) if d != 1 else next(ones) for d in zd)
+    yield _root_match(UNIT_AXES_AS_TRANSPOSE, g, node, {"x": x}, data={"perm": perm})
+
+
+UNIT_AXES_AS_TRANSPOSE = Rule("UnitAxesReshapeAsTranspose", _build_transpose,
+                              matcher=_unit_axes_reshape,
+                              root_test=lambda op: isinstance(op, Reshape))
+
+
+# -- row-wise ops on flattened rows ---------------------------------------------------------------
+def _row_flat(g, v):
+    """x when v = reshape(x, [prod(L), E]) with x [L..., E] (rank >= 3); else None."""
+    n = _producer(g, v)
+    if not isinstance(n.op, Reshape):
+        return None
+    x = n.inputs[0]
+    xd, fd = g.shape_of(x).dims, n.outputs[0].dims
+    if len(fd) != 2 or len(xd) < 3 or xd[-1] != fd[1] or _prod(xd[:-1]) != SymDim.of(fd[0]):
+        return None
+    return x
+
+
+def _row_inputs(g, node) -> list[int] | None:
+    """Indices of the [M, E] operands of a row-wise op on [M, *] rows (None: not row-wise)."""
+    op, ins = node.op, node.inputs
+    if node.outputs[0].rank != 2:
+        return None
+    if isinstance(op, (LayerNorm, RmsNorm)):
+        return [0] if normalize_axis(op.axis, 2) == 1 else None
+    if isinstance(op, (Unary, Cast)):
+        return [0]
+    if isinstance(op, MatMul):
+        return [0] if g.shape_of(ins[1]).rank == 2 else None
+    if isinstance(op, Binary):
+        ranks = [g.shape_of(v).rank for v in ins]
+        if any(r not in (0, 1, 2) for r in ranks) or 2 not in ranks:
+            return None
+        return [i for i in (0, 1) if ranks[i] == 2]
+    return None
+
+
+def _unflatten_rows(g, node, ctx, limit: int = 64):
+    """reshape(F(reshape(x, [prod(L), E]), ...), [L..., N]) where F is a small graph of
+    row-wise ops (elementwise with vectors, last-axis norms, x @ w) on the flattened rows: F
+    runs on the [L..., E] rows themselves (OPT flattens [B, S, E] to [B*S, E] around its MLP),
+    so residual norms and linear layers see [B, S, E]. Every node of F and every flattening
+    reshape it reads must be read only inside F (nothing is computed twice)."""
+    lead = node.outputs[0].dims[:-1]
+    src = node.inputs[0]
+    if len(lead) < 2 or g.shape_of(src).rank != 2 or _prod(lead) != SymDim.of(
+            g.shape_of(src).dims[0]):
+        return
+    inner, leaves, stack = {}, {}, [src]
+    while stack:
+        v = stack.pop()
+        if v.node in inner or v.node in leaves:
+            continue
+        x = _row_flat(g, v)
+        if x is not None and g.shape_of(x).dims[:-1] == lead:
+            leaves[v.node] = x
+            continue
+        n = _producer(g, v)
+        rows = _row_inputs(g, n)
+        if rows is None or len(inner) >= limit:
+            return
+        inner[v.node] = rows
+        stack.extend(n.inputs[i] for i in rows)
+    if not leaves:
+        return
+    inside = set(inner) | {node.id}
+    for nid in list(inner) + list(leaves):
+        n = g.nodes[nid]
+        if g.is_output(n.value) or any(u.id not in inside for u in live_users(g, n.value)):
+            return
+    values = {f"leaf{nid}": x for nid, x in leaves.items()}
+    for nid, rows in inner.items():
+        for i, v in enumerate(g.nodes[nid].inputs):
+            if i not in rows:
+                values[f"arg{nid}_{i}"] = v
+    yield _root_match(UNFLATTEN_ROWS, g, node, values,
+                      data={"inner": inner, "leaves": set(leaves), "rank": len(lead) + 1})
+
+
+def _build_unflattened(b, m):
+    g, d = m.graph, m.data
+    made: dict[int, object] = {}
+
+    def rows(v):
+        if v.node in d["leaves"]:
+            return m.v(f"leaf{v.node}")
+        if v.node not in made:
+            n = g.nodes[v.node]
+            ins = [rows(u) if i in d["inner"][n.id] else m.v(f"arg{n.id}_{i}")
+                   for i, u in enumerate(n.inputs)]
+            op = n.op
+            if isinstance(op, (LayerNorm, RmsNorm)):
+                op = dataclasses.replace(op, axis=d["rank"] - 1)
+            made[n.id] = b.add_node(op, ins)[0]
+        return made[v.node]
+
+    y = rows(m.root.inputs[0])
+    dims = m.root.outputs[0].dims
+    return y if b.shape_of(y).dims == dims else b.reshape(y, dims)
+
+
+UNFLATTEN_ROWS = Rule("UnflattenRows", _build_unflattened, matcher=_unflatten_rows,
+                      root_test=lambda op: isinstance(op, Reshape))
+
+
 # -- a linear layer applied to flattened rows -----------------------------------------------------
 def _unflatten_linear(g, node, ctx):
     """reshape(flat(x) @ w (+ b)) with flat(x) [M, K] and the result [L..., N], prod(L) = M,
@@ -185,4 +356,4 @@ UNFLATTEN_LINEAR = Rule("UnflattenLinear", _build_linear, matcher=_unflatten_lin
                         root_test=lambda op: isinstance(op, Reshape))
 
 LAYOUT_RULES = (COMPOSE_TRANSPOSES, COMPOSE_RESHAPES, DROP_IDENTITY, COLLAPSE_RESHAPE_TRANSPOSE,
-                UNFLATTEN_LINEAR)
+                TRANSPOSE_BEFORE_MERGE, UNIT_AXES_AS_TRANSPOSE, UNFLATTEN_LINEAR, UNFLATTEN_ROWS)

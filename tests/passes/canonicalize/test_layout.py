@@ -33,14 +33,28 @@ def test_reshape_transpose_reshape_collapses_to_one_transpose():
     check_same(g, out, symbols={"b": 2, "s": 3})
 
 
-def test_sandwich_that_does_not_split_back_is_left_alone():
+def test_sandwich_that_does_not_split_back_moves_the_transpose_before_the_merge():
     g = bz.Graph("k")
     x = g.input("x", bz.Shape((2, 4, 3, 6)))
     y = g.reshape(g.transpose(g.reshape(x, (8, 3, 6)), (0, 2, 1)), (8, 18))  # stays merged
     g.set_outputs([y])
     out, _ = run_rules(g, *LAYOUT_RULES)
-    assert out.count("transpose") == 1 and out.count("reshape") == 2
+    assert out.count("transpose") == 1 and out.count("reshape") == 1
+    (t,) = [n for n in out.nodes if n.op.kind == "transpose"]
+    assert t.op.perm == (0, 1, 3, 2) and t.inputs[0].node == out.input_ids[0]
     check_same(g, out)
+
+
+def test_transpose_of_a_merged_view_moves_onto_the_head_axes():
+    """repeat_kv and key transposes written on a [B*H, S, D] view (dynamo's sdpa export)."""
+    g = bz.Graph("kv")
+    k = g.input("k", bz.Shape(("b", 2, 2, "s", 4)))
+    kt = g.transpose(g.reshape(k, ("4*b", "s", 4)), (0, 2, 1))
+    y = g.transpose(g.reshape(kt, ("b", 4, 4, "s")), (0, 1, 3, 2))
+    g.set_outputs([y])
+    out, _ = run_rules(g, *LAYOUT_RULES)
+    assert out.count("transpose") == 0 and out.count("reshape") == 1
+    check_same(g, out, symbols={"b": 2, "s": 3})
     assert merge_groups((2, 3), (3, 2)) is None
 
 
