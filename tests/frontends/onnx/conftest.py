@@ -295,3 +295,35 @@ def seed_feeds(name: str, rng, batch: int = 2, seq: int = 5) -> dict[str, np.nda
     if name == "cnn":
         return {"img": rng.standard_normal((1, 3, 8, 8)).astype(np.float32)}
     return {"ids": rng.integers(0, 11, (batch, seq)).astype(np.int64)}
+
+
+# -- helpers for hand-built models --------------------------------------------------------------
+@pytest.fixture(scope="session")
+def ort_run():
+    """run(model, feeds) -> outputs of ONNX Runtime on the CPU."""
+    ort = pytest.importorskip("onnxruntime")
+
+    def run(model, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        data = model if isinstance(model, bytes) else model.SerializeToString()
+        options = ort.SessionOptions()
+        options.log_severity_level = 3
+        sess = ort.InferenceSession(data, options, providers=["CPUExecutionProvider"])
+        return sess.run(None, feeds)
+
+    return run
+
+
+@pytest.fixture(scope="session")
+def make_model():
+    """make(nodes, inputs, outputs, initializers=(), opset=17) -> ModelProto; inputs and
+    outputs are (name, TensorProto type, dims) triples (dims None: unknown)."""
+    from onnx import helper
+
+    def make(nodes, inputs, outputs, initializers=(), opset: int = 17, ir_version: int = 8):
+        vi = [helper.make_tensor_value_info(n, t, d) for n, t, d in inputs]
+        vo = [helper.make_tensor_value_info(n, t, d) for n, t, d in outputs]
+        graph = helper.make_graph(list(nodes), "test", vi, vo, list(initializers))
+        return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
+                                 ir_version=ir_version)
+
+    return make

@@ -1,0 +1,171 @@
+"""Symbolic shape folding at import: shape computations over dim_param inputs (batch, seq) fold
+into reshape / expand / narrow / range dims written with those symbols, leave no Shape-derived
+arithmetic in the graph, and the graph runs at several sizes matching ONNX Runtime."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import braze as bz  # noqa: E402
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+SIZES = [(2, 5), (3, 9)]  # (batch, seq) pairs every symbolic graph runs at
+
+
+def ints(name, values):
+    return numpy_helper.from_array(np.asarray(values, np.int64), name)
+
+
+def kinds(g) -> dict[str, int]:
+    return g.op_counts()
+
+
+def node_of(g, kind):
+    (n,) = [n for n in g.nodes if n.op.kind == kind]
+    return n
+
+
+def check_sizes(g, model, ort_run, feeds_for):
+    for batch, seq in SIZES:
+        feeds = feeds_for(batch, seq)
+        got = bz.interpret(g, feeds)
+        want = ort_run(model, feeds)
+        for a, b in zip(got, want, strict=True):
+            assert a.shape == b.shape
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+def test_shape_gather_unsqueeze_concat_reshape_keeps_symbols(make_model, ort_run):
+    """x[batch, seq, 8] -> Reshape(x, concat(shape[0], shape[1], 2, 4)) is one reshape to
+    (batch, seq, 2, 4): the shape arithmetic folds away."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i0"], ["b"], name="gather_b", axis=0),
+        helper.make_node("Gather", ["s", "i1"], ["q"], name="gather_s", axis=0),
+        helper.make_node("Unsqueeze", ["b", "ax"], ["b1"], name="unsq_b"),
+        helper.make_node("Unsqueeze", ["q", "ax"], ["q1"], name="unsq_s"),
+        helper.make_node("Concat", ["b1", "q1", "heads"], ["tgt"], name="cat", axis=0),
+        helper.make_node("Reshape", ["x", "tgt"], ["y"], name="split_heads"),
+    ]
+    inits = [ints("i0", 0), ints("i1", 1), ints("ax", [0]), ints("heads", [2, 4])]
+    m = make_model(nodes, [("x", F, ["batch", "seq", 8])], [("y", F, None)], inits)
+    g = bz.import_onnx(m)
+    assert kinds(g) == {"reshape": 1}
+    assert node_of(g, "reshape").outputs[0].dims == ("batch", "seq", 2, 4)
+    assert g.shape_of(g.outputs[0]).dims == ("batch", "seq", 2, 4)
+    rng = np.random.default_rng(0)
+    check_sizes(g, m, ort_run, lambda b, s: {
+        "x": rng.standard_normal((b, s, 8)).astype(np.float32)})
+
+
+def test_flatten_gives_a_product_of_symbols(make_model, ort_run):
+    m = make_model([helper.make_node("Flatten", ["x"], ["y"], name="flat", axis=2)],
+                   [("x", F, ["batch", "seq", 8])], [("y", F, None)])
+    g = bz.import_onnx(m)
+    assert g.shape_of(g.outputs[0]).dims == ("batch*seq", 8)
+    rng = np.random.default_rng(1)
+    check_sizes(g, m, ort_run, lambda b, s: {
+        "x": rng.standard_normal((b, s, 8)).astype(np.float32)})
+
+
+def test_reshape_minus_one_merges_symbols(make_model, ort_run):
+    """Reshape(x, [-1, 8]) of [batch, seq, 8] is (batch*seq, 8); Reshape back with the
+    folded Shape restores (batch, seq, 8)."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "flat"], ["f"], name="merge"),
+        helper.make_node("Relu", ["f"], ["r"], name="relu"),
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Reshape", ["r", "s"], ["y"], name="unmerge"),
+    ]
+    m = make_model(nodes, [("x", F, ["batch", "seq", 8])], [("y", F, None)],
+                   [ints("flat", [-1, 8])])
+    g = bz.import_onnx(m)
+    dims = [n.outputs[0].dims for n in g.nodes if n.op.kind == "reshape"]
+    assert dims == [("batch*seq", 8), ("batch", "seq", 8)]
+    rng = np.random.default_rng(2)
+    check_sizes(g, m, ort_run, lambda b, s: {
+        "x": rng.standard_normal((b, s, 8)).astype(np.float32)})
+
+
+def test_masks_and_position_ids_from_symbolic_seq(make_model, ort_run):
+    """The patterns HF exports build masks and positions with: ConstantOfShape(shape) of ones,
+    Range(0, seq) position ids expanded to [batch, seq], a causal mask from Range + Less, all
+    with a symbolic seq; the graph runs at two sizes."""
+    one = numpy_helper.from_array(np.array([1], np.int64), "one_value")
+    nodes = [
+        helper.make_node("Shape", ["ids"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i1"], ["seq"], name="seq_len", axis=0),
+        helper.make_node("ConstantOfShape", ["s"], ["ones"], name="ones", value=one),
+        helper.make_node("Range", ["zero", "seq", "step"], ["pos"], name="positions"),
+        helper.make_node("Unsqueeze", ["pos", "ax0"], ["pos2"], name="pos_unsq"),
+        helper.make_node("Expand", ["pos2", "s"], ["pos_ids"], name="pos_expand"),
+        helper.make_node("Mul", ["pos_ids", "ones"], ["masked_pos"], name="mask_pos"),
+        helper.make_node("Unsqueeze", ["pos", "ax1"], ["col"], name="col"),
+        helper.make_node("Less", ["pos2", "col"], ["future"], name="causal"),
+        helper.make_node("Cast", ["future"], ["future_f"], name="to_float", to=F),
+        helper.make_node("Mul", ["future_f", "neg"], ["causal_bias"], name="bias"),
+    ]
+    inits = [ints("i1", 1), ints("zero", 0), ints("step", 1), ints("ax0", [0]),
+             ints("ax1", [1]), numpy_helper.from_array(np.array(-1e4, np.float32), "neg")]
+    m = make_model(nodes, [("ids", I64, ["batch", "seq"])],
+                   [("masked_pos", I64, None), ("causal_bias", F, None)], inits)
+    g = bz.import_onnx(m)
+    assert kinds(g) == {"expand": 2, "range": 1, "reshape": 2, "mul": 2,
+                        "lt": 1, "cast": 1}  # sources (2 constants) not counted
+    assert node_of(g, "range").op.length == "seq"
+    assert g.shape_of(g.outputs[0]).dims == ("batch", "seq")
+    assert g.shape_of(g.outputs[1]).dims == ("seq", "seq")
+    rng = np.random.default_rng(3)
+    check_sizes(g, m, ort_run, lambda b, s: {"ids": rng.integers(0, 9, (b, s))})
+
+
+def test_slice_with_symbolic_ends(make_model, ort_run):
+    """x[:, :seq-1] with the end computed from Shape, and x[:, 1:INT_MAX]: narrows of symbolic
+    length, no data-dependent slicing."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i1"], ["seq"], name="seq_len", axis=0),
+        helper.make_node("Sub", ["seq", "one"], ["end"], name="end"),
+        helper.make_node("Unsqueeze", ["end", "ax0"], ["end1"], name="end_1d"),
+        helper.make_node("Slice", ["x", "zero1", "end1", "ax1"], ["head"], name="drop_last"),
+        helper.make_node("Slice", ["x", "one1", "big", "ax1"], ["tail"], name="drop_first"),
+        helper.make_node("Add", ["head", "tail"], ["y"], name="add"),
+    ]
+    inits = [ints("i1", 1), ints("one", 1), ints("ax0", [0]), ints("zero1", [0]),
+             ints("ax1", [1]), ints("one1", [1]), ints("big", [np.iinfo(np.int64).max])]
+    m = make_model(nodes, [("x", F, ["batch", "seq", 4])], [("y", F, None)], inits)
+    g = bz.import_onnx(m)
+    narrows = [n for n in g.nodes if n.op.kind == "narrow"]
+    assert len(narrows) == 2
+    assert all(n.outputs[0].dims == ("batch", "seq-1", 4) for n in narrows)
+    assert set(kinds(g)) == {"narrow", "add"}
+    rng = np.random.default_rng(4)
+    check_sizes(g, m, ort_run, lambda b, s: {
+        "x": rng.standard_normal((b, s, 4)).astype(np.float32)})
+
+
+def test_unknown_dims_get_fresh_symbols_and_overrides_apply(make_model):
+    m = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                   [("x", F, [None, "?", 3])], [("y", F, None)])
+    g = bz.import_onnx(m)
+    assert g.inputs[0].op.shape.dims == ("x_dim0", "x_dim1", 3)
+    g = bz.import_onnx(m, input_shapes={"x": (2, "seq", 3)})
+    assert g.inputs[0].op.shape.dims == (2, "seq", 3)
+
+
+def test_size_folds_to_a_symbolic_product(make_model, ort_run):
+    """Size(x) feeding arithmetic stays exact: y = x * Size(x) as a float."""
+    nodes = [
+        helper.make_node("Size", ["x"], ["n"], name="size"),
+        helper.make_node("Cast", ["n"], ["nf"], name="cast", to=F),
+        helper.make_node("Mul", ["x", "nf"], ["y"], name="scale"),
+    ]
+    m = make_model(nodes, [("x", F, ["batch", "seq"])], [("y", F, None)])
+    g = bz.import_onnx(m)
+    assert "sym_const" in kinds(g)
+    rng = np.random.default_rng(5)
+    check_sizes(g, m, ort_run, lambda b, s: {
+        "x": rng.standard_normal((b, s)).astype(np.float32)})
