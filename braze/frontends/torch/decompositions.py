@@ -1,0 +1,53 @@
+"""The decomposition table braze imports torch.export programs with: torch's default table
+(everything down to core ATen) minus the high-level ops braze represents natively, so linear,
+attention, norms, activations, convolutions, pooling and resizing reach braze whole instead of as
+the dozens of primitives fusion would have to find again."""
+from __future__ import annotations
+
+__all__ = ["KEPT_OPS", "decomposition_table"]
+
+KEPT_OPS: tuple[str, ...] = (
+    # matrix products
+    "aten.linear.default", "aten.matmul.default", "aten.mm.default", "aten.bmm.default",
+    "aten.addmm.default",
+    # attention
+    "aten.scaled_dot_product_attention.default",
+    # normalization
+    "aten.layer_norm.default", "aten.rms_norm.default", "aten.group_norm.default",
+    "aten.batch_norm.default",
+    # activations and softmax
+    "aten.gelu.default", "aten.silu.default", "aten.hardswish.default",
+    "aten.leaky_relu.default", "aten.hardtanh.default", "aten.softmax.int",
+    "aten._softmax.default", "aten.log_softmax.int", "aten._log_softmax.default",
+    "aten.logsumexp.default",
+    # embedding, indexing, masks
+    "aten.embedding.default", "aten.triu.default", "aten.tril.default",
+    # convolution, pooling, resizing
+    "aten.conv1d.default", "aten.conv2d.default", "aten.conv1d.padding",
+    "aten.conv2d.padding", "aten.convolution.default", "aten.conv_transpose1d.default",
+    "aten.conv_transpose2d.input", "aten.max_pool2d.default", "aten.max_pool1d.default",
+    "aten.avg_pool2d.default", "aten.avg_pool1d.default", "aten.adaptive_avg_pool2d.default",
+    "aten.adaptive_avg_pool1d.default", "aten.upsample_nearest2d.vec",
+    "aten.upsample_nearest2d.default", "aten.upsample_bilinear2d.vec",
+    "aten.upsample_bilinear2d.default",
+)
+
+
+def _overload(name: str):
+    import torch
+
+    _, op, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, op), overload)
+
+
+def decomposition_table():
+    """torch.export's default decompositions without braze's native ops (`KEPT_OPS`)."""
+    import torch
+
+    table = torch.export.default_decompositions()
+    for name in KEPT_OPS:
+        try:
+            table.pop(_overload(name), None)
+        except AttributeError:  # an op this torch version does not have
+            continue
+    return table

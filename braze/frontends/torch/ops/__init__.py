@@ -1,0 +1,13 @@
+"""ATen op converters by family; importing this package registers them all."""
+from . import (  # noqa: F401
+    attention,
+    conv,
+    creation,
+    elementwise,
+    indexing,
+    linalg,
+    norm,
+    reduce,
+    shape,
+    symint,
+)

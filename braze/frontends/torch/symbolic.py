@@ -1,0 +1,260 @@
+"""torch.export's symbolic sizes as braze dims.
+
+torch names the dynamic sizes of an exported program with its own symbols (s0, s43) and writes
+every size computed from them as a sympy expression (s0*s1, s1 + 1, FloorDiv(s0, 2)). Here those
+become braze `SymDim` polynomials over the user's dim names ("batch", "seq"): `SymbolNames` maps
+torch's symbols to names (from the `dynamic_shapes` the user gave, else `<input>_dim<axis>`),
+`to_dim` translates one expression, and `torch_dynamic_shapes` turns braze's simple form
+`{input: {axis: "name"}}` into what torch.export takes. Decisions that need an inequality (Max,
+Min, comparisons) use braze's "every symbol is >= 2" assumption (braze.ir.symbolic)."""
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...errors import FrontendError
+from ...ir.symbolic import SymDim
+
+__all__ = ["SymbolNames", "NotRepresentable", "torch_dynamic_shapes", "decide_lt", "decide_eq",
+           "scalar_value"]
+
+
+class NotRepresentable(Exception):
+    """A torch size expression braze cannot write as a polynomial over named dims."""
+
+
+def _sanitize(name: str) -> str:
+    out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
+    return out if out.isidentifier() else f"d_{out}"
+
+
+@dataclass
+class SymbolNames:
+    """torch symbol name ("s43") -> braze dim name ("seq")."""
+
+    names: dict[str, str] = field(default_factory=dict)
+
+    def bind(self, symbol: str, name: str) -> None:
+        self.names.setdefault(symbol, _sanitize(name))
+
+    def sym(self, x) -> SymDim:
+        """A SymDim for an int, a torch SymInt or a sympy expression."""
+        if isinstance(x, SymDim):
+            return x
+        if isinstance(x, bool):
+            raise NotRepresentable(f"{x!r} is a bool, not a size")
+        if isinstance(x, int):
+            return SymDim.of(x)
+        expr = _expr(x)
+        if expr is None:
+            raise NotRepresentable(f"{x!r} is not a size")
+        return self._convert(expr)
+
+    def dim(self, x) -> int | str:
+        """A Shape dim (int or canonical symbol string) for `x`."""
+        return self.sym(x).to_dim()
+
+    def _convert(self, e) -> SymDim:
+        import sympy
+
+        if e.is_Integer:
+            return SymDim.of(int(e))
+        if e.is_Symbol:
+            name = self.names.get(e.name)
+            if name is None:
+                if e.name.startswith("u"):
+                    raise NotRepresentable(f"size {e.name} depends on tensor data (an unbacked "
+                                           "symbol); braze needs sizes known from the input "
+                                           "shapes")
+                raise NotRepresentable(f"symbol {e.name} is not a dim of any input")
+            return SymDim.of(name)
+        if isinstance(e, sympy.Add):
+            out = SymDim.of(0)
+            for a in e.args:
+                out = out + self._convert(a)
+            return out
+        if isinstance(e, sympy.Mul):
+            out = SymDim.of(1)
+            for a in e.args:
+                if a.is_Rational and not a.is_Integer:
+                    raise NotRepresentable(f"{e} has a fractional coefficient")
+                out = out * self._convert(a)
+            return out
+        if isinstance(e, sympy.Pow) or type(e).__name__ == "PowByNatural":
+            base, ex = e.args
+            if not (ex.is_Integer and int(ex) >= 0):
+                raise NotRepresentable(f"{e} is not a polynomial")
+            out = SymDim.of(1)
+            for _ in range(int(ex)):
+                out = out * self._convert(base)
+            return out
+        kind = type(e).__name__
+        if kind in ("FloorDiv", "CleanDiv", "IntTrueDiv"):
+            a, b = (self._convert(x) for x in e.args)
+            try:
+                return a // b
+            except ValueError:
+                raise NotRepresentable(f"{e} is not an exact division") from None
+        if kind == "CeilDiv":
+            a, b = (self._convert(x) for x in e.args)
+            try:
+                return a // b
+            except ValueError:
+                raise NotRepresentable(f"{e} rounds up a division") from None
+        if kind in ("Max", "Min") or isinstance(e, (sympy.Max, sympy.Min)):
+            vals = [self._convert(x) for x in e.args]
+            best = vals[0]
+            for v in vals[1:]:
+                lt = decide_lt(best, v)
+                if lt is None:
+                    raise NotRepresentable(f"cannot decide {e} for every size")
+                if (kind == "Max" or isinstance(e, sympy.Max)) == lt:
+                    best = v
+            return best
+        raise NotRepresentable(f"size expression {e} ({kind}) is not a polynomial braze can "
+                               "write")
+
+    def decide(self, x) -> bool:
+        """A torch SymBool (or bool) as a Python bool, deciding relations between sizes under
+        the "symbols >= 2" assumption; NotRepresentable when it depends on the sizes."""
+        if isinstance(x, bool):
+            return x
+        import sympy
+
+        e = _expr(x)
+        if e is None:
+            raise NotRepresentable(f"{x!r} is not a boolean")
+        if e is sympy.true or e is sympy.false:
+            return bool(e)
+        rel = {sympy.Eq: "eq", sympy.Ne: "ne", sympy.Lt: "lt", sympy.Le: "le", sympy.Gt: "gt",
+               sympy.Ge: "ge"}.get(type(e))
+        if rel is None:
+            raise NotRepresentable(f"cannot decide {e}")
+        a, b = (self._convert(v) for v in e.args)
+        out = {"eq": lambda: decide_eq(a, b), "ne": lambda: _not(decide_eq(a, b)),
+               "lt": lambda: decide_lt(a, b), "ge": lambda: _not(decide_lt(a, b)),
+               "gt": lambda: decide_lt(b, a), "le": lambda: _not(decide_lt(b, a))}[rel]()
+        if out is None:
+            raise NotRepresentable(f"{e} depends on the input sizes")
+        return out
+
+
+def _not(v: bool | None) -> bool | None:
+    return None if v is None else not v
+
+
+def _expr(x):
+    """The sympy expression of a torch SymInt / SymBool / SymFloat, or `x` if it is one."""
+    node = getattr(x, "node", None)
+    if node is not None and hasattr(node, "expr"):
+        return node.expr
+    if hasattr(x, "free_symbols"):
+        return x
+    return None
+
+
+def decide_eq(a: SymDim, b: SymDim) -> bool | None:
+    """a == b for every binding (True / False), or None when it depends on the sizes."""
+    if a == b:
+        return True
+    return False if a.known_ne(b) else None
+
+
+def decide_lt(a: SymDim, b: SymDim) -> bool | None:
+    """a < b for every binding with symbols >= 2, or None when it depends on them."""
+    d = b - a
+    if d.is_const:
+        return d.const > 0
+    lb = d.lower_bound()
+    if lb is not None and lb > 0:
+        return True
+    ub = (-d).lower_bound()
+    if ub is not None and ub >= 0:
+        return False
+    return None
+
+
+def scalar_value(names: SymbolNames, x):
+    """A Python scalar for a torch scalar value: ints stay ints (SymInts become SymDims, or ints
+    when constant), floats and bools are kept; SymFloats must be constant."""
+    if isinstance(x, (bool, int, float)) or x is None:
+        return x
+    import torch
+
+    if isinstance(x, torch.SymBool):
+        return names.decide(x)
+    if isinstance(x, torch.SymInt):
+        s = names.sym(x)
+        return s.const if s.is_const else s
+    if isinstance(x, torch.SymFloat):
+        e = _expr(x)
+        if e is not None and e.is_number:
+            return float(e)
+        raise NotRepresentable(f"float {e} depends on the input sizes")
+    raise NotRepresentable(f"{type(x).__name__} is not a scalar")
+
+
+# -- dynamic_shapes: braze's simple form -> torch.export's ---------------------------------------
+def torch_dynamic_shapes(spec, arg_names: Sequence[str]) -> tuple[Any, dict]:
+    """(what torch.export takes, labels) for `spec`; labels map (input name, axis) to (dim
+    name, whether the name is that of the root symbol of a derived dim such as 2*seq).
+
+    `spec` is torch.export's own form (Dim objects; passed through) or braze's simple one:
+    {input name: {axis: "name"}} or {input name: ("batch", None, ...)} (one entry per axis,
+    None for static). Named axes become `Dim.AUTO`, so torch infers their ranges (a BERT's
+    sequence stops at max_position_embeddings) and the names label the symbols it picks."""
+    if spec is None:
+        return None, {}
+    labels: dict[tuple[str, int], tuple[str, bool]] = {}
+    if isinstance(spec, Mapping):
+        unknown = [k for k in spec if k not in arg_names]
+        if unknown:
+            raise FrontendError(f"dynamic_shapes names {unknown}, which are not inputs of the "
+                                f"module (its inputs: {list(arg_names)})")
+        out = {k: _axes(v, k, labels) for k, v in spec.items()}
+        return out, labels
+    if isinstance(spec, (tuple, list)):
+        if len(spec) > len(arg_names):
+            raise FrontendError(f"dynamic_shapes has {len(spec)} entries for "
+                                f"{len(arg_names)} inputs")
+        return type(spec)(_axes(v, arg_names[i], labels) for i, v in enumerate(spec)), labels
+    raise FrontendError(f"dynamic_shapes must be a dict keyed by input name or a tuple, got "
+                        f"{type(spec).__name__}")
+
+
+def _axes(v, input_name: str, labels: dict):
+    from torch.export import Dim
+
+    if v is None:
+        return None
+    if isinstance(v, Mapping):
+        return {int(ax): _one(d, input_name, int(ax), labels, Dim) for ax, d in v.items()}
+    if isinstance(v, (tuple, list)):
+        return type(v)(_one(d, input_name, ax, labels, Dim) for ax, d in enumerate(v))
+    raise FrontendError(f"dynamic_shapes[{input_name!r}] must map axes to dim names, got "
+                        f"{v!r}")
+
+
+def _one(d, input_name: str, axis: int, labels: dict, dim_cls):
+    if d is None:
+        return None
+    if isinstance(d, str):
+        if not _sanitize(d) == d:
+            raise FrontendError(f"dynamic_shapes[{input_name!r}][{axis}] = {d!r}: dim names must "
+                                "be identifiers such as 'batch' or 'seq'")
+        labels[(input_name, axis)] = (d, False)
+        return dim_cls.AUTO
+    name = dim_name(d)
+    if name is not None:
+        labels[(input_name, axis)] = (name, getattr(d, "root", None) is not None)
+    return d
+
+
+def dim_name(d) -> str | None:
+    """The user's name of a torch.export Dim (its root's for a derived dim), else None."""
+    root = getattr(d, "root", None)
+    if root is not None:
+        return getattr(root, "__name__", None)
+    name = getattr(d, "__name__", None)
+    return name if isinstance(name, str) and name.isidentifier() else None
