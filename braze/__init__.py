@@ -65,6 +65,14 @@ def import_onnx(model, **kwargs):
     return _import(model, **kwargs)
 
 
+def import_torch(model, example_inputs=None, dynamic_shapes=None, **kwargs):
+    """Import a PyTorch module (through torch.export), an ExportedProgram or a saved .pt2
+    program as a braze Graph; see `braze.frontends.torch.import_torch`."""
+    from .frontends.torch import import_torch as _import
+
+    return _import(model, example_inputs, dynamic_shapes, **kwargs)
+
+
 def compile(graph, target="cpu", **kwargs):  # noqa: A001 - the public name the design gives
     """Compile `graph` into an executable for `target`; see `braze.runtime.compile`."""
     from .runtime import compile as _compile
