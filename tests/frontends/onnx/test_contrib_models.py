@@ -127,3 +127,17 @@ def test_ort_optimized_models_import_and_match(hf_zoo, tmp_path, family, variant
     vocab = module.vocab_size
     for batch, seq, padding in ((2, 8, "right"), (3, 5, "left")):
         compare(path, g, hf_inputs(batch, seq, vocab=vocab, padding=padding, seed=seq))
+    fused, _ = bz.fuse(g, "cpu")                   # fuses like the unoptimized export
+    want, _ = bz.fuse(hf_zoo.graph(family, variant), "cpu")
+    assert fused_summary(fused) == fused_summary(want)
+    compare(path, fused, hf_inputs(2, 6, vocab=vocab, seed=1))
+
+
+def fused_summary(g) -> dict:
+    """Fused kinds per layer, a norm fused with a residual counted with plain norms (ORT's
+    EmbedLayerNormalization turns BERT's embedding norm into one)."""
+    c = g.op_counts()
+    return {"attention_blocks": c.get("fused_attention_block", 0),
+            "mlp": c.get("fused_swiglu", 0) + c.get("fused_matmul_bias_act", 0),
+            "norms": sum(c.get(k, 0) for k in ("layer_norm", "rms_norm", "fused_residual_ln",
+                                                 "fused_residual_rms_norm"))}
