@@ -24,8 +24,10 @@ def canonicalize_passes(options=None) -> list[Pass]:
     from .layout import LAYOUT_RULES
     from .norms import CANONICALIZE_NORM
     from .rope import CANONICALIZE_ROPE, MERGE_PARTIAL_ROPE
+    from .simplify import AlgebraicSimplify  # simplify cleanups (helper-3)
 
     return [
+        AlgebraicSimplify(),  # x*1, x+0, double casts, the sdpa isnan guard, ... (+ DCE)
         RulePass("CanonicalizeLayout", LAYOUT_RULES),
         RulePass("CanonicalizeNormsAndActivations", (CANONICALIZE_NORM,
                                                      CANONICALIZE_ACTIVATION)),
@@ -37,5 +39,6 @@ def canonicalize_passes(options=None) -> list[Pass]:
             FOLD_REPEAT_KV, SELECT_QKV_COLUMNS)),
         RulePass("RecognizeCausalMask", (RECOGNIZE_CAUSAL_MASK,)),
         CSE_PASS,  # q and k rope tables transposed alike are one value
+        AlgebraicSimplify("AlgebraicSimplifyAgain"),  # what the recognizers left (+ DCE)
         DCE_PASS,
     ]

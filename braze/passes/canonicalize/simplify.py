@@ -1,0 +1,263 @@
+"""AlgebraicSimplify: identities that keep a value's meaning, shape and dtype, written as a table
+of one-line rules (tinygrad style) with the identity beside each rule. A rule replaces only its
+root: an interior value something else reads stays for that reader, a dead one goes in DCE, so a
+shared operand never blocks a rule. The rewrite driver's per-rule statistics name each rule's
+file and line.
+
+A rule whose result would change the root's broadcast shape or dtype does not fire (a reported
+miss, SHAPE_MISMATCH / DTYPE_MISMATCH). `x - x -> 0` holds for integers only (a float x - x is
+NaN where x is inf or NaN); `where(isnan(p), 0, p) -> p` holds when p is a softmax output
+(braze's softmax is safe: a fully masked row gives zeros, never NaN); `cast(cast(x))` folds only
+when the middle cast holds every value of x exactly (f32 -> f64 -> t, never f32 -> f16 -> t).
+The transpose / reshape chains and identity transpose / reshape / expand / cast come from
+canonicalize/layout.py (the same rules, reused).
+
+`simplify(g)` (`bz.simplify`) runs the rules, CSE and DCE to a fixed point; every round is one
+linear sweep of each, and the rounds are bounded (more means a runaway rule: PassError)."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...errors import PassError
+from ...ir.dtypes import DType
+from ...ir.graph import Graph
+from ...ir.node import Node
+from ...ir.op import Value
+from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Unary, UnaryFn
+from ...ir.ops.io import Constant
+from ...ir.ops.reduce import Softmax
+from ...ir.ops.shape import Concat
+from ...ir.shapes import normalize_axis
+from ...rewrite import Match, MissReason, P, Rule, RuleStats, V, fail, rewrite
+from ...rewrite.driver import RewriteContext
+from ..base import PassResult
+from ..cleanup import common_subexpression_elimination, dead_code_elimination
+from .layout import COMPOSE_RESHAPES, COMPOSE_TRANSPOSES, DROP_IDENTITY
+
+__all__ = ["SIMPLIFY_RULES", "AlgebraicSimplify", "simplify", "simplify_with_stats",
+           "exact_cast"]
+
+
+# -- what the patterns capture ----------------------------------------------------------------
+def _constant_where(test: Callable[[np.ndarray], np.ndarray]):
+    """A Var predicate: the value is a non-empty constant whose every element passes `test`."""
+    def where(g, v) -> bool:
+        op = g.nodes[v.node].op
+        return isinstance(op, Constant) and op.value.size > 0 and bool(np.all(test(op.value)))
+    return where
+
+
+X = V("x")
+Y = V("y")
+ONE = V("one", _constant_where(lambda a: a == 1))
+ZERO = V("zero", _constant_where(lambda a: a == 0))
+TRUE = V("cond", _constant_where(lambda a: a.dtype == np.bool_ and a))
+FALSE = V("cond", _constant_where(lambda a: a.dtype == np.bool_ and ~a))
+
+
+def _unary(fn: UnaryFn, x):
+    return P.of(Unary, x, fn=fn)
+
+
+def _binary(fn: BinaryFn, a, b):
+    return P.of(Binary, a, b, fn=fn)
+
+
+# -- checks (a rejected match is a reported miss with its reason) -----------------------------
+def _keeps_type(name: str):
+    """The root may become capture `name` only if that has the root's dims and dtype."""
+    def check(m: Match, ctx) -> object:
+        want, got = m.root.outputs[0], m.shape(name)
+        if got == want:
+            return None
+        reason = MissReason.SHAPE_MISMATCH if got.dtype == want.dtype else MissReason.DTYPE_MISMATCH
+        return fail(reason, detail=f"{m.rule.name} would turn {want} into {name}'s {got}",
+                    hint="the other operand broadcasts (or converts) the result, so the identity "
+                    "does not hold for its shape; braze keeps the op")
+    return check
+
+
+def _integer(m: Match, ctx):
+    dt = m.shape("x").dtype
+    if dt.is_int:
+        return None
+    return fail(MissReason.DTYPE_MISMATCH, detail=f"x - x on {dt} is NaN, not 0, where x is "
+                "inf or NaN", hint="braze folds x - x to zeros for integers only")
+
+
+def _softmax_output(m: Match, ctx):
+    """p must be a softmax output (through float casts): then it is never NaN."""
+    g, v = m.graph, m.values["p"]
+    while isinstance(g.nodes[v.node].op, Cast) and g.nodes[v.node].op.dtype.is_float:
+        v = g.nodes[v.node].inputs[0]
+    n = g.nodes[v.node]
+    if isinstance(n.op, Softmax):
+        return None
+    return fail(MissReason.PATTERN_MISMATCH, detail=f"p comes from {n.label}, not a softmax, "
+                "so where(isnan(p), 0, p) may replace NaNs",
+                hint="only a softmax output is known to be NaN-free; braze keeps the guard")
+
+
+# dtype -> the dtypes that hold every one of its values exactly
+_EXACT_INTO: dict[str, frozenset[str]] = {
+    "bool": frozenset({"i8", "i16", "i32", "i64", "u8", "u32", "f16", "bf16", "f32", "f64"}),
+    "i8": frozenset({"i16", "i32", "i64", "f16", "bf16", "f32", "f64"}),
+    "u8": frozenset({"i16", "i32", "i64", "u32", "f16", "bf16", "f32", "f64"}),
+    "i16": frozenset({"i32", "i64", "f32", "f64"}),
+    "i32": frozenset({"i64", "f64"}),
+    "u32": frozenset({"i64", "f64"}),
+    "f16": frozenset({"f32", "f64"}),
+    "bf16": frozenset({"f32", "f64"}),
+    "f32": frozenset({"f64"}),
+}
+
+
+def exact_cast(src: DType, dst: DType) -> bool:
+    """Whether casting `src` to `dst` keeps every value exactly (so casting back is the identity
+    and any further cast sees the same numbers)."""
+    return src == dst or dst.name in _EXACT_INTO.get(src.name, frozenset())
+
+
+def _exact_middle(m: Match, ctx):
+    src, mid = m.shape("x").dtype, m.op("mid").dtype
+    if exact_cast(src, mid):
+        return None
+    return fail(MissReason.DTYPE_MISMATCH, detail=f"the middle cast {src} -> {mid} rounds "
+                "values, so cast(cast(x)) is not one cast",
+                hint="the round trip through the narrower type changes values; braze keeps it")
+
+
+# -- structural conditions (a node that fails one is simply not the pattern) ------------------
+def _full_narrow(g, node, b) -> bool:
+    op = node.op
+    dims = g.shape_of(b["x"]).dims
+    return op.start == 0 and dims[normalize_axis(op.axis, len(dims))] == op.length
+
+
+def _full_slice(g, node, b) -> bool:
+    op = node.op
+    dims = g.shape_of(b["x"]).dims
+    d = dims[normalize_axis(op.axis, len(dims))]
+    return isinstance(d, int) and slice(op.start, op.stop, op.step).indices(d) == (0, d, 1)
+
+
+# -- replacements -----------------------------------------------------------------------------
+def _zeros(b, m):
+    """Zeros of the root's dtype, broadcast to its dims (symbolic dims stay symbolic)."""
+    out = m.root.outputs[0]
+    z = b.constant(np.zeros((), out.dtype.np))
+    return b.expand(z, out.dims) if out.rank else z
+
+
+def _fold_casts(b, m):
+    x, dt = m.v("x"), m.root.op.dtype
+    return x if m.shape("x").dtype == dt else b.cast(x, dt)
+
+
+# -- the table --------------------------------------------------------------------------------
+def _rule(name: str, pattern, result: str | Callable, *checks, when=None) -> Rule:
+    """One table row. `result` names the capture the root becomes (a check that it has the
+    root's type is added) or builds the replacement `fn(b, m)`; `when(g, node, bindings)`
+    filters structurally (no miss); `checks` reject with a reason. Only the root is replaced."""
+    f = sys._getframe(1)
+    source = f"{os.path.basename(f.f_code.co_filename)}:{f.f_lineno}"
+    if isinstance(result, str):
+        checks = checks + (_keeps_type(result),)
+        build = (lambda b, m, k=result: m.v(k))
+    else:
+        build = result
+    rule = Rule(name, build, pattern=pattern, checks=tuple(checks), source=source)
+
+    def root_only(g, node, ctx):
+        for bound, _ in pattern.match_node(g, node, {}, ()):
+            if when is not None and not when(g, node, bound):
+                continue
+            nodes = {k: x for k, x in bound.items() if isinstance(x, Node)}
+            values = {k: x for k, x in bound.items() if isinstance(x, Value)}
+            yield Match(rule, g, node, nodes, values, (node.id,))
+
+    rule.matcher = root_only
+    return rule
+
+
+_F, _U = BinaryFn, UnaryFn
+_NAN_GUARD = P.where(P.isnan(V("p")), ZERO, V("p"))
+_CAST_CAST = P.cast(P.cast(X, name="mid"))  # the middle cast holds every value of x (f32 -> f64)
+ALGEBRAIC_RULES = (
+    _rule("MulOne", _binary(_F.MUL, X, ONE), "x"),                  # x*1 -> x, 1*x -> x
+    _rule("AddZero", _binary(_F.ADD, X, ZERO), "x"),                # x+0 -> x, 0+x -> x
+    _rule("SubZero", _binary(_F.SUB, X, ZERO), "x"),                # x-0 -> x
+    _rule("DivOne", _binary(_F.DIV, X, ONE), "x"),                  # x/1 -> x
+    _rule("PowOne", _binary(_F.POW, X, ONE), "x"),                  # x**1 -> x
+    _rule("SubSelf", _binary(_F.SUB, X, X), _zeros, _integer),      # x-x -> 0 (integers)
+    _rule("MaxSelf", _binary(_F.MAX, X, X), "x"),                   # max(x, x) -> x
+    _rule("MinSelf", _binary(_F.MIN, X, X), "x"),                   # min(x, x) -> x
+    _rule("AndSelf", _binary(_F.AND, X, X), "x"),                   # x and x -> x
+    _rule("OrSelf", _binary(_F.OR, X, X), "x"),                     # x or x -> x
+    _rule("NegNeg", _unary(_U.NEG, _unary(_U.NEG, X)), "x"),        # -(-x) -> x
+    _rule("NotNot", _unary(_U.NOT, _unary(_U.NOT, X)), "x"),        # not(not x) -> x
+    _rule("WhereSame", P.where(V("cond"), X, X), "x"),              # where(c, x, x) -> x
+    _rule("WhereTrue", P.where(TRUE, X, Y), "x"),                   # where(True, x, y) -> x
+    _rule("WhereFalse", P.where(FALSE, Y, X), "x"),                 # where(False, y, x) -> x
+    _rule("SoftmaxNanGuard", _NAN_GUARD, "p", _softmax_output),     # where(isnan(p),0,p) -> p
+    _rule("CastCast", _CAST_CAST, _fold_casts, _exact_middle),      # cast(cast(x, f64)) -> cast(x)
+    _rule("FullNarrow", P.narrow(X), "x", when=_full_narrow),       # x[0:n] of n rows -> x
+    _rule("FullSlice", P.slice(X), "x", when=_full_slice),          # x[0:n:1] of n rows -> x
+    _rule("ConcatOne", P.of(Concat, X), "x"),                       # concat([x]) -> x
+)
+# transpose(transpose(x)) -> one transpose, reshape(reshape(x)) -> one reshape, and identity
+# transpose / reshape / expand / cast -> x: layout.py's rules, one definition
+SIMPLIFY_RULES = ALGEBRAIC_RULES + (COMPOSE_TRANSPOSES, COMPOSE_RESHAPES, DROP_IDENTITY)
+
+
+# -- the pass and bz.simplify -----------------------------------------------------------------
+@dataclass
+class AlgebraicSimplify:
+    """SIMPLIFY_RULES, then DCE (and CSE with `cse=True`), to a fixed point. Rule statistics
+    add up over the rounds; the misses are those of the last round (still present in the
+    result). The canonicalization stage runs it without CSE: merging equal values would give
+    pattern interiors extra readers that block later recognizers."""
+
+    name: str = "AlgebraicSimplify"
+    cse: bool = False
+    max_rounds: int = 8
+
+    def run(self, g: Graph, ctx: RewriteContext | None = None) -> PassResult:
+        t0 = time.perf_counter()
+        ctx = ctx or RewriteContext()
+        stats = {r.name: RuleStats(r.name, r.source) for r in SIMPLIFY_RULES}
+        cur, changed = g, False
+        for _ in range(self.max_rounds):
+            merged = False
+            if self.cse:
+                cur, merged = common_subexpression_elimination(cur)
+            res = rewrite(cur, SIMPLIFY_RULES, ctx)
+            for k, s in res.stats.items():
+                stats[k].merge(s)
+            cur, dropped = dead_code_elimination(res.graph)
+            changed = changed or merged or res.changed or dropped
+            if not (merged or res.changed):
+                return PassResult(self.name, cur, changed, stats, res.misses,
+                                  time.perf_counter() - t0)
+        busy = [k for k, s in stats.items() if s.matches]
+        raise PassError(f"{self.name} found no fixed point in {self.max_rounds} rounds on graph "
+                        f"{g.name!r}; rules still matching: {busy}")
+
+
+def simplify_with_stats(g: Graph) -> tuple[Graph, dict[str, RuleStats]]:
+    """`simplify`, also returning each rule's statistics (matches, attempts, misses, time,
+    and the rule's `source` file:line)."""
+    res = AlgebraicSimplify(cse=True).run(g)
+    return res.graph, res.stats
+
+
+def simplify(g: Graph) -> Graph:
+    """Algebraic identities, CSE and DCE to a fixed point (`bz.simplify`). Returns a new graph
+    computing the same outputs with the same shapes and dtypes; `g` is not changed."""
+    return simplify_with_stats(g)[0]

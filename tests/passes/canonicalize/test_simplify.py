@@ -1,0 +1,317 @@
+"""AlgebraicSimplify and bz.simplify: every identity fires (op counts, numerics on fresh random
+inputs, fuse -> unfuse round trip), per-rule statistics name the rule's file and line, rules that
+would change a value's shape or dtype (or its NaNs) are reported misses, interiors read elsewhere
+stay, and bz.simplify reaches a fixed point with CSE and DCE in a bounded number of rounds."""
+import linecache
+import os
+
+import ml_dtypes
+import numpy as np
+import pytest
+from helpers import check_same
+
+import braze as bz
+from braze.errors import PassError
+from braze.passes.base import run_passes
+from braze.passes.canonicalize import canonicalize_passes
+from braze.passes.canonicalize.simplify import (
+    SIMPLIFY_RULES,
+    AlgebraicSimplify,
+    exact_cast,
+    simplify_with_stats,
+)
+from braze.rewrite import MissReason, RewriteContext
+
+CPU = RewriteContext(bz.get_target("cpu"))
+
+
+def run(g):
+    """AlgebraicSimplify as the pipeline runs it (no CSE); returns the PassResult."""
+    _, (res,) = run_passes(g, [AlgebraicSimplify()], CPU, verify=True)
+    return res
+
+
+def graph(shape=("b", 4, 6), dtype=bz.f32):
+    g = bz.Graph("s")
+    return g, g.input("x", bz.Shape(shape, dtype))
+
+
+# -- every identity fires -------------------------------------------------------------------------
+def _mul_one(g, x):
+    return g.mul(g.constant(np.ones((6,), np.float32)), x)           # 1*x, a broadcast vector
+
+
+def _where_true(g, x):
+    return g.where(g.constant(np.ones((4, 1), bool)), x, g.exp(x))
+
+
+def _where_false(g, x):
+    return g.where(g.constant(False), g.exp(x), x)
+
+
+def _nan_guard(g, x):
+    p = g.softmax(x)
+    return g.where(g.isnan(p), 0.0, p)
+
+
+def _nan_guard_cast(g, x):
+    p = g.cast(g.softmax(g.cast(x, bz.f32)), bz.f16)
+    return g.where(g.isnan(p), g.constant(0.0, bz.f16), p)
+
+
+FIRES = {   # rule -> (builder of the expression on x, x's dtype)
+    "MulOne": (_mul_one, bz.f32),
+    "AddZero": (lambda g, x: g.add(0.0, x), bz.f32),
+    "SubZero": (lambda g, x: g.sub(x, 0.0), bz.f32),
+    "DivOne": (lambda g, x: g.div(x, 1.0), bz.f32),
+    "PowOne": (lambda g, x: g.pow(x, 1.0), bz.f32),
+    "MaxSelf": (lambda g, x: g.maximum(x, x), bz.f32),
+    "MinSelf": (lambda g, x: g.minimum(x, x), bz.f32),
+    "AndSelf": (lambda g, x: g.logical_and(x, x), bz.bool_),
+    "OrSelf": (lambda g, x: g.logical_or(x, x), bz.bool_),
+    "NegNeg": (lambda g, x: g.neg(g.neg(x)), bz.f32),
+    "NotNot": (lambda g, x: g.activation(g.activation(x, "not"), "not"), bz.bool_),
+    "WhereSame": (lambda g, x: g.where(g.gt(x, 0.0), x, x), bz.f32),
+    "WhereTrue": (_where_true, bz.f32),
+    "WhereFalse": (_where_false, bz.f32),
+    "SoftmaxNanGuard": (_nan_guard, bz.f32),                         # -> softmax(x)
+    "FullNarrow": (lambda g, x: g.narrow(x, -1, 0, 6), bz.f32),
+    "FullSlice": (lambda g, x: g.slice(x, 1, 0, 2**31), bz.f32),
+    "ConcatOne": (lambda g, x: g.concat([x], 1), bz.f32),
+    "ComposeTransposes": (lambda g, x: g.transpose(g.transpose(x, (1, 0, 2)), (1, 0, 2)), bz.f32),
+    "ComposeReshapes": (lambda g, x: g.reshape(g.reshape(x, ("b", 24)), ("b", 4, 6)), bz.f32),
+    "DropIdentityLayout": (lambda g, x: g.expand(x, ("b", 4, 6)), bz.f32),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(FIRES))
+def test_identity_fires_and_keeps_the_value(rule):
+    build, dtype = FIRES[rule]
+    g, x = graph(dtype=dtype)
+    g.set_outputs([build(g, x)])
+    res = run(g)
+    out = res.graph
+    assert res.stats[rule].matches >= 1, res.stats[rule]
+    if rule == "SoftmaxNanGuard":
+        assert out.op_counts() == {"softmax": 1}
+    else:
+        assert out.outputs == [out.input_value("x")], out   # the expression is x itself
+    assert not res.misses
+    check_same(g, out, symbols={"b": 3})
+
+
+@pytest.mark.parametrize("build", [_nan_guard, _nan_guard_cast])
+def test_the_sdpa_guard_goes_through_casts_and_keeps_a_fully_masked_row_zero(build):
+    g, x = graph(dtype=bz.f16 if build is _nan_guard_cast else bz.f32)
+    g.set_outputs([build(g, x)])
+    out = run(g).graph
+    assert out.count("isnan") == 0 and out.count("where") == 0 and out.count("softmax") == 1
+    dt = np.float16 if build is _nan_guard_cast else np.float32
+    feed = np.full((2, 4, 6), -np.inf, dt)                  # every score masked
+    feed[0, 1, 2] = 1.0
+    (want,), (got,) = bz.interpret(g, {"x": feed}), bz.interpret(out, {"x": feed})
+    np.testing.assert_array_equal(got, want)
+    assert not np.isnan(got).any() and got[1].sum() == 0
+    check_same(g, out, symbols={"b": 2}, rtol=1e-3, atol=1e-3)
+
+
+def test_transpose_chain_becomes_one_transpose_and_reshape_chain_one_reshape():
+    g, x = graph()
+    t = g.transpose(g.transpose(g.transpose(x, (1, 0, 2)), (0, 2, 1)), (2, 1, 0))
+    r = g.reshape(g.reshape(g.reshape(x, ("b", 24)), ("b", 2, 12)), ("b", 12, 2))
+    g.set_outputs([t, r])
+    out = run(g).graph
+    assert out.op_counts() == {"transpose": 1, "reshape": 1}
+    (tn,) = [n for n in out.nodes if n.op.kind == "transpose"]
+    assert tn.op.perm == (0, 2, 1)                     # [b, 4, 6] -> [b, 6, 4]
+    check_same(g, out, symbols={"b": 2})
+
+
+@pytest.mark.parametrize("mid,folds", [(bz.f64, True), (bz.f16, False), (bz.bf16, False)])
+def test_cast_through_an_exact_type_folds_and_a_rounding_one_is_a_reported_miss(mid, folds):
+    g, x = graph()
+    g.set_outputs([g.cast(g.cast(x, mid), bz.f32), g.cast(g.cast(x, mid), bz.i32)])
+    res = run(g)
+    out = res.graph
+    if folds:
+        assert out.count("cast") == 1 and out.outputs[0] == out.input_value("x")
+        (c,) = [n for n in out.nodes if n.op.kind == "cast"]
+        assert c.op.dtype == bz.i32 and c.inputs[0] == out.input_value("x")
+        assert not res.misses
+    else:
+        assert out.count("cast") == 4
+        reasons = {(m.pattern, m.reason) for m in res.misses}
+        assert reasons == {("CastCast", MissReason.DTYPE_MISMATCH)}
+        assert f"f32 -> {mid} rounds" in res.misses[0].detail
+    check_same(g, out, symbols={"b": 2})
+
+
+def test_exact_casts():
+    assert exact_cast(bz.f16, bz.f32) and exact_cast(bz.bf16, bz.f64) and exact_cast(bz.i8, bz.f16)
+    assert exact_cast(bz.u8, bz.bf16) and exact_cast(bz.i32, bz.f64)
+    assert exact_cast(bz.bool_, bz.f16)
+    assert not exact_cast(bz.f32, bz.f16) and not exact_cast(bz.f16, bz.bf16)
+    assert not exact_cast(bz.i32, bz.f32) and not exact_cast(bz.i64, bz.f64)
+    assert not exact_cast(bz.i16, bz.f16) and not exact_cast(bz.f32, bz.i64)
+    for src in (bz.i8, bz.u8, bz.i16, bz.f16, bz.bf16):       # the table against NumPy
+        for dst in (bz.f16, bz.bf16, bz.f32, bz.i16, bz.i32):
+            if exact_cast(src, dst):
+                info = ml_dtypes.finfo(src.np) if src.is_float else np.iinfo(src.np)
+                vals = np.array([info.min, info.max, 1, 0], src.np)
+                assert (vals.astype(dst.np).astype(src.np) == vals).all(), (src, dst)
+
+
+def test_integer_x_minus_x_is_zeros_with_the_broadcast_shape():
+    g = bz.Graph("z")
+    x = g.input("x", bz.Shape(("b", 1, 6), bz.i32))
+    y = g.input("y", bz.Shape((4, 1), bz.i32))
+    d = g.sub(x, x)
+    g.set_outputs([d, g.add(d, y)])                      # x - x, then broadcast against y
+    res = run(g)
+    assert res.stats["SubSelf"].matches == 1 and res.graph.count("sub") == 0
+    assert res.graph.shape_of(res.graph.outputs[0]).dims == ("b", 1, 6)
+    check_same(g, res.graph, symbols={"b": 3})
+
+
+# -- must not fire (the reason is in the report) --------------------------------------------------
+def _misses(g):
+    _, report = bz.fuse(g, "cpu")
+    return {(m.pattern, m.reason): m for m in report.misses}
+
+
+@pytest.mark.filterwarnings("ignore:invalid value")
+def test_float_x_minus_x_stays_because_of_inf_and_nan():
+    g, x = graph()
+    g.set_outputs([g.sub(x, x)])
+    misses = _misses(g)
+    m = misses[("SubSelf", MissReason.DTYPE_MISMATCH)]
+    assert "inf or NaN" in m.detail
+    out = run(g).graph
+    assert out.count("sub") == 1
+    feed = {"x": np.full((1, 4, 6), np.inf, np.float32)}
+    assert np.isnan(bz.interpret(out, feed)[0]).all()
+
+
+def test_identities_that_would_change_the_broadcast_shape_do_not_fire():
+    g = bz.Graph("bc")
+    x = g.input("x", bz.Shape((6,)))
+    c = g.input("c", bz.Shape((4, 1), bz.bool_))
+    g.set_outputs([
+        g.mul(x, g.constant(np.ones((4, 6), np.float32))),   # x*1 broadcasts x to [4, 6]
+        g.add(x, g.constant(np.zeros((2, 1), np.float32))),  # x+0 broadcasts x to [2, 6]
+        g.where(c, x, x),                                   # c broadcasts x to [4, 6]
+    ])
+    misses = _misses(g)
+    for rule in ("MulOne", "AddZero", "WhereSame"):
+        m = misses[(rule, MissReason.SHAPE_MISMATCH)]
+        assert f"{rule} would turn" in m.detail and "f32[6]" in m.detail
+    out = run(g).graph
+    assert out.op_counts() == {"mul": 1, "add": 1, "where": 1}
+    check_same(g, out)
+
+
+@pytest.mark.filterwarnings("ignore:invalid value")
+def test_a_nan_guard_on_a_value_that_can_be_nan_stays():
+    g, x = graph()
+    p = g.log(x)                                       # NaN for negative x
+    g.set_outputs([g.where(g.isnan(p), 0.0, p)])
+    m = _misses(g)[("SoftmaxNanGuard", MissReason.PATTERN_MISMATCH)]
+    assert "not a softmax" in m.detail
+    out = run(g).graph
+    assert out.count("isnan") == 1
+    check_same(g, out, symbols={"b": 2})
+
+
+def test_near_identities_are_left_alone_without_noise():
+    g, x = graph()
+    ys = [g.mul(x, 2.0), g.add(x, 1e-30), g.mul(x, g.constant(np.array([1.0, 1.0, 1.0, 1.0,
+                                                                          1.0, 0.5], np.float32))),
+          g.narrow(x, -1, 1, 5), g.slice(x, 1, 0, 4, 2), g.slice(x, 1, -1, -5, -1),
+          g.where(g.gt(x, 0.0), x, g.neg(x)), g.sub(x, g.exp(x)), g.neg(x)]
+    g.set_outputs(ys)
+    res = run(g)
+    assert not res.changed and not res.misses
+    assert sum(s.matches for s in res.stats.values()) == 0
+
+
+def test_an_interior_read_elsewhere_stays_for_its_reader():
+    g, x = graph()
+    inner = g.neg(x)
+    outer = g.neg(inner)
+    g.set_outputs([g.exp(outer), inner])               # inner is an output too
+    out = run(g).graph
+    assert out.count("neg") == 1
+    (e,) = [n for n in out.nodes if n.op.label == "exp"]
+    assert e.inputs[0] == out.input_value("x")
+    check_same(g, out, symbols={"b": 2})
+
+
+# -- statistics, pipeline, bz.simplify -------------------------------------------------------------
+def test_every_rule_records_its_own_file_and_line():
+    names = [r.name for r in SIMPLIFY_RULES]
+    assert len(set(names)) == len(names)
+    here = os.path.dirname(bz.__file__)
+    for r in SIMPLIFY_RULES:
+        fname, line = r.source.split(":")
+        path = os.path.join(here, "passes", "canonicalize", fname)
+        text = linecache.getline(path, int(line))
+        assert r.name in text or f"Rule(\"{r.name}\"" in text or r.name.upper() in text, \
+            (r.name, r.source, text)
+    g, x = graph()
+    g.set_outputs([g.mul(g.add(x, 0.0), 1.0)])
+    _, stats = simplify_with_stats(g)
+    assert stats["MulOne"].matches == 1 and stats["MulOne"].source.startswith("simplify.py:")
+    assert stats["AddZero"].matches == 1 and stats["DivOne"].matches == 0
+
+
+def test_fuse_runs_simplify_first_so_the_linear_layer_fuses():
+    g, x = graph()
+    w, b = g.param("w", bz.Shape((6, 5))), g.param("bias", bz.Shape((5,)))
+    h = g.div(g.mul(x, 1.0), 1.0)                       # an exporter's no-op scaling
+    y = g.neg(g.neg(g.gelu(g.add(g.mm(g.cast(g.cast(h, bz.f64), bz.f32), w), b))))
+    g.set_outputs([y])
+    names = [p.name for p in canonicalize_passes()]
+    assert names[0] == "AlgebraicSimplify" and "AlgebraicSimplifyAgain" in names
+    fused, report = bz.fuse(g, "cpu")
+    assert fused.op_counts() == {"fused_matmul_bias_act": 1}
+    assert report.rule_stats["MulOne"].matches == 1 and report.rule_stats["DivOne"].matches == 1
+    assert report.rule_stats["MulOne"].source.startswith("simplify.py:")
+    check_same(g, fused, symbols={"b": 2})
+
+
+def test_simplify_reaches_a_fixed_point_with_cse_and_dce():
+    g = bz.Graph("fix")
+    x = g.input("x", bz.Shape(("b", 6), bz.i64))
+    a = g.add(g.mul(x, 3), 1)
+    a2 = g.add(g.mul(x, 3), 1)                          # the same value, computed twice
+    z = g.sub(a, a2)                                    # zero once CSE merges a and a2
+    g.set_outputs([g.add(g.neg(g.neg(x)), z)])
+    text = str(g)
+    out = bz.simplify(g)
+    assert str(g) == text                               # the input is not changed
+    assert out.op_counts() == {"expand": 1, "add": 1}   # x + zeros
+    check_same(g, out, symbols={"b": 2})
+    again = bz.simplify(out)
+    assert str(again) == str(out)                       # a fixed point
+
+
+def test_simplify_rounds_do_not_grow_with_the_graph():
+    """Each round is one linear sweep; a long chain settles in the same few rounds."""
+    for n in (10, 2000):
+        g, x = graph()
+        y = x
+        for i in range(n):
+            y = g.neg(g.neg(g.mul(g.add(y, 0.0), 1.0)))
+            y = g.transpose(g.transpose(y, (1, 0, 2)), (1, 0, 2))
+            y = g.relu(y) if i % 50 == 0 else y
+        g.set_outputs([y])
+        res = AlgebraicSimplify(cse=True, max_rounds=2).run(g, CPU)
+        assert res.graph.op_counts() == {"relu": (n + 49) // 50}
+    check_same(g, res.graph, symbols={"b": 2})
+
+
+def test_a_runaway_is_a_pass_error():
+    g, x = graph()
+    g.set_outputs([g.neg(g.neg(x))])
+    with pytest.raises(PassError, match="no fixed point"):
+        AlgebraicSimplify(cse=True, max_rounds=1).run(g, CPU)
