@@ -146,3 +146,13 @@ def test_isnan_guard_only_where_a_mask_can_hide_every_key(mask, guarded):
     _same(_run(model, feeds), want)
     if m is not None:
         assert not want[0][:, :, 1].any()
+
+
+def test_streamed_initializers_parse_as_the_same_model(tmp_path):
+    g = models.llama_decoder(1, 64, 4, 2, 96, batch="batch", seq="seq")
+    params = bz.init_params(g, 0)
+    path = bz.export_onnx(g, tmp_path / "m.onnx", params=params)
+    loaded = onnx.load(path)
+    assert loaded.SerializeToString() == to_onnx_model(g, params=params).SerializeToString()
+    assert len(loaded.graph.initializer) >= len(params)
+    onnx.checker.check_model(path, full_check=True)

@@ -92,33 +92,20 @@ class OnnxBuilder:
     def write_initializers(self, graph_proto, data_file=None, location: str = "") -> None:
         """Fill `graph_proto.initializer` in place: raw little-endian data inline, or (with
         `data_file`) tensors over 1 KiB written straight to that file as external data."""
-        from onnx import TensorProto
+        for name, arr in self.initializers:
+            fill_tensor(graph_proto.initializer.add(), name, arr, data_file, location)
+
+    def stream_initializers(self, f) -> None:
+        """Append the initializers to a serialized model in the open file `f`, each as its own
+        small ModelProto holding just graph.initializer = [tensor]: protobuf merges repeated
+        occurrences of a message field, so the file parses as one model with every weight,
+        and no serialized copy of all the weights is ever built in memory."""
+        from onnx import ModelProto
 
         for name, arr in self.initializers:
-            t = graph_proto.initializer.add()
-            t.name = name
-            t.dims.extend(arr.shape)
-            if arr.dtype.name == "bfloat16":
-                t.data_type = TensorProto.BFLOAT16
-                arr = arr.view(np.uint16)
-            else:
-                from onnx import helper
-
-                t.data_type = helper.np_dtype_to_tensor_dtype(arr.dtype)
-            if not arr.flags.c_contiguous:
-                arr = arr.copy(order="C")
-            if data_file is not None and arr.nbytes > 1024:
-                pad = (-data_file.tell()) % 64
-                data_file.write(b"\0" * pad)
-                offset = data_file.tell()
-                arr.tofile(data_file)
-                t.data_location = TensorProto.EXTERNAL
-                for key, value in (("location", location), ("offset", str(offset)),
-                                   ("length", str(arr.nbytes))):
-                    e = t.external_data.add()
-                    e.key, e.value = key, value
-            else:
-                t.raw_data = arr.tobytes()
+            m = ModelProto()
+            fill_tensor(m.graph.initializer.add(), name, arr)
+            f.write(m.SerializeToString())
 
     # -- symbolic dims --------------------------------------------------------------------------
     def _bind_symbols(self) -> None:
@@ -175,3 +162,38 @@ class OnnxBuilder:
 
 def _safe(name: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in name)[:40]
+
+
+def tensor_type(arr: np.ndarray) -> int:
+    """The ONNX TensorProto data type of a NumPy array (bfloat16 included)."""
+    from onnx import TensorProto, helper
+
+    if arr.dtype.name == "bfloat16":
+        return TensorProto.BFLOAT16
+    return helper.np_dtype_to_tensor_dtype(arr.dtype)
+
+
+def fill_tensor(t, name: str, arr: np.ndarray, data_file=None, location: str = "") -> None:
+    """Write `arr` into TensorProto `t`: raw data inline, or (with `data_file`, over 1 KiB)
+    appended to that file as external data at a 64-byte aligned offset."""
+    from onnx import TensorProto
+
+    t.name = name
+    t.dims.extend(arr.shape)
+    t.data_type = tensor_type(arr)
+    if arr.dtype.name == "bfloat16":
+        arr = arr.view(np.uint16)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")
+    if data_file is not None and arr.nbytes > 1024:
+        pad = (-data_file.tell()) % 64
+        data_file.write(b"\0" * pad)
+        offset = data_file.tell()
+        arr.tofile(data_file)
+        t.data_location = TensorProto.EXTERNAL
+        for key, value in (("location", location), ("offset", str(offset)),
+                           ("length", str(arr.nbytes))):
+            e = t.external_data.add()
+            e.key, e.value = key, value
+    else:
+        t.raw_data = arr.tobytes()

@@ -16,7 +16,7 @@ import numpy as np
 from ...ir.graph import Graph
 from ...ir.ops.io import Constant, Input, Param
 from ...passes.expand import expand_where
-from .builder import ExportError, OnnxBuilder, onnx_type
+from .builder import ExportError, OnnxBuilder, fill_tensor, onnx_type, tensor_type
 from .registry import EXPORTERS, TARGETS, accepts
 
 __all__ = ["export_onnx", "to_onnx_model", "ExportError"]
@@ -120,16 +120,16 @@ def export_onnx(graph: Graph, path: str | os.PathLike, target: str = "onnxruntim
         location = os.path.basename(path) + ".data"
         with open(os.path.join(os.path.dirname(os.path.abspath(path)), location), "wb") as f:
             b.write_initializers(model.graph, data_file=f, location=location)
-    else:
-        b.write_initializers(model.graph)
     if check:
-        _check(model, graph.name)
+        _check(model, b, graph.name)
     with open(path, "wb") as f:
         f.write(model.SerializeToString())
+        if not external_data:
+            b.stream_initializers(f)
     return path
 
 
-def _check(model, name: str) -> None:
+def _check(model, b: OnnxBuilder, name: str) -> None:
     """onnx.checker (full check: structure, types, shape inference) on the model with its
     large weights declared as typed graph inputs instead of data - the same graph, checked in
     milliseconds instead of re-serializing hundreds of megabytes."""
@@ -144,11 +144,12 @@ def _check(model, name: str) -> None:
     g.node.extend(model.graph.node)
     g.input.extend(model.graph.input)
     g.output.extend(model.graph.output)
-    for t in model.graph.initializer:
-        if t.data_location != onnx.TensorProto.EXTERNAL and len(t.raw_data) <= 4096:
-            g.initializer.append(t)
+    for t_name, arr in b.initializers:
+        if arr.nbytes <= 4096:
+            fill_tensor(g.initializer.add(), t_name, arr)
         else:
-            g.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+            g.input.append(helper.make_tensor_value_info(t_name, tensor_type(arr),
+                                                         list(arr.shape)))
     try:
         onnx.checker.check_model(skeleton, full_check=True)
     except Exception as e:  # noqa: BLE001 - a bug of ours, named
