@@ -260,7 +260,7 @@ def test_attention_with_past_names_the_node():
         bz.import_onnx(m)
 
 
-def mha_inputs(b, s, kv, layout, mask=None, bias5=False, seed=0):
+def mha_inputs(b, s, kv, layout, mask=None, bias5=False, seed=0, left=False):
     if layout == "packed_kv":
         ins = [("q", rnd(b, s, 16, seed=seed), "input"),
                ("kv5", rnd(b, kv, 2, 2, 8, seed=seed + 1), "input")]
@@ -276,7 +276,7 @@ def mha_inputs(b, s, kv, layout, mask=None, bias5=False, seed=0):
             ins.append(("bqkv", rnd(44, seed=3), "init"))
     while len(ins) < 4:
         ins.append(None)
-    raw, lens = padding_mask(b, kv, seed)
+    raw, lens = padding_mask(b, kv, seed, left=left)
     ins.append({None: None, "raw2d": ("kmask", raw, "input"),
                 "lengths": ("lens", lens, "input")}[mask])
     if bias5:
@@ -307,9 +307,9 @@ def test_multi_head_attention_packed_kv_names_the_node():
         bz.import_onnx(m)
 
 
-@pytest.mark.parametrize("mask", [None, "raw2d"])
-def test_multi_head_attention_causal_and_present(mask):
-    ins = mha_inputs(2, 5, 5, "bias", mask)
+@pytest.mark.parametrize("mask, left", [(None, False), ("raw2d", False), ("raw2d", True)])
+def test_multi_head_attention_causal_and_present(mask, left):
+    ins = mha_inputs(2, 5, 5, "bias", mask, left=left)
     m = contrib_model("MultiHeadAttention", ins, attrs={"num_heads": 2, "unidirectional": 1,
                                                         "scale": 0.2},
                       out_names=["y", "pk", "pv"])

@@ -1,5 +1,5 @@
 """ONNX Runtime's attention-family contrib ops (com.microsoft): Attention (packed QKV projection),
-MultiHeadAttention (separate, packed QKV or packed KV inputs), RotaryEmbedding and BERT's
+MultiHeadAttention (separate q / k / v), RotaryEmbedding and BERT's
 EmbedLayerNormalization, as braze's logical ops (matmul / narrow / reshape / transpose around
 `attention`, `rope`, `layer_norm`) so that the attention-block fusion recombines them.
 
@@ -51,8 +51,7 @@ def _positions(ctx: ImportContext, n, shape):
     return ctx.g.reshape(ctx.g.arange(n), shape)
 
 
-def key_mask(ctx: ImportContext, node: NodeView, mask, like, batch, sq, sk,
-             filter_value: float):
+def key_mask(ctx: ImportContext, node: NodeView, mask, like, batch, sk, filter_value: float):
     """ORT's key / padding mask formats as an additive [B, 1, Sq|1, Sk] score mask: raw 0/1
     masks [B, Sk] and [B, Sq, Sk] (0 = masked), lengths [B] (keys at or past the length are
     masked) and end / start positions [2B] (left padding)."""
@@ -92,7 +91,7 @@ def score_mask(ctx: ImportContext, node: NodeView, like, *, batch, sq, sk, key_m
                              f"{sk} is not supported (ORT aligns the mask differently)")
     parts = []
     if key_mask_input is not None:
-        parts.append(key_mask(ctx, node, key_mask_input, like, batch, sq, sk, filter_value))
+        parts.append(key_mask(ctx, node, key_mask_input, like, batch, sk, filter_value))
     if bias_input is not None:
         parts.append(bias_input)
     if not parts:
