@@ -28,7 +28,7 @@ from ...errors import PassError
 from ...ir.dtypes import DType
 from ...ir.graph import Graph
 from ...ir.node import Node
-from ...ir.op import Value
+from ...ir.op import Value, op_class
 from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Unary, UnaryFn
 from ...ir.ops.io import Constant
 from ...ir.ops.reduce import Softmax
@@ -160,6 +160,19 @@ def _fold_casts(b, m):
     return x if m.shape("x").dtype == dt else b.cast(x, dt)
 
 
+def _root_test(pattern) -> Callable:
+    """A cheap test of the root op (kind, and `fn` when the pattern fixes it): the driver runs
+    every rule's root test on every node."""
+    kind = pattern.op if isinstance(pattern.op, str) else pattern.op.kind
+    op_class(kind)  # a label that is not a kind would never match
+    fn = pattern.attrs.get("fn")
+    if set(pattern.attrs) - {"fn"}:
+        return pattern.root_test()
+    if fn is None:
+        return lambda op: op.kind == kind
+    return lambda op: op.kind == kind and op.fn is fn
+
+
 # -- the table --------------------------------------------------------------------------------
 def _rule(name: str, pattern, result: str | Callable, *checks, when=None) -> Rule:
     """One table row. `result` names the capture the root becomes (a check that it has the
@@ -172,7 +185,8 @@ def _rule(name: str, pattern, result: str | Callable, *checks, when=None) -> Rul
         build = (lambda b, m, k=result: m.v(k))
     else:
         build = result
-    rule = Rule(name, build, pattern=pattern, checks=tuple(checks), source=source)
+    rule = Rule(name, build, pattern=pattern, checks=tuple(checks), source=source,
+                root_test=_root_test(pattern))
 
     def root_only(g, node, ctx):
         for bound, _ in pattern.match_node(g, node, {}, ()):
@@ -233,21 +247,28 @@ class AlgebraicSimplify:
         ctx = ctx or RewriteContext()
         stats = {r.name: RuleStats(r.name, r.source) for r in SIMPLIFY_RULES}
         cur, changed = g, False
+        if self.cse:
+            cur, changed = common_subexpression_elimination(cur)
         for _ in range(self.max_rounds):
-            merged = False
-            if self.cse:
-                cur, merged = common_subexpression_elimination(cur)
-            res = rewrite(cur, SIMPLIFY_RULES, ctx)
+            # the driver sweeps to its own fixed point (a chain of n reshapes or transposes
+            # halves per sweep); only a CSE merge can expose a new match after that
+            res = rewrite(cur, SIMPLIFY_RULES, ctx, max_sweeps=_MAX_SWEEPS)
             for k, s in res.stats.items():
                 stats[k].merge(s)
             cur, dropped = dead_code_elimination(res.graph)
-            changed = changed or merged or res.changed or dropped
-            if not (merged or res.changed):
+            changed = changed or res.changed or dropped
+            merged = False
+            if self.cse and res.changed:
+                cur, merged = common_subexpression_elimination(cur)
+            if not merged:
                 return PassResult(self.name, cur, changed, stats, res.misses,
                                   time.perf_counter() - t0)
         busy = [k for k, s in stats.items() if s.matches]
         raise PassError(f"{self.name} found no fixed point in {self.max_rounds} rounds on graph "
                         f"{g.name!r}; rules still matching: {busy}")
+
+
+_MAX_SWEEPS = 32
 
 
 def simplify_with_stats(g: Graph) -> tuple[Graph, dict[str, RuleStats]]:
