@@ -156,3 +156,47 @@ def test_streamed_initializers_parse_as_the_same_model(tmp_path):
     assert loaded.SerializeToString() == to_onnx_model(g, params=params).SerializeToString()
     assert len(loaded.graph.initializer) >= len(params)
     onnx.checker.check_model(path, full_check=True)
+
+
+def _fn_graph(family, fn):
+    """A one-node graph applying enum member `fn` of an elementwise / reduce family."""
+    from braze.ir.ops.reduce import ReduceFn
+
+    g = bz.Graph(f"{family}_{fn.value}")
+    logical = fn.value in ("not", "and", "or", "xor")
+    integer = fn.value in ("mod", "fmod")
+    dt = bz.bool_ if logical else (bz.i64 if integer else bz.f32)
+    x = g.input("x", bz.Shape((3, 4), dt))
+    if family == "unary":
+        y = g.activation(x, fn)
+    elif family == "reduce":
+        y = g.reduce(x, ReduceFn(fn.value), (1,), keepdims=False)
+    else:
+        other = g.input("y", bz.Shape((4,), dt))
+        y = g.binary(x, other, fn) if family == "binary" else g.compare(x, other, fn)
+    g.set_outputs([y])
+    return g
+
+
+def _fn_cases():
+    from braze.ir.ops.elementwise import BinaryFn, CompareFn, UnaryFn
+    from braze.ir.ops.reduce import ReduceFn
+
+    return [(fam, fn) for fam, enum in (("unary", UnaryFn), ("binary", BinaryFn),
+                                        ("compare", CompareFn), ("reduce", ReduceFn))
+            for fn in enum]
+
+
+@pytest.mark.parametrize("target", ["standard", "onnxruntime"])
+@pytest.mark.parametrize("family, fn", _fn_cases(), ids=lambda v: getattr(v, "value", v))
+def test_every_function_of_every_elementwise_kind_exports(family, fn, target):
+    g = _fn_graph(family, fn)
+    feeds = bz.random_feeds(g, 0)
+    if fn.value in ("log", "sqrt", "rsqrt"):
+        feeds["x"] = np.abs(feeds["x"]) + np.float32(0.1)
+    if fn.value in ("mod", "fmod"):
+        feeds["y"] = np.where(feeds["y"] == 0, 3, feeds["y"])
+    if fn.value == "pow":
+        feeds["x"] = np.abs(feeds["x"]) + np.float32(0.1)
+    want = bz.interpret(g, feeds)
+    _same(_run(to_onnx_model(g, target), feeds), want)

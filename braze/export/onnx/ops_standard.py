@@ -55,7 +55,7 @@ _DIRECT_UNARY = {UnaryFn.RELU: "Relu", UnaryFn.SIGMOID: "Sigmoid", UnaryFn.TANH:
                  UnaryFn.NEG: "Neg", UnaryFn.ABS: "Abs", UnaryFn.SIN: "Sin", UnaryFn.COS: "Cos",
                  UnaryFn.ERF: "Erf", UnaryFn.RECIPROCAL: "Reciprocal", UnaryFn.FLOOR: "Floor",
                  UnaryFn.CEIL: "Ceil", UnaryFn.SIGN: "Sign", UnaryFn.NOT: "Not",
-                 UnaryFn.ROUND: "Round"}
+                 UnaryFn.ROUND: "Round", UnaryFn.HARD_SWISH: "HardSwish"}
 
 
 def unary_fn(b, fn: UnaryFn, x: str, dt, target: str) -> str:
