@@ -200,3 +200,13 @@ def test_every_function_of_every_elementwise_kind_exports(family, fn, target):
         feeds["x"] = np.abs(feeds["x"]) + np.float32(0.1)
     want = bz.interpret(g, feeds)
     _same(_run(to_onnx_model(g, target), feeds), want)
+
+
+@pytest.mark.parametrize("target", ["standard", "onnxruntime"])
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge"])
+def test_pad_modes_export(mode, target):
+    g = bz.Graph("pad")
+    x = g.input("x", bz.Shape((2, 3, 5)))
+    g.set_outputs([g.pad(x, [(0, 0), (1, 2), (2, 1)], 0.5, mode)])
+    feeds = bz.random_feeds(g, 0)
+    _same(_run(to_onnx_model(g, target), feeds), bz.interpret(g, feeds))

@@ -243,8 +243,10 @@ def pad(b, n, ins, target):
     befores = [p[0] for p in n.op.pads]
     afters = [p[1] for p in n.op.pads]
     dt = n.outputs[0].dtype
-    return [b.op1("Pad", ins[0], b.const(np.asarray(befores + afters, np.int64)),
-                  scalar(b, n.op.value, dt), mode="constant")]
+    pads = b.const(np.asarray(befores + afters, np.int64))
+    if n.op.mode.value != "constant":  # ONNX reflect / edge mean what braze's modes mean
+        return [b.op1("Pad", ins[0], pads, mode=n.op.mode.value)]
+    return [b.op1("Pad", ins[0], pads, scalar(b, n.op.value, dt), mode="constant")]
 
 
 @exporter(Split)
