@@ -26,15 +26,15 @@ class HFZoo:
         return hf_module(family, attn=attn)
 
     def onnx(self, family: str, variant: str) -> str:
-        from braze.models.hf import export_onnx_variant
+        from braze.models.hf import export_onnx_variant, variant_attn
 
         path = self.folder / f"{family}_{variant}.onnx"
         with open(self.folder / f".{family}_{variant}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not path.exists():
                 tmp = path.with_suffix(".partial.onnx")
-                attn = "eager" if variant == "eager" else "sdpa"
-                export_onnx_variant(self.module(family, attn), tmp, variant)
+                export_onnx_variant(self.module(family, variant_attn(family, variant)), tmp,
+                                    variant)
                 os.replace(tmp, path)
         return str(path)
 

@@ -8,12 +8,15 @@ import pytest
 import torch
 
 import braze as bz
-from braze.models.hf import EXPORT_VARIANTS, HF_FAMILIES, hf_inputs
+from braze.models.hf import HF_FAMILIES, family_variants, hf_inputs, variant_attn
 
 # family -> residual norms fused over its two layers (pre-norm stacks fuse each sublayer's
-# residual add into the next norm; parallel-residual stacks have one residual per layer)
+# residual add into the next norm; parallel-residual stacks have one residual per layer;
+# RoBERTa's and OPT's embedding sums are batch-shaped, so their embedding norm fuses too)
 RESIDUAL_NORMS = {"bert": 4, "gpt2": 4, "llama": 4, "gemma": 4, "qwen2": 4, "gpt_neox": 2,
-                  "phi": 2}
+                  "phi": 2, "t5": 4, "bloom": 4, "falcon": 2, "mistral": 4, "gptj": 2,
+                  "distilbert": 4, "roberta": 5, "clip_text": 4, "stablelm": 4, "opt": 5}
+CASES = [(f, v) for f in sorted(HF_FAMILIES) for v in family_variants(f)]
 
 
 def _fused(hf_zoo, family, variant):
@@ -22,8 +25,7 @@ def _fused(hf_zoo, family, variant):
     return g, fused, report
 
 
-@pytest.mark.parametrize("variant", EXPORT_VARIANTS)
-@pytest.mark.parametrize("family", sorted(HF_FAMILIES))
+@pytest.mark.parametrize("family,variant", CASES)
 def test_every_layer_fuses(hf_zoo, family, variant):
     g, fused, report = _fused(hf_zoo, family, variant)
     fam = HF_FAMILIES[family]
@@ -43,11 +45,10 @@ def test_every_layer_fuses(hf_zoo, family, variant):
     assert fused.count("erf") == 0 and fused.count("tanh") == 0 and fused.count("rope") == 0
 
 
-@pytest.mark.parametrize("variant", EXPORT_VARIANTS)
-@pytest.mark.parametrize("family", sorted(HF_FAMILIES))
+@pytest.mark.parametrize("family,variant", CASES)
 def test_fused_graph_matches_pytorch_and_onnxruntime(hf_zoo, family, variant):
     _, fused, _ = _fused(hf_zoo, family, variant)
-    m = hf_zoo.module(family, "eager" if variant == "eager" else "sdpa")
+    m = hf_zoo.module(family, variant_attn(family, variant))
     right = hf_inputs(3, 6, vocab=m.vocab_size, seed=3)
     with torch.no_grad():
         want = m(*(torch.from_numpy(right[k]) for k in ("input_ids", "attention_mask"))).numpy()
@@ -71,8 +72,7 @@ def test_misses_name_the_onnx_node(hf_zoo, family):
         assert "/" in miss.context  # ONNX node names look like /model/layers.0/...
 
 
-@pytest.mark.parametrize("variant", EXPORT_VARIANTS)
-@pytest.mark.parametrize("family", sorted(HF_FAMILIES))
+@pytest.mark.parametrize("family,variant", CASES)
 def test_fused_export_runs_in_onnxruntime_and_matches(hf_zoo, family, variant, tmp_path):
     g = hf_zoo.graph(family, variant)
     fused, _ = bz.fuse(g, "onnxruntime")

@@ -6,14 +6,15 @@ import pytest
 import torch
 
 import braze as bz
-from braze.models.hf import EXPORT_VARIANTS, HF_FAMILIES, hf_inputs
+from braze.models.hf import HF_FAMILIES, family_variants, hf_inputs, variant_attn
+
+CASES = [(f, v) for f in sorted(HF_FAMILIES) for v in family_variants(f)]
 
 
-@pytest.mark.parametrize("variant", EXPORT_VARIANTS)
-@pytest.mark.parametrize("family", sorted(HF_FAMILIES))
+@pytest.mark.parametrize("family,variant", CASES)
 def test_imported_export_matches_pytorch(hf_zoo, family, variant):
     g = hf_zoo.graph(family, variant)
-    m = hf_zoo.module(family, "eager" if variant == "eager" else "sdpa")
+    m = hf_zoo.module(family, variant_attn(family, variant))
     feeds = hf_inputs(3, 6, vocab=m.vocab_size, seed=1)           # not the export's 2 x 8
     with torch.no_grad():
         want = m(*(torch.from_numpy(feeds[k]) for k in ("input_ids", "attention_mask"))).numpy()
