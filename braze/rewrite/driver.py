@@ -3,8 +3,12 @@ pattern claims its nodes), applies the safety rule and each rule's checks, and r
 graph in topological order. The input graph is never mutated.
 
 Safety: a match never removes a value that anything outside it reads, or that the graph
-returns, unless its rule provides that value in the replacement. Rejected near matches become
-`MissedFusion`s, so a rule and its diagnostics can never disagree."""
+returns, unless its rule provides that value in the replacement. Before it is accepted, a
+match's replacement is built on trial (see `trial`): one that reads its own intermediates,
+fails to build, or would change a value's shape or dtype is refused. A match whose inputs are
+computed from its own interior (alone, or through other matches of the same sweep) would make a
+cycle and is refused too. Every refusal is a `MissedFusion` with a reason, so a rule and its
+diagnostics can never disagree, and a valid graph never makes the driver raise."""
 from __future__ import annotations
 
 import dataclasses
@@ -18,8 +22,9 @@ from ..ir.graph import Graph
 from ..ir.graph_core import GraphCore
 from ..ir.node import Node
 from ..ir.op import Value
-from .miss import Miss, MissedFusion, MissReason
+from .miss import Miss, MissedFusion, MissReason, fail
 from .rule import Match, Rule
+from .trial import check_provided, trial_build
 
 
 @dataclass
@@ -96,7 +101,23 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
 
 
 def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext) -> RewriteResult:
-    """One sweep: match everywhere, then rebuild."""
+    """One sweep: match everywhere, then rebuild. When the accepted matches of a sweep would
+    read each other's results in a cycle, the lowest-priority one in the cycle is refused
+    (WOULD_CYCLE) and the sweep is redone without it."""
+    vetoed: dict[tuple, Miss] = {}
+    while True:
+        try:
+            return _sweep(g, rules, ctx, vetoed)
+        except _MatchCycle as c:
+            vetoed[_key(c.match)] = c.miss
+
+
+def _key(m: Match) -> tuple:
+    return (m.rule.name, m.root.id, m.consumed)
+
+
+def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tuple, Miss]
+           ) -> RewriteResult:
     stats = {r.name: RuleStats(r.name, r.source) for r in rules}
     claimed: dict[int, Match] = {}
     accepted: list[Match] = []
@@ -112,7 +133,7 @@ def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext) -> Rewrit
                 continue
             st = stats[rule.name]
             t0 = time.perf_counter()
-            verdict = _try_rule(g, rule, node, ctx, claimed, outputs, st)
+            verdict = _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed)
             st.seconds += time.perf_counter() - t0
             if isinstance(verdict, Match):
                 st.matches += 1
@@ -141,12 +162,14 @@ def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext) -> Rewrit
                 misses.append(_missed(rule, node, miss))
     if not accepted:
         return RewriteResult(g, False, stats, misses)
-    new, node_map = _rebuild(g, claimed, accepted)
+    new, node_map = _rebuild(g, claimed, accepted, outputs)
     return RewriteResult(new, True, stats, misses, node_map)
 
 
-def _try_rule(g, rule, node, ctx, claimed, outputs, st):
-    """A Match if `rule` fuses at `node`, (node id, MissedFusion) for a near miss, else None."""
+def _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed):
+    """A Match if `rule` fuses at `node`, (node id, MissedFusion) for a near miss, else None.
+    Checks run cheapest first: claims, safety, the rule's checks, cycles, then the trial
+    build of the replacement."""
     first_miss = None
     for m in rule.matches_at(g, node, ctx):
         st.attempts += 1
@@ -159,8 +182,13 @@ def _try_rule(g, rule, node, ctx, claimed, outputs, st):
                 if miss is not None:
                     break
         if miss is None:
-            if _depends_on_itself(g, m):
-                continue
+            miss = vetoed.get(_key(m)) if vetoed else None
+        if miss is None and _depends_on_itself(g, m):
+            miss = fail(MissReason.WOULD_CYCLE,
+                        detail="an input of the match is computed from its own interior")
+        if miss is None:
+            miss = trial_build(m, outputs)
+        if miss is None:
             return m
         if first_miss is None:
             first_miss = (node.id, _missed(rule, node, miss, m), m.consumed)
@@ -221,12 +249,25 @@ def _missed(rule: Rule, node: Node, miss: Miss, m: Match | None = None) -> Misse
     )
 
 
-def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match]
+class _MatchCycle(Exception):
+    """Raised inside `_rebuild` when accepted matches read each other's results in a cycle;
+    `match` is the one to refuse (accepted last among the cycle's members)."""
+
+    def __init__(self, match: Match, cycle: list[Match]):
+        super().__init__(match.rule.name)
+        self.match = match
+        others = ", ".join(f"{c.rule.name} at {c.root.label}" for c in cycle if c is not match)
+        self.miss = fail(MissReason.WOULD_CYCLE,
+                         detail=f"fused, it would read and feed {others}")
+
+
+def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs: set[Value]
              ) -> tuple[Graph, dict[int, int]]:
     new = Graph(g.name, record_provenance=False)
     vmap: dict[Value, Value] = {}
     done_matches: set[int] = set()
-    in_progress: set[int] = set()
+    in_progress: list[Match] = []
+    order = {id(m): i for i, m in enumerate(accepted)}
 
     def resolve(v: Value) -> Value:
         if v not in vmap:
@@ -252,18 +293,23 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match]
         key = id(m)
         if key in done_matches:
             return
-        if key in in_progress:
-            raise PassError(f"rule {m.rule.name} at {m.describe()} depends on itself")
-        in_progress.add(key)
+        if any(p is m for p in in_progress):
+            cycle = in_progress[next(i for i, p in enumerate(in_progress) if p is m):]
+            raise _MatchCycle(max(cycle, key=lambda c: order[id(c)]), cycle)
+        in_progress.append(m)
         m._resolve = resolve
         start = len(new.nodes)
         try:
             result = m.rule.rewrite(new, m)
         finally:
             m._resolve = None
+        problem = check_provided(m, result, new, outputs)
+        if problem is not None:  # the trial build passed with the same input types
+            raise PassError(f"rule {m.rule.name} at {m.describe()}: its replacement differs "
+                            f"from its trial build: {problem.detail}")
         _record(m, result, vmap)
         _stamp(new, start, m)
-        in_progress.discard(key)
+        in_progress.pop()
         done_matches.add(key)
 
     for node in g.nodes:

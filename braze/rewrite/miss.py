@@ -25,6 +25,9 @@ class MissReason(enum.Enum):
     PATTERN_MISMATCH = "pattern_mismatch"
     AXIS_MISMATCH = "axis_mismatch"
     DISABLED = "disabled"
+    CAPTURE_INSIDE_MATCH = "capture_inside_match"
+    WOULD_CYCLE = "would_cycle"
+    INVALID_REPLACEMENT = "invalid_replacement"
 
     @property
     def default_hint(self) -> str:
@@ -59,6 +62,15 @@ _HINTS = {
     MissReason.PATTERN_MISMATCH: "the subgraph differs from the fused kind's pattern.",
     MissReason.AXIS_MISMATCH: "the ops act on different axes than the fused kind supports.",
     MissReason.DISABLED: "this fusion is turned off in the pipeline options.",
+    MissReason.CAPTURE_INSIDE_MATCH: "the fused op would read a value the matched ops compute "
+    "themselves (e.g. add(x @ w, x @ w) uses the product as its own bias); a fused op cannot "
+    "take its own intermediate as an input, so these ops stay unfused.",
+    MissReason.WOULD_CYCLE: "an input of the matched ops is computed from their own "
+    "intermediates (directly, or through another fused node), so the fused node would have to "
+    "run before itself; these ops stay unfused.",
+    MissReason.INVALID_REPLACEMENT: "the fused replacement would not type-check, or would "
+    "change the shape or dtype of a value it replaces, so braze kept the original ops. The "
+    "rule's checks missed this case: please report it with the graph.",
 }
 
 

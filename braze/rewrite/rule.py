@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..errors import PassError
 from ..ir.graph_core import GraphCore
 from ..ir.node import Node
 from ..ir.op import Value
@@ -20,6 +21,20 @@ if TYPE_CHECKING:
     from .driver import RewriteContext
 
 Check = Callable[["Match", "RewriteContext"], Miss | None]
+
+
+class CaptureInsideMatch(PassError):
+    """A replacement asked for a value that its own match computes (e.g. `add(mm, mm)` matched
+    as product + bias: the bias is the product). The driver's trial build turns this into a
+    CAPTURE_INSIDE_MATCH miss; `detail` says which value."""
+
+    def __init__(self, m: Match, old: Value):
+        node = m.graph.nodes[old.node]
+        names = [k for k, v in m.values.items() if v == old]
+        captured = f" (captured as {names[0]!r})" if names else ""
+        which = node.label if len(node.outputs) == 1 else f"output {old.index} of {node.label}"
+        self.detail = f"the replacement reads {which}{captured}, which the match itself computes"
+        super().__init__(f"rule {m.rule.name} at {m.describe()}: {self.detail}")
 
 
 class Match:
@@ -70,9 +85,10 @@ class Match:
     def new(self, old: Value) -> Value:
         """The new graph's value for an old value outside the match."""
         if self._resolve is None:
-            raise RuntimeError("Match.new is only valid while the replacement is being built")
+            raise PassError(f"rule {self.rule.name}: Match.new is only valid while the "
+                            "replacement is being built")
         if old.node in self.consumed:
-            raise RuntimeError(f"rule {self.rule.name}: {old!r} is inside the match")
+            raise CaptureInsideMatch(self, old)
         return self._resolve(old)
 
     def describe(self) -> str:

@@ -71,6 +71,24 @@ def reads_one_input(m, ctx) -> Miss | None:
     return None
 
 
+def projections_fit(m, ctx) -> Miss | None:
+    """Every projection weight is an [E, N] matrix and every bias a [N] vector of its width
+    (the fused block concatenates them; a broadcasting [1] bias or a batched weight does not
+    fit)."""
+    roles = ("qkv", "o") if "qkv" in m.nodes else ROLES + ("o",)
+    for r in roles:
+        w = m.shape(f"w_{r}")
+        if w.rank != 2:
+            return fail(MissReason.SHAPE_MISMATCH,
+                        detail=f"{r} projection weight {w} is not an [E, N] matrix")
+        if f"b_{r}" in m.values and m.shape(f"b_{r}").dims != w.dims[-1:]:
+            return fail(MissReason.SHAPE_MISMATCH,
+                        hint="write each projection bias as a vector of the projection's width.",
+                        detail=f"{r} projection bias {m.shape(f'b_{r}')} is not "
+                               f"[{w.dims[-1]}], the width of its weight {w}")
+    return None
+
+
 def head_split_perms(m, ctx) -> Miss | None:
     """Heads are split and merged with the [B, S, H, D] <-> [B, H, S, D] transpose."""
     for name in [f"split_{r}" for r in ROLES] + ["merge_t"]:
@@ -190,24 +208,92 @@ def _build(b, m):
 
 
 def _explain_attention(g, node, ctx) -> Miss | None:
-    """An attention left alone: say which side of the block does not fit."""
-    users = g.users(node.value)
-    merge = users[0] if len(users) == 1 else None
-    if merge is None or merge.op.kind != "transpose":
-        return fail(MissReason.PATTERN_MISMATCH,
-                    detail="attention output is not merged ([B, H, S, D] -> [B, S, H*D]) and "
-                           "projected by one matmul")
+    """An attention left alone: name the first part of the block that does not fit (the
+    output merge and projection, then each of q, k, v), or cross-attention."""
+    miss = _explain_output(g, node)
+    if miss is not None:
+        return miss
+    sources = {}
+    for role, v in zip(ROLES, node.inputs[:3]):
+        found = _explain_input(g, role, v)
+        if isinstance(found, Miss):
+            return found
+        sources[role] = found
+    if len({sources[r] for r in ROLES}) > 1:
+        names = ", ".join(f"{r} projects {g.nodes[sources[r].node].label}" for r in ROLES)
+        return fail(MissReason.NOT_SHARED_INPUT, detail=names,
+                    hint="FusedAttentionBlock is self-attention (q, k and v project one input);"
+                         " cross-attention stays an attention op with its projections")
     return fail(MissReason.PATTERN_MISMATCH,
-                detail="q, k, v are not head splits of projections of one input, or the "
-                       "merged output is not projected by a matmul")
+                detail="q, k, v and the output are head splits and a merge of projections of "
+                       "one input, but their shapes or layout do not fit one block")
+
+
+def _explain_output(g, node) -> Miss | None:
+    def only_user(n, what):
+        users = g.users(n.value)
+        if len(users) != 1 or g.is_output(n.value):
+            readers = ", ".join(u.label for u in users) or "the graph outputs"
+            return None, fail(MissReason.PATTERN_MISMATCH,
+                              detail=f"{what} {n.label} is read by {readers}; the block needs "
+                                     "it only merged ([B, S, H*D]) and projected by one matmul")
+        return users[0], None
+
+    merge, miss = only_user(node, "attention output")
+    if miss is not None:
+        return miss
+    if merge.op.kind != "transpose" or merge.op.perm != HEAD_SPLIT:
+        return fail(MissReason.PATTERN_MISMATCH,
+                    detail=f"attention output goes to {merge.label}, not the head merge "
+                           f"transpose {HEAD_SPLIT} ([B, H, S, D] -> [B, S, H, D])")
+    flat, miss = only_user(merge, "head merge")
+    if miss is not None:
+        return miss
+    if flat.op.kind != "reshape" or flat.outputs[0].rank != 3:
+        return fail(MissReason.PATTERN_MISMATCH,
+                    detail=f"merged heads go to {flat.label}, not a reshape to [B, S, H*D]")
+    proj, miss = only_user(flat, "merged heads")
+    if miss is not None:
+        return miss
+    if proj.op.kind not in ("matmul", "fused_matmul_bias_act") or proj.inputs[0] != flat.value \
+            or g.shape_of(proj.inputs[1]).rank != 2:
+        return fail(MissReason.PATTERN_MISMATCH,
+                    detail=f"merged heads go to {proj.label}, not an output projection @ w_o")
+    return None
+
+
+def _explain_input(g, role: str, v):
+    """The projection input x of `role`'s head split, or a Miss saying what `role` is."""
+    n = g.nodes[v.node]
+    if n.op.kind == "rope" and role != "v":
+        n = g.nodes[n.inputs[0].node]
+    shape = f"transpose(reshape(x @ w_{role} (+ b), [B, S, H, D]), {HEAD_SPLIT})"
+    if n.op.kind != "transpose" or n.op.perm != HEAD_SPLIT:
+        return fail(MissReason.PATTERN_MISMATCH, detail=f"{role} is {n.label}, not {shape}")
+    r = g.nodes[n.inputs[0].node]
+    if r.op.kind != "reshape":
+        return fail(MissReason.PATTERN_MISMATCH,
+                    detail=f"{role} heads are transposed from {r.label}, not {shape}")
+    p = g.nodes[r.inputs[0].node]
+    if p.op.kind == "narrow":
+        p = g.nodes[p.inputs[0].node]
+    if p.op.kind == "add":
+        mm = [g.nodes[u.node] for u in p.inputs if g.nodes[u.node].op.kind == "matmul"]
+        p = mm[0] if mm else p
+    if p.op.kind not in ("matmul", "fused_matmul_bias_act") or \
+            g.shape_of(p.inputs[1]).rank != 2:
+        return fail(MissReason.PATTERN_MISMATCH,
+                    detail=f"{role} heads are split from {p.label}, not from a projection "
+                           f"x @ w_{role} (+ b)")
+    return p.inputs[0]
 
 
 FUSE_ATTENTION_BLOCK = Rule(
     "FuseAttentionBlock",
     _build,
     pattern=_pattern,
-    checks=(target_claims("fused_attention_block"), reads_one_input, head_split_perms,
-            head_shapes, rope_on_q_and_k),
+    checks=(target_claims("fused_attention_block"), reads_one_input, projections_fit,
+            head_split_perms, head_shapes, rope_on_q_and_k),
     anchor=lambda op: op.kind == "attention",
     explain=_explain_attention,
     produces="fused_attention_block",

@@ -1,12 +1,14 @@
 """FuseMatMulBiasAct: matmul -> add(bias of rank <= 1, either operand order) -> optional
-activation, or matmul -> activation, into one FusedMatMulBiasAct. Which activations may join
-the epilogue is the target's choice; a refused one is a reported miss, not silence."""
+activation, or matmul -> activation, into one FusedMatMulBiasAct. The bias must broadcast onto
+the product without enlarging it (a [k] vector added to a [..., 1] product is a reported
+SHAPE_MISMATCH). Which activations may join the epilogue is the target's choice; a refused one
+is a reported miss, not silence."""
 from __future__ import annotations
 
 from ...ir.ops.elementwise import Binary, BinaryFn, Unary
 from ...ir.ops.fused import FusedMatMulBiasAct
 from ...rewrite import MissReason, P, Rule, V, fail
-from .checks import epilogue_activation_allowed, rank_at_most, target_claims
+from .checks import broadcasts_onto, epilogue_activation_allowed, rank_at_most, target_claims
 
 _mm = P.matmul(V("x"), V("w"), name="mm")
 _biased = P.add(_mm, V("b"), name="add")                       # x @ w + b  (or b + x @ w)
@@ -38,6 +40,7 @@ def _explain_matmul(g, node, ctx):
 _checks = (
     target_claims("fused_matmul_bias_act"),
     rank_at_most("b", 1, MissReason.BIAS_RANK_TOO_HIGH),
+    broadcasts_onto("mm", "b"),
     epilogue_activation_allowed("act"),
 )
 

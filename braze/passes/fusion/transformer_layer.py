@@ -173,6 +173,17 @@ def mlp_is_supported(m, ctx) -> Miss | None:
     return None
 
 
+def mlp_biases_fit(m, ctx) -> Miss | None:
+    """Each MLP bias is a [N] (or [1]) vector for its projection's width N, so it broadcasts
+    onto the product without enlarging it."""
+    for w, b in (("w1", "b1"), ("w2", "b2")):
+        if b in m.values and m.shape(b).dims not in (m.shape(w).dims[-1:], (1,)):
+            return fail(MissReason.SHAPE_MISMATCH,
+                        detail=f"MLP bias {b} {m.shape(b)} does not fit the width of weight "
+                               f"{w} {m.shape(w)}")
+    return None
+
+
 def residual_shapes(m, ctx) -> Miss | None:
     """x is [B, S, E] and the attention block and MLP outputs have x's exact type."""
     x = m.shape("x")
@@ -242,7 +253,7 @@ FUSE_TRANSFORMER_LAYER = Rule(
     _build,
     pattern=_post | _pre,
     checks=(target_claims("fused_transformer_layer"), attention_reads_norm_of_x, norms_agree,
-            mlp_is_supported, residual_shapes),
+            mlp_is_supported, mlp_biases_fit, residual_shapes),
     anchor=lambda op: op.kind == "fused_attention_block",
     explain=_explain_attention_block,
     produces="fused_transformer_layer",

@@ -1,0 +1,101 @@
+"""Trial builds: before the rewrite driver commits to a match, the rule's replacement is built
+into a scratch graph, with stand-ins for what it reads (the match's source nodes cloned, any
+other external value as an input of the same type). The match becomes a reasoned miss instead
+of an exception or a changed graph when the replacement
+
+- reads a value its own match computes (CAPTURE_INSIDE_MATCH),
+- is rejected by a builder (a ShapeError or GraphError: INVALID_REPLACEMENT), or
+- provides a value whose shape or dtype differs from the one it replaces, or leaves out a
+  replaced value that something outside the match still reads (INVALID_REPLACEMENT).
+
+A fusion therefore never changes a value's type, whatever a rule's own checks miss. The driver
+runs `check_provided` again on the real replacement (same inputs, same types)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import BrazeError
+from ..ir.graph import Graph
+from ..ir.graph_core import GraphCore
+from ..ir.op import Value
+from ..ir.ops.io import Input
+from .miss import Miss, MissReason, fail
+from .rule import CaptureInsideMatch, Match
+
+__all__ = ["trial_build", "check_provided"]
+
+
+def trial_build(m: Match, outputs: set[Value]) -> Miss | None:
+    """None when `m`'s replacement builds and provides each value it replaces with that value's
+    type; otherwise the Miss saying why not. `outputs` are the old graph's outputs."""
+    g = m.graph
+    scratch = Graph(f"{g.name}.trial", record_provenance=False)
+    stand_ins: dict[Value, Value] = {}
+
+    def stand_in(old: Value) -> Value:
+        v = stand_ins.get(old)
+        if v is None:
+            node = g.nodes[old.node]
+            if node.op.source:  # rules may read a param's name or a constant's value
+                v = scratch.clone_node(node, ())[old.index]
+            else:
+                v = scratch.add_node(Input(f"{old!r}", g.shape_of(old)))[0]
+            stand_ins[old] = v
+        return v
+
+    m._resolve = stand_in
+    try:
+        result = m.rule.rewrite(scratch, m)
+    except CaptureInsideMatch as e:
+        return fail(MissReason.CAPTURE_INSIDE_MATCH, detail=e.detail)
+    except BrazeError as e:
+        return fail(MissReason.INVALID_REPLACEMENT, detail=f"building it failed: {e}")
+    finally:
+        m._resolve = None
+    return check_provided(m, result, scratch, outputs)
+
+
+def check_provided(m: Match, result: Any, b: GraphCore, outputs: set[Value]) -> Miss | None:
+    """`result` (what the rule's rewrite returned: the root's value(s), or a dict capture name
+    -> value(s), all of graph `b`) gives each replaced value its old type, and provides the root
+    and every escaping capture (each output still read outside the match or returned)."""
+    mapping = result if isinstance(result, dict) else {"root": result}
+    provided: dict[int, int] = {}  # node id -> how many of its outputs the result gives
+    for name, vals in mapping.items():
+        node = m.nodes.get(name)
+        if node is None:
+            return _invalid(f"it provides {name!r}, which the match did not capture")
+        vals = vals if isinstance(vals, tuple) else (vals,)
+        if len(vals) > len(node.outputs):
+            return _invalid(f"it gives {len(vals)} values for {node.label}, which has "
+                            f"{len(node.outputs)}")
+        for i, nv in enumerate(vals):
+            if not _is_value_of(b, nv):
+                return _invalid(f"it gives {nv!r} for {_out(node, i)}, not a value of the "
+                                "rebuilt graph")
+            want, got = node.outputs[i], b.shape_of(nv)
+            if got != want:
+                return _invalid(f"it would change {_out(node, i)} from {want} to {got}")
+        provided[node.id] = max(provided.get(node.id, 0), len(vals))
+    inside = set(m.consumed)
+    for name in ("root", *sorted(m._escaping)):
+        node = m.nodes[name]
+        for i in range(provided.get(node.id, 0), len(node.outputs)):
+            v = node.values[i]
+            if v in outputs or any(u.id not in inside for u in m.graph.users(v)):
+                return _invalid(f"it does not provide {_out(node, i)}, which is still read "
+                                "outside the match")
+    return None
+
+
+def _invalid(detail: str) -> Miss:
+    return fail(MissReason.INVALID_REPLACEMENT, detail=detail)
+
+
+def _is_value_of(b: GraphCore, v: Any) -> bool:
+    return isinstance(v, Value) and 0 <= v.node < len(b.nodes) and \
+        0 <= v.index < len(b.nodes[v.node].outputs)
+
+
+def _out(node, i: int) -> str:
+    return node.label if len(node.outputs) == 1 else f"output {i} of {node.label}"
