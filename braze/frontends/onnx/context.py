@@ -37,10 +37,12 @@ class NodeView:
     outputs: list[str]
     attrs: dict
     domain: str = ""
+    attr_types: dict = field(default_factory=dict)  # name -> AttributeProto type
+    schema: object = None  # ONNX's OpSchema (schema.py), None outside the default domain
 
     @property
     def label(self) -> str:
-        return f"{self.name or self.outputs[0] if self.outputs else '?'} ({self.op_type})"
+        return f"{self.name or (self.outputs[0] if self.outputs else '?')} ({self.op_type})"
 
     def attr(self, key: str, default=None):
         return self.attrs.get(key, default)

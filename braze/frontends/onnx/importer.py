@@ -25,6 +25,7 @@ from .context import CONVERTERS, ImportContext, NodeView, Tensor
 from .dtypes import braze_dtype, onnx_dtype, tensor_array
 from .known import FOLDERS, Known, NotFoldable
 from .loader import load_model
+from .schema import check_input_types, check_node, node_schema
 
 __all__ = ["import_onnx", "SUPPORTED_OPS", "MIN_OPSET", "MAX_OPSET"]
 
@@ -37,6 +38,11 @@ _SHAPE_READERS = frozenset({"Shape", "Size", "ConstantOfShape", "Range"})  # con
 
 def _text(b: bytes) -> str:
     return b.decode("utf-8", "replace")
+
+
+def _str(s) -> str:
+    """A proto string field as str (protobuf hands back bytes for invalid UTF-8)."""
+    return s if isinstance(s, str) else _text(s)
 
 
 # AttributeProto.AttributeType -> how to read the value (subgraphs: their ops are unsupported)
@@ -114,6 +120,10 @@ class _Importer:
         gp = self.proto.graph
         nodes = [self._view(n) for n in gp.node]
         self._check_supported(nodes)
+        for n in nodes:
+            n.schema = node_schema(n.op_type, n.domain, self.opset)
+            check_node(self.label, n.name, n.op_type, n.inputs, n.outputs, n.attr_types,
+                       n.schema)
         init_names = self._initializers(gp)
         self._inputs(gp, init_names)
         for node in self._topological(nodes):
@@ -122,15 +132,17 @@ class _Importer:
         return self.g
 
     def _view(self, n) -> NodeView:
-        attrs = {}
+        attrs, types = {}, {}
         for a in n.attribute:
             read = _ATTRIBUTE_READERS.get(a.type)
             if read is None:
-                raise FrontendError(f"{self.label}: node {n.name or n.op_type!r} "
-                                    f"({n.op_type}) has attribute {a.name!r} of unknown type "
-                                    f"{a.type}")
-            attrs[a.name] = read(a)
-        return NodeView(n.op_type, n.name, list(n.input), list(n.output), attrs, n.domain)
+                raise FrontendError(f"{self.label}: node {_str(n.name) or _str(n.op_type)!r} "
+                                    f"({_str(n.op_type)}) has attribute {_str(a.name)!r} of "
+                                    f"unknown type {a.type}")
+            attrs[_str(a.name)] = read(a)
+            types[_str(a.name)] = a.type
+        return NodeView(_str(n.op_type), _str(n.name), [_str(x) for x in n.input],
+                        [_str(x) for x in n.output], attrs, _str(n.domain), types)
 
     def _check_supported(self, nodes: list[NodeView]) -> None:
         bad: dict[str, str] = {}
@@ -283,6 +295,9 @@ class _Importer:
     def _convert(self, node: NodeView) -> None:
         ctx = self.ctx
         prov = node.name or f"{node.op_type}:{node.outputs[0] if node.outputs else '?'}"
+        if node.schema is not None:
+            check_input_types(self.label, node.name, node.op_type, node.inputs,
+                              self._input_dtypes(node), node.schema)
         try:
             with self.g.provenance_scope(prov):
                 outs = self._fold(node)
@@ -315,6 +330,18 @@ class _Importer:
                                     "supported by braze (only the main output is)")
             else:
                 raise TypeError(f"converter for {node.op_type} returned {out!r}")
+
+    def _input_dtypes(self, node: NodeView) -> list:
+        env, out = self.ctx.env, []
+        for x in node.inputs:
+            t = env.get(x) if x else None
+            if t is None:
+                out.append(None)
+            elif t.known is not None:
+                out.append(t.known.dtype)
+            else:
+                out.append(self.g.shape_of(t.value).dtype)
+        return out
 
     def _fold(self, node: NodeView) -> list[Known] | None:
         """Compile-time results when every input is known (symbolic shape math, or small
