@@ -45,6 +45,13 @@ __version__ = "0.1.0"
 # fusion layer: pipeline, report, unfuse, limits
 from .passes.base import run_passes  # noqa: E402,F401
 from .passes.canonicalize.simplify import simplify  # noqa: E402,F401
+from .passes.legalize import (  # noqa: E402,F401
+    DispatchReport,
+    LegalizeError,
+    dispatch_report,
+    legalize,
+    rewrite_for_backend,
+)
 from .passes.limits import FusionLimits, active_fusion_limits, with_fusion_limits  # noqa: E402,F401
 from .passes.pipeline import (  # noqa: E402,F401
     FusionOptions,

@@ -88,6 +88,11 @@ class Op:
         """The name reports count this op under: the kind, or the function for unary/binary."""
         return self.kind
 
+    @classmethod
+    def labels(cls) -> tuple[str, ...]:
+        """Every `label` an op of this kind can have (targets claim ops by label)."""
+        return (cls.kind,)
+
     def check_arity(self, n: int) -> None:
         if self.arity is not None and n != self.arity:
             raise ShapeError(f"{self.kind} takes {self.arity} inputs, got {n}")

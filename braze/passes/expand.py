@@ -34,13 +34,29 @@ def expand_where(g: Graph, should_expand: Callable[[Node, Graph], bool]) -> tupl
 
 
 def _expand_once(g: Graph, test: Callable[[Node, Graph], bool]) -> Graph:
+    return replace_nodes(g, lambda node, graph: _decompose if test(node, graph) else None)
+
+
+def _decompose(new: Graph, node: Node, ins: list[Value], old: Graph):
+    return node.op.decompose(new, ins)
+
+
+Builder = Callable[[Graph, Node, list[Value], Graph], "Value | tuple[Value, ...]"]
+
+
+def replace_nodes(g: Graph, pick: Callable[[Node, Graph], Builder | None]) -> Graph:
+    """One pass over `g` into a new graph: each node for which `pick(node, g)` returns a builder
+    is replaced by what `builder(new_graph, node, new_inputs, g)` builds (its output value or
+    values, one per node output); other nodes are copied. New nodes inherit the replaced node's
+    provenance. Lowerings and decompositions both go through here."""
     new = Graph(g.name, record_provenance=False)
     vmap: dict[Value, Value] = {}
     for node in g.nodes:
         ins = [vmap[v] for v in node.inputs]
-        if test(node, g):
+        build = pick(node, g)
+        if build is not None:
             start = len(new.nodes)
-            out = node.op.decompose(new, ins)
+            out = build(new, node, ins, g)
             outs = out if isinstance(out, tuple) else (out,)
             for i in range(start, len(new.nodes)):
                 n = new.nodes[i]

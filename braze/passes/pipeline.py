@@ -15,7 +15,6 @@ from ..errors import BrazeError
 from ..ir.graph import Graph
 from ..rewrite import RewriteContext
 from .base import FunctionPass, Pass, PassResult, RulePass, run_passes
-from .expand import expand_nodes
 from .targets import ALL_FUSED, Target, get_target
 
 
@@ -82,7 +81,7 @@ def fusion_passes(target: str | Target = "cpu", options: FusionOptions | None = 
     t = get_target(target)
     opts = options or FusionOptions()
     passes: list[Pass] = []
-    if not t.claims:
+    if not t.fusions:
         return passes
     if opts.canonicalize:
         from .canonicalize import canonicalize_passes
@@ -98,34 +97,40 @@ def fusion_passes(target: str | Target = "cpu", options: FusionOptions | None = 
         passes.append(LegalizePass())
     if opts.cleanup:
         from . import cleanup
+        from .canonicalize.simplify import AlgebraicSimplify
 
-        passes += [cleanup.CSE_PASS, cleanup.DCE_PASS]
+        passes += [AlgebraicSimplify("CleanupSimplify"), cleanup.CSE_PASS, cleanup.DCE_PASS]
     return passes
 
 
 def fusion_passes_for_supported(claims: Sequence[str], base: str | Target = "cpu",
                                 options: FusionOptions | None = None) -> list[Pass]:
-    """Passes for a backend that runs exactly the fused kinds in `claims`."""
+    """Passes for a backend that runs exactly the fused kinds in `claims` (and every
+    primitive `base` claims)."""
     unknown = set(claims) - ALL_FUSED
     if unknown:
         raise BrazeError(f"unknown fused kinds {sorted(unknown)}; known: {sorted(ALL_FUSED)}")
-    t = replace(get_target(base), name="custom", claims=frozenset(claims))
+    b = get_target(base)
+    t = replace(b, name="custom", claims=b.claims - (ALL_FUSED - set(claims)),
+                fusions=frozenset(claims))
     return fusion_passes(t, options)
 
 
 @dataclass
 class LegalizePass:
-    """Decompose fused nodes the target does not claim (e.g. regions on ORT)."""
+    """Lower and decompose what the target cannot run (`bz.rewrite_for_backend`, not strict:
+    what cannot be rewritten stays, and `bz.dispatch_report` names it)."""
 
     name: str = "Legalize"
 
     def run(self, g: Graph, ctx: RewriteContext) -> PassResult:
         import time
 
+        from .legalize import rewrite_for_backend
+
         t0 = time.perf_counter()
-        t = ctx.target
-        out, changed = expand_nodes(g, lambda op: op.fused and not t.claims_kind(op.kind))
-        return PassResult(self.name, out, changed, seconds=time.perf_counter() - t0)
+        out = rewrite_for_backend(g, ctx.target, strict=False)
+        return PassResult(self.name, out, out is not g, seconds=time.perf_counter() - t0)
 
 
 @dataclass

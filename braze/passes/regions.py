@@ -71,7 +71,7 @@ def mark_elementwise_regions(g: Graph, ctx: RewriteContext | None = None
     UNSUPPORTED_BY_TARGET miss per region it would have formed."""
     regions = find_elementwise_regions(g)
     target = ctx.target if ctx is not None else None
-    if target is not None and not target.claims_kind(REGION_KIND):
+    if target is not None and not target.wants_fusion(REGION_KIND):
         misses = [_miss(g.nodes[m[-1]], MissReason.UNSUPPORTED_BY_TARGET,
                         f"target {target.name!r} does not claim {REGION_KIND}")
                   for m in regions]

@@ -18,7 +18,7 @@ from ..passes.expand import expand_nodes
 from .kernels import KERNELS, Dispatch, KernelContext
 from .program import Program, build_program
 
-__all__ = ["compile", "Executable", "DispatchReport"]
+__all__ = ["compile", "Executable", "KernelDispatchReport"]
 
 
 def _has_kernel(op) -> bool:
@@ -61,7 +61,7 @@ def legalize_for_kernels(g: Graph) -> tuple[Graph, dict[str, int]]:
 
 
 @dataclass
-class DispatchReport:
+class KernelDispatchReport:
     """For every node of the executed graph: how it runs (native kernel, generated kernel,
     reference fallback, view, or static: computed once from weights), plus the composite kinds
     decomposed because no kernel runs them."""
@@ -161,7 +161,8 @@ class Executable:
                                  "once so the symbolic dims are bound")
         return self._last.plan
 
-    def dispatch_report(self, feeds: Mapping[str, np.ndarray] | None = None) -> DispatchReport:
+    def dispatch_report(self, feeds: Mapping[str, np.ndarray] | None = None
+                        ) -> KernelDispatchReport:
         prog = self.program(self._checked(feeds)) if feeds is not None else self._last
         if prog is None:
             prog = self._any_program()
@@ -182,7 +183,7 @@ class Executable:
                 rows.append((who, n.op.label, Dispatch.STATIC, "computed once (weights / dims)"))
             else:
                 rows.append((who, n.op.label, Dispatch.STATIC, "unused"))
-        return DispatchReport(rows, dict(self.decomposed))
+        return KernelDispatchReport(rows, dict(self.decomposed))
 
     def _any_program(self) -> Program:
         if not self._programs:

@@ -127,9 +127,9 @@ def test_scale_of_a_conv_read_elsewhere_does_not_fold_and_says_why():
     assert [m.reason for m in res.misses] == [MissReason.MULTI_CONSUMER]
 
 
-def test_fold_needs_the_target_claim():
+def test_fold_needs_the_target_to_enable_it():
     g = graph(lambda g, y: g.mul(y, g.constant(arr(1, 6, 1, 1))))
-    ctx = RewriteContext(target=TARGETS["cpu"].with_options(claims=frozenset()))
+    ctx = RewriteContext(target=TARGETS["cpu"].with_options(fusions=frozenset()))
     res = FOLD.run(g, ctx)
     assert not res.changed
     assert [m.reason for m in res.misses] == [MissReason.UNSUPPORTED_BY_TARGET]

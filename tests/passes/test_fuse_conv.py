@@ -189,9 +189,9 @@ def test_fold_refuses_when_the_conv_output_is_read_elsewhere():
     assert [m.reason for m in res.misses] == [MissReason.GRAPH_OUTPUT]
 
 
-def test_fold_needs_the_target_claim():
+def test_fold_needs_the_target_to_enable_it():
     res = FOLD.run(conv_bn_graph(), RewriteContext(target=TARGETS["onnxruntime"].with_options(
-        claims=frozenset({"fused_conv_bias_act"}))))
+        fusions=frozenset({"fused_conv_bias_act"}))))
     assert not res.changed
     assert [m.reason for m in res.misses] == [MissReason.UNSUPPORTED_BY_TARGET]
 

@@ -227,6 +227,10 @@ class Pool2d(Op):
     def label(self) -> str:
         return f"{self.pool.value}_pool2d"
 
+    @classmethod
+    def labels(cls) -> tuple[str, ...]:
+        return tuple(f"{p.value}_pool2d" for p in PoolKind)
+
     def infer(self, ins):
         (x,) = ins
         _image(self, x)

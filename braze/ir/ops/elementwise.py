@@ -128,6 +128,10 @@ class Unary(Op):
     def label(self) -> str:
         return self.fn.value
 
+    @classmethod
+    def labels(cls) -> tuple[str, ...]:
+        return tuple(f.value for f in UnaryFn)
+
     def infer(self, ins):
         (x,) = ins
         if self.fn is UnaryFn.NOT:
@@ -197,6 +201,10 @@ class Binary(Op):
     def label(self) -> str:
         return self.fn.value
 
+    @classmethod
+    def labels(cls) -> tuple[str, ...]:
+        return tuple(f.value for f in BinaryFn)
+
     def infer(self, ins):
         a, b = ins
         same_dtype(self, ins)
@@ -241,6 +249,10 @@ class Compare(Op):
     @property
     def label(self) -> str:
         return self.fn.value
+
+    @classmethod
+    def labels(cls) -> tuple[str, ...]:
+        return tuple(f.value for f in CompareFn)
 
     def infer(self, ins):
         a, b = ins

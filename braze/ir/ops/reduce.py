@@ -59,6 +59,10 @@ class Reduce(Op):
     def label(self) -> str:
         return f"reduce_{self.fn.value}"
 
+    @classmethod
+    def labels(cls) -> tuple[str, ...]:
+        return tuple(f"reduce_{f.value}" for f in ReduceFn)
+
     def infer(self, ins):
         (x,) = ins
         _check_axes(self.label, self.axes, x.rank)

@@ -2,18 +2,21 @@
 the fusion report can quote exactly why a near match did not fuse."""
 from __future__ import annotations
 
+from ...errors import ShapeError
 from ...ir.ops.elementwise import Unary
+from ...ir.shapes import broadcast_dims
 from ...rewrite import Miss, MissReason, fail
 
 
 def target_claims(kind: str):
-    """The target runs `kind` natively (else UNSUPPORTED_BY_TARGET)."""
+    """The target runs `kind` natively and its pipeline builds it (else UNSUPPORTED_BY_TARGET)."""
 
     def check(m, ctx) -> Miss | None:
         t = ctx.target
-        if t is not None and not t.claims_kind(kind):
+        if t is not None and not t.wants_fusion(kind):
+            what = "build" if kind in t.claims or kind not in t.fusions else "claim"
             return fail(MissReason.UNSUPPORTED_BY_TARGET,
-                        detail=f"target {t.name!r} does not claim {kind}")
+                        detail=f"target {t.name!r} does not {what} {kind}")
         return None
 
     check.__name__ = f"target_claims_{kind}"
@@ -58,4 +61,29 @@ def same_dtype(*names: str):
             return fail(MissReason.DTYPE_MISMATCH, detail=", ".join(str(d) for d in dts))
         return None
 
+    return check
+
+
+def broadcasts_onto(product: str, operand: str):
+    """Captured `operand` broadcasts onto captured `product` without enlarging it ([N] or [1]
+    onto [..., N]; not [k] onto [..., 1]): a fusion never changes a value's shape."""
+
+    def check(m, ctx) -> Miss | None:
+        if operand not in m.values:
+            return None
+        p, o = m.shape(product), m.shape(operand)
+        try:
+            out = broadcast_dims(p.dims, o.dims)
+        except ShapeError:
+            out = None
+        if out != p.dims:
+            return fail(MissReason.SHAPE_MISMATCH,
+                        hint="the operand is larger than the product it is applied to, so the "
+                             "op broadcasts the product up; a fused epilogue cannot change the "
+                             "product's shape. Keep the op separate.",
+                        detail=f"{operand} {o} would enlarge the product {p} to "
+                               f"{p.with_dims(out) if out is not None else 'an invalid shape'}")
+        return None
+
+    check.__name__ = f"{operand}_broadcasts_onto_{product}"
     return check

@@ -1,0 +1,8 @@
+"""Lowering passes: rewrite ops a backend cannot run into ops it can (see registry.py). Each
+family lives in its own module and registers its Lowering on import; importing this package
+registers them all, which is what `bz.rewrite_for_backend` relies on."""
+from __future__ import annotations
+
+from .registry import LOWERINGS, Lowering, LoweringPass, lowerings_for, register_lowering
+
+__all__ = ["LOWERINGS", "Lowering", "LoweringPass", "lowerings_for", "register_lowering"]
