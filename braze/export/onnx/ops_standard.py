@@ -33,6 +33,7 @@ from ...ir.ops.indexing import GatherElements, Slice, TopK, Trilu
 from ...ir.ops.linalg import DotGeneral, MatMul
 from ...ir.ops.norm import BatchNorm, LayerNorm
 from ...ir.ops.reduce import ArgMax, Cumsum, LogSoftmax, Reduce, ReduceFn, Softmax
+from ...ir.ops.resize import Resize
 from ...ir.ops.shape import Concat, Expand, Gather, Narrow, Pad, Reshape, Split, Transpose
 from ...ir.symbolic import SymDim
 from .builder import onnx_type
@@ -388,6 +389,19 @@ def pool2d(b, n, ins, target):
 @exporter(GlobalAvgPool)
 def global_avg_pool(b, n, ins, target):
     return [b.op1("GlobalAveragePool", ins[0])]
+
+
+@exporter(Resize)
+def resize(b, n, ins, target):
+    op = n.op
+    attrs = dict(mode=op.mode.value, coordinate_transformation_mode=op.coordinate.value,
+                 nearest_mode=op.nearest.value, cubic_coeff_a=float(op.cubic_a),
+                 exclude_outside=int(op.exclude_outside))
+    if op.scale is not None:  # the scale drives the source coordinates, as ONNX's scales do
+        scales = b.const(np.asarray([1, 1, *op.scale], np.float32))
+        return [b.op1("Resize", ins[0], "", scales, **attrs)]
+    sizes = b.dims_tensor(n.outputs[0].dims)
+    return [b.op1("Resize", ins[0], "", "", sizes, **attrs)]
 
 
 @exporter(ResizeNearest2x)

@@ -279,6 +279,18 @@ def test_fuse_runs_simplify_first_so_the_linear_layer_fuses():
     check_same(g, fused, symbols={"b": 2})
 
 
+def test_fuse_cleanup_simplifies_even_without_canonicalization():
+    g, x = graph()
+    g.set_outputs([g.tanh(g.neg(g.neg(g.mul(x, 1.0))))])
+    names = [p.name for p in bz.fusion_passes("cpu")]
+    assert names[-3:] == ["CleanupSimplify", "CommonSubexpressionElimination",
+                          "DeadCodeElimination"]
+    fused, report = bz.fuse(g, "cpu", canonicalize=False, regions=False)
+    assert fused.op_counts() == {"tanh": 1}
+    assert report.rule_stats["NegNeg"].matches == 1
+    check_same(g, fused, symbols={"b": 2})
+
+
 def test_simplify_reaches_a_fixed_point_with_cse_and_dce():
     g = bz.Graph("fix")
     x = g.input("x", bz.Shape(("b", 6), bz.i64))
