@@ -1,0 +1,1 @@
+"""VJP / JVP rules, one module per op family; `registry.load_rules` imports every module here."""
