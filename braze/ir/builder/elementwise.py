@@ -142,4 +142,3 @@ def _unary_method(fn: UnaryFn):
 for _fn in UnaryFn:
     _name = {"not": "logical_not"}.get(_fn.value, _fn.value)
     setattr(ElementwiseBuilder, _name, _unary_method(_fn))
-ElementwiseBuilder.ln = ElementwiseBuilder.log
