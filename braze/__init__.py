@@ -53,7 +53,11 @@ from .passes.legalize import (  # noqa: E402,F401
     rewrite_for_backend,
 )
 from .passes.limits import FusionLimits, active_fusion_limits, with_fusion_limits  # noqa: E402,F401
-from .passes.lower import LowerDotGeneral, LowerNonLastAxisReduce  # noqa: E402,F401
+from .passes.lower import (  # noqa: E402,F401
+    LowerDotGeneral,
+    LowerNonLastAxisReduce,
+    LowerSoftmaxCrossEntropy,
+)
 from .passes.pipeline import (  # noqa: E402,F401
     FusionOptions,
     compile_pipeline,

@@ -115,6 +115,10 @@ OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
         x, g.constant(np.array([[[1], [0], [2]]] * 2, np.int64)), 2),
     "top_k": lambda g, x: g.top_k(x, 3, axis=2, largest=False)[1],
     "trilu": lambda g, x: g.trilu(x, upper=False, k=1),
+    "softmax_cross_entropy": lambda g, x: g.softmax_cross_entropy(
+        x, g.constant(np.array([[1, 7, 0], [3, 2, 5]], np.int64))),
+    "softmax_cross_entropy_backward": lambda g, x: g.softmax_cross_entropy_backward(
+        x, g.softmax(g.mul(x, 2.0)), g.sum(x, -1), reduction="none"),
 }
 
 

@@ -6,6 +6,7 @@ from .builder.conv import ConvBuilder
 from .builder.elementwise import ElementwiseBuilder
 from .builder.fused import FusedBuilder
 from .builder.linalg import LinalgBuilder
+from .builder.loss import LossBuilder
 from .builder.norm import NormBuilder
 from .builder.reduce import ReduceBuilder
 from .builder.shape import ShapeBuilder
@@ -17,6 +18,7 @@ class Graph(
     SourceBuilder,
     ElementwiseBuilder,
     LinalgBuilder,
+    LossBuilder,
     NormBuilder,
     ReduceBuilder,
     ShapeBuilder,

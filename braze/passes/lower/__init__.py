@@ -3,9 +3,11 @@ family lives in its own module and registers its Lowering on import; importing t
 registers them all, which is what `bz.rewrite_for_backend` relies on."""
 from __future__ import annotations
 
+from .backward import LowerBackwardOps  # noqa: F401  (registers the lowering)
 from .dot_general import LowerDotGeneral
 from .reduce_axes import LowerNonLastAxisReduce
 from .registry import LOWERINGS, Lowering, LoweringPass, lowerings_for, register_lowering
+from .softmax_cross_entropy import LowerSoftmaxCrossEntropy
 
 __all__ = ["LOWERINGS", "Lowering", "LoweringPass", "lowerings_for", "register_lowering",
-           "LowerDotGeneral", "LowerNonLastAxisReduce"]
+           "LowerDotGeneral", "LowerNonLastAxisReduce", "LowerSoftmaxCrossEntropy"]

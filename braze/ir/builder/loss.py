@@ -1,0 +1,34 @@
+"""Builder methods for the loss ops: softmax_cross_entropy and its backward. The label form
+follows the labels' dtype: integer labels are class indices `[...]`, float labels are
+probabilities `[..., C]` (see braze/ir/ops/loss.py)."""
+from __future__ import annotations
+
+from ..op import Value
+from ..ops.loss import LossReduction, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward
+from .conv import _enum
+
+__all__ = ["LossBuilder"]
+
+
+def _reduction(r: LossReduction | str) -> LossReduction:
+    return _enum(LossReduction, str(r).lower() if isinstance(r, str) else r, "loss reduction")
+
+
+class LossBuilder:
+    def _soft_labels(self, labels: Value) -> bool:
+        return self.shape_of(labels).dtype.is_float
+
+    def softmax_cross_entropy(self, logits: Value, labels: Value,
+                              reduction: LossReduction | str = "mean") -> Value:
+        """Cross entropy of softmax(logits `[..., C]`) against integer class indices `[...]` or
+        float probabilities `[..., C]`; `reduction` "mean" (over rows), "sum" or "none"."""
+        op = SoftmaxCrossEntropy(_reduction(reduction), self._soft_labels(labels))
+        return self.add_node(op, (logits, labels))[0]
+
+    def softmax_cross_entropy_backward(self, logits: Value, labels: Value, d_loss: Value,
+                                       reduction: LossReduction | str = "mean") -> Value:
+        """Gradient of `softmax_cross_entropy(logits, labels, reduction)` for the logits, given
+        `d_loss` shaped like that loss: `(softmax(logits) - target) * d_loss` (/ rows for
+        "mean")."""
+        op = SoftmaxCrossEntropyBackward(_reduction(reduction), self._soft_labels(labels))
+        return self.add_node(op, (logits, labels, d_loss))[0]
