@@ -41,3 +41,7 @@ class UnsupportedOpsError(FrontendError):
     def __init__(self, message: str, ops: dict[str, str]):
         super().__init__(message)
         self.ops = dict(ops)
+
+
+class AutodiffError(BrazeError, ValueError):
+    """A graph cannot be differentiated as asked: names the op or value and what to do."""
