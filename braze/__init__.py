@@ -54,8 +54,11 @@ from .passes.legalize import (  # noqa: E402,F401
 )
 from .passes.limits import FusionLimits, active_fusion_limits, with_fusion_limits  # noqa: E402,F401
 from .passes.lower import (  # noqa: E402,F401
+    LowerBatchNormInference,
     LowerDotGeneral,
+    LowerGroupNorm,
     LowerNonLastAxisReduce,
+    LowerResizeNearest2x,
     LowerSoftmaxCrossEntropy,
 )
 from .passes.pipeline import (  # noqa: E402,F401

@@ -4,10 +4,14 @@ registers them all, which is what `bz.rewrite_for_backend` relies on."""
 from __future__ import annotations
 
 from .backward import LowerBackwardOps  # noqa: F401  (registers the lowering)
+from .batch_norm import LowerBatchNormInference
 from .dot_general import LowerDotGeneral
+from .group_norm import LowerGroupNorm
 from .reduce_axes import LowerNonLastAxisReduce
 from .registry import LOWERINGS, Lowering, LoweringPass, lowerings_for, register_lowering
+from .resize import LowerResizeNearest2x
 from .softmax_cross_entropy import LowerSoftmaxCrossEntropy
 
 __all__ = ["LOWERINGS", "Lowering", "LoweringPass", "lowerings_for", "register_lowering",
-           "LowerDotGeneral", "LowerNonLastAxisReduce", "LowerSoftmaxCrossEntropy"]
+           "LowerDotGeneral", "LowerNonLastAxisReduce", "LowerSoftmaxCrossEntropy",
+           "LowerBatchNormInference", "LowerGroupNorm", "LowerResizeNearest2x"]

@@ -36,3 +36,9 @@ def reshape_if_needed(g: Graph, x: Value, dims: Sequence[Dim]) -> Value:
     """`g.reshape(x, dims)`, or `x` itself when it already has `dims`."""
     dims = tuple(dims)
     return x if g.shape_of(x).dims == dims else g.reshape(x, dims)
+
+
+def per_channel(g: Graph, v: Value, rank: int) -> Value:
+    """A `[C]` vector shaped to broadcast along axis 1 of a rank-`rank` `[N, C, ...]` tensor."""
+    c = g.shape_of(v).dims[0]
+    return reshape_if_needed(g, v, (c,) + (1,) * (rank - 2))
