@@ -43,6 +43,15 @@ from .ir.verify import verify  # noqa: F401
 __version__ = "0.1.0"
 
 # fusion layer: pipeline, report, unfuse, limits
+# autodiff: reverse and forward mode, higher orders
+from .autodiff import (  # noqa: E402,F401
+    directional_nth_grad,
+    grad_with_loss,
+    hvp,
+    jvp,
+    nth_order_grad,
+    prepare_graph_for_ad,
+)
 from .passes.base import run_passes  # noqa: E402,F401
 from .passes.canonicalize.simplify import simplify  # noqa: E402,F401
 from .passes.legalize import (  # noqa: E402,F401

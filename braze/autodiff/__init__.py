@@ -1,6 +1,11 @@
 """Automatic differentiation on braze graphs: VJP / JVP rules registered against op classes
 (`registry`, `rules/`), reverse mode (`grad_with_loss`), forward mode (`jvp`), and the higher-order
-forms built on them (`hvp`, `nth_order_grad`). Results are ordinary braze graphs."""
+forms built on them (`hvp`, `nth_order_grad`, `directional_nth_grad`). `prepare_graph_for_ad` is
+the one place that unfuses and decomposes a graph before differentiation. Results are ordinary
+braze graphs."""
+from .forward import jvp
+from .higher import directional_nth_grad, hvp, nth_order_grad
+from .prepare import prepare_graph_for_ad
 from .registry import (
     differentiability,
     get_jvp,
@@ -10,6 +15,8 @@ from .registry import (
     unbroadcast,
     vjp_rule,
 )
+from .reverse import grad_with_loss
 
 __all__ = ["vjp_rule", "jvp_rule", "non_differentiable", "get_vjp", "get_jvp",
-           "differentiability", "unbroadcast"]
+           "differentiability", "unbroadcast", "grad_with_loss", "jvp", "hvp", "nth_order_grad",
+           "directional_nth_grad", "prepare_graph_for_ad"]
