@@ -12,6 +12,7 @@ from .ir.dtypes import f32, i32, i64
 from .ir.graph import Graph
 from .ir.op import Value
 from .ir.shapes import Shape
+from .op_examples_backward import BACKWARD_EXAMPLES
 
 __all__ = ["OP_EXAMPLES", "example_graph", "example_input_shape"]
 
@@ -115,6 +116,7 @@ OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
         x, g.constant(np.array([[[1], [0], [2]]] * 2, np.int64)), 2),
     "top_k": lambda g, x: g.top_k(x, 3, axis=2, largest=False)[1],
     "trilu": lambda g, x: g.trilu(x, upper=False, k=1),
+    **BACKWARD_EXAMPLES,
     "softmax_cross_entropy": lambda g, x: g.softmax_cross_entropy(
         x, g.constant(np.array([[1, 7, 0], [3, 2, 5]], np.int64))),
     "softmax_cross_entropy_backward": lambda g, x: g.softmax_cross_entropy_backward(

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .builder.attention import AttentionBuilder
+from .builder.backward import BackwardBuilder
 from .builder.conv import ConvBuilder
 from .builder.elementwise import ElementwiseBuilder
 from .builder.fused import FusedBuilder
@@ -25,6 +26,7 @@ class Graph(
     AttentionBuilder,
     ConvBuilder,
     FusedBuilder,
+    BackwardBuilder,
     GraphCore,
 ):
     """A model graph: append-only nodes in topological order, inputs, params, outputs.

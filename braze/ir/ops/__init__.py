@@ -1,5 +1,8 @@
 """Every op kind, by family. Importing this package registers all kinds."""
 from .attention import *  # noqa: F401,F403
+from .backward import *  # noqa: F401,F403
+from .backward_attention import *  # noqa: F401,F403
+from .backward_conv import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .elementwise import (  # noqa: F401
     ACTIVATIONS,
