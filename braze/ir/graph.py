@@ -13,6 +13,7 @@ from .builder.reduce import ReduceBuilder
 from .builder.shape import ShapeBuilder
 from .builder.sources import SourceBuilder
 from .graph_core import GraphCore
+from .graph_queries import GraphQueries
 
 
 class Graph(
@@ -27,6 +28,7 @@ class Graph(
     ConvBuilder,
     FusedBuilder,
     BackwardBuilder,
+    GraphQueries,
     GraphCore,
 ):
     """A model graph: append-only nodes in topological order, inputs, params, outputs.
