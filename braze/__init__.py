@@ -69,6 +69,7 @@ from .passes.lower import (  # noqa: E402,F401
     LowerNonLastAxisReduce,
     LowerResizeNearest2x,
     LowerSoftmaxCrossEntropy,
+    lower_logical_kernels,
 )
 from .passes.pipeline import (  # noqa: E402,F401
     FusionOptions,

@@ -8,4 +8,5 @@ from .lower import (  # noqa: F401
     LowerNonLastAxisReduce,
     LowerResizeNearest2x,
     LowerSoftmaxCrossEntropy,
+    lower_logical_kernels,
 )

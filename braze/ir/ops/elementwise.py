@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ...errors import GraphError
 from ..dtypes import DType, bool_
 from ..op import Op, require, same_dtype
 from ..shapes import Shape, broadcast_shapes
@@ -106,6 +107,9 @@ _UNARY_IMPL = {
     UnaryFn.QUICK_GELU: _quick_gelu,  # x * sigmoid(1.702 x), CLIP's quick_gelu
     UnaryFn.HARD_SWISH: _hard_swish,  # x * relu6(x + 3) / 6, MobileNetV3 / PP-LCNet
 }
+# Activations that are compositions of math primitives (`Unary.decompose` writes them out).
+LOGICAL_UNARY = frozenset({UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.SILU, UnaryFn.QUICK_GELU,
+                           UnaryFn.HARD_SWISH})
 _FLOAT_ONLY = frozenset(UnaryFn) - {UnaryFn.NEG, UnaryFn.ABS, UnaryFn.SQUARE, UnaryFn.SIGN,
                                     UnaryFn.RELU, UnaryFn.NOT}
 
@@ -143,6 +147,26 @@ class Unary(Op):
 
     def reference(self, x):
         return _same_type(x, self.fn.apply(x))
+
+    def decompose(self, g, ins):
+        """The logical activations (`LOGICAL_UNARY`: gelu, gelu_approx, silu, quick_gelu,
+        hard_swish) written with math primitives, for backends without their kernels. The op
+        stays a primitive (`composite` is False): unfuse keeps it; lowerings ask for this."""
+        (x,) = ins
+        fn = self.fn
+        if fn is UnaryFn.GELU:
+            return g.mul(g.mul(x, 0.5), g.add(g.erf(g.div(x, math.sqrt(2.0))), 1.0))
+        if fn is UnaryFn.GELU_APPROX:
+            cubic = g.add(x, g.mul(g.mul(g.mul(x, x), x), 0.044715))
+            return g.mul(g.mul(x, 0.5), g.add(g.tanh(g.mul(cubic, _SQRT_2_OVER_PI)), 1.0))
+        if fn is UnaryFn.SILU:
+            return g.mul(x, g.sigmoid(x))
+        if fn is UnaryFn.QUICK_GELU:
+            return g.mul(x, g.sigmoid(g.mul(x, 1.702)))
+        if fn is UnaryFn.HARD_SWISH:
+            return g.div(g.mul(x, g.clamp(g.add(x, 3.0), 0.0, 6.0)), 6.0)
+        raise GraphError(f"{fn.value} is a primitive function with no decomposition; only "
+                         f"{', '.join(sorted(f.value for f in LOGICAL_UNARY))} decompose")
 
 
 class BinaryFn(enum.Enum):

@@ -7,6 +7,7 @@ from .backward import LowerBackwardOps  # noqa: F401  (registers the lowering)
 from .batch_norm import LowerBatchNormInference
 from .dot_general import LowerDotGeneral
 from .group_norm import LowerGroupNorm
+from .logical import LowerLogicalActivations, lower_logical_kernels
 from .reduce_axes import LowerNonLastAxisReduce
 from .registry import LOWERINGS, Lowering, LoweringPass, lowerings_for, register_lowering
 from .resize import LowerResizeNearest2x
@@ -14,4 +15,5 @@ from .softmax_cross_entropy import LowerSoftmaxCrossEntropy
 
 __all__ = ["LOWERINGS", "Lowering", "LoweringPass", "lowerings_for", "register_lowering",
            "LowerDotGeneral", "LowerNonLastAxisReduce", "LowerSoftmaxCrossEntropy",
-           "LowerBatchNormInference", "LowerGroupNorm", "LowerResizeNearest2x"]
+           "LowerBatchNormInference", "LowerGroupNorm", "LowerResizeNearest2x",
+           "LowerLogicalActivations", "lower_logical_kernels"]
