@@ -1,0 +1,90 @@
+"""Gradient checks of the elementwise rules: one row per function (arity, order, domain,
+tolerance), reverse and forward mode against finite differences, order 2 through hvp; unary
+activations also against torch.autograd."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from check_grads import build, check_grads, random_feeds, weighted_loss
+
+import braze as bz
+from braze.autodiff import grad_with_loss
+
+S = (2, 3)
+# (name, builder, shapes, order, domain)
+ROWS = [
+    ("gelu", lambda g, x: g.gelu(x), [S], 2, "real"),
+    ("gelu_approx", lambda g, x: g.gelu_approx(x), [S], 2, "real"),
+    ("silu", lambda g, x: g.silu(x), [S], 2, "real"),
+    ("quick_gelu", lambda g, x: g.quick_gelu(x), [S], 2, "real"),
+    ("hard_swish", lambda g, x: g.hard_swish(x), [S], 1, "real"),
+    ("relu", lambda g, x: g.relu(x), [S], 1, "real"),
+    ("sigmoid", lambda g, x: g.sigmoid(x), [S], 2, "real"),
+    ("tanh", lambda g, x: g.tanh(x), [S], 2, "real"),
+    ("exp", lambda g, x: g.exp(x), [S], 2, "real"),
+    ("log", lambda g, x: g.log(x), [S], 2, "positive"),
+    ("sqrt", lambda g, x: g.sqrt(x), [S], 2, "positive"),
+    ("rsqrt", lambda g, x: g.rsqrt(x), [S], 2, "positive"),
+    ("neg", lambda g, x: g.neg(x), [S], 2, "real"),
+    ("abs", lambda g, x: g.abs(x), [S], 1, "real"),
+    ("sin", lambda g, x: g.sin(x), [S], 2, "real"),
+    ("cos", lambda g, x: g.cos(x), [S], 2, "real"),
+    ("erf", lambda g, x: g.erf(x), [S], 2, "real"),
+    ("square", lambda g, x: g.square(x), [S], 2, "real"),
+    ("reciprocal", lambda g, x: g.reciprocal(x), [S], 2, "positive"),
+    ("add_broadcast", lambda g, a, b: g.add(a, b), [(2, 3), (3,)], 2, "real"),
+    ("sub_broadcast", lambda g, a, b: g.sub(a, b), [(2, 1), (1, 3)], 2, "real"),
+    ("mul_broadcast", lambda g, a, b: g.mul(a, b), [(4, 2, 3), (2, 1)], 2, "real"),
+    ("div", lambda g, a, b: g.div(a, b), [S, S], 2, "positive"),
+    ("max", lambda g, a, b: g.maximum(a, b), [S, S], 1, "real"),
+    ("min", lambda g, a, b: g.minimum(a, b), [S, (3,)], 1, "real"),
+    ("pow", lambda g, a, b: g.pow(a, b), [S, S], 2, "positive"),
+    ("pow_const", lambda g, a: g.pow(a, 3.0), [S], 2, "real"),
+    ("mod", lambda g, a, b: g.mod(a, b), [S, S], 1, "positive"),
+    ("fmod", lambda g, a, b: g.fmod(a, b), [S, S], 1, "positive"),
+    ("where", lambda g, a, b: g.where(g.gt(a, 0.0), a, b), [S, (3,)], 2, "real"),
+    ("leaky_relu", lambda g, x: g.leaky_relu(x, 0.2), [S], 1, "real"),
+    ("clamp", lambda g, x: g.clamp(x, -0.5, 0.7), [S], 1, "real"),
+    ("cast_f32_roundtrip", lambda g, x: g.cast(g.cast(x, bz.f32), bz.f64), [S], 1, "real"),
+    ("floor_zero_grad", lambda g, x: g.add(g.floor(x), x), [S], 1, "real"),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,order,domain", ROWS, ids=[r[0] for r in ROWS])
+def test_elementwise_rule(name, fn, shapes, order, domain):
+    tol = 1e-3 if name == "cast_f32_roundtrip" else 1e-5
+    check_grads(fn, shapes, order=order, domain=domain, rtol=tol, atol=tol, name=name)
+
+
+TORCH_UNARY = ["gelu", "silu", "relu", "sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "abs",
+               "sin", "cos", "erf", "square", "reciprocal", "hard_swish", "gelu_approx"]
+
+
+@pytest.mark.parametrize("fn", TORCH_UNARY)
+def test_unary_gradient_matches_torch(fn):
+    torch = pytest.importorskip("torch")
+    funcs = {"gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
+             "relu": torch.relu, "sigmoid": torch.sigmoid, "tanh": torch.tanh,
+             "exp": torch.exp, "log": torch.log, "sqrt": torch.sqrt, "rsqrt": torch.rsqrt,
+             "abs": torch.abs, "sin": torch.sin, "cos": torch.cos, "erf": torch.erf,
+             "square": torch.square, "reciprocal": torch.reciprocal,
+             "hard_swish": torch.nn.functional.hardswish,
+             "gelu_approx": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}
+    positive = fn in ("log", "sqrt", "rsqrt", "reciprocal")
+    g = build(lambda g, x: g.activation(x, fn), [(3, 4)], fn)
+    feeds = random_feeds([(3, 4)], 3, "positive" if positive else "real")
+    feeds["x0"][0, 0] = 4.0  # hard_swish's upper branch
+    loss, (r,) = weighted_loss(g, 3)
+    got = bz.interpret(grad_with_loss(loss, ["x0"]), feeds, float64=True)[1]
+    x = torch.tensor(feeds["x0"], requires_grad=True)
+    (funcs[fn](x) * torch.tensor(r)).sum().backward()
+    np.testing.assert_allclose(got, x.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+def test_compare_and_integer_paths_carry_no_gradient():
+    g = build(lambda g, x: g.mul(x, g.cast(g.gt(x, 0.0), bz.f64)), [S])
+    gg = grad_with_loss(weighted_loss(g, 0)[0], ["x0"])
+    feeds = random_feeds([S], 0)
+    _, r = weighted_loss(g, 0)
+    got = bz.interpret(gg, feeds, float64=True)[1]
+    np.testing.assert_allclose(got, r[0] * (feeds["x0"] > 0))
