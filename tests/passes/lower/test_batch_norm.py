@@ -5,14 +5,11 @@ rewrite_for_backend."""
 from collections import Counter
 
 import pytest
+from lowering_helpers import op_counts
 
 import braze as bz
 from braze.passes.targets import all_op_names
 from braze.testing import assert_equivalent
-
-
-def _labels(g):
-    return Counter(n.op.label for n in g.nodes if not n.op.source)
 
 
 def _bn(dims, channels, eps=1e-5):
@@ -29,7 +26,7 @@ def test_batch_norm_lowers_to_per_channel_arithmetic_with_equal_numbers(dims):
     g = _bn(dims, dims[1], eps=1e-3)
     res = bz.LowerBatchNormInference.run(g)
     assert res.changed
-    kinds = _labels(res.graph)
+    kinds = op_counts(res.graph)
     assert "batch_norm" not in kinds
     assert (kinds["sub"], kinds["mul"], kinds["add"], kinds["rsqrt"]) == (1, 2, 2, 1)
     assert kinds["reshape"] == (0 if len(dims) == 2 else 3)

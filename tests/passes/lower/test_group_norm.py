@@ -6,15 +6,12 @@ rewrite_for_backend."""
 from collections import Counter
 
 import pytest
+from lowering_helpers import op_counts
 
 import braze as bz
 from braze.passes.constraints import reduces_last_axis_only
 from braze.passes.targets import all_op_names
 from braze.testing import assert_equivalent
-
-
-def _labels(g):
-    return Counter(n.op.label for n in g.nodes if not n.op.source)
 
 
 def _gn(dims, groups, gamma=True, beta=True, eps=1e-5):
@@ -42,7 +39,7 @@ def test_group_norm_lowers_with_equal_numbers(case):
     g = _gn(dims, groups, gamma, beta, eps=1e-3)
     res = bz.LowerGroupNorm.run(g)
     assert res.changed
-    kinds = _labels(res.graph)
+    kinds = op_counts(res.graph)
     assert "group_norm" not in kinds and kinds["reduce_mean"] == 2
     assert (kinds["mul"], kinds["add"]) == (2 + gamma, 1 + beta)
     for n in res.graph.nodes:

@@ -5,6 +5,7 @@ gelu / silu kernels gets them through rewrite_for_backend (LowerLogicalActivatio
 from collections import Counter
 
 import pytest
+from lowering_helpers import op_counts
 
 import braze as bz
 import braze.models  # noqa: F401
@@ -14,10 +15,6 @@ from braze.passes.targets import all_op_names
 from braze.testing import assert_equivalent
 
 X = bz.Shape(("b", 3, 8))
-
-
-def _labels(g):
-    return Counter(n.op.label for n in g.nodes if not n.op.source)
 
 
 def _graph(build, shape=X):
@@ -49,9 +46,9 @@ CASES = {
 @pytest.mark.parametrize("label", sorted(CASES))
 def test_each_logical_op_lowers_to_primitives_with_equal_numbers(label):
     g = _graph(CASES[label])
-    assert _labels(g)[label] == 1
+    assert op_counts(g)[label] == 1
     low = bz.lower_logical_kernels(g)
-    kinds = _labels(low)
+    kinds = op_counts(low)
     assert not set(kinds) & LOGICAL_KINDS, kinds
     assert not any(n.op.composite for n in low.nodes)
     assert_equivalent(g, low, symbols={"b": 2}, rtol=1e-5, atol=1e-6)
@@ -59,7 +56,7 @@ def test_each_logical_op_lowers_to_primitives_with_equal_numbers(label):
 
 def test_gelu_becomes_erf_arithmetic():
     low = bz.lower_logical_kernels(_graph(CASES["gelu"]))
-    assert _labels(low) == Counter({"mul": 2, "div": 1, "erf": 1, "add": 1})
+    assert op_counts(low) == Counter({"mul": 2, "div": 1, "erf": 1, "add": 1})
 
 
 def test_fused_model_lowers_to_primitives_only():
@@ -68,19 +65,19 @@ def test_fused_model_lowers_to_primitives_only():
     assert any(n.op.fused for n in fused.nodes)
     low = bz.lower_logical_kernels(fused)
     assert not any(n.op.composite for n in low.nodes)
-    assert not set(_labels(low)) & LOGICAL_KINDS
-    assert _labels(low)["matmul"] == 6
+    assert not set(op_counts(low)) & LOGICAL_KINDS
+    assert op_counts(low)["matmul"] == 6
     assert_equivalent(g, low, symbols={"batch": 2, "seq": 5}, rtol=1e-4, atol=1e-5)
 
 
 def test_kinds_limits_what_is_lowered():
     g = _graph(lambda g, x: g.layer_norm(g.gelu(g.softmax(x))))
     low = bz.lower_logical_kernels(g, kinds={"gelu", "softmax"})
-    kinds = _labels(low)
+    kinds = op_counts(low)
     assert kinds["layer_norm"] == 1 and "gelu" not in kinds and "softmax" not in kinds
     assert_equivalent(g, low, symbols={"b": 2})
     only_ln = bz.lower_logical_kernels(g, kinds="layer_norm")
-    assert _labels(only_ln)["gelu"] == 1 and "layer_norm" not in _labels(only_ln)
+    assert op_counts(only_ln)["gelu"] == 1 and "layer_norm" not in op_counts(only_ln)
 
 
 def test_unknown_or_primitive_kinds_are_a_clear_error():

@@ -6,16 +6,13 @@ from collections import Counter
 
 import numpy as np
 import pytest
+from lowering_helpers import op_counts
 
 import braze as bz
 from braze.passes.targets import all_op_names
 from braze.testing import assert_equivalent
 
 LOSS_KINDS = {"softmax_cross_entropy", "softmax_cross_entropy_backward"}
-
-
-def _labels(g):
-    return Counter(n.op.label for n in g.nodes if not n.op.source)
 
 
 def _loss_graph(rows=("b", 3), classes=5, soft=False, reduction="mean", backward=False):
@@ -48,7 +45,7 @@ def test_lowering_matches_the_reference_with_symbolic_rows(combo):
     g = _loss_graph(soft=soft, reduction=red, backward=bwd)
     res = bz.LowerSoftmaxCrossEntropy.run(g)
     assert res.changed
-    kinds = _labels(res.graph)
+    kinds = op_counts(res.graph)
     assert not LOSS_KINDS & set(kinds)
     assert (kinds["softmax"], kinds["log_softmax"]) == (bwd + soft, 1 - bwd)  # soft: t's own
     one_hot = 0 if soft else 1
@@ -59,7 +56,7 @@ def test_lowering_matches_the_reference_with_symbolic_rows(combo):
 
 def test_index_loss_lowers_to_one_hot_mul_and_reductions():
     res = bz.LowerSoftmaxCrossEntropy.run(_loss_graph(rows=(6,), classes=4))
-    assert _labels(res.graph) == Counter({"range": 1, "reshape": 2, "eq": 1, "cast": 1,
+    assert op_counts(res.graph) == Counter({"range": 1, "reshape": 2, "eq": 1, "cast": 1,
                                           "log_softmax": 1, "mul": 1, "reduce_sum": 1,
                                           "neg": 1, "reduce_mean": 1})
 
