@@ -42,8 +42,7 @@ from .ir.verify import verify  # noqa: F401
 
 __version__ = "0.1.0"
 
-# fusion layer: pipeline, report, unfuse, limits
-# autodiff: reverse and forward mode, higher orders
+# fusion layer (pipeline, report, unfuse, limits) and autodiff
 from .autodiff import (  # noqa: E402,F401
     directional_nth_grad,
     grad_with_loss,
