@@ -1,6 +1,6 @@
-"""Graph-handling queries under RLX's names: `use_count`, `topo_order`, `reverse_topo`,
-`has_dynamic_dims`, `dynamic_symbols`, `bind` (specialize symbolic dims) and `inspect` (an
-annotated text dump of the graph, or of one node or value).
+"""Graph-handling queries under RLX's names: `shape`, `is_empty`, `use_count`, `topo_order`,
+`reverse_topo`, `has_dynamic_dims`, `dynamic_symbols`, `bind` (specialize symbolic dims) and
+`inspect` (an annotated text dump of the graph, or of one node or value).
 
 Node ids are RLX's NodeIds: `g.node(i)` gives the node, and nodes are stored in topological
 order, so `topo_order()` is their ids in order."""
@@ -12,6 +12,7 @@ from ..errors import GraphError
 from .bind import bind_dims, check_bindings, graph_symbols
 from .node import Node
 from .op import Value
+from .shapes import Shape
 
 __all__ = ["GraphQueries"]
 
@@ -29,6 +30,14 @@ class GraphQueries:
             else:
                 n += sum(1 for o in self.outputs if o.node == _ref_id(ref))
         return n
+
+    def shape(self, v: Value) -> Shape:
+        """RLX's name for `shape_of`: the type of value `v`."""
+        return self.shape_of(v)
+
+    def is_empty(self) -> bool:
+        """Whether the graph has no nodes."""
+        return not self.nodes
 
     def topo_order(self) -> list[int]:
         """Node ids in topological order (inputs before their users): insertion order."""

@@ -421,3 +421,60 @@ def test_inspect_one_value_names_op_inputs_users_and_provenance():
     assert g.inspect("x").startswith("%x = input") and "users (1): %1 (exp)" in g.inspect("x")
     with pytest.raises(bz.GraphError):
         g.inspect("nope")
+
+
+# -- RLX argument orders on braze's builders ----------------------------------------------------
+def test_rlx_argument_orders_build_the_same_nodes_and_check_shapes():
+    g = bz.Graph("orders")
+    x = g.input("x", bz.Shape((2, 3, 8)))
+    w, ga, be = (g.param(n, bz.Shape(s)) for n, s in (("w", (8, 8)), ("ga", (8,)), ("be", (8,))))
+    same = [
+        (g.binary("add", x, x, bz.Shape((2, 3, 8))), g.binary(x, x, "add")),
+        (g.activation("gelu", x, (2, 3, 8)), g.activation(x, "gelu")),
+        (g.matmul(x, w, bz.Shape((2, 3, 8))), g.matmul(x, w)),
+        (g.layer_norm(x, ga, be, -1, 1e-3, (2, 3, 8)), g.layer_norm(x, ga, be, eps=1e-3)),
+    ]
+    for rlx, ours in same:
+        assert g.node(rlx).op == g.node(ours).op and g.node(rlx).inputs == g.node(ours).inputs
+    for call in (lambda: g.binary("mul", x, x, (2, 3, 9)), lambda: g.matmul(x, w, (3, 8)),
+                 lambda: g.activation("relu", x, bz.Shape((2, 3, 8), bz.f16)),
+                 lambda: g.layer_norm(x, ga, be, -1, 1e-5, (2, 8))):
+        with pytest.raises(bz.ShapeError, match="given output shape"):
+            call()
+    assert g.shape(x) == g.shape_of(x) and not g.is_empty() and bz.Graph("e").is_empty()
+
+
+def test_rope_with_rlx_head_dim_rotates_each_head_of_a_packed_tensor():
+    angles = rand(3, 4)
+    cos_np, sin_np = np.cos(angles), np.sin(angles)
+    g = bz.Graph("rope")
+    x = g.input("x", bz.Shape((2, 3, 16)))
+    cos, sin = g.constant(cos_np), g.constant(sin_np)
+    packed, partial = g.rope(x, cos, sin, 8), g.rope_n(x, cos, sin, 8, 8)
+    per_head = g.input("h", bz.Shape((2, 2, 3, 8)))
+    g.set_outputs([packed, partial, g.rope(per_head, cos, sin, 8), g.rope(per_head, cos, sin)])
+    a = rand(2, 3, 16)
+    heads = a.reshape(2, 3, 2, 8).transpose(0, 2, 1, 3)
+    out = bz.interpret(g, {"x": a, "h": heads})
+    np.testing.assert_allclose(out[2], out[3])
+    merged = out[3].transpose(0, 2, 1, 3).reshape(2, 3, 16)
+    np.testing.assert_allclose(out[0], merged, rtol=1e-6)
+    np.testing.assert_allclose(out[1], merged, rtol=1e-6)
+    ropes = [n.op for n in g.nodes if n.op.kind == "rope"]
+    assert len(ropes) == 4 and not any(op.interleaved for op in ropes)  # an int is no flag
+    with pytest.raises(bz.ShapeError, match="head_dim=6"):
+        g.rope(x, cos, sin, 6)
+
+
+def test_conv_with_rlx_kernel_size_argument():
+    g = bz.Graph("conv")
+    x = g.input("x", bz.Shape((1, 4, 6, 6)))
+    w = g.param("w", bz.Shape((8, 4, 3, 3)))
+    wt = g.param("wt", bz.Shape((4, 8, 3, 3)))
+    rlx = g.conv2d(x, w, [3, 3], [2, 2], [1, 1], [1, 1], 1)
+    assert g.node(rlx).op == g.node(g.conv2d(x, w, None, 2, 1)).op
+    up = g.conv_transpose2d(x, wt, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), 1)
+    ours = g.conv_transpose2d(x, wt, None, 2, 1, output_padding=1)
+    assert g.node(up).op == g.node(ours).op and g.shape_of(up).dims == (1, 8, 12, 12)
+    with pytest.raises(bz.ShapeError, match=r"kernel_size \(5, 5\) differs"):
+        g.conv2d(x, w, [5, 5])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ...errors import GraphError, ShapeError
 from ..op import Value
 from ..ops.attention import Attention, MaskKind, Rope
-from ..shapes import Shape
+from .rlx_args import check_shape
 
 
 def _mask_kind(kind) -> MaskKind:
@@ -32,16 +32,6 @@ def _count(what: str, name: str, v) -> int | None:
         hint = "; pass the mask kind as mask_kind=..." if isinstance(v, (str, MaskKind)) else ""
         raise GraphError(f"{what}: {name} must be a positive int, got {v!r}{hint}")
     return v
-
-
-def check_shape(what: str, got: Shape, shape) -> None:
-    """RLX's output-shape argument: None, a bz.Shape (dims and dtype) or a dims tuple."""
-    if shape is None:
-        return
-    want_dims = tuple(shape.dims if isinstance(shape, Shape) else shape)
-    if want_dims != got.dims or (isinstance(shape, Shape) and shape.dtype != got.dtype):
-        raise ShapeError(f"{what}: the given output shape {shape} differs from the inferred "
-                         f"{got}; braze infers output shapes, so the argument can be left out")
 
 
 class AttentionBuilder:
@@ -180,10 +170,35 @@ class AttentionBuilder:
 
     def rope(self, x: Value, cos: Value, sin: Value, interleaved: bool = False,
              n_rot: int | None = None) -> Value:
-        """Rotary embedding of x [..., S, D] with cos/sin [S, n_rot // 2] (see `rope_tables`)."""
+        """Rotary embedding of x [..., S, D] with cos/sin [S, n_rot // 2] (see `rope_tables`).
+
+        RLX's `rope(x, cos, sin, head_dim)` works too: an int (not a bool) in the fourth place is
+        the head dim, checked against x's last dim, or splitting packed x [B, S, H*D] into heads
+        (rotated per head, merged back)."""
+        if isinstance(interleaved, int) and not isinstance(interleaved, bool):
+            return self._rope_heads(x, cos, sin, interleaved, n_rot)
         op = Rope(bool(interleaved), None if n_rot is None else int(n_rot))
         return self.add_node(op, (x, cos, sin))[0]
 
-    def rope_n(self, x: Value, cos: Value, sin: Value, n_rot: int) -> Value:
-        """Partial rotary embedding of the first `n_rot` dims (rotate-half)."""
+    def rope_n(self, x: Value, cos: Value, sin: Value, n_rot: int,
+               rlx_n_rot: int | None = None) -> Value:
+        """Partial rotary embedding of the first `n_rot` dims (rotate-half). RLX's
+        `rope_n(x, cos, sin, head_dim, n_rot)` works too."""
+        if rlx_n_rot is not None:
+            return self._rope_heads(x, cos, sin, n_rot, rlx_n_rot)
         return self.rope(x, cos, sin, n_rot=n_rot)
+
+    def _rope_heads(self, x: Value, cos: Value, sin: Value, head_dim: int,
+                    n_rot: int | None) -> Value:
+        head_dim = _count("rope", "head_dim", head_dim)
+        xs = self.shape_of(x)
+        last = xs.dims[-1] if xs.rank else None
+        if last == head_dim:
+            return self.rope(x, cos, sin, n_rot=n_rot)
+        if xs.rank != 3 or not isinstance(last, int) or last % head_dim:
+            raise ShapeError(f"rope: x {xs} is neither [..., S, head_dim={head_dim}] nor packed "
+                             f"[B, S, H*{head_dim}]")
+        b, s, _ = xs.dims
+        heads = self._split_heads(x, last // head_dim, head_dim)
+        y = self.rope(heads, cos, sin, n_rot=n_rot)
+        return self.reshape(self.transpose(y, (0, 2, 1, 3)), (b, s, last))

@@ -4,7 +4,7 @@ Strides, dilations and kernels take an int or a pair; paddings an int, a pair (p
 4-tuple (top, left, bottom, right)."""
 from __future__ import annotations
 
-from ...errors import GraphError
+from ...errors import GraphError, ShapeError
 from ..op import Value
 from ..ops.conv import Conv2d, ConvTranspose2d, GlobalAvgPool, Pool2d, PoolKind, ResizeNearest2x
 from ..ops.resize import CoordinateMode, NearestMode, Resize, ResizeMode
@@ -59,18 +59,36 @@ def _pool_kind(kind) -> PoolKind:
 class ConvBuilder:
     def conv2d(self, x: Value, w: Value, b: Value | None = None, stride=1, padding=0,
                dilation=1, groups: int = 1) -> Value:
-        """NCHW convolution with weight [O, C/groups, kh, kw] and optional bias [O]."""
+        """NCHW convolution with weight [O, C/groups, kh, kw] and optional bias [O]. RLX's
+        `conv2d(x, w, kernel_size, stride, padding, dilation, groups)` works too: a pair where
+        the bias goes is the kernel size, checked against the weight."""
+        if isinstance(b, (tuple, list)):
+            self._check_kernel("conv2d", w, b, 2)
+            b = None
         op = Conv2d(_pair(stride, "stride"), _padding4(padding), _pair(dilation, "dilation"),
                     int(groups), b is not None)
         return self.add_node(op, (x, w) if b is None else (x, w, b))[0]
 
     def conv_transpose2d(self, x: Value, w: Value, b: Value | None = None, stride=1, padding=0,
                          output_padding=0, dilation=1, groups: int = 1) -> Value:
-        """Transposed NCHW convolution with weight [C, O/groups, kh, kw] and optional bias [O]."""
+        """Transposed NCHW convolution with weight [C, O/groups, kh, kw] and optional bias [O].
+        RLX's `conv_transpose2d(x, w, kernel_size, stride, padding, dilation, output_padding,
+        groups)` works too (a pair where the bias goes; note dilation before output_padding)."""
+        if isinstance(b, (tuple, list)):
+            self._check_kernel("conv_transpose2d", w, b, 2)
+            b, output_padding, dilation = None, dilation, output_padding
         op = ConvTranspose2d(_pair(stride, "stride"), _padding4(padding),
                              _pair(output_padding, "output_padding"),
                              _pair(dilation, "dilation"), int(groups), b is not None)
         return self.add_node(op, (x, w) if b is None else (x, w, b))[0]
+
+    def _check_kernel(self, what: str, w: Value, kernel, first: int) -> None:
+        k = _pair(kernel, "kernel_size")
+        have = self.shape_of(w).dims[first:]
+        if tuple(have) != k:
+            raise ShapeError(f"{what}: kernel_size {k} differs from the weight's kernel dims "
+                             f"{tuple(have)} (weight {self.shape_of(w)}); braze reads the "
+                             "kernel size from the weight")
 
     def pool(self, x: Value, kind: PoolKind | str, kernel, stride=None, padding=0, *,
              count_include_pad: bool = False) -> Value:

@@ -18,6 +18,7 @@ from ..ops.elementwise import (
     UnaryFn,
     Where,
 )
+from .rlx_args import check_shape
 
 
 def _enum(enum_cls, v):
@@ -32,18 +33,28 @@ def _enum(enum_cls, v):
 
 class ElementwiseBuilder:
     # -- generic forms ---------------------------------------------------------------------------
-    def activation(self, x: Value, fn: UnaryFn | str) -> Value:
-        """Apply a unary function (`"gelu"`, `UnaryFn.SILU`, ...)."""
-        return self.add_node(Unary(_enum(UnaryFn, fn)), (x,))[0]
+    def activation(self, x: Value, fn: UnaryFn | str, shape=None) -> Value:
+        """Apply a unary function (`"gelu"`, `UnaryFn.SILU`, ...). RLX's order
+        `activation(fn, x, shape)` works too; `shape` is checked against the inferred type."""
+        if isinstance(x, (UnaryFn, str)):
+            x, fn = fn, x
+        out = self.add_node(Unary(_enum(UnaryFn, fn)), (x,))[0]
+        check_shape(f"activation {self.node(out).op.label}", self.shape_of(out), shape)
+        return out
 
     unary = activation
 
-    def binary(self, a, b, fn: BinaryFn | str) -> Value:
-        """`fn(a, b)` with broadcasting; Python scalars become constants of the other's dtype."""
+    def binary(self, a, b, fn: BinaryFn | str, shape=None) -> Value:
+        """`fn(a, b)` with broadcasting; Python scalars become constants of the other's dtype.
+        RLX's order `binary(fn, a, b, shape)` works too; `shape` is checked."""
+        if isinstance(a, (BinaryFn, str)):
+            a, b, fn = b, fn, a
         fn = _enum(BinaryFn, fn)
         a2 = self._coerce(a, like=b if isinstance(b, Value) else None)
         b2 = self._coerce(b, like=a2)
-        return self.add_node(Binary(fn), (a2, b2))[0]
+        out = self.add_node(Binary(fn), (a2, b2))[0]
+        check_shape(f"binary {fn.value}", self.shape_of(out), shape)
+        return out
 
     def compare(self, a, b, fn: CompareFn | str) -> Value:
         a2 = self._coerce(a, like=b if isinstance(b, Value) else None)

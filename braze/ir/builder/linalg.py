@@ -4,12 +4,15 @@ from __future__ import annotations
 from ..op import Value
 from ..ops.elementwise import UnaryFn
 from ..ops.linalg import DotGeneral, MatMul
+from .rlx_args import check_shape
 
 
 class LinalgBuilder:
-    def matmul(self, a: Value, b: Value) -> Value:
-        """`a @ b` with NumPy semantics."""
-        return self.add_node(MatMul(), (a, b))[0]
+    def matmul(self, a: Value, b: Value, shape=None) -> Value:
+        """`a @ b` with NumPy semantics (RLX's `out_shape`, when given, is checked)."""
+        out = self.add_node(MatMul(), (a, b))[0]
+        check_shape("matmul", self.shape_of(out), shape)
+        return out
 
     mm = matmul
 

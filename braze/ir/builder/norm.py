@@ -6,6 +6,7 @@ from __future__ import annotations
 from ...errors import GraphError, ShapeError
 from ..op import Value
 from ..ops.norm import BatchNorm, GroupNorm, LayerNorm, RmsNorm
+from .rlx_args import check_shape
 from .shape import axis_for
 
 __all__ = ["NormBuilder"]
@@ -25,11 +26,17 @@ _REQUIRED: Value | None = _Required()  # type: ignore[assignment]
 
 class NormBuilder:
     def layer_norm(self, x: Value, gamma: Value | None = None, beta: Value | None = None,
-                   eps: float = 1e-5, axis: int = -1) -> Value:
-        """Normalize over axes `axis..rank-1`; gamma / beta have those trailing dims."""
+                   eps: float = 1e-5, axis: int = -1, shape=None) -> Value:
+        """Normalize over axes `axis..rank-1`; gamma / beta have those trailing dims. RLX's
+        order `layer_norm(x, gamma, beta, axis, eps, shape)` works too (an int where eps goes
+        and a float where axis goes); `shape` is checked against the inferred type."""
+        if isinstance(eps, int) and not isinstance(eps, bool) and isinstance(axis, float):
+            eps, axis = axis, eps
         ax = axis_for("layer_norm", axis, self.shape_of(x).rank)
         op = LayerNorm(float(eps), ax, gamma is not None, beta is not None)
-        return self.add_node(op, _affine(x, gamma, beta))[0]
+        out = self.add_node(op, _affine(x, gamma, beta))[0]
+        check_shape("layer_norm", self.shape_of(out), shape)
+        return out
 
     def ln(self, x: Value, gamma: Value | None = _REQUIRED, beta: Value | None = _REQUIRED,
            eps: float = 1e-5) -> Value:
