@@ -23,6 +23,7 @@ from ..ops.shape import (
     resolve_reshape,
 )
 from ..shapes import Dim, normalize_axis
+from .rlx_args import check_shape
 
 __all__ = ["ShapeBuilder", "axis_for", "axes_for"]
 
@@ -55,14 +56,16 @@ def axes_for(op: str, axes: int | Sequence[int], rank: int) -> tuple[int, ...]:
 
 
 class ShapeBuilder:
-    def reshape(self, x: Value, dims: Sequence[Dim]) -> Value:
+    def reshape(self, x: Value, dims: Sequence[Dim], shape=None) -> Value:
         """View `x` with `dims`; one -1 is resolved now (symbols allowed: ("b", 4, 8) ->
         ("b", -1) gives ("b", 32))."""
         try:
             resolved = resolve_reshape(self.shape_of(x).dims, tuple(dims))
         except ShapeError:
             resolved = tuple(dims)  # add_node reports the ShapeError with node context
-        return self.add_node(Reshape(resolved), (x,))[0]
+        out = self.add_node(Reshape(resolved), (x,))[0]
+        check_shape("reshape", self.shape_of(out), shape)
+        return out
 
     reshape_ = reshape
 
@@ -83,13 +86,15 @@ class ShapeBuilder:
 
     narrow_ = narrow
 
-    def concat(self, xs: Sequence[Value], axis: int) -> Value:
+    def concat(self, xs: Sequence[Value], axis: int, shape=None) -> Value:
         """Join `xs` along `axis`."""
         xs = tuple(xs)
         if not xs:
             raise GraphError("concat needs at least one input")
         ax = axis_for("concat", axis, self.shape_of(xs[0]).rank)
-        return self.add_node(Concat(ax), xs)[0]
+        out = self.add_node(Concat(ax), xs)[0]
+        check_shape("concat", self.shape_of(out), shape)
+        return out
 
     concat_ = concat
 
@@ -101,10 +106,12 @@ class ShapeBuilder:
         resolved = tuple(src[i - off] if d == -1 and i >= off else d for i, d in enumerate(dims))
         return self.add_node(Expand(resolved), (x,))[0]
 
-    def gather(self, x: Value, indices: Value, axis: int = 0) -> Value:
+    def gather(self, x: Value, indices: Value, axis: int = 0, shape=None) -> Value:
         """`np.take(x, indices, axis)`: rows of an embedding table, for example."""
         ax = axis_for("gather", axis, self.shape_of(x).rank)
-        return self.add_node(Gather(ax), (x, indices))[0]
+        out = self.add_node(Gather(ax), (x, indices))[0]
+        check_shape("gather", self.shape_of(out), shape)
+        return out
 
     gather_ = gather
 
