@@ -53,6 +53,7 @@ from .autodiff import (  # noqa: E402,F401
 )
 from .passes.base import run_passes  # noqa: E402,F401
 from .passes.canonicalize.simplify import simplify  # noqa: E402,F401
+from .passes.const_fold import ConstantFolding  # noqa: E402,F401
 from .passes.legalize import (  # noqa: E402,F401
     DispatchReport,
     LegalizeError,
@@ -60,16 +61,23 @@ from .passes.legalize import (  # noqa: E402,F401
     legalize,
     rewrite_for_backend,
 )
+from .passes.legalize_broadcast import LegalizeBroadcast  # noqa: E402,F401
 from .passes.limits import FusionLimits, active_fusion_limits, with_fusion_limits  # noqa: E402,F401
 from .passes.lower import (  # noqa: E402,F401
     LowerBatchNormInference,
+    LowerControlFlow,
     LowerDotGeneral,
     LowerGroupNorm,
     LowerNonLastAxisReduce,
     LowerResizeNearest2x,
     LowerSoftmaxCrossEntropy,
+    inline_if,
+    inline_subgraph_into,
+    inline_subgraph_into_outputs,
     lower_logical_kernels,
+    unroll_while,
 )
+from .passes.params import promote_params_to_inputs, specialize_params  # noqa: E402,F401
 from .passes.pipeline import (  # noqa: E402,F401
     FusionOptions,
     compile_pipeline,

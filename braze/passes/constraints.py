@@ -24,19 +24,23 @@ def reduces_last_axis_only(node: Node, g: Graph) -> bool:
     return normalize_axis(op.axis, rank) == rank - 1
 
 
+def trailing_broadcast_operand(dims: tuple, out: tuple) -> bool:
+    """Whether an operand of `dims` broadcasts to `out` as a scalar or a trailing block: its
+    dims, leading size-1 axes stripped, equal the trailing axes of `out`."""
+    start = 0
+    while start < len(dims) and dims[start] == 1:
+        start += 1
+    rest = tuple(dims[start:])
+    return not rest or rest == tuple(out[len(out) - len(rest):])
+
+
 def broadcasts_trailing_only(node: Node, g: Graph) -> bool:
     """Every operand of an elementwise op, leading size-1 axes stripped, equals the trailing
     axes of the output (a scalar, a row, or the full shape)."""
     if not node.op.elementwise or len(node.inputs) < 2:
         return True
     out = g.shape_of(node.values[0]).dims
-    for v in node.inputs:
-        dims = list(g.shape_of(v).dims)
-        while dims and dims[0] == 1:
-            dims.pop(0)
-        if dims and tuple(dims) != tuple(out[len(out) - len(dims):]):
-            return False
-    return True
+    return all(trailing_broadcast_operand(g.shape_of(v).dims, out) for v in node.inputs)
 
 
 CONSTRAINTS: dict[str, str] = {

@@ -28,6 +28,7 @@ class MissReason(enum.Enum):
     CAPTURE_INSIDE_MATCH = "capture_inside_match"
     WOULD_CYCLE = "would_cycle"
     INVALID_REPLACEMENT = "invalid_replacement"
+    SIZE_LIMIT_EXCEEDED = "size_limit_exceeded"
 
     @property
     def default_hint(self) -> str:
@@ -71,6 +72,9 @@ _HINTS = {
     MissReason.INVALID_REPLACEMENT: "the fused replacement would not type-check, or would "
     "change the shape or dtype of a value it replaces, so braze kept the original ops. The "
     "rule's checks missed this case: please report it with the graph.",
+    MissReason.SIZE_LIMIT_EXCEEDED: "the folded constant would be larger than the pass's size "
+    "cap, so the op stays computed (once per weights update by the executor); raise the cap "
+    "(ConstantFolding(max_elements=...)) to bake it in.",
 }
 
 

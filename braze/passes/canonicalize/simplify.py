@@ -12,15 +12,16 @@ when the middle cast holds every value of x exactly (f32 -> f64 -> t, never f32 
 The transpose / reshape chains and identity transpose / reshape / expand / cast come from
 canonicalize/layout.py (the same rules, reused).
 
-`simplify(g)` (`bz.simplify`) runs the rules, CSE and DCE to a fixed point; every round is one
-linear sweep of each, and the rounds are bounded (more means a runaway rule: PassError)."""
+`simplify(g)` (`bz.simplify`) runs the rules, constant folding (const_fold.py), CSE and DCE to a
+fixed point; every round is one linear sweep of each, and the rounds are bounded (more means a
+runaway rule: PassError). Inside `bz.fuse` only constants fold (see `AlgebraicSimplify`)."""
 from __future__ import annotations
 
 import os
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from ...rewrite import Match, MissReason, P, Rule, RuleStats, V, fail, rewrite
 from ...rewrite.driver import RewriteContext
 from ..base import PassResult
 from ..cleanup import common_subexpression_elimination, dead_code_elimination
+from ..const_fold import DEFAULT_MAX_ELEMENTS, ConstantFolding
 from .layout import COMPOSE_RESHAPES, COMPOSE_TRANSPOSES, DROP_IDENTITY
 
 __all__ = ["SIMPLIFY_RULES", "AlgebraicSimplify", "simplify", "simplify_with_stats",
@@ -231,16 +233,24 @@ SIMPLIFY_RULES = ALGEBRAIC_RULES + (COMPOSE_TRANSPOSES, COMPOSE_RESHAPES, DROP_I
 
 
 # -- the pass and bz.simplify -----------------------------------------------------------------
+def _fold_constants_only() -> ConstantFolding:
+    return ConstantFolding(fold_weights=False)
+
+
 @dataclass
 class AlgebraicSimplify:
-    """SIMPLIFY_RULES, then DCE (and CSE with `cse=True`), to a fixed point. Rule statistics
-    add up over the rounds; the misses are those of the last round (still present in the
-    result). The canonicalization stage runs it without CSE: merging equal values would give
-    pattern interiors extra readers that block later recognizers."""
+    """SIMPLIFY_RULES, constant folding (`fold`; None turns it off), then DCE (and CSE with
+    `cse=True`), to a fixed point. Rule statistics add up over the rounds; the misses are those
+    of the last round (still present in the result). The canonicalization stage runs it
+    without CSE: merging equal values would give pattern interiors extra readers that block
+    later recognizers. By default only constants fold: `bz.fuse` keeps computations on stored
+    weights as weight preparation, which the executor recomputes when weights are updated
+    (`bz.simplify` folds stored weights too)."""
 
     name: str = "AlgebraicSimplify"
     cse: bool = False
     max_rounds: int = 8
+    fold: ConstantFolding | None = field(default_factory=_fold_constants_only)
 
     def run(self, g: Graph, ctx: RewriteContext | None = None) -> PassResult:
         t0 = time.perf_counter()
@@ -250,18 +260,27 @@ class AlgebraicSimplify:
         if self.cse:
             cur, changed = common_subexpression_elimination(cur)
         for _ in range(self.max_rounds):
+            fold_misses, folded_any = [], False
+            if self.fold is not None:
+                folded = self.fold.run(cur, ctx)
+                cur, changed = folded.graph, changed or folded.changed
+                fold_misses, folded_any = folded.misses, folded.changed
+                for k, s in folded.stats.items():
+                    stats.setdefault(k, RuleStats(s.rule, s.source)).merge(s)
+                    stats[k].near_misses = s.near_misses  # what is still over the cap
             # the driver sweeps to its own fixed point (a chain of n reshapes or transposes
-            # halves per sweep); only a CSE merge can expose a new match after that
+            # halves per sweep); only a fold or a CSE merge can expose a new match after that
             res = rewrite(cur, SIMPLIFY_RULES, ctx, max_sweeps=_MAX_SWEEPS)
             for k, s in res.stats.items():
                 stats[k].merge(s)
             cur, dropped = dead_code_elimination(res.graph)
             changed = changed or res.changed or dropped
             merged = False
-            if self.cse and res.changed:
+            if self.cse and (res.changed or folded_any):
                 cur, merged = common_subexpression_elimination(cur)
-            if not merged:
-                return PassResult(self.name, cur, changed, stats, res.misses,
+            # a rule's result may be known where its root was not (where(True, c, x) -> c)
+            if not merged and not (self.fold is not None and res.changed):
+                return PassResult(self.name, cur, changed, stats, fold_misses + res.misses,
                                   time.perf_counter() - t0)
         busy = [k for k, s in stats.items() if s.matches]
         raise PassError(f"{self.name} found no fixed point in {self.max_rounds} rounds on graph "
@@ -271,14 +290,17 @@ class AlgebraicSimplify:
 _MAX_SWEEPS = 32
 
 
-def simplify_with_stats(g: Graph) -> tuple[Graph, dict[str, RuleStats]]:
+def simplify_with_stats(g: Graph, *, max_elements: int = DEFAULT_MAX_ELEMENTS
+                        ) -> tuple[Graph, dict[str, RuleStats]]:
     """`simplify`, also returning each rule's statistics (matches, attempts, misses, time,
-    and the rule's `source` file:line)."""
-    res = AlgebraicSimplify(cse=True).run(g)
+    and the rule's `source` file:line; "ConstantFolding" counts folded values and, as near
+    misses, results left computed because they exceed `max_elements`)."""
+    res = AlgebraicSimplify(cse=True, fold=ConstantFolding(max_elements=max_elements)).run(g)
     return res.graph, res.stats
 
 
-def simplify(g: Graph) -> Graph:
-    """Algebraic identities, CSE and DCE to a fixed point (`bz.simplify`). Returns a new graph
-    computing the same outputs with the same shapes and dtypes; `g` is not changed."""
-    return simplify_with_stats(g)[0]
+def simplify(g: Graph, *, max_elements: int = DEFAULT_MAX_ELEMENTS) -> Graph:
+    """Algebraic identities, constant folding (constants and stored weights; results of at
+    most `max_elements` elements), CSE and DCE to a fixed point (`bz.simplify`). Returns a new
+    graph computing the same outputs with the same shapes and dtypes; `g` is not changed."""
+    return simplify_with_stats(g, max_elements=max_elements)[0]
