@@ -364,3 +364,61 @@ def test_real_exports_lose_the_guards_and_no_ops_and_keep_their_outputs(hf_zoo, 
         feeds = hf_inputs(2, 7, vocab=vocab, seed=5, padding=padding)
         (want,), (got,) = bz.interpret(g, feeds), bz.interpret(out, feeds)
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# -- constant folding in the fixed point --------------------------------------------------------
+def test_simplify_folds_what_the_rules_expose_and_simplifies_what_folds_expose():
+    """where(True, c, x) -> c makes exp(c) known (a fold after a rule); 1 computed as
+    exp(0) makes x * 1 an identity (a rule after a fold); equal values merge (CSE)."""
+    g, x = graph((4, 6))
+    c = g.constant(np.full((4, 6), 2.0, np.float32))
+    picked = g.where(g.constant(True), c, g.exp(x))           # a run-time op until WhereTrue
+    one = g.exp(g.constant(np.zeros((6,), np.float32)))
+    y = g.add(g.mul(x, one), g.exp(picked))
+    g.set_outputs([y, g.sub(y, g.exp(picked))])
+    before = str(g)
+    out, stats = simplify_with_stats(g)
+    assert str(g) == before
+    assert out.op_counts() == {"add": 1, "sub": 1}
+    assert out.count("constant") == 1                         # exp(c) once, CSE'd
+    assert stats["WhereTrue"].matches == 1 and stats["MulOne"].matches == 1
+    assert stats["ConstantFolding"].matches >= 2
+    check_same(g, out)
+    assert str(bz.simplify(out)) == str(out)                  # a fixed point
+
+
+def test_simplify_folds_stored_weights_but_fuse_folds_constants_only():
+    g, x = graph((2, 6))
+    w = g.param("w", bz.Shape((4, 6)), np.arange(24, dtype=np.float32).reshape(4, 6))
+    half = g.div(g.constant(np.float32(1)), g.constant(np.float32(2)))
+    g.set_outputs([g.mul(g.mm(x, g.transpose(w, (1, 0))), half)])
+    out = bz.simplify(g)
+    assert out.op_counts() == {"matmul": 1, "mul": 1}
+    assert [p.op.name for p in out.params] == ["transpose(w)"]
+    check_same(g, out)
+    fused, report = bz.fuse(g, "cpu")
+    assert "div" not in fused.op_counts()                     # the constant folded
+    assert report.weight_prep_after == 1                      # transpose(w): weight prep
+    assert [p.op.name for p in fused.params] == ["w"]
+
+
+def test_simplify_leaves_over_cap_folds_computed_and_counts_them():
+    g, x = graph((64, 64))
+    grid = g.add(g.constant(np.ones((64, 1), np.float32)), g.constant(np.ones((1, 64), np.float32)))
+    g.set_outputs([g.mul(x, g.tanh(grid))])
+    out, stats = simplify_with_stats(g, max_elements=100)
+    assert out.op_counts() == {"add": 1, "tanh": 1, "mul": 1}
+    assert stats["ConstantFolding"].near_misses == 1
+    res = AlgebraicSimplify(cse=True).run(g, CPU)            # bz.fuse's default cap folds it
+    assert res.graph.op_counts() == {"mul": 1}
+    check_same(g, out)
+
+
+def test_simplify_never_folds_input_dependent_nodes():
+    g, x = graph()
+    w = g.param("w", bz.Shape((6, 6)))                         # no stored value: run time
+    y = g.add(g.mm(x, g.neg(w)), g.exp(x))
+    g.set_outputs([y])
+    out = bz.simplify(g)
+    assert out.op_counts() == g.op_counts() and out.count("constant") == 0
+    check_same(g, out, symbols={"b": 2})
