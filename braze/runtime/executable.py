@@ -16,6 +16,7 @@ from ..interpret import bind_symbols
 from ..ir.graph import Graph
 from ..passes.expand import expand_nodes
 from .kernels import KERNELS, Dispatch, KernelContext
+from .plan import SharedArena
 from .program import Program, build_program
 
 __all__ = ["compile", "Executable", "KernelDispatchReport"]
@@ -26,12 +27,14 @@ def _has_kernel(op) -> bool:
 
 
 def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarray] | None = None,
-            precision=None, threads: int | None = None, fuse: bool = True) -> Executable:
+            precision=None, threads: int | None = None, fuse: bool = True,
+            shared_arena: SharedArena | None = None) -> Executable:
     """Compile `graph` for `target` ("cpu"). `params` supplies weights for params without
     stored values (as `bz.interpret` takes them); `precision` ("bf16", "f16" or a
     PrecisionPolicy) rounds matmul and conv operands to that type with f32 accumulation;
     `threads` caps the kernels' threads; `fuse=False` skips the fusion pipeline (the graph runs
-    as given, legalized)."""
+    as given, legalized); `shared_arena` lets executables that never run at the same time plan
+    into one buffer (see SharedArena)."""
     from ..passes.pipeline import fuse as run_fusion
     from ..report import FusionReport
 
@@ -44,7 +47,8 @@ def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarra
 
         fused, _ = apply_precision(fused, precision)
     legal, decomposed = legalize_for_kernels(fused)
-    return Executable(graph, legal, report, dict(params or {}), precision, threads, decomposed)
+    return Executable(graph, legal, report, dict(params or {}), precision, threads, decomposed,
+                      shared_arena)
 
 
 def legalize_for_kernels(g: Graph) -> tuple[Graph, dict[str, int]]:
@@ -98,13 +102,14 @@ class Executable:
     """A compiled graph. Call it with feeds (input name -> array) for the outputs."""
 
     def __init__(self, source: Graph, graph: Graph, report, params: dict, precision, threads,
-                 decomposed: dict[str, int]):
+                 decomposed: dict[str, int], shared_arena: SharedArena | None = None):
         self.source = source
         self.graph = graph
         self.report = report
         self.precision = precision
         self.threads = threads
         self.decomposed = decomposed
+        self.shared_arena = shared_arena
         self._weights = {**graph.weights, **params}
         self._programs: dict[tuple, Program] = {}
         self._static: dict = {}
@@ -121,7 +126,8 @@ class Executable:
         if prog is None:
             ctx = KernelContext(threads=self.threads or 0, precision=self.precision,
                                 symbols=symbols)
-            prog = build_program(self.graph, symbols, self._weights, ctx, self._static)
+            prog = build_program(self.graph, symbols, self._weights, ctx, self._static,
+                                 self.shared_arena)
             self._programs[key] = prog
         self._last = prog
         return prog

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Buffer", "MemoryPlan", "plan_memory", "ALIGN"]
+import numpy as np
+
+__all__ = ["Buffer", "MemoryPlan", "plan_memory", "ALIGN", "SharedArena", "aligned_arena"]
 
 ALIGN = 64
 
@@ -93,3 +95,27 @@ def _lower_bound(buffers: list[Buffer]) -> int:
         live += events[t]
         best = max(best, live)
     return best
+
+
+def aligned_arena(nbytes: int) -> np.ndarray:
+    """A fresh uint8 buffer of `nbytes` whose start is ALIGN-byte aligned."""
+    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    off = (-raw.ctypes.data) % ALIGN
+    return raw[off:off + nbytes]
+
+
+class SharedArena:
+    """One arena for programs that never run at the same time (a training step's forward and
+    backward): each program plans on its own and takes the first `peak` bytes of this buffer.
+    A larger plan grows the buffer; programs built before it keep the old one (still correct,
+    no longer shared), so build the largest program first."""
+
+    def __init__(self) -> None:
+        self.buffer: np.ndarray = aligned_arena(0)
+        self.takers = 0
+
+    def take(self, nbytes: int) -> np.ndarray:
+        if nbytes > self.buffer.nbytes:
+            self.buffer = aligned_arena(nbytes)
+        self.takers += 1
+        return self.buffer[:nbytes]

@@ -20,7 +20,7 @@ from ..ir.ops.shape import Expand, Narrow, Reshape
 from ..ir.shapes import Shape
 from ..ir.symbolic import eval_dim
 from .kernels import Kernel, KernelContext, kernel_for, reference_kernel
-from .plan import ALIGN, Buffer, MemoryPlan, plan_memory
+from .plan import Buffer, MemoryPlan, SharedArena, aligned_arena, plan_memory
 
 __all__ = ["Program", "Step", "build_program"]
 
@@ -108,8 +108,10 @@ def _view_fn(node: Node, out_dims: tuple[int, ...]):
 
 
 def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np.ndarray],
-                  ctx: KernelContext, static_cache: dict) -> Program:
-    """Plan `g` for `symbols`: evaluate static values, pick a kernel per node, plan memory."""
+                  ctx: KernelContext, static_cache: dict, shared_arena: SharedArena | None = None
+                  ) -> Program:
+    """Plan `g` for `symbols`: evaluate static values, pick a kernel per node, plan memory.
+    With `shared_arena`, the arena is the front of that buffer instead of a new one."""
     symbols = dict(symbols)
     slot_of: dict[Value, int] = {}
     env: list = []
@@ -182,7 +184,8 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             nbytes = int(np.prod(shapes[key], dtype=np.int64)) * np.dtype(dt).itemsize
             buffers.append(Buffer(key, nbytes, idx, idx))
     plan = plan_memory(buffers)
-    arena = _aligned_arena(plan.peak)
+    arena = (shared_arena.take(plan.peak) if shared_arena is not None
+             else aligned_arena(plan.peak))
     for b in plan.buffers:
         for v in (b.key, *b.shares):
             dims = shapes[v]
@@ -257,7 +260,9 @@ def _static_value(n: Node, g: Graph, weights, symbols, env, slot_of, cache) -> t
         where = f" from {n.provenance}" if n.provenance else ""
         raise InterpretError(f"while preparing weights at node {n.label}{where}: "
                              f"{type(e).__name__}: {e}") from e
-    out = tuple(np.ascontiguousarray(r) for r in (res if isinstance(res, tuple) else (res,)))
+    # ascontiguousarray makes a 0-d result 1-d; keep the reference's shape
+    out = tuple(np.ascontiguousarray(r).reshape(np.shape(r))
+                for r in (res if isinstance(res, tuple) else (res,)))
     if key is not None:
         cache[key] = out
     return out
@@ -303,9 +308,3 @@ def _inplace_host(step, pos, idx, last_use, outputs, alias, owner, shapes, g):
         if shapes[v] == shapes[out] and g.shape_of(v).dtype == g.shape_of(out).dtype:
             return owner[v]  # views of v count as reads of v, so none is live past this step
     return None
-
-
-def _aligned_arena(nbytes: int) -> np.ndarray:
-    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
-    off = (-raw.ctypes.data) % ALIGN
-    return raw[off:off + nbytes]
