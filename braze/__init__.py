@@ -50,6 +50,7 @@ from .autodiff import (  # noqa: E402,F401
     jvp,
     nth_order_grad,
     prepare_graph_for_ad,
+    vmap,
 )
 from .passes.base import run_passes  # noqa: E402,F401
 from .passes.canonicalize.simplify import simplify  # noqa: E402,F401

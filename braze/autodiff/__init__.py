@@ -1,6 +1,7 @@
 """Automatic differentiation on braze graphs: VJP / JVP rules registered against op classes
 (`registry`, `rules/`), reverse mode (`grad_with_loss`), forward mode (`jvp`), and the higher-order
-forms built on them (`hvp`, `nth_order_grad`, `directional_nth_grad`). `prepare_graph_for_ad` is
+forms built on them (`hvp`, `nth_order_grad`, `directional_nth_grad`), and vectorization
+(`vmap`, with batching rules per op class). `prepare_graph_for_ad` is
 the one place that unfuses and decomposes a graph before differentiation. Results are ordinary
 braze graphs."""
 from .forward import jvp
@@ -16,7 +17,8 @@ from .registry import (
     vjp_rule,
 )
 from .reverse import grad_with_loss
+from .vmap import batch_rule, vmap
 
 __all__ = ["vjp_rule", "jvp_rule", "non_differentiable", "get_vjp", "get_jvp",
            "differentiability", "unbroadcast", "grad_with_loss", "jvp", "hvp", "nth_order_grad",
-           "directional_nth_grad", "prepare_graph_for_ad"]
+           "directional_nth_grad", "prepare_graph_for_ad", "vmap", "batch_rule"]
