@@ -44,7 +44,10 @@ __version__ = "0.1.0"
 
 # fusion layer (pipeline, report, unfuse, limits) and autodiff
 from .autodiff import (  # noqa: E402,F401
+    ForceEnergyLossWeights,
+    build_force_energy_loss,
     directional_nth_grad,
+    grad_subgraph,
     grad_with_loss,
     hvp,
     jvp,
@@ -89,6 +92,7 @@ from .passes.pipeline import (  # noqa: E402,F401
 from .passes.targets import TARGETS, Target, get_target  # noqa: E402,F401
 from .passes.unfuse import unfuse_fused_for_autodiff  # noqa: E402,F401
 from .report import FusionReport, MissedFusion, MissReason  # noqa: E402,F401
+from .training.optimizers import SGD, Adam  # noqa: E402,F401
 
 
 def import_onnx(model, **kwargs):
@@ -112,6 +116,14 @@ def compile(graph, target="cpu", **kwargs):  # noqa: A001 - the public name the 
     from .runtime import compile as _compile
 
     return _compile(graph, target, **kwargs)
+
+
+def compile_training(graph, wrt, optimizer, **kwargs):
+    """Compile a training step (forward, backward and optimizer around one weight region); see
+    `braze.training.compile_training`."""
+    from .training import compile_training as _compile_training
+
+    return _compile_training(graph, wrt, optimizer, **kwargs)
 
 
 def export_onnx(graph, path, target="onnxruntime", **kwargs):
