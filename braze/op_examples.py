@@ -47,6 +47,28 @@ def _region(g, x):
     return g.elementwise_region(body, [x])
 
 
+def _graph(name, in_shapes, body):
+    """A body graph with inputs in0, in1, ... of `in_shapes` returning `body(g, *inputs)`."""
+    g = Graph(name)
+    outs = body(g, *[g.input(f"in{i}", s) for i, s in enumerate(in_shapes)])
+    g.set_outputs(list(outs) if isinstance(outs, tuple) else [outs])
+    return g
+
+
+def _if(g, x):
+    then_g = _graph("then", [_s(2, 3, 8)], lambda b, v: b.mul(b.tanh(v), 2.0))
+    else_g = _graph("else", [_s(2, 3, 8)], lambda b, v: b.mul(v, v))
+    return g.cond(g.gt(g.sum(x), 0.0), then_g, else_g, x)
+
+
+def _while(g, x):
+    carried = [_s(dtype=i32), _s(2, 3, 8)]
+    cond = _graph("cond", carried, lambda b, i, v: b.lt(i, 3))
+    body = _graph("body", carried, lambda b, i, v: (b.add(i, 1), b.add(b.mul(v, 0.5),
+                                                                       b.tanh(v))))
+    return g.while_loop(cond, body, g.constant(np.array(0, np.int32)), x, max_iterations=5)[1]
+
+
 # kind -> builder of one node of that kind from x: f32[2, 3, 8] (param shapes as needed)
 OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
     "input": lambda g, x: x,
@@ -106,6 +128,8 @@ OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
     "fused_attention_block": _attn_block,
     "fused_transformer_layer": _transformer,
     "elementwise_region": _region,
+    "if": _if,
+    "while": _while,
     "log_softmax": lambda g, x: g.log_softmax(x, 1),
     "isnan": lambda g, x: g.isnan(g.log(x)),
     "isinf": lambda g, x: g.isinf(g.div(x, 0.0), detect_positive=False),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from .builder.attention import AttentionBuilder
 from .builder.backward import BackwardBuilder
+from .builder.control import ControlFlowBuilder
 from .builder.conv import ConvBuilder
 from .builder.elementwise import ElementwiseBuilder
 from .builder.fused import FusedBuilder
@@ -28,6 +29,7 @@ class Graph(
     ConvBuilder,
     FusedBuilder,
     BackwardBuilder,
+    ControlFlowBuilder,
     GraphQueries,
     GraphCore,
 ):

@@ -66,6 +66,6 @@ def replace_nodes(g: Graph, pick: Callable[[Node, Graph], Builder | None]) -> Gr
             outs = new.clone_node(node, ins, g)
         for old, nv in zip(node.values, outs, strict=True):
             vmap[old] = nv
-    new.weights = dict(g.weights)
+    new.weights = {**new.weights, **g.weights}  # keep weights a builder added (inlined bodies)
     new.set_outputs([vmap[v] for v in g.outputs])
     return new

@@ -3,6 +3,7 @@ from .attention import *  # noqa: F401,F403
 from .backward import *  # noqa: F401,F403
 from .backward_attention import *  # noqa: F401,F403
 from .backward_conv import *  # noqa: F401,F403
+from .control import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
 from .elementwise import (  # noqa: F401
     ACTIVATIONS,
