@@ -140,7 +140,7 @@ class Executable:
                 have = ", ".join(sorted(feeds)) or "nothing"
                 raise InterpretError(f"graph {self.graph.name!r} needs input {name!r} "
                                      f"{node.op.shape}; feeds have {have}")
-            arr = np.ascontiguousarray(feeds[name])
+            arr = np.ascontiguousarray(feeds[name]).reshape(np.shape(feeds[name]))  # 0-d stays
             if arr.dtype != want:
                 raise InterpretError(f"input {name!r} declared {node.op.shape.dtype} but was "
                                      f"fed {arr.dtype}; cast the feed")

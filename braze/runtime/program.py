@@ -246,7 +246,7 @@ def _static_value(n: Node, g: Graph, weights, symbols, env, slot_of, cache) -> t
         if arr.shape != want:
             raise InterpretError(f"param {op.name!r} declared {op.shape} but its value has "
                                  f"shape {arr.shape}")
-        return (np.ascontiguousarray(arr, dtype=op.shape.dtype.np),)
+        return (np.ascontiguousarray(arr, dtype=op.shape.dtype.np).reshape(arr.shape),)
     if isinstance(op, Constant):
         return (op.value,)
     key = ("static", n.id) if not _binds(n, g) else None
