@@ -80,12 +80,16 @@ class _ParamMap:
         self.by_name = {target.nodes[i].op.name: i for i in target.param_ids}
 
     def get(self, node: Node, value: np.ndarray | None) -> Value:
-        name, shape = node.op.name, node.op.shape
-        nid = self.by_name.get(name)
-        if nid is not None and self._same(nid, shape, value):
-            return Value(nid)
-        if nid is not None or name in self.reserved or not self._free(name):
-            name = self._fresh(name)
+        base, shape = node.op.name, node.op.shape
+        name, k = base, 0
+        while True:  # w, w_1, w_2, ...: the first that is this param already, or free
+            nid = self.by_name.get(name)
+            if nid is not None and self._same(nid, shape, value):
+                return Value(nid)
+            if nid is None and name not in self.reserved and self._free(name):
+                break
+            k += 1
+            name = f"{base}_{k}"
         v = self.target.add_node(Param(name, shape), (), name=name, provenance=node.provenance)[0]
         self.target.param_ids.append(v.node)
         self.by_name[name] = v.node
@@ -111,9 +115,3 @@ class _ParamMap:
         except GraphError:
             return name not in self.by_name
         return False
-
-    def _fresh(self, name: str) -> str:
-        k = 1
-        while f"{name}_{k}" in self.reserved or not self._free(f"{name}_{k}"):
-            k += 1
-        return f"{name}_{k}"
