@@ -46,10 +46,12 @@ __version__ = "0.1.0"
 from .autodiff import (  # noqa: E402,F401
     ForceEnergyLossWeights,
     build_force_energy_loss,
+    convert_scans_for_ad,
     directional_nth_grad,
     grad_subgraph,
     grad_with_loss,
     hvp,
+    inline_custom_fn_for_autodiff,
     jvp,
     nth_order_grad,
     prepare_graph_for_ad,

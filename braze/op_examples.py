@@ -69,6 +69,20 @@ def _while(g, x):
     return g.while_loop(cond, body, g.constant(np.array(0, np.int32)), x, max_iterations=5)[1]
 
 
+def _custom_fn(g, x):
+    fwd = _graph("fwd", [_s(2, 3, 8)], lambda b, v: b.tanh(v))
+    vjp = _graph("vjp", [_s(2, 3, 8)] * 3,
+                 lambda b, v, y, ct: b.mul(ct, b.sub(1.0, b.mul(y, y))))
+    return g.custom_fn([x], fwd, vjp_body=vjp)
+
+
+def _scan(g, x):
+    body = _graph("step", [_s(3, 8)] * 3,
+                  lambda b, c, w, x_t: (b.tanh(b.add(b.mul(c, w), x_t)), b.add(c, x_t)))
+    init = g.mul(g.sum(x, (0,)), 0.5)
+    return g.scan_general(body, init, 2, bcasts=[g.param("w", _s(3, 8))], xs=[x])[1]
+
+
 # kind -> builder of one node of that kind from x: f32[2, 3, 8] (param shapes as needed)
 OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
     "input": lambda g, x: x,
@@ -130,6 +144,8 @@ OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
     "elementwise_region": _region,
     "if": _if,
     "while": _while,
+    "custom_fn": _custom_fn,
+    "scan": _scan,
     "log_softmax": lambda g, x: g.log_softmax(x, 1),
     "isnan": lambda g, x: g.isnan(g.log(x)),
     "isinf": lambda g, x: g.isinf(g.div(x, 0.0), detect_positive=False),

@@ -5,12 +5,14 @@ from .builder.attention import AttentionBuilder
 from .builder.backward import BackwardBuilder
 from .builder.control import ControlFlowBuilder
 from .builder.conv import ConvBuilder
+from .builder.custom import CustomBuilder
 from .builder.elementwise import ElementwiseBuilder
 from .builder.fused import FusedBuilder
 from .builder.linalg import LinalgBuilder
 from .builder.loss import LossBuilder
 from .builder.norm import NormBuilder
 from .builder.reduce import ReduceBuilder
+from .builder.scan import ScanBuilder
 from .builder.shape import ShapeBuilder
 from .builder.sources import SourceBuilder
 from .graph_core import GraphCore
@@ -29,6 +31,8 @@ class Graph(
     ConvBuilder,
     FusedBuilder,
     BackwardBuilder,
+    CustomBuilder,
+    ScanBuilder,
     ControlFlowBuilder,
     GraphQueries,
     GraphCore,

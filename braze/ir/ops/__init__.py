@@ -5,6 +5,7 @@ from .backward_attention import *  # noqa: F401,F403
 from .backward_conv import *  # noqa: F401,F403
 from .control import *  # noqa: F401,F403
 from .conv import *  # noqa: F401,F403
+from .custom import *  # noqa: F401,F403
 from .elementwise import (  # noqa: F401
     ACTIVATIONS,
     Binary,
@@ -30,4 +31,5 @@ from .norm import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .region import *  # noqa: F401,F403
 from .resize import *  # noqa: F401,F403
+from .scan import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
