@@ -8,7 +8,8 @@ respect to every weight.
 Each framework runs in its own subprocess so its memory is its own: time is the median of
 `--repeat` steps after one warm-up; peak memory is the rise of the process's peak RSS (VmHWM,
 reset through /proc/self/clear_refs) over its RSS once the weights are in place, across the
-warm-up and the steps; braze also reports its planned arena. Appends rows to bench/results/backward_vs_torch.csv.
+warm-up and the steps; braze also reports its planned arena. Appends rows to
+bench/results/backward_vs_torch.csv.
 
     python bench/backward_vs_torch.py [--configs base,small] [--repeat 3] [--threads 2]
 """
