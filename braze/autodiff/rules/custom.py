@@ -29,14 +29,19 @@ def _vjp_through_jvp_body(b: Graph, node: Node, ins, cts):
     """Transpose `jvp_body`: probe tangents (zeros) in, reverse mode from the output tangents
     seeded with the cotangents back to the probes."""
     probes = [zeros(b, b.shape_of(v)) for v in ins]
+    return _pull_back(b, node.op.jvp_body, [*ins, *probes], cts, probes)
+
+
+def _pull_back(b: Graph, body: Graph, body_ins, cts, wrt):
+    """Inline `body` reading `body_ins`, then reverse mode from its outputs (seeded with `cts`)
+    back to the values `wrt`; their cotangents (None for non-float or unreached)."""
     start = len(b.nodes)
-    tangents_out = inline_body(b, node.op.jvp_body, [*ins, *probes])
     seeds = {}
-    for t, ct in zip(tangents_out, cts):
-        if ct is not None and is_float(b.shape_of(t)):
-            seeds[t] = add_optional(b, seeds.get(t), ct)
-    found = backpropagate(b.nodes[start:], b, lambda v: v, seeds, {p.node for p in probes})
-    return _float_only(b, [found.get(p) for p in probes])
+    for r, ct in zip(inline_body(b, body, body_ins), cts):
+        if ct is not None and is_float(b.shape_of(r)):
+            seeds[r] = add_optional(b, seeds.get(r), ct)
+    found = backpropagate(b.nodes[start:], b, lambda v: v, seeds, {v.node for v in wrt})
+    return _float_only(b, [found.get(v) for v in wrt])
 
 
 @vjp_rule(CustomFn)
@@ -47,14 +52,7 @@ def _custom_fn_vjp(b: Graph, node: Node, ins, outs, cts):
         return _float_only(b, in_cts)
     if op.jvp_body is not None:
         return _vjp_through_jvp_body(b, node, ins, cts)
-    start = len(b.nodes)
-    res = inline_body(b, op.fwd_body, ins)
-    seeds = {}
-    for r, ct in zip(res, cts):
-        if ct is not None:
-            seeds[r] = add_optional(b, seeds.get(r), ct)
-    found = backpropagate(b.nodes[start:], b, lambda v: v, seeds, {v.node for v in ins})
-    return _float_only(b, [found.get(v) for v in ins])
+    return _pull_back(b, op.fwd_body, ins, cts, ins)
 
 
 @jvp_rule(CustomFn)
