@@ -59,6 +59,7 @@ class Match:
         self.data = dict(data or {})
         self._escaping: frozenset[str] = frozenset()
         self._resolve: Callable[[Value], Value] | None = None
+        self._memo: dict[Any, Any] = {}
 
     # -- reading the old graph ------------------------------------------------------------------
     def node(self, name: str) -> Node:
@@ -90,6 +91,15 @@ class Match:
         if old.node in self.consumed:
             raise CaptureInsideMatch(self, old)
         return self._resolve(old)
+
+    def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
+        """`compute()`, once per match and `key`: the driver builds a replacement twice (on
+        trial, then for real), and work that depends only on the old graph - joining stored
+        weights, say - should not be done twice. The result must not refer to either new
+        graph."""
+        if key not in self._memo:
+            self._memo[key] = compute()
+        return self._memo[key]
 
     def describe(self) -> str:
         return self.root.describe()

@@ -79,6 +79,26 @@ def test_stored_weights_fold_into_one_param_at_compile_time():
     assert_equivalent(g, new)
 
 
+def test_stored_weights_are_joined_once_per_match(monkeypatch):
+    """The driver builds each replacement twice (trial, then real); joining the stored weights
+    is done once and the joined array is the one the fused graph stores."""
+    import braze.passes.fusion.shared_matmul as shared_matmul
+
+    joined, concatenate = [], np.concatenate
+
+    def counting_concatenate(arrays, axis=0):
+        joined.append(concatenate(arrays, axis=axis))
+        return joined[-1]
+
+    g = qkv_graph(bias=True, values=True)
+    monkeypatch.setattr(shared_matmul.np, "concatenate", counting_concatenate)
+    new = fuse(g).graph
+    monkeypatch.undo()
+    assert len(joined) == 2  # the weights and the biases, each once
+    assert new.weights["q.weight|k.weight|v.weight"] is joined[0]
+    assert_equivalent(g, new)
+
+
 def test_constant_weights_fold_into_one_constant():
     g = bz.Graph("c")
     x = g.input("x", bz.Shape((3, 4)))

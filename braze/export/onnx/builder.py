@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...errors import BrazeError
+from ...frontends.onnx.wire import encode_varint
 from ...ir.dtypes import DType
 from ...ir.graph import Graph
 from ...ir.op import Value
@@ -96,16 +97,14 @@ class OnnxBuilder:
             fill_tensor(graph_proto.initializer.add(), name, arr, data_file, location)
 
     def stream_initializers(self, f) -> None:
-        """Append the initializers to a serialized model in the open file `f`, each as its own
-        small ModelProto holding just graph.initializer = [tensor]: protobuf merges repeated
-        occurrences of a message field, so the file parses as one model with every weight,
-        and no serialized copy of all the weights is ever built in memory."""
-        from onnx import ModelProto
-
+        """Append the initializers to a serialized model in the open file `f`, each framed as
+        its own small ModelProto holding just graph.initializer = [tensor]: protobuf merges
+        repeated occurrences of a message field, so the file parses as one model with every
+        weight. Only each tensor's header (name, dims, type) goes through protobuf; the weight
+        bytes are written straight from the array (`write_tensor_message`), so no copy of a
+        weight is ever made."""
         for name, arr in self.initializers:
-            m = ModelProto()
-            fill_tensor(m.graph.initializer.add(), name, arr)
-            f.write(m.SerializeToString())
+            write_tensor_message(f, name, arr)
 
     # -- symbolic dims --------------------------------------------------------------------------
     def _bind_symbols(self) -> None:
@@ -197,3 +196,48 @@ def fill_tensor(t, name: str, arr: np.ndarray, data_file=None, location: str = "
             e.key, e.value = key, value
     else:
         t.raw_data = arr.tobytes()
+
+
+_LEN = 2  # protobuf wire type of length-delimited fields
+_MODEL_GRAPH, _GRAPH_INITIALIZER, _TENSOR_RAW_DATA = 7, 5, 9
+
+
+def _field_header(number: int, length: int) -> bytes:
+    return encode_varint((number << 3) | _LEN) + encode_varint(length)
+
+
+def write_tensor_message(f, name: str, arr: np.ndarray) -> None:
+    """Write ModelProto{graph: {initializer: [TensorProto name=`name` holding `arr`]}} to
+    `f`: the same bytes protobuf would serialize (raw little-endian data), but the data is
+    written from the array's own buffer after a small protobuf-serialized header."""
+    from onnx import TensorProto
+
+    data = _raw_view(arr)
+    if data is None or not data.nbytes:  # nothing to save by framing it ourselves
+        from onnx import ModelProto
+
+        m = ModelProto()
+        fill_tensor(m.graph.initializer.add(), name, arr)
+        f.write(m.SerializeToString())
+        return
+    t = TensorProto()
+    t.name = name
+    t.dims.extend(arr.shape)
+    t.data_type = tensor_type(arr)
+    raw = _field_header(_TENSOR_RAW_DATA, data.nbytes)
+    tensor_len = t.ByteSize() + len(raw) + data.nbytes
+    init = _field_header(_GRAPH_INITIALIZER, tensor_len)
+    f.write(_field_header(_MODEL_GRAPH, len(init) + tensor_len) + init
+            + t.SerializeToString() + raw)
+    f.write(data)
+
+
+def _raw_view(arr: np.ndarray) -> memoryview | None:
+    """The array's bytes as ONNX stores them (little-endian; bfloat16 as its 16 bits), viewed
+    without a copy; None when that needs a copy (non-contiguous or big-endian data)."""
+    big = arr.dtype.byteorder == ">" or (arr.dtype.byteorder == "=" and not np.little_endian)
+    if big or not arr.flags.c_contiguous:
+        return None
+    if arr.dtype.name == "bfloat16":
+        arr = arr.view(np.uint16)
+    return memoryview(arr.reshape(-1).view(np.uint8))

@@ -10,7 +10,7 @@ caller then parses the bytes the ordinary way) on anything it does not expect: a
 model is reported by protobuf's parser, never by this scan."""
 from __future__ import annotations
 
-__all__ = ["split_raw_data", "Payload"]
+__all__ = ["split_raw_data", "Payload", "encode_varint"]
 
 _MODEL_GRAPH = 7
 _GRAPH_INITIALIZER = 5
@@ -37,7 +37,8 @@ def _varint(buf, pos: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _encode_varint(n: int) -> bytes:
+def encode_varint(n: int) -> bytes:
+    """`n` (>= 0) as a protobuf base-128 varint."""
     out = bytearray()
     while True:
         b = n & 0x7F
@@ -107,8 +108,8 @@ def _strip_graph(buf, start: int, end: int) -> tuple[bytes, list[Payload | None]
         if payload is None:
             continue  # kept as it is
         parts.append(buf[keep_from:begin])
-        parts.append(_encode_varint((_GRAPH_INITIALIZER << 3) | _LEN))
-        parts.append(_encode_varint(len(tensor)))
+        parts.append(encode_varint((_GRAPH_INITIALIZER << 3) | _LEN))
+        parts.append(encode_varint(len(tensor)))
         parts.append(tensor)
         keep_from = p1
     parts.append(buf[keep_from:end])
@@ -134,6 +135,6 @@ def split_raw_data(data: bytes) -> tuple[bytes, list[Payload | None]] | None:
         return None
     if not any(payloads):
         return None
-    skeleton = b"".join([buf[:begin], _encode_varint((_MODEL_GRAPH << 3) | _LEN),
-                         _encode_varint(len(body)), body, buf[p1:]])
+    skeleton = b"".join([buf[:begin], encode_varint((_MODEL_GRAPH << 3) | _LEN),
+                         encode_varint(len(body)), body, buf[p1:]])
     return skeleton, payloads

@@ -33,7 +33,8 @@ def concat_weights(b, m: Match, olds: Sequence[Value]) -> Value:
     arrays = [_stored_value(g, v) for v in olds]
     if any(a is None for a in arrays):
         return b.concat([m.new(v) for v in olds], axis=-1)
-    joined = np.concatenate(arrays, axis=-1)
+    # joined once per match: the driver's trial build and the real one share the array
+    joined = m.memo(("concat_weights", tuple(olds)), lambda: np.concatenate(arrays, axis=-1))
     dtype = g.shape_of(olds[0]).dtype
     if all(isinstance(g.nodes[v.node].op, Constant) for v in olds):
         return b.add_node(Constant(joined.astype(dtype.np, copy=False)), ())[0]
