@@ -14,7 +14,7 @@ from .ir.op import Value
 from .ir.shapes import Shape
 from .op_examples_backward import BACKWARD_EXAMPLES
 
-__all__ = ["OP_EXAMPLES", "example_graph", "example_input_shape"]
+__all__ = ["OP_EXAMPLES", "example_graph", "example_input_shape", "body_graph"]
 
 
 def example_input_shape() -> Shape:
@@ -47,8 +47,9 @@ def _region(g, x):
     return g.elementwise_region(body, [x])
 
 
-def _graph(name, in_shapes, body):
-    """A body graph with inputs in0, in1, ... of `in_shapes` returning `body(g, *inputs)`."""
+def body_graph(name: str, in_shapes, body: Callable) -> Graph:
+    """A graph (a control-flow body) with inputs in0, in1, ... of `in_shapes` whose outputs
+    are what `body(g, *inputs)` returns (one value or a tuple)."""
     g = Graph(name)
     outs = body(g, *[g.input(f"in{i}", s) for i, s in enumerate(in_shapes)])
     g.set_outputs(list(outs) if isinstance(outs, tuple) else [outs])
@@ -56,29 +57,29 @@ def _graph(name, in_shapes, body):
 
 
 def _if(g, x):
-    then_g = _graph("then", [_s(2, 3, 8)], lambda b, v: b.mul(b.tanh(v), 2.0))
-    else_g = _graph("else", [_s(2, 3, 8)], lambda b, v: b.mul(v, v))
+    then_g = body_graph("then", [_s(2, 3, 8)], lambda b, v: b.mul(b.tanh(v), 2.0))
+    else_g = body_graph("else", [_s(2, 3, 8)], lambda b, v: b.mul(v, v))
     return g.cond(g.gt(g.sum(x), 0.0), then_g, else_g, x)
 
 
 def _while(g, x):
     carried = [_s(dtype=i32), _s(2, 3, 8)]
-    cond = _graph("cond", carried, lambda b, i, v: b.lt(i, 3))
-    body = _graph("body", carried, lambda b, i, v: (b.add(i, 1), b.add(b.mul(v, 0.5),
-                                                                       b.tanh(v))))
+    cond = body_graph("cond", carried, lambda b, i, v: b.lt(i, 3))
+    body = body_graph("body", carried,
+                      lambda b, i, v: (b.add(i, 1), b.add(b.mul(v, 0.5), b.tanh(v))))
     return g.while_loop(cond, body, g.constant(np.array(0, np.int32)), x, max_iterations=5)[1]
 
 
 def _custom_fn(g, x):
-    fwd = _graph("fwd", [_s(2, 3, 8)], lambda b, v: b.tanh(v))
-    vjp = _graph("vjp", [_s(2, 3, 8)] * 3,
-                 lambda b, v, y, ct: b.mul(ct, b.sub(1.0, b.mul(y, y))))
+    fwd = body_graph("fwd", [_s(2, 3, 8)], lambda b, v: b.tanh(v))
+    vjp = body_graph("vjp", [_s(2, 3, 8)] * 3,
+                     lambda b, v, y, ct: b.mul(ct, b.sub(1.0, b.mul(y, y))))
     return g.custom_fn([x], fwd, vjp_body=vjp)
 
 
 def _scan(g, x):
-    body = _graph("step", [_s(3, 8)] * 3,
-                  lambda b, c, w, x_t: (b.tanh(b.add(b.mul(c, w), x_t)), b.add(c, x_t)))
+    body = body_graph("step", [_s(3, 8)] * 3,
+                      lambda b, c, w, x_t: (b.tanh(b.add(b.mul(c, w), x_t)), b.add(c, x_t)))
     init = g.mul(g.sum(x, (0,)), 0.5)
     return g.scan_general(body, init, 2, bcasts=[g.param("w", _s(3, 8))], xs=[x])[1]
 

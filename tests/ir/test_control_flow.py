@@ -8,18 +8,13 @@ import pytest
 import braze as bz
 from braze.errors import GraphError, InterpretError, ShapeError
 from braze.ir.ops.control import If, While
+from braze.op_examples import body_graph as body
 
 
 def S(*dims, dt=bz.f32):
     return bz.Shape(dims, dt)
 
 
-def body(name, in_shapes, fn):
-    """A body graph with inputs a0, a1, ... returning fn(graph, *inputs)."""
-    g = bz.Graph(name)
-    outs = fn(g, *[g.input(f"a{i}", s) for i, s in enumerate(in_shapes)])
-    g.set_outputs(list(outs) if isinstance(outs, tuple) else [outs])
-    return g
 
 
 def cond_model(n=5):
@@ -74,7 +69,7 @@ def test_while_loop_returns_the_carried_values():
     (lambda g, x, t, e: g.cond(g.gt(x, 0.0), t, e, x), "predicate must be a bool scalar"),
     (lambda g, x, t, e: g.cond(g.constant(np.array(True)), t, e, x, x), "takes 1 inputs"),
     (lambda g, x, t, e: g.cond(g.constant(np.array(True)), t, e, g.reshape(x, (3, 1))),
-     "input 0 'a0' is f32[3], but operand 0 is f32[3, 1]"),
+     "input 0 'in0' is f32[3], but operand 0 is f32[3, 1]"),
     (lambda g, x, t, e: g.cond(g.constant(np.array(True)), t,
                                body("wide", [S(3)], lambda b, v: b.cast(v, bz.f64)), x),
      "branches must return the same types"),
@@ -207,7 +202,7 @@ def test_save_load_round_trips_bodies_and_their_weights(tmp_path):
     carried = [S(dt=bz.i32), S(4)]
     cond = body("c", carried, lambda b, i, v: b.lt(i, 3))
     step = bz.Graph("step")
-    i, v = step.input("a0", carried[0]), step.input("a1", carried[1])
+    i, v = step.input("in0", carried[0]), step.input("in1", carried[1])
     step.set_outputs([step.add(i, 1), step.add(v, step.param("bias", S(4), w))])
     g = bz.Graph("saved")
     x = g.input("x", S(4))

@@ -10,6 +10,7 @@ from lowering_helpers import op_counts
 
 import braze as bz
 from braze.errors import GraphError, PassError
+from braze.op_examples import body_graph as body
 from braze.testing import assert_equivalent
 
 
@@ -17,11 +18,6 @@ def S(*dims, dt=bz.f32):
     return bz.Shape(dims, dt)
 
 
-def body(name, in_shapes, fn):
-    g = bz.Graph(name)
-    outs = fn(g, *[g.input(f"a{i}", s) for i, s in enumerate(in_shapes)])
-    g.set_outputs(list(outs) if isinstance(outs, tuple) else [outs])
-    return g
 
 
 def cond_model():
@@ -132,7 +128,7 @@ def test_input_graph_is_not_changed():
 def test_body_params_become_params_shared_across_steps_and_renamed_on_clashes():
     w = np.array([1.0, -2.0, 3.0], np.float32)
     step = bz.Graph("step")
-    i, v = step.input("a0", S(dt=bz.i32)), step.input("a1", S(3))
+    i, v = step.input("in0", S(dt=bz.i32)), step.input("in1", S(3))
     step.set_outputs([step.add(i, 1), step.mul(v, step.param("w", S(3), w))])
     cond = body("c", [S(dt=bz.i32), S(3)], lambda b, i, v: b.lt(i, 2))
     g = bz.Graph("outer")
