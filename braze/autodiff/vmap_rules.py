@@ -22,6 +22,7 @@ from ..ir.ops.linalg import DotGeneral, MatMul
 from ..ir.ops.norm import LayerNorm, RmsNorm
 from ..ir.ops.reduce import ArgMax, Cumsum, LogSoftmax, Reduce, Softmax
 from ..ir.ops.resize import Resize
+from ..ir.ops.scan import Scan
 from ..ir.ops.shape import Concat, Expand, Gather, Narrow, Pad, Reshape, Split, Transpose
 from ..ir.shapes import Dim
 from .vmap import batch_rule
@@ -225,3 +226,27 @@ def _attention(b: Graph, node: Node, ins, flags) -> Outs | None:
         if len(dims) == 4 and dims[0] != 1:
             return None  # a per-batch mask does not broadcast over the folded batch
     return _folded(b, node, ins, flags, 3)
+
+
+@batch_rule(Scan)
+def _scan(b: Graph, node: Node, ins, flags) -> Outs:
+    """The body vmapped: every carry batched (a batched input reaches them after one step),
+    batched broadcasts as they are, batched per-step inputs with the loop axis in front."""
+    from .vmap import vmap
+
+    op: Scan = node.op
+    nc, head = op.n_carry, op.n_carry + op.n_bcast
+    bdim = batch_size(b, ins, flags)
+    body_names = [op.body.nodes[i].op.name for i in op.body.input_ids]
+    batched_names = [n for i, n in enumerate(body_names) if i < nc or flags[i]]
+    body = vmap(op.body, batched_names, axis_name=bdim)
+    carries = [materialize(b, v, f, bdim) for v, f in zip(ins[:nc], flags)]
+    xs = [_swap01(b, v) if f else v for v, f in zip(ins[head:], flags[head:])]
+    outs = b.scan_general(body, carries, op.length, bcasts=ins[nc:head], xs=xs,
+                          reverse=op.reverse, num_checkpoints=op.num_checkpoints)
+    return [*outs[:nc], *(_swap01(b, y) for y in outs[nc:])], [True] * len(outs)
+
+
+def _swap01(b: Graph, v: Value) -> Value:
+    rank = b.shape_of(v).rank
+    return b.transpose(v, (1, 0, *range(2, rank)))

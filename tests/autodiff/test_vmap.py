@@ -199,3 +199,25 @@ def test_vmapped_graph_prints_parses_and_fuses():
     feeds = _feeds(g, ["x0"])
     np.testing.assert_allclose(bz.interpret(fused, feeds)[0], bz.interpret(vg, feeds)[0],
                                rtol=1e-5, atol=1e-6)
+
+
+def _step_body():
+    body = bz.Graph("step")
+    c = body.input("in0", bz.Shape((3,)))
+    w = body.input("in1", bz.Shape((3, 3)))
+    x = body.input("in2", bz.Shape((3,)))
+    new = body.tanh(body.add(body.mm(c, w), x))
+    body.set_outputs([new, body.sum(new)])
+    return body
+
+
+@pytest.mark.parametrize("in_axes", [["c"], ["xs"], ["w"], ["c", "w", "xs"]])
+def test_scan_vmaps_its_body_and_stays_one_scan(in_axes):
+    g = bz.Graph("scan")
+    c = g.input("c", bz.Shape((3,)))
+    w = g.input("w", bz.Shape((3, 3)))
+    xs = g.input("xs", bz.Shape((4, 3)))
+    g.set_outputs(list(g.scan_general(_step_body(), c, 4, bcasts=[w], xs=[xs], reverse=True)))
+    vg = check_vmap(g, _feeds(g, in_axes), in_axes)
+    assert vg.count("scan") == 1
+    assert vg.shape_of(vg.outputs[1]).dims == ("vmap_batch", 4)
