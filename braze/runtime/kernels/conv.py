@@ -1,0 +1,284 @@
+"""Kernels for the convolution family (float32, NCHW): conv2d and fused_conv_bias_act,
+conv_transpose2d, max / average pooling, global average pooling, resize_nearest_2x and resize.
+
+A conv is one GEMM per image and group, written straight into the output: the weights
+[Cout/g, Cin/g * kh * kw] times the image's im2col columns [Cin/g * kh * kw, Ho * Wo] give the
+[Cout/g, Ho * Wo] block of the NCHW output, no transpose. A 1x1 stride-1 unpadded conv reads the
+image itself as the columns (no im2col); a depthwise conv (one input channel per filter) is a
+direct C loop. Bias and activation are applied in place after the GEMM (fused into the loop for
+depthwise). A transposed conv is the GEMM with the weights transposed, then col2im. Resize
+reads the op's own index or interpolation tables (`Resize.indices` / `Resize.weights`): each
+matrix row has a few consecutive nonzeros, so resampling runs as two separable passes over
+those taps instead of two dense GEMMs. Other dtypes decline and run the reference."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ...ir.ops.conv import (
+    Conv2d,
+    ConvTranspose2d,
+    GlobalAvgPool,
+    Pool2d,
+    PoolKind,
+    ResizeNearest2x,
+)
+from ...ir.ops.elementwise import UnaryFn
+from ...ir.ops.fused import FusedConvBiasAct
+from ...ir.ops.resize import Resize, ResizeMode
+from . import blas, conv_native
+from .fused import is_f32
+from .registry import Dispatch, Kernel, nbytes, register_kernel
+
+__all__ = ["ConvGeometry", "resample_taps"]
+
+_F32 = np.float32
+
+
+def _contiguous(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def _ptr(a: np.ndarray | None):
+    return None if a is None else a.ctypes.data
+
+
+@dataclass(frozen=True)
+class ConvGeometry:
+    """Concrete sizes of one conv: image x [n, c, h, w], filters [o, cg, kh, kw] in `groups`,
+    output [n, o, ho, wo]; stride, padding (top, left, bottom, right) and dilation."""
+
+    n: int
+    c: int
+    h: int
+    w: int
+    o: int
+    cg: int
+    kh: int
+    kw: int
+    ho: int
+    wo: int
+    groups: int
+    stride: tuple[int, int]
+    padding: tuple[int, int, int, int]
+    dilation: tuple[int, int]
+
+    @classmethod
+    def of(cls, op, x_dims, w_dims, out_dims) -> ConvGeometry:
+        n, c, h, w = (int(d) for d in x_dims)
+        o, cg, kh, kw = (int(d) for d in w_dims)
+        return cls(n, c, h, w, o, cg, kh, kw, int(out_dims[2]), int(out_dims[3]), op.groups,
+                   op.stride, op.padding, op.dilation)
+
+    @property
+    def og(self) -> int:
+        return self.o // self.groups
+
+    @property
+    def depthwise(self) -> bool:
+        """Every filter reads one input channel (groups == channels)."""
+        return self.cg == 1 and self.groups == self.c
+
+    @property
+    def direct(self) -> bool:
+        """A 1x1 stride-1 unpadded conv: the image is its own im2col matrix."""
+        return (self.kh, self.kw, *self.stride) == (1, 1, 1, 1) and not any(self.padding)
+
+    def window_args(self) -> tuple[int, ...]:
+        """kh, kw, stride, top / left padding and dilation, as the C loops take them."""
+        (sh, sw), (dh, dw) = self.stride, self.dilation
+        return (self.kh, self.kw, sh, sw, self.padding[0], self.padding[1], dh, dw)
+
+    def flops(self) -> int:
+        return 2 * self.n * self.o * self.ho * self.wo * self.cg * self.kh * self.kw
+
+
+def _epilogue(act: UnaryFn | None) -> tuple[int, UnaryFn | None]:
+    """(C epilogue code, activation left for NumPy after it)."""
+    if act in conv_native.ACTIVATIONS:
+        return conv_native.ACTIVATIONS[act], None
+    return 0, act
+
+
+def _conv_kernel(node, ins, outs, act: UnaryFn | None) -> Kernel | None:
+    lib = conv_native.lib()
+    if lib is None or not is_f32(*ins, *outs):
+        return None
+    geo = ConvGeometry.of(node.op, ins[0].dims, ins[1].dims, outs[0].dims)
+    code, numpy_act = _epilogue(act)
+    has_bias = len(ins) == 3
+    what = act.value if act is not None else ("bias" if has_bias else "none")
+    cost = {"flops": geo.flops(), "bytes": nbytes(ins) + nbytes(outs)}
+    if geo.depthwise:
+        mult = geo.o // geo.c
+
+        def depthwise(x, w, *rest):
+            out = rest[-1]
+            b = rest[0] if has_bias else None
+            lib.depthwise(_ptr(_contiguous(x)), _ptr(_contiguous(w)), _ptr(b), _ptr(out), geo.n,
+                          geo.c, geo.h, geo.w, mult, *geo.window_args(), geo.ho, geo.wo,
+                          code)
+            if numpy_act is not None:
+                np.copyto(out, numpy_act.apply(out))
+
+        return Kernel(depthwise, Dispatch.NATIVE, f"C depthwise conv (epilogue {what})", **cost)
+    og, cg, hw_out = geo.og, geo.cg, geo.ho * geo.wo
+    k = cg * geo.kh * geo.kw
+    in_plane, in_group = geo.h * geo.w, cg * geo.h * geo.w
+
+    def gemm(x, w, *rest):
+        out = rest[len(ins) - 2]
+        b = rest[0] if has_bias else None
+        x = _contiguous(x)
+        filters = _contiguous(w).reshape(geo.groups, og, k)
+        cols = None if geo.direct else rest[-1]
+        for i in range(geo.n):
+            for g in range(geo.groups):
+                if cols is None:
+                    src = x[i, g * cg:(g + 1) * cg].reshape(cg, in_plane)
+                else:
+                    start = x.ctypes.data + 4 * (i * geo.c * in_plane + g * in_group)
+                    lib.im2col(start, _ptr(cols), cg, geo.h, geo.w, *geo.window_args(), geo.ho,
+                               geo.wo)
+                    src = cols
+                blas.matmul(filters[g], src, out[i, g * og:(g + 1) * og].reshape(og, hw_out))
+        if b is not None or code:
+            lib.channel_epilogue(_ptr(out), _ptr(b), geo.n * geo.o, geo.o, hw_out, code)
+        if numpy_act is not None:
+            np.copyto(out, numpy_act.apply(out))
+
+    if geo.direct:
+        return Kernel(gemm, Dispatch.NATIVE, f"1x1 conv: BLAS GEMM + C epilogue ({what})",
+                      **cost)
+    return Kernel(gemm, Dispatch.NATIVE, f"im2col + BLAS GEMM + C epilogue ({what})",
+                  scratch=(((k, hw_out), _F32),), **cost)
+
+
+@register_kernel(Conv2d)
+def conv2d(node, ins, outs, ctx):
+    return _conv_kernel(node, ins, outs, None)
+
+
+@register_kernel(FusedConvBiasAct)
+def fused_conv_bias_act(node, ins, outs, ctx):
+    return _conv_kernel(node, ins, outs, node.op.act)
+
+
+@register_kernel(ConvTranspose2d)
+def conv_transpose2d(node, ins, outs, ctx):
+    """cols = W_g^T x_g (one GEMM per image and group), then col2im into the output."""
+    lib = conv_native.lib()
+    if lib is None or not is_f32(*ins, *outs):
+        return None
+    op = node.op
+    n, c, h, w = (int(d) for d in ins[0].dims)
+    _, og, kh, kw = (int(d) for d in ins[1].dims)
+    ho, wo = (int(d) for d in outs[0].dims[2:])
+    groups = op.groups
+    cg, o, k = c // groups, og * groups, og * kh * kw
+    (sh, sw), (dh, dw) = op.stride, op.dilation
+    window = (kh, kw, sh, sw, op.padding[0], op.padding[1], dh, dw)
+    has_bias = op.has_bias
+
+    def run(x, wt, *rest):
+        out, cols, wt_t = rest[-3:]
+        b = rest[0] if has_bias else None
+        x = _contiguous(x)
+        np.copyto(wt_t, wt.reshape(groups, cg, k).transpose(0, 2, 1))
+        for i in range(n):
+            for g in range(groups):
+                blas.matmul(wt_t[g], x[i, g * cg:(g + 1) * cg].reshape(cg, h * w), cols)
+                start = out.ctypes.data + 4 * (i * o + g * og) * ho * wo
+                lib.col2im(_ptr(cols), start, og, h, w, *window, ho, wo)
+        if b is not None:
+            lib.channel_epilogue(_ptr(out), _ptr(b), n * o, o, ho * wo, 0)
+
+    return Kernel(run, Dispatch.NATIVE, "BLAS GEMM + C col2im",
+                  flops=2 * n * c * h * w * og * kh * kw, bytes=nbytes(ins) + nbytes(outs),
+                  scratch=(((k, h * w), _F32), ((groups, k, cg), _F32)))
+
+
+@register_kernel(Pool2d)
+def pool2d(node, ins, outs, ctx):
+    lib = conv_native.lib()
+    if lib is None or not is_f32(*ins):
+        return None
+    op = node.op
+    n, c, h, w = (int(d) for d in ins[0].dims)
+    ho, wo = (int(d) for d in outs[0].dims[2:])
+    (kh, kw), (sh, sw) = op.kernel, op.stride
+    is_max = int(op.pool is PoolKind.MAX)
+
+    def run(x, out):
+        lib.pool2d(_ptr(_contiguous(x)), _ptr(out), n * c, h, w, kh, kw, sh, sw, op.padding[0],
+                   op.padding[1], ho, wo, is_max, int(op.count_include_pad))
+
+    return Kernel(run, Dispatch.NATIVE, f"C {op.pool.value} pool",
+                  flops=n * c * ho * wo * kh * kw, bytes=nbytes(ins) + nbytes(outs))
+
+
+@register_kernel(GlobalAvgPool)
+def global_avg_pool(node, ins, outs, ctx):
+    if not is_f32(*ins):
+        return None
+    n, c, h, w = (int(d) for d in ins[0].dims)
+
+    def run(x, out):
+        np.mean(x.reshape(n * c, h * w), axis=1, out=out.reshape(n * c))
+
+    return Kernel(run, Dispatch.NATIVE, "NumPy mean over planes", flops=n * c * h * w,
+                  bytes=nbytes(ins) + nbytes(outs))
+
+
+@register_kernel(ResizeNearest2x)
+def resize_nearest_2x(node, ins, outs, ctx):
+    n, c, h, w = (int(d) for d in ins[0].dims)
+
+    def run(x, out):
+        np.copyto(out.reshape(n, c, h, 2, w, 2), x[:, :, :, None, :, None])
+
+    return Kernel(run, Dispatch.NATIVE, "NumPy broadcast copy", bytes=nbytes(ins) + nbytes(outs))
+
+
+def resample_taps(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """An [out, in] resampling matrix as (start [out] int64, weights [out, taps] float32): row r
+    is weights[r] on columns start[r] .. start[r] + taps - 1, taps the widest nonzero span."""
+    n_out, n_in = m.shape
+    nz = m != 0
+    some = nz.any(axis=1)
+    first = np.where(some, nz.argmax(axis=1), 0)
+    last = np.where(some, n_in - 1 - nz[:, ::-1].argmax(axis=1), 0)
+    taps = int((last - first).max(initial=0)) + 1
+    start = np.minimum(first, n_in - taps).astype(np.int64)
+    cols = start[:, None] + np.arange(taps)
+    return start, np.ascontiguousarray(np.take_along_axis(m, cols, axis=1), dtype=_F32)
+
+
+@register_kernel(Resize)
+def resize(node, ins, outs, ctx):
+    lib = conv_native.lib()
+    if lib is None or not is_f32(*ins):
+        return None
+    op: Resize = node.op
+    n, c, h, w = (int(d) for d in ins[0].dims)
+    ho, wo = op.size
+    cost = {"bytes": nbytes(ins) + nbytes(outs)}
+    if op.mode is ResizeMode.NEAREST:
+        rows, cols = op.indices(0, h), op.indices(1, w)
+
+        def gather(x, out):
+            lib.gather2d(_ptr(_contiguous(x)), _ptr(out), n * c, h, w, ho, wo, _ptr(rows),
+                         _ptr(cols))
+
+        return Kernel(gather, Dispatch.NATIVE, "C nearest gather", **cost)
+    hs, hw_ = resample_taps(op.weights(0, h))
+    ws, ww = resample_taps(op.weights(1, w))
+
+    def resample(x, out, tmp):
+        lib.resample(_ptr(_contiguous(x)), _ptr(out), _ptr(tmp), n * c, h, w, ho, wo, _ptr(ws),
+                     _ptr(ww), ww.shape[1], _ptr(hs), _ptr(hw_), hw_.shape[1])
+
+    flops = 2 * n * c * (h * wo * ww.shape[1] + ho * wo * hw_.shape[1])
+    return Kernel(resample, Dispatch.NATIVE, f"C separable {op.mode.value} resampling",
+                  scratch=(((n * c, h, wo), _F32),), flops=flops, **cost)

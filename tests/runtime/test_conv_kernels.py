@@ -1,0 +1,226 @@
+"""Conv-family kernels against the reference interpreter on random float32 inputs with odd sizes:
+conv2d and fused_conv_bias_act (im2col + GEMM, 1x1 direct GEMM, depthwise; stride, asymmetric
+padding, dilation, groups, every epilogue activation), conv_transpose2d, max / average pooling,
+global average pooling, resize_nearest_2x and resize (nearest, linear, cubic). Each case is
+compiled as built (fuse=False) and the dispatch report must show the node on a native kernel."""
+import numpy as np
+import pytest
+
+import braze as bz
+from braze.ir.ops.elementwise import UnaryFn
+from braze.runtime.kernels import Dispatch, conv_native
+from braze.runtime.kernels.conv import resample_taps
+
+pytestmark = pytest.mark.skipif(conv_native.lib() is None, reason="no C compiler on this machine")
+
+
+def _compiled_matches(g, kind, tol=2e-5, seeds=(0, 1)):
+    """Compile `g` unfused, compare with the interpreter on fresh feeds, and return the
+    implementation names of the `kind` nodes (each must run a native kernel)."""
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params, fuse=False)
+    for seed in seeds:
+        feeds = bz.random_feeds(g, seed)
+        want = bz.interpret(g, feeds, params)
+        got = exe(feeds)
+        for a, w in zip(got, want, strict=True):
+            scale = max(1.0, float(np.abs(w).max()))
+            np.testing.assert_allclose(a, w, rtol=tol, atol=tol * scale)
+    rows = [r for r in exe.dispatch_report().rows if r[1] == kind]
+    assert rows, f"no {kind} node in the executed graph"
+    assert {d for _, _, d, _ in rows} == {Dispatch.NATIVE}, rows
+    return {impl for _, _, _, impl in rows}
+
+
+def _conv_graph(n, c, h, w, o, k, *, stride=1, padding=0, dilation=1, groups=1, bias=True,
+                fused_act="none"):
+    g = bz.Graph("conv")
+    x = g.input("x", bz.Shape((n, c, h, w)))
+    kh, kw = (k, k) if isinstance(k, int) else k
+    wt = g.param("w", bz.Shape((o, c // groups, kh, kw)))
+    b = g.param("b", bz.Shape((o,))) if bias else None
+    if fused_act == "none":
+        y = g.conv2d(x, wt, b, stride, padding, dilation, groups)
+    else:
+        y = g.fused_conv_bias_act(x, wt, b, stride, padding, dilation, groups, act=fused_act)
+    g.set_outputs([y])
+    return g
+
+
+CONV_CASES = {
+    # name: (n, c, h, w, o, kernel, attributes, implementation)
+    "3x3 same": (1, 5, 11, 13, 7, 3, dict(padding=1), "im2col"),
+    "stride 2, asymmetric pad": (1, 6, 13, 9, 8, 3, dict(stride=2, padding=(0, 1, 1, 0)),
+                                 "im2col"),
+    "dilation 2": (1, 4, 15, 11, 6, 3, dict(padding=2, dilation=2), "im2col"),
+    "rect kernel, stride (2, 1)": (1, 3, 9, 17, 5, (1, 5), dict(stride=(2, 1),
+                                                                 padding=(0, 2, 0, 2)), "im2col"),
+    "groups 3": (1, 9, 7, 11, 12, 3, dict(padding=1, groups=3), "im2col"),
+    "batch 3": (3, 4, 7, 9, 5, 3, dict(padding=(1, 0, 1, 2)), "im2col"),
+    "1x1": (2, 12, 7, 9, 10, 1, dict(), "1x1 conv"),
+    "1x1 groups 2": (1, 8, 5, 7, 6, 1, dict(groups=2), "1x1 conv"),
+    "1x1 stride 2": (1, 8, 9, 7, 6, 1, dict(stride=2), "im2col"),
+    "depthwise 3x3": (1, 7, 13, 11, 7, 3, dict(padding=1, groups=7), "depthwise"),
+    "depthwise 5x5 stride 2": (2, 6, 15, 13, 6, 5, dict(stride=2, padding=(2, 1, 2, 3),
+                                                        groups=6), "depthwise"),
+    "depthwise dilated": (1, 4, 11, 12, 4, 3, dict(padding=2, dilation=2, groups=4),
+                          "depthwise"),
+    "depthwise multiplier 2": (1, 3, 9, 10, 6, 3, dict(stride=(1, 2), padding=1, groups=3),
+                               "depthwise"),
+    "no bias": (1, 5, 9, 9, 4, 3, dict(padding=1, bias=False), "im2col"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV_CASES))
+def test_conv2d(case):
+    n, c, h, w, o, k, attrs, impl = CONV_CASES[case]
+    g = _conv_graph(n, c, h, w, o, k, **attrs)
+    (name,) = _compiled_matches(g, "conv2d")
+    assert impl in name
+
+
+_ACTS = sorted((a for a in conv_native.ACTIVATIONS if a is not None), key=lambda a: a.value)
+
+
+@pytest.mark.parametrize("act", [None, *_ACTS, UnaryFn.EXP], ids=lambda a: str(a and a.value))
+@pytest.mark.parametrize("case", ["stride 2, asymmetric pad", "1x1", "depthwise 5x5 stride 2"])
+def test_fused_conv_bias_act(case, act):
+    """Every activation the C epilogue applies, and one it leaves to NumPy (exp), on each path."""
+    n, c, h, w, o, k, attrs, impl = CONV_CASES[case]
+    g = _conv_graph(n, c, h, w, o, k, fused_act=act, **attrs)
+    (name,) = _compiled_matches(g, "fused_conv_bias_act", tol=5e-5)
+    assert impl in name
+
+
+def test_fused_conv_stays_one_node_when_compiled():
+    """With a kernel registered, compile no longer decomposes fused_conv_bias_act."""
+    g = _conv_graph(1, 4, 9, 9, 6, 3, padding=1, fused_act=UnaryFn.HARD_SWISH)
+    exe = bz.compile(g, params=bz.init_params(g, 0))
+    exe(bz.random_feeds(g, 0))
+    assert not exe.dispatch_report().decomposed
+    assert [k for _, k, _, _ in exe.dispatch_report().rows] == ["fused_conv_bias_act"]
+
+
+TRANSPOSE_CASES = {
+    "stride 2": (1, 6, 5, 7, 4, 3, dict(stride=2, padding=1, output_padding=1)),
+    "asymmetric pad, dilation": (2, 4, 6, 5, 3, 3, dict(stride=(2, 1), padding=(1, 0, 0, 2),
+                                                        dilation=(1, 2))),
+    "groups 2, kernel 4": (1, 6, 7, 6, 4, 4, dict(stride=2, padding=1, groups=2)),
+    "stride 1, no bias": (1, 3, 8, 9, 5, 3, dict(bias=False)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRANSPOSE_CASES))
+def test_conv_transpose2d(case):
+    n, c, h, w, og, k, attrs = TRANSPOSE_CASES[case]
+    attrs = dict(attrs)
+    bias, groups = attrs.pop("bias", True), attrs.get("groups", 1)
+    g = bz.Graph("deconv")
+    x = g.input("x", bz.Shape((n, c, h, w)))
+    wt = g.param("w", bz.Shape((c, og, k, k)))
+    b = g.param("b", bz.Shape((og * groups,))) if bias else None
+    g.set_outputs([g.conv_transpose2d(x, wt, b, **attrs)])
+    _compiled_matches(g, "conv_transpose2d")
+
+
+POOL_CASES = [
+    ("max", 3, 2, (1, 1, 1, 1), False),
+    ("max", 2, 2, 0, False),
+    ("max", 3, 1, (0, 1, 2, 0), False),
+    ("avg", 3, 2, (1, 0, 0, 1), False),
+    ("avg", 3, 2, (1, 0, 0, 1), True),
+    ("avg", (2, 3), (1, 2), 0, False),
+]
+
+
+@pytest.mark.parametrize("kind, kernel, stride, padding, include_pad", POOL_CASES)
+def test_pool2d(kind, kernel, stride, padding, include_pad):
+    g = bz.Graph("pool")
+    x = g.input("x", bz.Shape((2, 5, 13, 11)))
+    g.set_outputs([g.pool(x, kind, kernel, stride, padding, count_include_pad=include_pad)])
+    _compiled_matches(g, f"{kind}_pool2d")
+
+
+def test_global_avg_pool_and_resize_nearest_2x():
+    g = bz.Graph("gap")
+    x = g.input("x", bz.Shape((2, 5, 7, 9)))
+    g.set_outputs([g.global_avg_pool(x)])
+    _compiled_matches(g, "global_avg_pool")
+    g = bz.Graph("up")
+    x = g.input("x", bz.Shape((2, 3, 7, 5)))
+    g.set_outputs([g.resize_nearest_2x(x)])
+    _compiled_matches(g, "resize_nearest_2x", tol=0)
+
+
+RESIZE_CASES = [
+    ("nearest", "half_pixel", "round_prefer_floor", (17, 23), None),
+    ("nearest", "asymmetric", "floor", (14, 10), (2.0, 2.0)),
+    ("nearest", "align_corners", "round_prefer_ceil", (5, 4), None),
+    ("linear", "half_pixel", "round_prefer_floor", (17, 23), None),
+    ("linear", "align_corners", "round_prefer_floor", (13, 6), None),
+    ("linear", "asymmetric", "round_prefer_floor", (4, 3), None),
+    ("linear", "pytorch_half_pixel", "round_prefer_floor", (1, 19), None),
+    ("cubic", "half_pixel", "round_prefer_floor", (19, 15), None),
+]
+
+
+@pytest.mark.parametrize("mode, coordinate, nearest, size, scale", RESIZE_CASES)
+def test_resize(mode, coordinate, nearest, size, scale):
+    g = bz.Graph("resize")
+    x = g.input("x", bz.Shape((2, 3, 7, 5)))
+    g.set_outputs([g.resize(x, size, mode, coordinate, nearest, scale)])
+    (name,) = _compiled_matches(g, "resize", tol=0 if mode == "nearest" else 2e-5)
+    assert ("gather" if mode == "nearest" else "separable") in name
+
+
+def test_resample_taps_rebuild_the_matrix():
+    rng = np.random.default_rng(0)
+    m = np.zeros((9, 6))
+    for r in range(9):
+        lo = rng.integers(0, 5)
+        m[r, lo:lo + rng.integers(1, 3)] = rng.random()
+    m[3] = 0.0
+    start, weights = resample_taps(m)
+    rebuilt = np.zeros_like(m)
+    for r in range(9):
+        rebuilt[r, start[r]:start[r] + weights.shape[1]] += weights[r]
+    np.testing.assert_allclose(rebuilt, m, rtol=1e-6)
+
+
+# -- real trained CNNs: the rapidocr-onnxruntime OCR models, compiled vs ONNX Runtime ----------
+CONV_FAMILY = {"conv2d", "fused_conv_bias_act", "conv_transpose2d", "max_pool2d", "avg_pool2d",
+               "global_avg_pool", "resize", "resize_nearest_2x"}
+
+
+@pytest.fixture(scope="module")
+def rapidocr():
+    """(models folder, cases, text image maker) from the rapidocr import tests."""
+    pytest.importorskip("onnxruntime")
+    import importlib.util
+
+    if importlib.util.find_spec("rapidocr_onnxruntime") is None:
+        pytest.skip("rapidocr-onnxruntime is not installed (pip install -e '.[test]')")
+    from tests.frontends.onnx.test_rapidocr import CASES, MODELS, text_image
+
+    return MODELS, CASES, text_image
+
+
+@pytest.mark.parametrize("name", ["det", "rec", "cls"])
+def test_rapidocr_models_compiled_match_onnxruntime(rapidocr, name):
+    import onnxruntime as ort
+
+    models, cases, text_image = rapidocr
+    file, shape = cases[name]
+    g = bz.import_onnx(models / file, input_shapes={"x": shape})
+    exe = bz.compile(g, "cpu")
+    x = text_image(*shape[2:])
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(models / file), so, providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, {"x": x})
+    (got,) = exe({"x": x})
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() <= 1e-4 * scale
+    rows = [r for r in exe.dispatch_report().rows if r[1] in CONV_FAMILY]
+    assert sum(1 for r in rows if r[1] == "fused_conv_bias_act") >= 20
+    assert [r for r in rows if r[2] != Dispatch.NATIVE] == []
