@@ -79,7 +79,7 @@ def test_a_conv_with_its_own_bias_becomes_the_fused_kind_a_bare_conv_does_not():
     assert not FUSE.run(conv_graph(None, None), CPU).changed
 
 
-@pytest.mark.parametrize("bias_dims", [(4,), (1, 6, 4, 4), (1, 1, 1, 1)])
+@pytest.mark.parametrize("bias_dims", [(4,), (1, 1, 4, 1), (1, 1, 1, 1)])
 def test_bias_not_per_channel_is_a_shape_mismatch(bias_dims):
     g = conv_graph(bias_dims, "relu")
     res = FUSE.run(g, CPU)
@@ -210,7 +210,53 @@ def test_resnet_block_folds_then_fuses(seed):
     (region,) = [n for n in fused.nodes
                  if n.op.kind == "elementwise_region" and n.outputs[0].rank == 4]
     assert [s.op.label for s in region.op.steps] == ["add", "relu"]  # + identity, then relu
-    # the identity add after the second conv is not a per-channel bias: a reported miss
-    assert [m.reason for m in results[1].misses] == [MissReason.SHAPE_MISMATCH]
+    # the identity add after the second conv is a residual, not a bias: no near miss at all
+    assert results[1].misses == []
     assert_equivalent(g, fused, rtol=1e-4, atol=1e-5)
     assert_equivalent(g, unfuse_fused_for_autodiff(fused), rtol=1e-4, atol=1e-5)
+
+
+# -- report quality: a residual is no bias, and hints never give wrong advice ---------------------
+def residual_conv_graph(act="relu"):
+    g = bz.Graph("conv_residual")
+    x = g.input("x", bz.Shape((2, 6, 5, 5)))
+    w = g.param("w", bz.Shape((6, 6, 3, 3)))
+    y = g.add(g.conv2d(x, w, padding=1), x)
+    g.set_outputs([g.activation(y, act) if act else y])
+    return g
+
+
+@pytest.mark.parametrize("act", ["relu", None])
+def test_a_residual_add_after_a_conv_is_not_a_bias_near_miss(act):
+    g = residual_conv_graph(act)
+    res = FUSE.run(g, CPU)
+    assert res.misses == []
+    assert res.graph.count("conv2d") == 1 and res.graph.count("add") == 1
+    _, report = bz.fuse(g, "cpu")
+    assert not [m for m in report.misses if m.pattern == "FuseConvBiasAct"]
+    assert_equivalent(g, res.graph)
+
+
+def test_resnet_block_report_has_no_bias_advice_for_its_residual():
+    _, report = bz.fuse(resnet_basic_block(channels=4, hw=6), "cpu")
+    assert report.fused_counts["fused_conv_bias_act"] == 2
+    assert not any("bias" in m.hint for m in report.misses)
+
+
+def test_a_vector_along_another_axis_is_not_told_to_become_a_channel_bias():
+    g = conv_graph((4,), "relu")                       # 4 values along the width, 6 channels
+    (miss,) = FUSE.run(g, CPU).misses
+    assert miss.reason is MissReason.SHAPE_MISMATCH
+    assert "[6, 1, 1]" not in miss.hint and "another axis" in miss.hint
+    assert "(4,)" in miss.detail
+
+
+def test_a_channel_sized_vector_in_the_wrong_layout_gets_the_layout_hint():
+    g = bz.Graph("conv_w6")
+    x = g.input("x", bz.Shape((1, 6, 3, 6)))           # width 6 == channels 6: [6] broadcasts
+    w = g.param("w", bz.Shape((6, 6, 1, 1)))
+    g.set_outputs([g.relu(g.add(g.conv2d(x, w), g.param("b", bz.Shape((6,)))))])
+    (miss,) = FUSE.run(g, CPU).misses
+    assert miss.reason is MissReason.SHAPE_MISMATCH
+    assert "if it is meant as one value per output channel" in miss.hint
+    assert "[6, 1, 1]" in miss.hint

@@ -94,7 +94,7 @@ def test_bias_rank_too_high():
     g = bz.Graph("m")
     x = g.input("x", bz.Shape((4, 8)))
     w = g.param("w", bz.Shape((8, 3)))
-    b = g.param("b", bz.Shape((4, 3)))
+    b = g.param("b", bz.Shape((1, 3)))                 # a bias, written with a leading 1
     g.set_outputs([g.relu(g.add(g.mm(x, w), b))])
     res = fuse(g)
     assert res.graph.count("fused_matmul_bias_act") == 0
@@ -138,3 +138,16 @@ def test_fuse_unfuse_round_trip_and_verify_numerics_per_pass():
     assert plain.count("fused_matmul_bias_act") == 0 and plain.count("matmul") == 1
     assert_equivalent(g, plain)
     np.testing.assert_equal(results[0].changed, True)
+
+
+@pytest.mark.parametrize("residual_dims", [(2, 4, 3), (4, 3)])
+def test_a_residual_add_after_a_matmul_is_not_a_bias_near_miss(residual_dims):
+    g = bz.Graph("m")
+    x = g.input("x", bz.Shape((2, 4, 8)))
+    r = g.input("r", bz.Shape(residual_dims))          # varies along the rows: no bias
+    w = g.param("w", bz.Shape((8, 3)))
+    g.set_outputs([g.relu(g.add(g.mm(x, w), r))])
+    res = fuse(g)
+    assert res.misses == [] and not res.changed
+    _, report = bz.fuse(g, "cpu")
+    assert not [m for m in report.misses if m.pattern == "FuseMatMulBiasAct"]

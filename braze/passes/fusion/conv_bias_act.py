@@ -2,7 +2,8 @@
 operand order) -> optional activation, conv2d -> activation, or a conv with its own bias alone,
 into one FusedConvBiasAct (so every biased conv ends up one fused kind). The added bias is folded
 into the conv's own (a reshape / add on [C] vectors); a conv without any bias gets a zero bias
-constant. Which activations may join is the target's choice.
+constant. Which activations may join is the target's choice. Only a vector (at most one dim
+above 1) is a bias candidate: a residual add after a conv is no near miss of this fusion.
 
 The activation is a unary op, or hard-swish written in primitives the ways exporters write it:
 y * relu6(y + 3) / 6 (Paddle, in either association, dividing or multiplying by 1/6) and
@@ -21,7 +22,15 @@ from ...rewrite import Miss, MissReason, P, Rule, V, fail
 from .checks import epilogue_activation_allowed, same_dtype, target_claims
 
 _conv = P.conv2d(V("x"), V("w"), name="conv") | P.conv2d(V("x"), V("w"), V("cb"), name="conv")
-_biased = P.add(_conv, V("b"), name="add")                     # conv(x, w) + b  (or b + conv)
+
+
+def _bias_like(g, v) -> bool:
+    """A vector in some layout (at most one dim above 1): the only operands a near miss can be
+    reported for. A residual or any operand that varies along two axes is not a bias at all."""
+    return sum(1 for d in g.shape_of(v).dims if d != 1) <= 1
+
+
+_biased = P.add(_conv, V("b", where=_bias_like), name="add")   # conv(x, w) + b  (or b + conv)
 _act_biased = P.of(Unary, _biased, name="act")                  # act(conv(x, w) + b)
 _act_only = P.of(Unary, _conv, name="act")                      # act(conv(x, w[, cb]))
 _own_bias = P.conv2d(V("x"), V("w"), V("cb"), name="conv")      # conv(x, w, cb) alone
@@ -56,18 +65,35 @@ def is_channel_bias(dims: tuple, channels: int) -> bool:
 
 
 def bias_is_per_channel(m, ctx) -> Miss | None:
-    """The added operand holds one value per output channel (else SHAPE_MISMATCH)."""
+    """The added vector holds one value per output channel (else SHAPE_MISMATCH). The hint
+    proposes the [C, 1, 1] layout only for a single value or a vector of C values: one of
+    another length varies along another axis and is no conv bias."""
     if "b" not in m.values:
         return None
     channels = m.shape("conv").dims[1]
     dims = m.shape("b").dims
-    if not is_channel_bias(dims, channels):
+    if is_channel_bias(dims, channels):
+        return None
+    sizes = [d for d in dims if d != 1]
+    layout = f"[{channels}, 1, 1] or [1, {channels}, 1, 1]"
+    if not sizes:
         return fail(MissReason.SHAPE_MISMATCH,
-                    hint=f"write the conv bias as [{channels}, 1, 1] or [1, {channels}, 1, 1] "
-                         "(one value per output channel) to fuse it.",
+                    hint=f"a single added value fuses when written as a {layout} bias (the value "
+                         "repeated once per output channel).",
+                    detail=f"added operand has dims {dims}, a single value")
+    if sizes[0] == channels:
+        return fail(MissReason.SHAPE_MISMATCH,
+                    hint=f"if it is meant as one value per output channel, write the conv bias "
+                         f"as {layout} to fuse it (a {list(dims)} operand broadcasts along "
+                         "another axis instead).",
                     detail=f"added operand has dims {dims}, not per-channel for "
                            f"{channels} channels")
-    return None
+    return fail(MissReason.SHAPE_MISMATCH,
+                hint="a conv bias has one value per output channel; this operand varies along "
+                     "another axis, so it stays a separate add (nothing to change if that is "
+                     "intended).",
+                detail=f"added operand has dims {dims}: {sizes[0]} values along an axis other "
+                       f"than the {channels} channels")
 
 
 def hard_swish_constants(m, ctx) -> Miss | None:

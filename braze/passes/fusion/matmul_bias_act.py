@@ -1,8 +1,9 @@
 """FuseMatMulBiasAct: matmul -> add(bias of rank <= 1, either operand order) -> optional
 activation, or matmul -> activation, into one FusedMatMulBiasAct. The bias must broadcast onto
 the product without enlarging it (a [k] vector added to a [..., 1] product is a reported
-SHAPE_MISMATCH). Which activations may join the epilogue is the target's choice; a refused one
-is a reported miss, not silence."""
+SHAPE_MISMATCH); an operand that varies along the rows (a residual) is no bias and no near
+miss. Which activations may join the epilogue is the target's choice; a refused one is a
+reported miss, not silence."""
 from __future__ import annotations
 
 from ...ir.ops.elementwise import Binary, BinaryFn, Unary
@@ -11,7 +12,15 @@ from ...rewrite import MissReason, P, Rule, V, fail
 from .checks import broadcasts_onto, epilogue_activation_allowed, rank_at_most, target_claims
 
 _mm = P.matmul(V("x"), V("w"), name="mm")
-_biased = P.add(_mm, V("b"), name="add")                       # x @ w + b  (or b + x @ w)
+
+
+def _bias_like(g, v) -> bool:
+    """Constant along every axis but the last ([N], [1, N], a scalar): the only operands a bias
+    near miss can be reported for. A residual varies along the rows and is no bias at all."""
+    return all(d == 1 for d in g.shape_of(v).dims[:-1])
+
+
+_biased = P.add(_mm, V("b", where=_bias_like), name="add")     # x @ w + b  (or b + x @ w)
 _act_biased = P.of(Unary, _biased, name="act")                  # act(x @ w + b)
 _act_only = P.of(Unary, _mm, name="act")                        # act(x @ w)
 
