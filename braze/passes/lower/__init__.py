@@ -14,6 +14,7 @@ from .control_flow import (
     unroll_while,
 )
 from .dot_general import LowerDotGeneral
+from .generate import MaterializeStaticGenerators
 from .group_norm import LowerGroupNorm
 from .logical import LowerLogicalActivations, lower_logical_kernels
 from .reduce_axes import LowerNonLastAxisReduce
@@ -24,5 +25,6 @@ from .softmax_cross_entropy import LowerSoftmaxCrossEntropy
 __all__ = ["LOWERINGS", "Lowering", "LoweringPass", "lowerings_for", "register_lowering",
            "LowerDotGeneral", "LowerNonLastAxisReduce", "LowerSoftmaxCrossEntropy",
            "LowerBatchNormInference", "LowerGroupNorm", "LowerResizeNearest2x",
-           "LowerLogicalActivations", "lower_logical_kernels", "LowerControlFlow", "inline_if",
-           "unroll_while", "inline_subgraph_into", "inline_subgraph_into_outputs"]
+           "LowerLogicalActivations", "lower_logical_kernels", "MaterializeStaticGenerators",
+           "LowerControlFlow", "inline_if", "unroll_while", "inline_subgraph_into",
+           "inline_subgraph_into_outputs"]
