@@ -12,8 +12,9 @@ import numpy as np
 
 from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
+from . import attention_native as heads_c
 from . import blas, native
-from .fused import is_f32
+from .fused import _c, is_f32
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 BLOCK_BYTES = 8 << 20  # scores per query block
@@ -74,9 +75,23 @@ def attention(node, ins, outs, ctx):
         return None
     q, k, v = ins[:3]
     b, hq, sq, d = (int(x) for x in q.dims)
-    hkv, sk = int(k.dims[1]), int(k.dims[2])
-    core = AttentionCore(node.op, b, hq, hkv, sq, sk, d)
+    hkv, sk, dv = int(k.dims[1]), int(k.dims[2]), int(v.dims[3])
     has_mask = node.op.mask.takes_input
+    flops = 2 * b * hq * sq * sk * (d + dv)
+    cost = dict(flops=flops, bytes=nbytes(ins) + nbytes(outs))
+    if heads_c.lib() is not None:
+        heads = _Heads(node.op, (b, hq, hkv, sq, sk, d, dv))
+
+        def run_heads(*arrays):
+            qa, ka, va = (_rows_contiguous(a) for a in arrays[:3])
+            out, scratch = arrays[-2], arrays[-1]
+            views = (qa, ka, va, out)
+            strides = sum((heads_c.head_strides(a) for a in views), ())
+            heads(qa, ka, va, out, strides, arrays[3] if has_mask else None, scratch)
+
+        return Kernel(run_heads, Dispatch.NATIVE, "C attention per (batch, head), MKL sgemm",
+                      scratch=((heads.plan.scratch_shape, np.float32),), **cost)
+    core = AttentionCore(node.op, b, hq, hkv, sq, sk, d)
 
     def run(*arrays):
         qa, ka, va = (np.ascontiguousarray(a) for a in arrays[:3])
@@ -84,9 +99,31 @@ def attention(node, ins, outs, ctx):
         out, scores = arrays[-2], arrays[-1]
         core(lib, qa, ka, va, mask, out, scores)
 
-    flops = 2 * b * hq * sq * sk * (d + int(v.dims[3]))
-    return Kernel(run, Dispatch.NATIVE, "BLAS + C attention (query-blocked)", flops=flops,
-                  bytes=nbytes(ins) + nbytes(outs), scratch=((core.scores_shape, np.float32),))
+    return Kernel(run, Dispatch.NATIVE, "BLAS + C attention (query-blocked)",
+                  scratch=((core.scores_shape, np.float32),), **cost)
+
+
+def _rows_contiguous(a: np.ndarray) -> np.ndarray:
+    return a if heads_c.head_strides(a) is not None else np.ascontiguousarray(a, np.float32)
+
+
+class _Heads:
+    """attention_native.attn_heads for one attention op and shape (B, Hq, Hkv, Sq, Sk, D, Dv)."""
+
+    def __init__(self, op: Attention, shape: tuple[int, ...]):
+        b, hq, hkv, sq, sk, d, dv = shape
+        self.shape = shape
+        self.scale = float(op.score_scale(d))
+        self.softcap = float(op.softcap or 0.0)
+        self.causal = bool(op.mask.is_causal)
+        self.window = op.window if op.mask is MaskKind.SLIDING_WINDOW else 0
+        self.plan = heads_c.HeadsPlan(sq, sk, self.causal)
+
+    def __call__(self, q, k, v, out, strides, mask, scratch) -> None:
+        b, hq = self.shape[:2]
+        m, *mst = _mask_strides(mask, b, hq, self.shape[3], self.shape[4])
+        heads_c.attn_heads(self.plan, q, k, v, out, strides, self.shape, self.scale,
+                           self.softcap, self.causal, self.window, m, tuple(mst), scratch)
 
 
 @register_kernel(FusedAttentionBlock)
@@ -104,9 +141,37 @@ def attention_block(node, ins, outs, ctx):
         cos = ins[roles.index("cos")]
         if cos.rank < 2 or any(x != 1 for x in cos.dims[:-2]) or cos.dims[-2] != s:
             return None
-    core = AttentionCore(op.attention_op, b, hq, hkv, s, s, d)
     n_rot = op.n_rot or d
     inter = int(op.rope is RopeMode.INTERLEAVED)
+    e_out = int(outs[0].dims[-1])
+    cost = dict(flops=2 * b * s * (e * width + hq * d * e_out) + 4 * b * hq * s * s * d,
+                bytes=nbytes(ins) + nbytes(outs))
+    if heads_c.lib() is not None:
+        heads = _Heads(op.attention_op, (b, hq, hkv, s, s, d, d))
+        merged_w = hq * d
+        strides = (s * width, d, width) * 3 + (s * merged_w, d, merged_w)
+
+        def run_packed(*arrays):
+            r = dict(zip(roles, arrays[:len(roles)]))
+            out = arrays[len(roles)]
+            qkv, merged, scratch = arrays[len(roles) + 1:]
+            blas.matmul(r["x"], r["w_qkv"], qkv)
+            if op.has_qkv_bias:
+                lib.bias_act(qkv.ctypes.data, _c(r["b_qkv"]).ctypes.data, b * s, width, 0)
+            if op.rope is not RopeMode.NONE:
+                heads_c.rope_packed(qkv, _c(r["cos"]), _c(r["sin"]), hq + hkv, d, n_rot,
+                                    bool(inter))
+            q, k, v = (qkv[:, :, start:] for start in (0, hq * d, (hq + hkv) * d))
+            heads(q, k, v, merged, strides, r.get("mask"), scratch)
+            blas.matmul(merged, r["w_o"], out)
+            if op.has_out_bias:
+                lib.bias_act(out.ctypes.data, _c(r["b_o"]).ctypes.data, b * s, e_out, 0)
+
+        scratch = (((b, s, width), np.float32), ((b, s, merged_w), np.float32),
+                   (heads.plan.scratch_shape, np.float32))
+        return Kernel(run_packed, Dispatch.NATIVE, "fused attention block (MKL + C heads, "
+                      "no head copies)", scratch=scratch, **cost)
+    core = AttentionCore(op.attention_op, b, hq, hkv, s, s, d)
     scratch = (((b, s, width), np.float32), ((b, hq, s, d), np.float32),
                ((b, hkv, s, d), np.float32), ((b, hkv, s, d), np.float32),
                ((b, hq, s, d), np.float32), ((b, s, hq * d), np.float32),
@@ -118,7 +183,7 @@ def attention_block(node, ins, outs, ctx):
         qkv, q, k, v, att, merged, scores = arrays[len(roles) + 1:]
         blas.matmul(r["x"], r["w_qkv"], qkv)
         if op.has_qkv_bias:
-            lib.bias_act(qkv.ctypes.data, np.ascontiguousarray(r["b_qkv"]).ctypes.data,
+            lib.bias_act(qkv.ctypes.data, _c(r["b_qkv"]).ctypes.data,
                          b * s, width, 0)
         heads = [(q, 0, hq), (k, hq * d, hkv), (v, (hq + hkv) * d, hkv)]
         for dst, start, h in heads:
@@ -134,10 +199,7 @@ def attention_block(node, ins, outs, ctx):
         np.copyto(merged.reshape(b, s, hq, d), att.transpose(0, 2, 1, 3))
         blas.matmul(merged, r["w_o"], out)
         if op.has_out_bias:
-            lib.bias_act(out.ctypes.data, np.ascontiguousarray(r["b_o"]).ctypes.data, b * s,
-                         int(out.shape[-1]), 0)
+            lib.bias_act(out.ctypes.data, _c(r["b_o"]).ctypes.data, b * s, e_out, 0)
 
-    e_out = int(outs[0].dims[-1])
-    flops = 2 * b * s * (e * width + hq * d * e_out) + 4 * b * hq * s * s * d
-    return Kernel(run, Dispatch.NATIVE, "fused attention block (BLAS + C)", flops=flops,
-                  bytes=nbytes(ins) + nbytes(outs), scratch=scratch)
+    return Kernel(run, Dispatch.NATIVE, "fused attention block (BLAS + C)", scratch=scratch,
+                  **cost)

@@ -17,7 +17,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["matmul", "provider"]
+__all__ = ["matmul", "provider", "sgemm_address"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
@@ -41,6 +41,12 @@ def _mkl():
         fn.restype = None
         return fn
     return None
+
+
+def sgemm_address() -> int | None:
+    """The address of MKL's cblas_sgemm for C kernels that call it themselves, or None."""
+    fn = _mkl()
+    return None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
 
 
 def provider() -> str:

@@ -13,16 +13,64 @@ import numpy as np
 
 from ..codegen import cc
 
-__all__ = ["lib", "ACT_CODES", "ptr", "fptr"]
+__all__ = ["lib", "ACT_CODES", "ptr", "fptr", "PROB_ROW", "ROPE_ROW"]
 
 ACT_CODES = {None: 0, "gelu": 1, "gelu_approx": 2, "silu": 3, "relu": 4, "sigmoid": 5,
              "tanh": 6, "quick_gelu": 7}
+
+PROB_ROW = r"""
+/* One row of attention scores -> probabilities over its first `cols` keys: s = s * scale;
+   softcap; causal / sliding window (keys after `last`, or `window` or more before it, are
+   masked); + mrow[j * mc] (mrow may be NULL); safe softmax (a row of only -inf gives zeros). */
+static void prob_row(float* row, int64_t cols, int64_t last, float scale, float softcap,
+                     int causal, int64_t window, const float* mrow, int64_t mc) {
+  const float lowest = -FLT_MAX;
+  float mx = -INFINITY;
+  for (int64_t j = 0; j < cols; j++) {
+    float v = row[j] * scale;
+    if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
+    if (causal && (j > last || (window > 0 && j <= last - window))) v = lowest;
+    if (mrow) v += mrow[j * mc];
+    row[j] = v;
+    mx = v > mx ? v : mx;
+  }
+  if (mx == -INFINITY) { for (int64_t j = 0; j < cols; j++) row[j] = 0.0f; return; }
+  float total = 0.0f;
+  #pragma omp simd reduction(+:total)
+  for (int64_t j = 0; j < cols; j++) { float e = expf(row[j] - mx); row[j] = e; total += e; }
+  float inv = 1.0f / total;
+  #pragma omp simd
+  for (int64_t j = 0; j < cols; j++) row[j] *= inv;
+}
+"""
+
+ROPE_ROW = r"""
+/* The first 2 * half values of a row rotated by cos / sin [half] (y may be x). */
+static inline void rope_row(const float* x, float* y, const float* c, const float* sn,
+                            int64_t half, int interleaved) {
+  if (interleaved) {
+    for (int64_t i = 0; i < half; i++) {
+      float a = x[2 * i], b = x[2 * i + 1];
+      y[2 * i] = a * c[i] - b * sn[i];
+      y[2 * i + 1] = b * c[i] + a * sn[i];
+    }
+  } else {
+    #pragma omp simd
+    for (int64_t i = 0; i < half; i++) {
+      float a = x[i], b = x[i + half];
+      y[i] = a * c[i] - b * sn[i];
+      y[i + half] = b * c[i] + a * sn[i];
+    }
+  }
+}
+"""
 
 SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <float.h>
 #include <omp.h>
+""" + PROB_ROW + ROPE_ROW + r"""
 
 void braze_set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
 
@@ -121,33 +169,16 @@ void attn_softmax(float* s, int64_t groups, int64_t rows, int64_t block, int64_t
                   const float* mask, int64_t mask_b_stride, int64_t mask_h_stride,
                   int64_t heads_per_batch, int64_t rep, int64_t mask_row_stride,
                   int64_t mask_col_stride) {
-  const float lowest = -FLT_MAX;
   #pragma omp parallel for collapse(2) schedule(static)
   for (int64_t g = 0; g < groups; g++) {
     for (int64_t i = 0; i < rows; i++) {
-      float* row = s + (g * rows + i) * sk;
       int64_t qi = q0 + i % block;
       int64_t head = (g % heads_per_batch) * rep + i / block;
       int64_t b = g / heads_per_batch;
       const float* mrow = mask ? mask + b * mask_b_stride + head * mask_h_stride
                                  + qi * mask_row_stride : 0;
-      int64_t last = qi + (sk - sq);
-      float mx = -INFINITY;
-      for (int64_t j = 0; j < sk; j++) {
-        float v = row[j] * scale;
-        if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
-        if (causal && (j > last || (window > 0 && j <= last - window))) v = lowest;
-        if (mrow) v += mrow[j * mask_col_stride];
-        row[j] = v;
-        mx = v > mx ? v : mx;
-      }
-      if (mx == -INFINITY) { for (int64_t j = 0; j < sk; j++) row[j] = 0.0f; continue; }
-      float total = 0.0f;
-      #pragma omp simd reduction(+:total)
-      for (int64_t j = 0; j < sk; j++) { float e = expf(row[j] - mx); row[j] = e; total += e; }
-      float inv = 1.0f / total;
-      #pragma omp simd
-      for (int64_t j = 0; j < sk; j++) row[j] *= inv;
+      prob_row(s + (g * rows + i) * sk, sk, qi + (sk - sq), scale, softcap, causal, window,
+               mrow, mask_col_stride);
     }
   }
 }
@@ -161,22 +192,7 @@ void rope(const float* x, const float* cosv, const float* sinv, float* y, int64_
     for (int64_t p = 0; p < s; p++) {
       const float* xr = x + (o * s + p) * d;
       float* yr = y + (o * s + p) * d;
-      const float* c = cosv + p * h;
-      const float* sn = sinv + p * h;
-      if (interleaved) {
-        for (int64_t i = 0; i < h; i++) {
-          float a = xr[2 * i], b = xr[2 * i + 1];
-          yr[2 * i] = a * c[i] - b * sn[i];
-          yr[2 * i + 1] = b * c[i] + a * sn[i];
-        }
-      } else {
-        #pragma omp simd
-        for (int64_t i = 0; i < h; i++) {
-          float a = xr[i], b = xr[i + h];
-          yr[i] = a * c[i] - b * sn[i];
-          yr[i + h] = b * c[i] + a * sn[i];
-        }
-      }
+      rope_row(xr, yr, cosv + p * h, sinv + p * h, h, interleaved);
       for (int64_t i = n_rot; i < d; i++) yr[i] = xr[i];
     }
   }
