@@ -85,8 +85,9 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
     changed = False
     cur = g
     misses: dict[tuple, MissedFusion] = {}
+    dispatch = RootDispatch(rules)
     for _ in range(max_sweeps):
-        res = rewrite_once(cur, rules, ctx)
+        res = rewrite_once(cur, rules, ctx, dispatch)
         for k, s in res.stats.items():
             total[k].merge(s)
         for m in res.misses:  # a near miss seen in any sweep is reported once
@@ -100,24 +101,50 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
                     "a rule's replacement matches its own pattern")
 
 
-def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext) -> RewriteResult:
+def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext,
+                 dispatch: RootDispatch | None = None) -> RewriteResult:
     """One sweep: match everywhere, then rebuild. When the accepted matches of a sweep would
     read each other's results in a cycle, the lowest-priority one in the cycle is refused
     (WOULD_CYCLE) and the sweep is redone without it."""
     vetoed: dict[tuple, Miss] = {}
+    dispatch = dispatch or RootDispatch(rules)
     while True:
         try:
-            return _sweep(g, rules, ctx, vetoed)
+            return _sweep(g, rules, ctx, vetoed, dispatch)
         except _MatchCycle as c:
             vetoed[_key(c.match)] = c.miss
+
+
+class RootDispatch:
+    """The rules worth trying at a node, in rule order: those whose `root_kinds` admit the
+    node's op class and label (or that have none), memoized per (op class, label), so a sweep
+    does not run every rule's root test on every node."""
+
+    def __init__(self, rules: Sequence[Rule]):
+        self.rules = tuple(rules)
+        self._memo: dict[tuple[type, str], tuple[Rule, ...]] = {}
+
+    def candidates(self, op) -> tuple[Rule, ...]:
+        key = (type(op), op.label)
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = tuple(r for r in self.rules if _admits(r.root_kinds, op))
+        return hit
+
+
+def _admits(kinds: frozenset | None, op) -> bool:
+    if kinds is None:
+        return True
+    return any(op.label == k or op.kind == k if isinstance(k, str) else isinstance(op, k)
+               for k in kinds)
 
 
 def _key(m: Match) -> tuple:
     return (m.rule.name, m.root.id, m.consumed)
 
 
-def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tuple, Miss]
-           ) -> RewriteResult:
+def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tuple, Miss],
+           dispatch: RootDispatch) -> RewriteResult:
     stats = {r.name: RuleStats(r.name, r.source) for r in rules}
     claimed: dict[int, Match] = {}
     accepted: list[Match] = []
@@ -128,7 +155,7 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
     for node in reversed(g.nodes):
         if node.id in claimed or node.op.source:
             continue
-        for rule in rules:
+        for rule in dispatch.candidates(node.op):
             if not rule.root_test(node.op):
                 continue
             st = stats[rule.name]

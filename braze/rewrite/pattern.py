@@ -32,6 +32,12 @@ class Pattern:
         """A cheap test on an op: can this pattern's root be that op?"""
         return lambda op: True
 
+    def root_kinds(self) -> frozenset | None:
+        """The op labels / kinds (str) and Op classes the root can match (as `Pat.op`
+        names them), or None when any op may be the root. The rewrite driver tries a rule only
+        on nodes of these kinds."""
+        return None
+
 
 @dataclass(frozen=True)
 class Var(Pattern):
@@ -94,6 +100,9 @@ class Pat(Pattern):
     def root_test(self):
         return self.op_matches
 
+    def root_kinds(self) -> frozenset:
+        return frozenset(self.op if isinstance(self.op, tuple) else (self.op,))
+
     def match_value(self, g, v, b, consumed):
         if self.out is not None and v.index != self.out:
             return
@@ -154,6 +163,10 @@ class Alt(Pattern):
     def root_test(self):
         tests = [p.root_test() for p in self.options]
         return lambda op: any(t(op) for t in tests)
+
+    def root_kinds(self) -> frozenset | None:
+        kinds = [p.root_kinds() for p in self.options]
+        return None if any(k is None for k in kinds) else frozenset().union(*kinds)
 
 
 class _PatternBuilder:

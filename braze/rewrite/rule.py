@@ -115,7 +115,12 @@ class Rule:
     reads them (e.g. a residual sum); any other escaping interior value blocks the match with a
     MULTI_CONSUMER / GRAPH_OUTPUT miss. `matcher(g, node, ctx)` replaces the pattern for shapes
     a tree cannot express (several roots); it yields Matches. `explain(g, node, ctx)` diagnoses
-    unmatched `anchor` nodes (e.g. a matmul whose consumer is not an add)."""
+    unmatched `anchor` nodes (e.g. a matmul whose consumer is not an add).
+
+    `root_kinds` (set from the pattern when the rule has no matcher of its own) names the op
+    labels / kinds / classes the root can have; the driver tries the rule only on such nodes,
+    then `root_test` decides. A matcher assigned after construction must match the pattern at
+    the root (as `pattern.match_node` does) or reset `root_kinds` to None."""
 
     name: str
     rewrite: Callable[[GraphCore, Match], Any]
@@ -128,10 +133,13 @@ class Rule:
     explain: Callable[[GraphCore, Node, RewriteContext], Miss | None] | None = None
     produces: str | None = None
     source: str = field(default="")
+    root_kinds: frozenset | None = field(default=None, init=False)
 
     def __post_init__(self):
         if self.pattern is None and self.matcher is None:
             raise TypeError(f"rule {self.name} needs a pattern or a matcher")
+        # what the root of a pattern-matched rule can be (None: anything; root_test decides)
+        self.root_kinds = self.pattern.root_kinds() if self.matcher is None else None
         if self.root_test is None:
             self.root_test = self.pattern.root_test() if self.pattern else (lambda op: True)
         self.may_expose = frozenset(self.may_expose)

@@ -1,6 +1,7 @@
 """ONNX element types <-> braze dtypes, and ONNX tensors as NumPy arrays without copies."""
 from __future__ import annotations
 
+import math
 import sys
 
 import numpy as np
@@ -76,7 +77,7 @@ def tensor_array(t, what: str) -> tuple[np.ndarray, DType]:
         raise FrontendError(f"{what} is corrupt or not self-contained (dims {dims})")
     if t.HasField("raw_data"):
         raw = t.raw_data
-        n = int(np.prod(dims, dtype=np.int64))
+        n = math.prod(dims)
         if len(raw) != n * dt.itemsize:
             raise FrontendError(f"{what} is corrupt: {dt}{list(dims)} needs {n * dt.itemsize} "
                                 f"bytes, its data has {len(raw)}")

@@ -8,6 +8,7 @@ ONNX node's name as provenance, so a fusion miss names the ONNX node. Recognizin
 (LayerNorm written in primitives, attention, ...) is canonicalization's job, not the importer's."""
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -176,7 +177,7 @@ class _Importer:
         if any(d < 0 for d in dims) or t.HasField("segment"):
             raise FrontendError(f"{self.label}: initializer {t.name!r} is corrupt (dims {dims}"
                                 f"{', segmented' if t.HasField('segment') else ''})")
-        n = int(np.prod(dims, dtype=np.int64))
+        n = math.prod(dims)
         if len(payload) != n * dt.itemsize:
             raise FrontendError(f"{self.label}: initializer {t.name!r} is corrupt: {dt}"
                                 f"{list(dims)} needs {n * dt.itemsize} bytes, its data has "

@@ -9,6 +9,8 @@ converters validate their own inputs."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from ...errors import FrontendError
 from ...ir.dtypes import DType
@@ -24,7 +26,47 @@ _ONNX_TYPE = {"f32": "float", "f16": "float16", "bf16": "bfloat16", "f64": "doub
               "u32": "uint32", "bool": "bool", "c64": "complex64"}
 
 
-def node_schema(op_type: str, domain: str, opset: int):
+class Formal(NamedTuple):
+    """One formal input of a schema."""
+
+    name: str
+    type_str: str  # a type variable ("T") or a fixed type ("tensor(int64)")
+    optional: bool
+    variadic: bool
+    homogeneous: bool
+
+
+@dataclass(frozen=True)
+class Schema:
+    """What the checks read from one onnx.defs.OpSchema, read once per op type and opset:
+    each property of an OpSchema builds fresh Python objects, and an import checks hundreds of
+    nodes of a few dozen op types."""
+
+    since_version: int
+    min_input: int
+    max_input: int
+    min_output: int
+    max_output: int
+    formals: tuple[Formal, ...]
+    attributes: dict[str, tuple[int, bool]]  # name -> (AttributeProto type, required)
+    allowed: dict[str, frozenset[str]]  # type variable -> allowed "tensor(...)" types
+
+    @staticmethod
+    def of(schema) -> Schema:
+        formals = []
+        for f in schema.inputs:
+            variadic = f.option == f.option.Variadic
+            formals.append(Formal(f.name, f.type_str, f.option == f.option.Optional, variadic,
+                                  not variadic or f.is_homogeneous))
+        return Schema(
+            schema.since_version, schema.min_input, schema.max_input, schema.min_output,
+            schema.max_output, tuple(formals),
+            {k: (int(a.type), a.required) for k, a in schema.attributes.items()},
+            {c.type_param_str: frozenset(c.allowed_type_strs)
+             for c in schema.type_constraints})
+
+
+def node_schema(op_type: str, domain: str, opset: int) -> Schema | None:
     """ONNX's schema of `op_type` at `opset` (default domain), or None."""
     key = (op_type, domain, opset)
     if key not in _SCHEMAS:
@@ -33,7 +75,7 @@ def node_schema(op_type: str, domain: str, opset: int):
             from onnx import defs
 
             try:
-                schema = defs.get_schema(op_type, opset, "")
+                schema = Schema.of(defs.get_schema(op_type, opset, ""))
             except Exception:  # noqa: BLE001 - SchemaError: not an ONNX op at this opset
                 schema = None
         _SCHEMAS[key] = schema
@@ -56,9 +98,9 @@ def check_node(label: str, name: str, op_type: str, inputs: Sequence[str],
         n_in -= 1  # trailing omitted optional inputs
     if not schema.min_input <= n_in <= schema.max_input:
         raise FrontendError(f"{who} has {n_in} inputs; {spec} takes {_range(schema, 'input')}")
-    optional = _optional_positions(schema)
+    formals = schema.formals
     for i in range(n_in):
-        if not inputs[i] and i not in optional:
+        if not inputs[i] and not (i < len(formals) and formals[i].optional):
             raise FrontendError(f"{who}: input {i} ({_formal_name(schema, i)}) is required "
                                 "but left empty")
     n_out = len(outputs)
@@ -72,11 +114,11 @@ def check_node(label: str, name: str, op_type: str, inputs: Sequence[str],
             known = ", ".join(sorted(declared)) or "none"
             raise FrontendError(f"{who} has attribute {key!r}, which {spec} does not define "
                                 f"(its attributes: {known})")
-        if int(a.type) != kind:
+        if a[0] != kind:
             raise FrontendError(f"{who}: attribute {key!r} is {_ATTR_TYPE_NAMES.get(kind, kind)}"
-                                f"; {spec} declares it {_ATTR_TYPE_NAMES.get(int(a.type))}")
-    for key, a in declared.items():
-        if a.required and key not in attr_types:
+                                f"; {spec} declares it {_ATTR_TYPE_NAMES.get(a[0])}")
+    for key, (_, required) in declared.items():
+        if required and key not in attr_types:
             raise FrontendError(f"{who} lacks the required attribute {key!r}")
 
 
@@ -86,14 +128,13 @@ def check_input_types(label: str, name: str, op_type: str, inputs: Sequence[str]
     inputs that share a type variable differ."""
     if schema is None:
         return
-    allowed = {c.type_param_str: c.allowed_type_strs for c in schema.type_constraints}
-    formals = list(schema.inputs)
+    allowed, formals = schema.allowed, schema.formals
     bound: dict[str, tuple[int, str]] = {}
     for i, dt in enumerate(dtypes):
         if dt is None or not formals:
             continue
         formal = formals[min(i, len(formals) - 1)]
-        if i >= len(formals) and formal.option != formal.option.Variadic:
+        if i >= len(formals) and not formal.variadic:
             continue
         t = f"tensor({_ONNX_TYPE[dt.name]})"
         var = formal.type_str
@@ -103,8 +144,7 @@ def check_input_types(label: str, name: str, op_type: str, inputs: Sequence[str]
                                     f"({inputs[i]!r}) is {t}; ONNX's {op_type}-"
                                     f"{schema.since_version} takes "
                                     f"{_types(allowed[var])} there")
-            homogeneous = formal.option != formal.option.Variadic or formal.is_homogeneous
-            if homogeneous:
+            if formal.homogeneous:
                 first = bound.setdefault(var, (i, t))
                 if first[1] != t:
                     raise FrontendError(f"{_who(label, name, op_type)}: inputs {first[0]} and "
@@ -116,20 +156,12 @@ def check_input_types(label: str, name: str, op_type: str, inputs: Sequence[str]
                                 "there")
 
 
-def _optional_positions(schema) -> set[int]:
-    out = set()
-    for i, f in enumerate(schema.inputs):
-        if f.option == f.option.Optional:
-            out.add(i)
-    return out
-
-
-def _formal_name(schema, i: int) -> str:
-    formals = list(schema.inputs)
+def _formal_name(schema: Schema, i: int) -> str:
+    formals = schema.formals
     return formals[min(i, len(formals) - 1)].name if formals else "?"
 
 
-def _range(schema, what: str) -> str:
+def _range(schema: Schema, what: str) -> str:
     lo, hi = getattr(schema, f"min_{what}"), getattr(schema, f"max_{what}")
     if lo == hi:
         return f"{lo}"

@@ -6,6 +6,8 @@ Shape-valued inputs (Reshape targets, Slice bounds, ...) must be known at import
 may hold symbolic dims (`SymDim`)."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ....ir.dtypes import f32, i64
@@ -289,7 +291,7 @@ def constant_of_shape(ctx, node):
                                  f"{arr.size}")
         arr = arr.reshape(-1)
     if all(isinstance(d, int) for d in dims):
-        n = int(np.prod(dims, dtype=np.int64))
+        n = math.prod(dims)
         if n <= CONST_FOLD_ELEMENTS:
             return [Known(np.full(dims, arr[0], dtype=arr.dtype), dt)]
     scalar = ctx.g.constant(arr.reshape(()), dt)
