@@ -93,6 +93,7 @@ from .passes.pipeline import (  # noqa: E402,F401
 )
 from .passes.targets import TARGETS, Target, get_target  # noqa: E402,F401
 from .passes.unfuse import unfuse_fused_for_autodiff  # noqa: E402,F401
+from .pipeline_inspect import PipelineInspection, inspect_pipeline  # noqa: E402,F401
 from .report import FusionReport, MissedFusion, MissReason  # noqa: E402,F401
 from .training.optimizers import SGD, Adam  # noqa: E402,F401
 

@@ -71,7 +71,19 @@ def _progress(args) -> Progress:
 
 
 def cmd_inspect(args) -> int:
-    g = _load_model(args.model, _progress(args), _parse_input_shapes(args.input_shape))
+    progress = _progress(args)
+    g = _load_model(args.model, progress, _parse_input_shapes(args.input_shape))
+    if args.pipeline:
+        from .pipeline_inspect import inspect_pipeline
+
+        with progress.step(f"running the {args.target} pipeline on {len(g.nodes)} nodes"):
+            inspection = inspect_pipeline(g, args.target, dump_dir=args.dump_dir)
+        print(inspection.index() if args.summary_only else inspection)
+        if args.dump_dir:
+            print(f"{len(inspection.stages)} stages written to {args.dump_dir} (index.txt)")
+        return 0
+    if args.dump_dir:
+        raise BrazeError("--dump-dir writes the pipeline's stages: use it with --pipeline")
     if not args.summary_only:
         print(g)
     print(_summary(g))
@@ -154,9 +166,17 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="cmd", required=True)
     model_help = "builtin model name, saved graph (.json), ONNX model (.onnx) or .pt2 program"
     shape_help = "fix an input's dims on import, e.g. x=1x3x48x320 or ids=batch,seq (repeatable)"
-    s = sub.add_parser("inspect", help="print a graph's IR and a summary")
+    s = sub.add_parser("inspect", help="print a graph's IR and a summary, or (--pipeline) the "
+                       "graph at every stage of compiling it")
     s.add_argument("model", help=model_help)
-    s.add_argument("--summary-only", action="store_true", help="skip the text IR")
+    s.add_argument("--summary-only", action="store_true",
+                   help="skip the text IR (with --pipeline: print only the stage index)")
+    s.add_argument("--pipeline", action="store_true", help="the graph as built, after each "
+                   "pass that changed it, legalized, and the compiled plan")
+    s.add_argument("--target", default="cpu", help="target of --pipeline: reference, cpu, gpu "
+                   "or onnxruntime")
+    s.add_argument("--dump-dir", metavar="DIR", help="with --pipeline: write one numbered file "
+                   "per stage and index.txt here")
     s.add_argument("--input-shape", action="append", metavar="NAME=DIMS", help=shape_help)
     s.add_argument("--quiet", action="store_true", help="no progress display")
     s.set_defaults(fn=cmd_inspect)

@@ -138,3 +138,67 @@ def test_run_with_feeds_file_and_bad_feeds(tmp_path, capsys):
     np.savez(feeds, y=np.ones((5, 4), np.float32))
     assert main(["run", str(p), "--feeds", str(feeds), "--quiet"]) == 2
     assert "no arrays for inputs ['x']" in capsys.readouterr().err
+
+
+# -- inspect --pipeline, and what the report says about builtin models ---------------------------
+def test_inspect_pipeline_prints_every_stage_and_dumps_files(tmp_path, capsys):
+    dump = tmp_path / "stages"
+    assert main(["inspect", "--pipeline", "resnet-block", "--dump-dir", str(dump), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "Pipeline inspection of 'resnet_block' for target cpu" in out
+    assert "== 00_built:" in out and "FuseConvBiasAct" in out and "_compiled:" in out
+    files = sorted(p.name for p in dump.iterdir())
+    assert files[0] == "00_built.txt" and "index.txt" in files
+    assert any(f.endswith("_FuseConvBiasAct.txt") for f in files)
+    assert "fused_conv_bias_act" in next(dump.glob("*_FuseConvBiasAct.txt")).read_text()
+
+
+def test_inspect_pipeline_summary_only_and_dump_dir_needs_pipeline(tmp_path, capsys):
+    assert main(["inspect", "--pipeline", "bert-tiny", "--summary-only", "--target", "gpu",
+                 "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "for target gpu" in out and "00_built.txt" in out and "graph bert_tiny(" not in out
+    assert main(["inspect", "bert-tiny", "--dump-dir", str(tmp_path), "--quiet"]) == 2
+    assert "use it with --pipeline" in capsys.readouterr().err
+
+
+def test_fuse_resnet_block_gives_no_bias_advice_for_the_residual(capsys):
+    assert main(["fuse", "resnet-block", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "fused_conv_bias_act          2" in out
+    assert "write the conv bias" not in out and "not fused: nothing" in out
+
+
+def _console_script(tmp_path):
+    """A copy of the `braze` console script pip writes, so the frames match a real run."""
+    script = tmp_path / "braze"
+    script.write_text("import sys\nfrom braze.cli import main\nif __name__ == '__main__':\n"
+                      "    sys.argv[0] = sys.argv[0].removesuffix('.exe')\n"
+                      "    sys.exit(main())\n")
+    return script
+
+
+def test_builtin_model_provenance_names_the_builder_line_via_the_console_script(tmp_path):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, str(_console_script(tmp_path)), "inspect",
+                          "resnet-block", "--quiet"], capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    node_lines = [line for line in run.stdout.splitlines() if " = " in line and "#" in line]
+    assert node_lines
+    assert all("# braze/models/resnet.py:" in line for line in node_lines)
+    assert "braze:" not in run.stdout
+
+
+def test_user_code_provenance_names_the_user_line_and_models_their_builder():
+    import inspect
+
+    g = bz.Graph("user")
+    x = g.input("x", bz.Shape((2, 4)))
+    line = inspect.currentframe().f_lineno + 1
+    y = g.relu(x)
+    g.set_outputs([y])
+    assert g.nodes[y.node].provenance == f"test_cli.py:{line}"
+    built = bz.models.bert_tiny()
+    assert all(n.provenance.startswith("braze/models/") for n in built.nodes)

@@ -145,9 +145,16 @@ class Pipeline:
         return fusion_passes(self.target, self.options)
 
     def run(self, g: Graph, *, verify: bool = False, check_numerics: bool = False):
-        """Fuse `g`; returns (graph, FusionReport). Python's cyclic GC is paused meanwhile: the
-        passes allocate many small acyclic objects, and its full-heap scans would otherwise make
-        large graphs fuse superlinearly (measured in bench/fusion_speed.py)."""
+        """Fuse `g`; returns (graph, FusionReport)."""
+        out, _, report = self.run_traced(g, verify=verify, check_numerics=check_numerics)
+        return out, report
+
+    def run_traced(self, g: Graph, *, verify: bool = False, check_numerics: bool = False
+                   ) -> tuple[Graph, list[PassResult], object]:
+        """Fuse `g`; returns (graph, the PassResult of every pass in order, with the graph
+        it produced, FusionReport). Python's cyclic GC is paused meanwhile: the passes allocate
+        many small acyclic objects, and its full-heap scans would otherwise make large graphs
+        fuse superlinearly (measured in bench/fusion_speed.py)."""
         from ..report import FusionReport
 
         ctx = RewriteContext(target=self.target, options=self.options)
@@ -159,7 +166,7 @@ class Pipeline:
         finally:
             if was_enabled:
                 gc.enable()
-        return out, FusionReport.analyze(g, out, results, target=self.target.name)
+        return out, results, FusionReport.analyze(g, out, results, target=self.target.name)
 
 
 def compile_pipeline(target: str | Target = "cpu", **options) -> Pipeline:
