@@ -12,12 +12,7 @@ from braze.models.hf import HF_FAMILIES, hf_inputs, hf_module
 
 # Families whose torch.export graph does not fuse its attention blocks yet, and why (the report
 # names the same reason); strict, so a fix shows up as a pass to be unmarked.
-NOT_FUSED_YET = {
-    "gpt2": "c_attn's output is split with aten.split, which the block pattern does not read",
-    "opt": "q is scaled after its biased projection, before the head split",
-    "falcon": "the fused QKV is read per head with gathers",
-    "gpt_neox": "the per-head fused QKV layout is read through a view the pattern misses",
-}
+NOT_FUSED_YET: dict[str, str] = {}
 DYNAMIC = {"input_ids": ("batch", "seq"), "attention_mask": ("batch", "seq")}
 
 

@@ -17,7 +17,7 @@ def canonicalize_passes(options=None) -> list[Pass]:
     from ..base import RulePass
     from ..cleanup import CSE_PASS, DCE_PASS
     from .activations import CANONICALIZE_ACTIVATION
-    from .attention import CANONICALIZE_ATTENTION, FOLD_REPEAT_KV
+    from .attention import CANONICALIZE_ATTENTION, FOLD_INPUT_SCALE, FOLD_REPEAT_KV
     from .attention_mask import RECOGNIZE_CAUSAL_MASK
     from .fused_qkv import SELECT_QKV_COLUMNS
     from .heads import HEAD_LAYOUT_RULES
@@ -36,7 +36,7 @@ def canonicalize_passes(options=None) -> list[Pass]:
         CSE_PASS,  # q and k read one half table
         RulePass("CanonicalizeAttention", (CANONICALIZE_ATTENTION,)),
         RulePass("CanonicalizeAttentionLayout", LAYOUT_RULES + HEAD_LAYOUT_RULES + (
-            FOLD_REPEAT_KV, SELECT_QKV_COLUMNS)),
+            FOLD_REPEAT_KV, FOLD_INPUT_SCALE, SELECT_QKV_COLUMNS)),
         RulePass("RecognizeCausalMask", (RECOGNIZE_CAUSAL_MASK,)),
         CSE_PASS,  # q and k rope tables transposed alike are one value
         AlgebraicSimplify("AlgebraicSimplifyAgain"),  # what the recognizers left (+ DCE)

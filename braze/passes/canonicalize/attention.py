@@ -13,7 +13,10 @@
   braze's softmax is safe). All additive terms become one CUSTOM mask input (BIAS when it is
   computed from learned params: relative position biases, ALiBi slopes);
 - `FoldRepeatKV` then folds GQA's repeat_kv (reshape -> expand -> reshape of k and v) into the
-  attention's kv-head count.
+  attention's kv-head count;
+- `FoldAttentionInputScale` folds constant scales of q or k into an attention op a frontend made
+  directly (torch's sdpa after OPT / BART scale the projection: attention(split(x @ w * c), ...)
+  -> attention(split(x @ w), ..., scale * c)), so the head split reads the projection again.
 
 Causal masks are recognized by attention_mask.py. A near match that cannot be expressed
 (softmax over another axis, a scale that is not a constant, a mask before a softcap, a masked
@@ -21,7 +24,7 @@ fill with a value that is not far below any score, ...) is a miss with the reaso
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -35,7 +38,8 @@ from ...ir.symbolic import SymDim
 from ...rewrite import Match, MissReason, Rule, fail
 from ...rewrite.miss import Miss
 
-__all__ = ["CANONICALIZE_ATTENTION", "FOLD_REPEAT_KV", "ATTENTION_RULES", "MASK_FLOOR"]
+__all__ = ["CANONICALIZE_ATTENTION", "FOLD_REPEAT_KV", "FOLD_INPUT_SCALE", "ATTENTION_RULES",
+           "MASK_FLOOR"]
 
 MASK_FLOOR = -1e30  # a masked fill at or below this is exactly "-inf" for float32 scores
 
@@ -458,29 +462,23 @@ CANONICALIZE_ATTENTION = Rule(
 
 # -- GQA: repeat_kv folds into the kv-head count --------------------------------------------------
 def _repeated(g, v):
-    """k0 when v = reshape(expand(reshape(k0, [B, H, 1, S, D]), [B, H, r, S, D]),
-    [B, H*r, S, D]); else None. Returns (k0, r, [interior node ids])."""
+    """(y, r) when v = reshape(expand(y, [B, H, r, S, D]), [B, H*r, S, D]) with y [B, H, 1, S, D]
+    (however y was made: a reshape of k, or a transpose that moved a unit axis of a grouped
+    fused-QKV layout there); else None."""
     outer = g.nodes[v.node]
     if not isinstance(outer.op, Reshape):
         return None
     ex = g.nodes[outer.inputs[0].node]
     if not isinstance(ex.op, Expand):
         return None
-    inner = g.nodes[ex.inputs[0].node]
-    if not isinstance(inner.op, Reshape):
-        return None
-    k0 = inner.inputs[0]
-    kd = g.shape_of(k0).dims
-    if len(kd) != 4:
-        return None
-    b, h, s, d = kd
+    y = ex.inputs[0]
     ed = ex.outputs[0].dims
-    if inner.outputs[0].dims != (b, h, 1, s, d) or len(ed) != 5 or ed[:2] != (b, h) or \
-            ed[3:] != (s, d) or not isinstance(ed[2], int) or not isinstance(h, int):
+    if len(ed) != 5 or not all(isinstance(n, int) for n in ed[1:3]):
         return None
-    if outer.outputs[0].dims != (b, h * ed[2], s, d):
+    b, h, r, s, d = ed
+    if g.shape_of(y).dims != (b, h, 1, s, d) or outer.outputs[0].dims != (b, h * r, s, d):
         return None
-    return k0, ed[2], [outer.id, ex.id, inner.id]
+    return y, r
 
 
 def _repeat_kv_matcher(g, node, ctx):
@@ -495,13 +493,67 @@ def _repeat_kv_matcher(g, node, ctx):
 
 
 def _build_fold(b, m):
+    """k and v as [B, Hkv, S, D] (their unit repeat axis dropped; a reshape that undoes the
+    one repeat_kv added composes away in the layout rules)."""
     op = m.root.op
+    k, v = (m.v(r) for r in "kv")
+    k, v = (b.reshape(t, _without_unit_axis(b.shape_of(t).dims)) for t in (k, v))
     mask = m.v("mask") if "mask" in m.values else None
-    return b.add_node(op, [m.v("q"), m.v("k"), m.v("v")] + ([mask] if mask is not None
-                                                            else []))[0]
+    return b.add_node(op, [m.v("q"), k, v] + ([mask] if mask is not None else []))[0]
+
+
+def _without_unit_axis(dims):
+    return tuple(dims[:2]) + tuple(dims[3:])
 
 
 FOLD_REPEAT_KV = Rule("FoldRepeatKV", _build_fold, matcher=_repeat_kv_matcher,
                       root_test=lambda op: isinstance(op, Attention))
+
+
+# -- constant scales of q and k fold into the attention's score scale ----------------------------
+def _input_scale_matcher(g, node, ctx):
+    """q or k of an attention op is scaled by constants (mul / div), possibly under its head
+    split: the scale moves into the op. Only scales read by nothing else are peeled, and only
+    when the unscaled value keeps the input's dtype (a cast between them stays)."""
+    op, d = node.op, node.inputs[0]
+    if op.scale is None and not isinstance(g.shape_of(d).dims[-1], int):
+        return  # the default scale 1/sqrt(D) of a symbolic D cannot take a factor
+    factor, consumed, values, layouts = 1.0, [node.id], {}, {}
+    for side, v in (("q", node.inputs[0]), ("k", node.inputs[1])):
+        parse = _Parse()
+        base = v
+        if _single_use(g, g.nodes[v.node]):
+            base = _peel_scales(g, v, parse, side)
+        if base == v or g.shape_of(base).dtype != g.shape_of(v).dtype:
+            values[side] = v
+            continue
+        factor *= parse.scale
+        consumed += parse.consumed
+        values[f"{side}0"] = base
+        layouts[side] = getattr(parse, f"{side}_layout")
+    if not layouts:
+        return
+    values["v"] = node.inputs[2]
+    if len(node.inputs) > 3:
+        values["mask"] = node.inputs[3]
+    yield Match(FOLD_INPUT_SCALE, g, node, {"root": node}, values, tuple(consumed),
+                data={"factor": factor, "layouts": layouts})
+
+
+def _build_input_scale(b, m):
+    op, layouts = m.root.op, m.data["layouts"]
+    q, k = (_replay(b, m.v(f"{s}0"), layouts[s]) if s in layouts else m.v(s) for s in "qk")
+    d = b.shape_of(q).dims[-1]
+    default = 1.0 / math.sqrt(d) if isinstance(d, int) else None
+    scale = (op.scale if op.scale is not None else default) * m.data["factor"]
+    if default is not None and math.isclose(scale, default, rel_tol=1e-6):
+        scale = None
+    ins = [q, k, m.v("v")] + ([m.v("mask")] if "mask" in m.values else [])
+    return b.add_node(replace(op, scale=scale), ins)[0]
+
+
+FOLD_INPUT_SCALE = Rule("FoldAttentionInputScale", _build_input_scale,
+                        matcher=_input_scale_matcher,
+                        root_test=lambda op: isinstance(op, Attention))
 
 ATTENTION_RULES = (CANONICALIZE_ATTENTION,)

@@ -6,7 +6,8 @@ attention block fusion sees q, k and v the one way it knows:
 Exporters select q, k and v out of one projection in many layouts: GPT-2 narrows [q | k | v]
 (already canonical), GPT-NeoX reshapes to [B, S, H, 3D] and narrows each head's block, BLOOM
 reshapes to [B, S, H, 3, D] and gathers index j, Falcon's multi-query layout reshapes to
-[B, S, H + 2, D] and narrows / gathers heads, grouped layouts (new Falcon) reshape to
+[B, S, H + 2, D] and narrows / gathers heads (by constants, or by integer tables that
+torch.export lifts into stored params), grouped layouts (new Falcon) reshape to
 [B, S, Hkv, r + 2, D]. Rather than match each, the rule reads the layout chain (reshape,
 transpose, narrow, slice, gather by constant indices) between a projection and the value that
 feeds the attention, and evaluates it with the reference interpreter on an index-coded
@@ -75,25 +76,41 @@ def _chain(g, node) -> list | None:
     return chain
 
 
+def _stored_index(g, node) -> np.ndarray | None:
+    """The stored value of an integer param (an index table such as torch.export's lifted
+    constants: integers are never trained); None for anything else."""
+    if isinstance(node.op, Param) and node.op.shape.dtype.is_int:
+        return g.weights.get(node.op.name)
+    return None
+
+
 def _dims_only(g, v, limit: int = 64) -> bool:
-    """Whether v is computed from constants and symbolic dims alone (a few nodes at most)."""
+    """Whether v is computed from constants, stored integer params and symbolic dims alone (a
+    few nodes at most)."""
     seen, stack = set(), [v.node]
     while stack:
         nid = stack.pop()
         if nid in seen:
             continue
         seen.add(nid)
-        if len(seen) > limit or isinstance(g.nodes[nid].op, (Input, Param)):
+        node = g.nodes[nid]
+        if _stored_index(g, node) is not None:
+            continue
+        if len(seen) > limit or isinstance(node.op, (Input, Param)):
             return False
-        stack.extend(u.node for u in g.nodes[nid].inputs)
+        stack.extend(u.node for u in node.inputs)
     return True
 
 
 def _clone(sub, g, v, memo: dict):
-    """Copy v's (dims-only) computation into `sub`."""
+    """Copy v's (dims-only) computation into `sub` (a stored integer param as a constant)."""
     if v not in memo:
         n = g.nodes[v.node]
-        outs = sub.clone_node(n, [_clone(sub, g, u, memo) for u in n.inputs], g)
+        stored = _stored_index(g, n)
+        if stored is not None:
+            outs = (sub.constant(stored),)
+        else:
+            outs = sub.clone_node(n, [_clone(sub, g, u, memo) for u in n.inputs], g)
         memo.update(zip(n.values, outs))
     return memo[v]
 

@@ -12,6 +12,8 @@ stays for that reader; dead ones go in DCE):
   reshape(F(reshape(x, [prod(L), E])), [L.., N]) for row-wise F (elementwise, last-axis
                                            norms, @ w) -> F(x)  (rows unflattened)
   reshape(flat(x) @ w (+ b), [L.., N])     -> x' @ w (+ b)   (a linear layer on flattened rows)
+  split(x, axis, sizes)                    -> narrow(x, axis, start_i, size_i) per piece
+                                              (as the ONNX importer writes Split)
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import dataclasses
 from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Unary
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.norm import LayerNorm, RmsNorm
-from ...ir.ops.shape import Expand, Reshape, Transpose
+from ...ir.ops.shape import Expand, Reshape, Split, Transpose
 from ...ir.shapes import normalize_axis
 from ...ir.symbolic import SymDim
 from ...rewrite import Match, Rule
@@ -355,5 +357,24 @@ def _build_linear(b, m):
 UNFLATTEN_LINEAR = Rule("UnflattenLinear", _build_linear, matcher=_unflatten_linear,
                         root_test=lambda op: isinstance(op, Reshape))
 
-LAYOUT_RULES = (COMPOSE_TRANSPOSES, COMPOSE_RESHAPES, DROP_IDENTITY, COLLAPSE_RESHAPE_TRANSPOSE,
-                TRANSPOSE_BEFORE_MERGE, UNIT_AXES_AS_TRANSPOSE, UNFLATTEN_LINEAR, UNFLATTEN_ROWS)
+# -- split into pieces ---------------------------------------------------------------------------
+def _split(g, node, ctx):
+    """Every split: its pieces are narrows, the one form fusions read (a fused QKV projection's
+    q / k / v columns, a gated MLP's halves), whichever frontend wrote them."""
+    yield _root_match(SPLIT_AS_NARROWS, g, node, {"x": node.inputs[0]})
+
+
+def _build_narrows(b, m):
+    op, x = m.root.op, m.v("x")
+    starts = [0]
+    for size in op.sizes[:-1]:
+        starts.append(starts[-1] + size)
+    return tuple(b.narrow(x, op.axis, start, size) for start, size in zip(starts, op.sizes))
+
+
+SPLIT_AS_NARROWS = Rule("SplitAsNarrows", _build_narrows, matcher=_split,
+                        root_test=lambda op: isinstance(op, Split))
+
+LAYOUT_RULES = (SPLIT_AS_NARROWS, COMPOSE_TRANSPOSES, COMPOSE_RESHAPES, DROP_IDENTITY,
+                COLLAPSE_RESHAPE_TRANSPOSE, TRANSPOSE_BEFORE_MERGE, UNIT_AXES_AS_TRANSPOSE,
+                UNFLATTEN_LINEAR, UNFLATTEN_ROWS)

@@ -167,6 +167,24 @@ def test_repeat_kv_folds_into_gqa_heads():
     check_same(g, out, symbols=SYM)
 
 
+def test_an_expand_that_also_broadcasts_the_keys_is_not_a_repeat_kv():
+    """k5 [B, 2, 1, 1, D] expanded to [B, 2, 2, S, D] copies one key along the sequence too:
+    not a per-head repeat, so the kv heads stay expanded."""
+    g = bz.Graph("not_gqa")
+    q, _, v = _qkv(g, heads=4, kv_heads=2)
+    k1 = g.input("k1", bz.Shape(("b", 2, 1, 1, D)))
+    k = g.reshape(g.expand(k1, ("b", 2, 2, "s", D)), ("b", 4, "s", D))
+    v4 = g.reshape(g.expand(g.reshape(v, ("b", 2, 1, "s", D)), ("b", 2, 2, "s", D)),
+                   ("b", 4, "s", D))
+    s = g.mul(g.matmul(q, g.transpose(k, (0, 1, 3, 2))), 0.5)
+    g.set_outputs([g.matmul(g.softmax(s, -1), v4)])
+    out, _ = run_rules(g, CANONICALIZE_ATTENTION)
+    out, _ = run_rules(out, *LAYOUT_RULES, FOLD_REPEAT_KV)
+    (att,) = [n for n in out.nodes if n.op.kind == "attention"]
+    assert out.shape_of(att.inputs[1]).dims[1] == 4 and out.count("expand") == 2
+    check_same(g, out, symbols=SYM)
+
+
 def _causal_table(g, kind):
     """A dims-only causal mask, additive: built from ranges + compare, or from trilu."""
     if kind == "range":

@@ -1,9 +1,10 @@
 """Attention as held-out architectures write it: bmm on [B*H, S, D] views (BLOOM's baddbmm with
 ALiBi, older encoder exports), plain 3-D attention, q scaled before its head split (OPT, BART),
 fused QKV projections laid out per head ([B, S, H, 3, D] gathers, multi-query [B, S, H+2, D],
-grouped [B, S, Hkv, r+2, D]), rope applied before the head transpose (GPT-J). Each becomes the
-attention op and then one fused attention block, with the numbers unchanged; what cannot be
-read is reported with the reason."""
+grouped [B, S, Hkv, r+2, D]), rope applied before the head transpose (GPT-J), and the forms
+torch.export writes around its sdpa op (split pieces, q scaled before an attention op, heads
+gathered by lifted index tables). Each becomes the attention op and then one fused attention
+block, with the numbers unchanged; what cannot be read is reported with the reason."""
 import numpy as np
 import pytest
 from helpers import canonicalize, check_same
@@ -193,11 +194,9 @@ def test_multi_query_layout_narrow_and_normalized_negative_gathers():
     assert fused_g.count("narrow") == 0
 
 
-@pytest.mark.xfail(strict=True, reason="repeat_kv of k / v split from a grouped fused-QKV "
-                   "layout is not folded into the kv-head count yet; the block stays unfused "
-                   "and the report names k")
 def test_grouped_layout_b_s_hkv_r_plus_2_d():
-    """New Falcon / grouped layouts: per kv group, r query heads then k then v."""
+    """New Falcon / grouped layouts: per kv group, r query heads then k then v; repeat_kv's
+    [B, Hkv, 1, S, D] view of k and v is a transpose of the layout's unit axis."""
     rng = np.random.default_rng(4)
     hkv, r = 2, 2
     g = bz.Graph("grouped")
@@ -252,3 +251,109 @@ def test_rope_on_b_s_h_d_moves_after_the_head_transpose():
     fused = _fuses_to_one_block(g)
     (blk,) = [n.op for n in fused.nodes if n.op.kind == "fused_attention_block"]
     assert blk.rope.value == "interleaved" and blk.n_rot == 2
+
+
+# -- torch.export forms ---------------------------------------------------------------------------
+def _heads(g, t, h=H):
+    return g.transpose(g.reshape(t, ("b", "s", h, D)), (0, 2, 1, 3))
+
+
+def test_split_of_a_fused_qkv_projection_fuses():
+    """GPT-2 through torch.export: c_attn's output cut with aten.split (a braze split op)."""
+    rng = np.random.default_rng(7)
+    g = bz.Graph("gpt2_split")
+    x = g.input("x", bz.Shape(("b", "s", E)))
+    q, k, v = (_heads(g, t) for t in g.split(_project(g, x, "qkv", 3 * E, rng), -1, [E] * 3))
+    g.set_outputs([_attend(g, q, k, v, rng)])
+    fused = _fuses_to_one_block(g)
+    assert fused.count("split") == 0 and fused.count("narrow") == 0
+
+
+def test_split_of_per_head_fused_qkv_fuses():
+    """GPT-NeoX through torch.export: [B, H, S, 3D] heads cut with aten.split on the last axis."""
+    rng = np.random.default_rng(8)
+    g = bz.Graph("neox_split")
+    x = g.input("x", bz.Shape(("b", "s", E)))
+    per_head = g.transpose(g.reshape(_project(g, x, "qkv", 3 * E, rng), ("b", "s", H, 3 * D)),
+                           (0, 2, 1, 3))
+    q, k, v = g.split(per_head, -1, [D] * 3)
+    g.set_outputs([_attend(g, q, k, v, rng)])
+    _fuses_to_one_block(g)
+
+
+def _sdpa_block(g, rng, q_scale=None, k_scale=None, scale=1.0):
+    """torch's sdpa op with (x @ w_q + b) * q_scale (OPT, BART) and k / k_scale."""
+    x = g.input("x", bz.Shape(("b", "s", E)))
+    q_in, k_in, v_in = (_project(g, x, r, E, rng) for r in "qkv")
+    scaled_q = q_in if q_scale is None else g.mul(q_in, q_scale)
+    k_in = k_in if k_scale is None else g.div(k_in, k_scale)
+    mask = g.input("mask", bz.Shape(("b", 1, "s", "s")))
+    o = g.attention(_heads(g, scaled_q), _heads(g, k_in), _heads(g, v_in), mask, scale=scale)
+    return scaled_q, _merge_and_project(g, o, rng)
+
+
+@pytest.mark.parametrize("q_scale,k_scale,scale,want", [
+    (0.7, None, 1.0, 0.7),                      # OPT: scaling on q, sdpa with scale 1
+    (0.5, 2.0, None, 0.25 / D ** 0.5),          # default 1/sqrt(D) times both factors
+    (D ** -0.5, None, 1.0, None),               # the product is the default scale again
+])
+def test_constant_scales_of_q_and_k_fold_into_the_attention_op(q_scale, k_scale, scale, want):
+    rng = np.random.default_rng(9)
+    g = bz.Graph("opt_sdpa")
+    _, y = _sdpa_block(g, rng, q_scale, k_scale, scale)
+    g.set_outputs([y])
+    out, _ = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.scale == (None if want is None else pytest.approx(want))
+    assert out.count("mul") == 0 and out.count("div") == 0
+    check_same(g, out, symbols=SYM)
+    fused = _fuses_to_one_block(g)
+    (blk,) = [n.op for n in fused.nodes if n.op.kind == "fused_attention_block"]
+    assert blk.scale == op.scale
+
+
+def test_a_scaled_q_the_graph_also_returns_keeps_its_scale_and_the_block_says_why():
+    rng = np.random.default_rng(10)
+    g = bz.Graph("opt_shared")
+    scaled_q, y = _sdpa_block(g, rng, q_scale=0.7)
+    g.set_outputs([y, scaled_q])
+    fused, report = bz.fuse(g, "cpu")
+    (op,) = _attn_ops(fused)
+    assert op.scale == 1.0 and fused.count("fused_attention_block") == 0
+    (miss,) = [m for m in report.misses if m.pattern == "FuseAttentionBlock"]
+    assert "q heads are split from" in miss.detail and "(mul)" in miss.detail
+    check_same(g, fused, symbols=SYM)
+
+
+def _mqa_gathers(g, rng, index):
+    """Falcon through torch.export: [B, S, H + 2, D] with k and v gathered by index tables."""
+    x = g.input("x", bz.Shape(("b", "s", E)))
+    qkv = g.reshape(g.matmul(x, _stored(g, "w", (E, (H + 2) * D), rng)), ("b", "s", H + 2, D))
+    q = g.transpose(g.narrow(qkv, 2, 0, H), (0, 2, 1, 3))
+    k, v = (g.transpose(g.gather(qkv, index(f"idx_{i}", i), 2), (0, 2, 1, 3)) for i in (-2, -1))
+    g.set_outputs([_attend(g, q, k, v, rng)])
+
+
+def test_heads_gathered_by_stored_index_tables_fuse():
+    """torch.export lifts `torch.tensor([-2])` into a stored integer param."""
+    rng = np.random.default_rng(11)
+    g = bz.Graph("falcon_lifted")
+    _mqa_gathers(g, rng, lambda name, i: g.param(name, bz.Shape((1,), bz.i64),
+                                                 value=np.asarray([i], np.int64)))
+    fused = _fuses_to_one_block(g)
+    (blk,) = [n.op for n in fused.nodes if n.op.kind == "fused_attention_block"]
+    assert (blk.num_heads, blk.num_kv_heads) == (H, 1)
+    assert fused.count("gather") == 0
+
+
+def test_heads_gathered_by_an_index_without_a_stored_value_stay_and_say_so():
+    """An index param with no stored value could hold anything: k is not read as columns."""
+    rng = np.random.default_rng(12)
+    g = bz.Graph("falcon_unknown")
+    _mqa_gathers(g, rng, lambda name, i: g.param(name, bz.Shape((1,), bz.i64)))
+    fused, report = bz.fuse(g, "cpu")
+    assert fused.count("fused_attention_block") == 0 and fused.count("attention") == 1
+    (miss,) = [m for m in report.misses if m.pattern == "FuseAttentionBlock"]
+    assert miss.detail.startswith("k heads are transposed from") and "gather" in miss.detail
+    params = {"idx_-2": np.asarray([-2], np.int64), "idx_-1": np.asarray([-1], np.int64)}
+    check_same(g, fused, symbols=SYM, params=params)

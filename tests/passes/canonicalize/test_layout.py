@@ -97,3 +97,20 @@ def test_a_reshape_that_reads_another_reshape_keeps_that_ones_other_users():
     assert out.count("reshape") == 2 and out.count("exp") == 1
     a = np.arange(24, dtype=np.float32).reshape(2, 12)
     np.testing.assert_array_equal(bz.interpret(out, {"x": a})[0], a.reshape(6, 4))
+
+
+def test_split_pieces_become_narrows_even_when_returned():
+    """aten.split / ONNX Split: each piece is a narrow of the input (the form fusions read);
+    a piece the graph returns is still returned, with its shape."""
+    g = bz.Graph("split")
+    x = g.input("x", bz.Shape(("b", "s", 12)))
+    a, b, c = g.split(g.exp(x), -1, [2, 4, 6])
+    g.set_outputs([g.add(a, g.narrow(b, 2, 0, 2)), c])
+    out, _ = run_rules(g, *LAYOUT_RULES)
+    counts = out.op_counts()
+    assert "split" not in counts and counts["narrow"] == 3 + 1
+    starts = sorted((n.op.axis, n.op.start, n.op.length) for n in out.nodes
+                    if n.op.kind == "narrow" and out.nodes[n.inputs[0].node].op.kind == "unary")
+    assert starts == [(2, 0, 2), (2, 2, 4), (2, 6, 6)]
+    assert [out.shape_of(v).dims for v in out.outputs] == [("b", "s", 2), ("b", "s", 6)]
+    check_same(g, out, symbols={"b": 2, "s": 3})
