@@ -117,14 +117,15 @@ def test_conv_read_twice_does_not_fuse():
 
 
 def test_non_add_channel_bias_is_explained():
-    g = bz.Graph("scaled")
+    g = bz.Graph("shifted")
     x = g.input("x", bz.Shape((1, 4, 5, 5)))
     w = g.param("w", bz.Shape((6, 4, 3, 3)))
     s = g.param("s", bz.Shape((1, 6, 1, 1)))
-    g.set_outputs([g.mul(g.conv2d(x, w), s)])
+    g.set_outputs([g.sub(g.conv2d(x, w), s)])
     res = FUSE.run(g, CPU)
     assert not res.changed
     assert [m.reason for m in res.misses] == [MissReason.NON_ADD_BIAS_CONSUMER]
+    assert "conv(x) + (-b)" in res.misses[0].hint
 
 
 def test_conv_bias_act_unfuse_round_trip():
@@ -260,3 +261,13 @@ def test_a_channel_sized_vector_in_the_wrong_layout_gets_the_layout_hint():
     assert miss.reason is MissReason.SHAPE_MISMATCH
     assert "if it is meant as one value per output channel" in miss.hint
     assert "[6, 1, 1]" in miss.hint
+
+
+@pytest.mark.parametrize("op", ["mul", "div"])
+def test_a_per_channel_scale_is_not_told_to_become_an_add(op):
+    g = bz.Graph("scaled")
+    x = g.input("x", bz.Shape((1, 4, 5, 5)))
+    w = g.param("w", bz.Shape((6, 4, 3, 3)))
+    s = g.param("s", bz.Shape((1, 6, 1, 1)))
+    g.set_outputs([getattr(g, op)(g.conv2d(x, w), s)])
+    assert FUSE.run(g, CPU).misses == []

@@ -151,3 +151,27 @@ def test_a_residual_add_after_a_matmul_is_not_a_bias_near_miss(residual_dims):
     assert res.misses == [] and not res.changed
     _, report = bz.fuse(g, "cpu")
     assert not [m for m in report.misses if m.pattern == "FuseMatMulBiasAct"]
+
+
+@pytest.mark.parametrize("op", ["mul", "div"])
+def test_a_column_scale_is_not_told_to_become_an_add(op):
+    g = bz.Graph("m")
+    x = g.input("x", bz.Shape((4, 8)))
+    w = g.param("w", bz.Shape((8, 3)))
+    g.set_outputs([getattr(g, op)(g.mm(x, w), g.param("s", bz.Shape((3,))))])
+    assert fuse(g).misses == []
+
+
+def test_subtracted_bias_hint_says_how_to_write_it():
+    g = bz.Graph("m")
+    x = g.input("x", bz.Shape((4, 8)))
+    w = g.param("w", bz.Shape((8, 3)))
+    g.set_outputs([g.sub(g.mm(x, w), g.param("b", bz.Shape((3,))))])
+    (miss,) = fuse(g).misses
+    assert miss.reason is MissReason.NON_ADD_BIAS_CONSUMER and "x @ w + (-b)" in miss.hint
+    bias_first = bz.Graph("m")                          # b - x @ w: no bias of the product
+    x = bias_first.input("x", bz.Shape((4, 8)))
+    w = bias_first.param("w", bz.Shape((8, 3)))
+    bias_first.set_outputs([bias_first.sub(bias_first.param("b", bz.Shape((3,))),
+                                           bias_first.mm(x, w))])
+    assert fuse(bias_first).misses == []

@@ -145,16 +145,20 @@ def _build(b, m):
 
 
 def _explain_conv(g, node, ctx) -> Miss | None:
-    """A conv left alone whose only consumer applies a per-channel operand with a non-add op."""
+    """A conv left alone whose only consumer subtracts a per-channel operand from it: written
+    as an add of the negated bias, it would fuse. (A multiply or divide is a scale, not a bias:
+    no advice to write it as an add.)"""
     users = g.users(node.value)
     if len(users) != 1 or g.is_output(node.value):
         return None
     (u,) = users
-    if isinstance(u.op, Binary) and u.op.fn is not BinaryFn.ADD:
-        other = u.inputs[1] if u.inputs[0] == node.value else u.inputs[0]
-        if is_channel_bias(g.shape_of(other).dims, node.outputs[0].dims[1]):
+    if isinstance(u.op, Binary) and u.op.fn is BinaryFn.SUB and u.inputs[0] == node.value:
+        channels = node.outputs[0].dims[1]
+        if is_channel_bias(g.shape_of(u.inputs[1]).dims, channels):
             return fail(MissReason.NON_ADD_BIAS_CONSUMER,
-                        detail=f"consumer {u.label} applies a {u.op.fn.value} bias")
+                        hint="write conv(x) - b as conv(x) + (-b) (negate the [C, 1, 1] bias) "
+                             "so the bias fuses into the conv.",
+                        detail=f"consumer {u.label} subtracts a per-channel bias")
     return None
 
 

@@ -33,16 +33,19 @@ def _build(b, m):
 
 
 def _explain_matmul(g, node, ctx):
-    """A matmul left alone whose only consumer applies a bias-like operand with a non-add op."""
+    """A matmul left alone whose only consumer subtracts a bias vector from it: written as an
+    add of the negated bias, it would fuse. (A multiply or divide is a scale, not a bias: no
+    advice to write it as an add.)"""
     users = g.users(node.value)
     if len(users) != 1 or g.is_output(node.value):
         return None
     (u,) = users
-    if isinstance(u.op, Binary) and u.op.fn is not BinaryFn.ADD:
-        other = u.inputs[1] if u.inputs[0] == node.value else u.inputs[0]
-        if g.shape_of(other).rank <= 1:
+    if isinstance(u.op, Binary) and u.op.fn is BinaryFn.SUB and u.inputs[0] == node.value:
+        if g.shape_of(u.inputs[1]).rank <= 1:
             return fail(MissReason.NON_ADD_BIAS_CONSUMER,
-                        detail=f"consumer {u.label} applies a {u.op.fn.value} bias")
+                        hint="write x @ w - b as x @ w + (-b) (negate the bias vector) so it "
+                             "fuses into the matmul epilogue.",
+                        detail=f"consumer {u.label} subtracts a bias")
     return None
 
 
