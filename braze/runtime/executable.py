@@ -147,9 +147,12 @@ class Executable:
             out[name] = arr
         return out
 
-    def __call__(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def __call__(self, feeds: Mapping[str, np.ndarray], *, copy: bool = True
+                 ) -> list[np.ndarray]:
+        """The outputs for `feeds`. `copy=False` returns views of the arena instead of copies:
+        read them before the next call."""
         feeds = self._checked(feeds)
-        return self.program(feeds).run(feeds)
+        return self.program(feeds).run(feeds, copy)
 
     def update_weights(self, params: Mapping[str, np.ndarray]) -> None:
         """New values for params; static values (weight preparation) are recomputed on the

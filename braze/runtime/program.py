@@ -50,7 +50,9 @@ class Program:
     view_ids: set[int]            # nodes that are views of their input
     arena: np.ndarray
 
-    def run(self, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
+    def run(self, feeds: Mapping[str, np.ndarray], copy: bool = True) -> list[np.ndarray]:
+        """The outputs for `feeds`; with `copy=False` they are views of the arena (and of
+        static values), valid until the next run of any program sharing the arena."""
         env = list(self.env)
         for name, slot in self.input_slots.items():
             env[slot] = feeds[name]
@@ -58,7 +60,7 @@ class Program:
             env[slot] = view(env[src])
         for step in self.steps:
             step.kernel.run(*[env[s] for s in step.slots])
-        return [np.array(env[s], copy=True) for s in self.output_slots]
+        return [np.array(env[s], copy=True) if copy else env[s] for s in self.output_slots]
 
     def profile(self, feeds: Mapping[str, np.ndarray]) -> list[tuple[Step, float]]:
         env = list(self.env)

@@ -12,8 +12,9 @@ What is shared, and how:
   Params that are not trained stay params (their weight preparation still runs once).
 - Activations. Forward and backward never run at the same time, so their programs plan into
   one `SharedArena`: each takes the front of one buffer, sized by the larger (backward) plan.
-- Gradients live in a grad region with the weight region's layout, so the optimizer updates
-  every param of a dtype with a few whole-array NumPy ops."""
+- Gradients live in a grad region with the weight region's layout (copied there straight from
+  the arena, once), so the optimizer updates every param of a dtype with a few whole-array
+  NumPy ops."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -139,7 +140,7 @@ class TrainingStep:
 
     def gradients(self, feeds: Mapping[str, np.ndarray]) -> float:
         """Run the backward executable only: fills `grads`, returns the loss (no update)."""
-        loss, *grads = self.backward(self._feeds(feeds))
+        loss, *grads = self.backward(self._feeds(feeds), copy=False)
         for name, grad in zip(self.wrt, grads):
             np.copyto(self.grad_region.views[name], grad)
         return float(np.asarray(loss).reshape(-1)[0])
