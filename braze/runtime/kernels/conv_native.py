@@ -24,6 +24,11 @@ SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 
+/* Loops with less work than this (multiply-adds or copies) run on one thread: waking the
+   other threads and meeting them at the end costs more than they save (far more when the
+   machine is busy and a woken thread waits for a core). */
+#define PARALLEL(work) ((work) >= 262144)
+
 static inline float epilogue(float v, int act) {
   if (act == 1) return v > 0.0f ? v : 0.0f;
   if (act == 2) return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f;
@@ -52,7 +57,8 @@ static inline void valid_range(int64_t off, int64_t s, int64_t n, int64_t n_out,
 void im2col(const float* x, float* cols, int64_t channels, int64_t h, int64_t w, int64_t kh,
             int64_t kw, int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw,
             int64_t ho, int64_t wo) {
-  #pragma omp parallel for collapse(2) schedule(static)
+  #pragma omp parallel for collapse(2) schedule(static) \
+      if (PARALLEL(channels * kh * kw * ho * wo))
   for (int64_t c = 0; c < channels; c++) {
     for (int64_t k = 0; k < kh * kw; k++) {
       int64_t ky = k / kw, kx = k % kw;
@@ -81,7 +87,7 @@ void im2col(const float* x, float* cols, int64_t channels, int64_t h, int64_t w,
    bias may be NULL. */
 void channel_epilogue(float* y, const float* bias, int64_t planes, int64_t channels,
                       int64_t hw, int act) {
-  #pragma omp parallel for schedule(static)
+  #pragma omp parallel for schedule(static) if (PARALLEL(planes * hw * (act ? 8 : 1)))
   for (int64_t p = 0; p < planes; p++) {
     float* plane = y + p * hw;
     float b = bias ? bias[p % channels] : 0.0f;
@@ -97,7 +103,8 @@ void depthwise(const float* x, const float* wt, const float* bias, float* y, int
                int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw,
                int64_t ho, int64_t wo, int act) {
   int64_t cout = cin * mult;
-  #pragma omp parallel for collapse(2) schedule(static)
+  #pragma omp parallel for collapse(2) schedule(static) \
+      if (PARALLEL(n * cout * ho * wo * (kh * kw + (act ? 8 : 0))))
   for (int64_t b = 0; b < n; b++) {
     for (int64_t oc = 0; oc < cout; oc++) {
       const float* plane = x + (b * cin + oc / mult) * h * w;
@@ -138,7 +145,7 @@ void depthwise(const float* x, const float* wt, const float* bias, float* y, int
 void col2im(const float* cols, float* y, int64_t channels, int64_t h, int64_t w, int64_t kh,
             int64_t kw, int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw,
             int64_t ho, int64_t wo) {
-  #pragma omp parallel for schedule(static)
+  #pragma omp parallel for schedule(static) if (PARALLEL(channels * kh * kw * h * w))
   for (int64_t o = 0; o < channels; o++) {
     float* out = y + o * ho * wo;
     memset(out, 0, ho * wo * sizeof(float));
@@ -163,7 +170,7 @@ void col2im(const float* cols, float* y, int64_t channels, int64_t h, int64_t w,
 void pool2d(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int64_t kh,
             int64_t kw, int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t ho,
             int64_t wo, int is_max, int count_pad) {
-  #pragma omp parallel for schedule(static)
+  #pragma omp parallel for schedule(static) if (PARALLEL(planes * ho * wo * kh * kw))
   for (int64_t p = 0; p < planes; p++) {
     const float* plane = x + p * h * w;
     float* out = y + p * ho * wo;
@@ -196,7 +203,8 @@ void pool2d(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int6
 void resample(const float* x, float* y, float* tmp, int64_t planes, int64_t h, int64_t w,
               int64_t ho, int64_t wo, const int64_t* ws, const float* ww, int64_t w_taps,
               const int64_t* hs, const float* hh, int64_t h_taps) {
-  #pragma omp parallel for schedule(static)
+  #pragma omp parallel for schedule(static) \
+      if (PARALLEL(planes * wo * (h * w_taps + ho * h_taps)))
   for (int64_t p = 0; p < planes; p++) {
     const float* plane = x + p * h * w;
     float* mid = tmp + p * h * wo;
@@ -229,7 +237,7 @@ void resample(const float* x, float* y, float* tmp, int64_t planes, int64_t h, i
 /* Nearest resampling: y[p, oy, ox] = x[p, hi[oy], wi[ox]]. */
 void gather2d(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int64_t ho,
               int64_t wo, const int64_t* hi, const int64_t* wi) {
-  #pragma omp parallel for collapse(2) schedule(static)
+  #pragma omp parallel for collapse(2) schedule(static) if (PARALLEL(planes * ho * wo))
   for (int64_t p = 0; p < planes; p++) {
     for (int64_t oy = 0; oy < ho; oy++) {
       const float* r = x + (p * h + hi[oy]) * w;

@@ -1,0 +1,163 @@
+"""braze's compiled executor on CNNs against ONNX Runtime (all graph optimizations) and the NumPy
+reference interpreter, side by side in one run: the three rapidocr-onnxruntime OCR models
+(PP-OCRv4 det and rec, the mobile direction classifier) and the builtin ResNet basic block.
+Median latency per tool (2 threads), ratios to ONNX Runtime, and braze's max difference from
+ONNX Runtime relative to the output's largest magnitude. Appends rows to
+bench/results/cnn_vs_ort.csv.
+
+    python bench/cnn_vs_ort.py [--models det,rec,cls,resnet] [--repeat 20] [--ref-repeat 2]
+                               [--det-size 320] [--label NAME]
+
+The tools are timed in interleaved rounds (one call each per round), so load from other
+processes on a shared machine falls on all of them alike. braze runs import -> fuse (cpu
+target) -> compile; the reference is `bz.interpret` on the imported graph."""
+from __future__ import annotations
+
+import os
+
+THREADS = 2
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ.setdefault(_var, str(THREADS))
+
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import datetime  # noqa: E402
+import importlib.util  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+RESULTS = HERE / "results" / "cnn_vs_ort.csv"
+FIELDS = ["when", "label", "cpu", "threads", "load_avg", "model", "input", "tool", "ms",
+          "x_ort", "max_rel_diff_vs_ort", "compile_s", "fused_convs", "reference_nodes"]
+
+
+def rapidocr_models(det_size: int) -> dict[str, tuple[Path, tuple[int, ...]]]:
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None:
+        return {}
+    root = Path(spec.submodule_search_locations[0]) / "models"
+    return {"det": (root / "ch_PP-OCRv4_det_infer.onnx", (1, 3, det_size, det_size)),
+            "rec": (root / "ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320)),
+            "cls": (root / "ch_ppocr_mobile_v2.0_cls_infer.onnx", (1, 3, 48, 192))}
+
+
+def resnet_model(tmp: Path) -> tuple[Path, tuple[int, ...]]:
+    """The builtin ResNet basic block (64 channels, 56x56, seeded weights) as standard ONNX."""
+    import braze as bz
+    from braze.models import resnet_basic_block
+
+    path = tmp / "resnet_block.onnx"
+    bz.export_onnx(resnet_basic_block(seed=0), path, target="standard")
+    return path, (1, 64, 56, 56)
+
+
+def ort_session(path: Path):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = THREADS
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    # idle ORT workers would spin on the cores braze's OpenMP threads need between its calls
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+
+
+def interleaved_medians(calls: dict, repeat: int, ref_repeat: int) -> dict[str, float]:
+    """Median ms per tool over rounds of one call each; the slow reference runs in the first
+    `ref_repeat` rounds only. Every tool is called twice first to warm up."""
+    for name, fn in calls.items():
+        for _ in range(1 if name == "reference" else 2):
+            fn()
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for r in range(repeat):
+        for name, fn in calls.items():
+            if name == "reference" and r >= ref_repeat:
+                continue
+            t0 = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - t0)
+    return {name: statistics.median(t) * 1e3 for name, t in times.items()}
+
+
+def bench_model(name: str, path: Path, shape, repeat: int, ref_repeat: int) -> list[dict]:
+    import braze as bz
+    from braze.runtime.kernels import Dispatch
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)
+    sess = ort_session(path)
+    input_name = sess.get_inputs()[0].name
+    feeds = {input_name: x}
+    (want,) = sess.run(None, feeds)
+    t0 = time.perf_counter()
+    g = bz.import_onnx(path, input_shapes={input_name: shape})
+    exe = bz.compile(g, "cpu", threads=THREADS)
+    (got,) = exe(feeds)
+    compile_s = time.perf_counter() - t0
+    dispatch = exe.dispatch_report()
+    fused = sum(1 for r in dispatch.rows if r[1] == "fused_conv_bias_act")
+    on_reference = len(dispatch.by_dispatch(Dispatch.REFERENCE))
+    (ref_out,) = bz.interpret(g, feeds)
+    scale = float(np.abs(want).max()) or 1.0
+    calls = {"braze": lambda: exe(feeds), "onnxruntime": lambda: sess.run(None, feeds),
+             "reference": lambda: bz.interpret(g, feeds)}
+    ms = interleaved_medians(calls, repeat, ref_repeat)
+    diffs = {"braze": float(np.abs(got - want).max()) / scale,
+             "onnxruntime": 0.0, "reference": float(np.abs(ref_out - want).max()) / scale}
+    rows = []
+    for tool, t in ms.items():
+        rows.append({"model": name, "input": "x".join(map(str, shape)), "tool": tool,
+                     "ms": f"{t:.2f}", "x_ort": f"{t / ms['onnxruntime']:.3f}",
+                     "max_rel_diff_vs_ort": f"{diffs[tool]:.1e}",
+                     "compile_s": f"{compile_s:.2f}" if tool == "braze" else "",
+                     "fused_convs": fused if tool == "braze" else "",
+                     "reference_nodes": on_reference if tool == "braze" else ""})
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--models", default="det,rec,cls,resnet")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--ref-repeat", type=int, default=2)
+    ap.add_argument("--det-size", type=int, default=320)
+    ap.add_argument("--label", default="")
+    args = ap.parse_args()
+    ocr = rapidocr_models(args.det_size)
+    when = datetime.datetime.now().isoformat(timespec="seconds")
+    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo")
+                if ln.startswith("model name")), "?")
+    with tempfile.TemporaryDirectory() as tmp:
+        rows = []
+        for name in args.models.split(","):
+            if name == "resnet":
+                path, shape = resnet_model(Path(tmp))
+            elif name in ocr:
+                path, shape = ocr[name]
+            else:
+                print(f"skip {name}: rapidocr-onnxruntime is not installed or unknown model")
+                continue
+            load = f"{os.getloadavg()[0]:.2f}"
+            for row in bench_model(name, path, shape, args.repeat, args.ref_repeat):
+                row.update(when=when, label=args.label, cpu=cpu, threads=THREADS, load_avg=load)
+                rows.append(row)
+                print(f"{row['model']:<7} {row['input']:<14} {row['tool']:<12} "
+                      f"{row['ms']:>10} ms  x_ort {row['x_ort']:>8}  "
+                      f"diff {row['max_rel_diff_vs_ort']}", flush=True)
+    new = not RESULTS.exists()
+    with open(RESULTS, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
