@@ -204,3 +204,41 @@ def test_generated_region_kernels_match_and_broadcast():
     exe = _compiled_matches(g, rtol=1e-5, atol=1e-6)
     kinds = {kind: d for _, kind, d, _ in exe.dispatch_report().rows}
     assert kinds["elementwise_region"] == Dispatch.GENERATED
+
+
+@pytest.mark.parametrize("m, n, k", [(1, 29, 13), (7, 45, 5), (67, 33, 17), (130, 3, 9)])
+@pytest.mark.parametrize("transposed", [False, True])
+@pytest.mark.parametrize("act", [None, "gelu", "relu"])
+def test_gemm_bias_act_slabs(m, n, k, transposed, act):
+    """The one-region GEMM + epilogue: row slabs (large m) and column slabs (small m), weights
+    as stored or as a transposed view, with and without bias."""
+    from braze.runtime.kernels import blas, fused
+
+    if blas.sgemm_address() is None:
+        pytest.skip("no MKL cblas_sgemm")
+    rng = np.random.default_rng(m * n + k)
+    x = rng.standard_normal((m, k)).astype("f4")
+    w = rng.standard_normal((n, k)).astype("f4").T if transposed else \
+        rng.standard_normal((k, n)).astype("f4")
+    for bias in (rng.standard_normal(n).astype("f4"), None):
+        out = np.full((m, n), np.nan, np.float32)
+        assert fused.gemm_bias_act(native.lib(), x, w, out, bias, native.ACT_CODES[act])
+        want = x.astype("f8") @ w.astype("f8") + (0 if bias is None else bias)
+        if act == "relu":
+            want = np.maximum(want, 0)
+        elif act == "gelu":
+            from scipy.special import erf
+
+            want = 0.5 * want * (1 + erf(want / np.sqrt(2)))
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)
+
+
+def test_gemm_bias_act_declines_what_it_cannot_run():
+    from braze.runtime.kernels import fused
+
+    x = np.ones((4, 6), np.float32)
+    out = np.zeros((4, 5), np.float32)
+    strided = np.ones((6, 10), np.float32)[:, ::2]  # neither rows nor columns contiguous
+    assert not fused.gemm_bias_act(native.lib(), x, strided, out, None, 0)
+    assert not fused.gemm_bias_act(native.lib(), x, np.ones((6, 5)), out, None, 0)  # float64
+    assert not out.any()

@@ -14,7 +14,7 @@ from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
 from . import attention_native as heads_c
 from . import blas, native
-from .fused import _c, is_f32
+from .fused import _c, gemm_bias_act, is_f32
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 BLOCK_BYTES = 8 << 20  # scores per query block
@@ -107,6 +107,16 @@ def _rows_contiguous(a: np.ndarray) -> np.ndarray:
     return a if heads_c.head_strides(a) is not None else np.ascontiguousarray(a, np.float32)
 
 
+def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias) -> None:
+    """out = x @ w (+ bias): one native GEMM + epilogue call where it can, else BLAS + C."""
+    bias = None if bias is None else _c(bias)
+    if gemm_bias_act(lib, x, w, out, bias, 0):
+        return
+    blas.matmul(x, w, out)
+    if bias is not None:
+        lib.bias_act(out.ctypes.data, bias.ctypes.data, x.size // x.shape[-1], out.shape[-1], 0)
+
+
 class _Heads:
     """attention_native.attn_heads for one attention op and shape (B, Hq, Hkv, Sq, Sk, D, Dv)."""
 
@@ -155,17 +165,13 @@ def attention_block(node, ins, outs, ctx):
             r = dict(zip(roles, arrays[:len(roles)]))
             out = arrays[len(roles)]
             qkv, merged, scratch = arrays[len(roles) + 1:]
-            blas.matmul(r["x"], r["w_qkv"], qkv)
-            if op.has_qkv_bias:
-                lib.bias_act(qkv.ctypes.data, _c(r["b_qkv"]).ctypes.data, b * s, width, 0)
+            _projection(lib, _c(r["x"]), r["w_qkv"], qkv, r.get("b_qkv"))
             if op.rope is not RopeMode.NONE:
                 heads_c.rope_packed(qkv, _c(r["cos"]), _c(r["sin"]), hq + hkv, d, n_rot,
                                     bool(inter))
             q, k, v = (qkv[:, :, start:] for start in (0, hq * d, (hq + hkv) * d))
             heads(q, k, v, merged, strides, r.get("mask"), scratch)
-            blas.matmul(merged, r["w_o"], out)
-            if op.has_out_bias:
-                lib.bias_act(out.ctypes.data, _c(r["b_o"]).ctypes.data, b * s, e_out, 0)
+            _projection(lib, merged, r["w_o"], out, r.get("b_o"))
 
         scratch = (((b, s, width), np.float32), ((b, s, merged_w), np.float32),
                    (heads.plan.scratch_shape, np.float32))

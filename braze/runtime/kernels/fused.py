@@ -19,7 +19,7 @@ from ...ir.ops.reduce import Softmax
 from . import blas, native
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
-__all__ = ["is_f32"]
+__all__ = ["is_f32", "gemm_bias_act"]
 
 
 def is_f32(*shapes) -> bool:
@@ -38,6 +38,29 @@ def _c(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
+def gemm_bias_act(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None,
+                  act: int) -> bool:
+    """out = act(x @ w + bias) in one native call (GEMM slabs per thread, the epilogue on each
+    slab in cache) when MKL's sgemm is there and the operands allow it; False if not (nothing
+    is written then)."""
+    gemm = blas.sgemm_address()
+    if gemm is None or w.ndim != 2 or not x.flags.c_contiguous or not out.flags.c_contiguous:
+        return False
+    if x.dtype != np.float32 or w.dtype != np.float32 or out.dtype != np.float32:
+        return False
+    k, n = w.shape
+    if w.strides[1] == 4 or n == 1:
+        trans_b, ldb = 0, max(w.strides[0] // 4, n)
+    elif w.strides[0] == 4:
+        trans_b, ldb = 1, w.strides[1] // 4
+    else:
+        return False
+    m = x.size // max(k, 1)
+    lib.gemm_bias_act(gemm, x.ctypes.data, k, w.ctypes.data, ldb, trans_b, out.ctypes.data, m,
+                      n, k, None if bias is None else bias.ctypes.data, act)
+    return True
+
+
 @register_kernel(FusedMatMulBiasAct)
 def matmul_bias_act(node, ins, outs, ctx):
     op = node.op
@@ -53,17 +76,21 @@ def matmul_bias_act(node, ins, outs, ctx):
 
     def run(x, w, *rest):
         out = rest[-1]
-        blas.matmul(x, w, out)
         b = rest[0] if op.has_bias else None
         if b is not None and not bias_full:
             b = np.full(cols, b.reshape(()), np.float32)
+        b = None if b is None else _c(b)
+        if w.ndim == 2 and gemm_bias_act(lib, x, w, out, b, act):
+            return
+        blas.matmul(x, w, out)
         if b is not None or act:
-            lib.bias_act(out.ctypes.data, None if b is None else _c(b).ctypes.data, rows, cols,
-                         act)
+            lib.bias_act(out.ctypes.data, None if b is None else b.ctypes.data, rows, cols, act)
 
     k = int(ins[0].dims[-1])
     what = op.act.value if op.act else "bias"
-    return Kernel(run, Dispatch.NATIVE, f"BLAS matmul + C epilogue ({what})",
+    how = "MKL sgemm slabs + C epilogue in one region" if blas.sgemm_address() and \
+        ins[1].rank == 2 else "BLAS matmul + C epilogue"
+    return Kernel(run, Dispatch.NATIVE, f"{how} ({what})",
                   flops=2 * rows * cols * k, bytes=nbytes(ins) + nbytes(outs))
 
 

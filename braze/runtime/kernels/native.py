@@ -103,6 +103,47 @@ void bias_act(float* y, const float* bias, int64_t rows, int64_t cols, int act) 
   }
 }
 
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float*, int, const float*,
+                         int, float, float*, int);
+
+/* out[m, n] = act(a[m, k] @ b + bias) in one OpenMP region: b is [k, n] (trans_b = 0) or its
+   transpose [n, k] (trans_b = 1), `gemm` a cblas_sgemm. Each thread runs the (then
+   single-threaded) sgemm on its slab of rows - of columns when m is small - and applies the
+   epilogue to the slab while it is in cache; bias may be NULL. */
+void gemm_bias_act(void* gemm, const float* a, int64_t lda, const float* b, int64_t ldb,
+                   int trans_b, float* out, int64_t m, int64_t n, int64_t k, const float* bias,
+                   int act) {
+  sgemm_fn sgemm = (sgemm_fn)gemm;
+  #pragma omp parallel
+  {
+    int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    int by_rows = m >= 16 * nt;
+    int64_t unit = by_rows ? 1 : 16, total = by_rows ? m : n;
+    int64_t chunks = (total + unit - 1) / unit;
+    int64_t c0 = chunks * t / nt * unit, c1 = chunks * (t + 1) / nt * unit;
+    if (c1 > total) c1 = total;
+    if (c1 > c0) {
+      int64_t r0 = by_rows ? c0 : 0, r1 = by_rows ? c1 : m;
+      int64_t j0 = by_rows ? 0 : c0, j1 = by_rows ? n : c1;
+      const float* bs = trans_b ? b + j0 * ldb : b + j0;
+      sgemm(101, 111, trans_b ? 112 : 111, (int)(r1 - r0), (int)(j1 - j0), (int)k, 1.0f,
+            a + r0 * lda, (int)lda, bs, (int)ldb, 0.0f, out + r0 * n + j0, (int)n);
+      if (bias || act) {
+        for (int64_t r = r0; r < r1; r++) {
+          float* row = out + r * n;
+          if (bias) {
+            #pragma omp simd
+            for (int64_t c = j0; c < j1; c++) row[c] = act_apply(row[c] + bias[c], act);
+          } else {
+            #pragma omp simd
+            for (int64_t c = j0; c < j1; c++) row[c] = act_apply(row[c], act);
+          }
+        }
+      }
+    }
+  }
+}
+
 /* out = act(x) elementwise over n values. */
 void unary_act(const float* x, float* out, int64_t n, int act) {
   #pragma omp parallel for simd schedule(static)
@@ -215,6 +256,7 @@ _I64, _F32, _INT, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_vo
 _SIGNATURES = {
     "braze_set_threads": [_INT],
     "bias_act": [_P, _P, _I64, _I64, _INT],
+    "gemm_bias_act": [_P, _P, _I64, _P, _I64, _INT, _P, _I64, _I64, _I64, _P, _INT],
     "unary_act": [_P, _P, _I64, _INT],
     "row_norm": [_P, _P, _P, _P, _P, _P, _I64, _I64, _F32, _INT],
     "softmax_rows": [_P, _P, _I64, _I64],
