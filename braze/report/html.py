@@ -1,7 +1,18 @@
-"""HTML rendering of a FusionReport with the before/after graphs side by side."""
+"""HTML rendering of a FusionReport: summary, fused kinds, the misses table, and the before and
+after graphs drawn as graphs (braze/report/graph_svg.py: fused nodes coloured, nodes with a near
+miss marked, the reason and hint on hover), each with its text IR folded below."""
 from __future__ import annotations
 
 from html import escape
+
+from .graph_svg import FUSED_FILL, MISS_STROKE, graph_svg
+
+_STYLE = """body{font-family:sans-serif;margin:2em} table{border-collapse:collapse}
+td,th{border:1px solid #ccc;padding:4px 8px;vertical-align:top} pre{font-size:11px}
+.drawing{overflow:auto;max-height:80vh;border:1px solid #ddd;padding:4px}
+.note{color:#555;font-size:90%} .key{display:inline-block;width:1em;height:1em;
+vertical-align:middle;border:1px solid #607d8b;margin:0 .3em 0 1em}
+svg .node:hover rect{stroke-width:3}"""
 
 
 def render_html(report, before=None, after=None) -> str:
@@ -12,15 +23,22 @@ def render_html(report, before=None, after=None) -> str:
     fused = "".join(f"<li>{escape(k)}: {v}</li>" for k, v in report.fused_counts.items())
     graphs = ""
     if before is not None and after is not None:
-        graphs = ("<div class=side><div><h2>before</h2><pre>" + escape(str(before)) +
-                  "</pre></div><div><h2>after</h2><pre>" + escape(str(after)) +
-                  "</pre></div></div>")
+        legend = (f'<p class=note><span class=key style="background:{FUSED_FILL}"></span>fused'
+                  f'<span class=key style="border:2px dashed {MISS_STROKE}"></span>near miss '
+                  "(hover a node for its reason and hint)</p>")
+        graphs = legend + _graph_section("before", before, report.misses) + \
+            _graph_section("after", after, report.misses)
     return f"""<!doctype html><html><head><meta charset=utf-8>
 <title>braze fusion report: {escape(report.graph_name)}</title>
-<style>body{{font-family:sans-serif;margin:2em}} table{{border-collapse:collapse}}
-td,th{{border:1px solid #ccc;padding:4px 8px;vertical-align:top}} pre{{font-size:11px}}
-.side{{display:flex;gap:2em}} .side>div{{flex:1;overflow:auto}}</style></head><body>
+<style>{_STYLE}</style></head><body>
 <h1>Fusion report: {escape(report.graph_name)}</h1>
 <p>{escape(report.summary_line())}</p><h2>fused</h2><ul>{fused or '<li>nothing</li>'}</ul>
 <h2>not fused</h2><table><tr><th>pattern</th><th>where</th><th>reason</th><th>detail</th>
 <th>hint</th></tr>{rows}</table>{graphs}</body></html>"""
+
+
+def _graph_section(title: str, g, misses) -> str:
+    svg, note = graph_svg(g, misses)
+    return (f"<h2>{title}: {len(g.nodes)} nodes</h2><p class=note>{escape(note)}</p>"
+            f"<div class=drawing>{svg}</div><details><summary>text IR</summary><pre>"
+            f"{escape(str(g))}</pre></details>")
