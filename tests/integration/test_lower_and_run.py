@@ -207,3 +207,110 @@ def test_grad_of_a_lowered_graph_equals_grad_of_the_original():
             np.testing.assert_allclose(y, x, rtol=1e-4, atol=1e-6)
     assert_equivalent(b, bz.rewrite_for_backend(b, TARGETS["primitives"]), rtol=1e-4,
                       atol=1e-5, params=ps, seeds=(0,))
+
+
+# -- RLX-style code: what a user porting from RLX's Graph docs writes ---------------------------
+def rlx_mlp():
+    g = bz.Graph("rlx_mlp")
+    x = g.input("x", S(6, 10))
+    labels = g.input("labels", S(6))                           # RLX: f32-encoded class ids
+    h = g.linear_bias_act(x, g.param("w1", S(10, 16)), g.param("b1", S(16)), "gelu")
+    h = g.activation("relu", g.binary("add", h, g.param("b2", S(16)), S(6, 16)), S(6, 16))
+    logits = g.matmul(h, g.param("w3", S(16, 4)), S(6, 4))
+    per_row = g.softmax_cross_entropy_with_logits(logits, labels)
+    g.set_outputs([g.reduce(per_row, "mean", [0], False, S()), logits])
+    return g
+
+
+def rlx_transformer_block():
+    from braze.ir.ops.attention import MaskKind
+
+    g = bz.Graph("rlx_block")
+    x = g.input("x", S(2, 5, 16))
+    qkv = g.mm(x, g.param("wqkv", S(16, 48)))
+    q, k, v = (g.narrow_(qkv, 2, i * 16, 16) for i in range(3))
+    ctx = g.attention_kind(q, k, v, 2, 8, MaskKind.CAUSAL, S(2, 5, 16))
+    h = g.ln(g.add(x, g.mm(ctx, g.param("wo", S(16, 16)))), g.param("g1", S(16)),
+             g.param("be1", S(16)), 1e-5)
+    ffn = g.swiglu_ffn(h, g.param("wg", S(16, 24)), g.param("wu", S(16, 24)),
+                       g.param("wd", S(24, 16)))
+    y = g.rms_norm(g.add(h, ffn), g.param("g2", S(16)), None, 1e-6)
+    g.set_outputs([g.sum(g.sm(y, -1, S(2, 5, 16)), axes=(1,))])
+    return g
+
+
+def rlx_conv_net():
+    g = bz.Graph("rlx_conv")
+    x = g.input("x", S(2, 3, 6, 6))
+    h = g.conv2d(x, g.param("c1", S(8, 3, 3, 3)), (3, 3), (1, 1), (1, 1), (1, 1), 1)
+    h = g.relu(g.group_norm(h, g.param("gn_g", S(8)), g.param("gn_b", S(8)), 4, 1e-5))
+    h = g.layer_norm2d(g.conv2d(h, g.param("c2", S(8, 8, 1, 1)), (1, 1), (2, 2), (0, 0),
+                                (1, 1), 1), g.param("ln_g", S(8)), g.param("ln_b", S(8)), 1e-5)
+    up = g.resize_nearest_2x(h)                                            # [2, 8, 6, 6]
+    g.set_outputs([g.reduce(up, "mean", [2, 3], False, S(2, 8))])
+    return g
+
+
+def _rlx_feeds(g, seed):
+    feeds = bz.random_feeds(g, seed)
+    if "labels" in feeds:
+        feeds["labels"] = np.random.default_rng(seed).integers(0, 4, 6).astype(np.float32)
+    return feeds
+
+
+RLX_MODELS = {"mlp": rlx_mlp, "block": rlx_transformer_block, "conv": rlx_conv_net}
+
+
+@pytest.mark.parametrize("name", sorted(RLX_MODELS))
+def test_rlx_style_models_fuse_compile_and_lower(name):
+    g = RLX_MODELS[name]()
+    ps = bz.init_params(g, 0)
+    fused, report = bz.fuse(g, "cpu")
+    assert report.nodes_after <= report.nodes_before
+    exe = bz.compile(g, "cpu", params=ps)
+    target = CONSTRAINED.restrict(PRIMITIVES | {"conv2d"}, name="prims_and_conv")
+    low = bz.rewrite_for_backend(fused, target)
+    assert illegal_labels(low, target) == []
+    for seed in (0, 1):
+        feeds = _rlx_feeds(g, seed)
+        want = bz.interpret(g, feeds, ps)
+        for other in (bz.interpret(fused, feeds, ps), exe(feeds), bz.interpret(low, feeds, ps)):
+            for w, a in zip(want, other, strict=True):
+                np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", sorted(RLX_MODELS))
+def test_rlx_style_models_differentiate_and_the_gradient_compiles(name):
+    g = RLX_MODELS[name]()
+    if name != "mlp":                                  # a scalar loss first
+        out = g.outputs[0]
+        g.set_outputs([g.sum(g.mul(out, out))])
+    fused, _ = bz.fuse(g, "cpu")
+    wrt = sorted(n.op.name for n in g.params)
+    gg = bz.grad_with_loss(fused, wrt)
+    ps = bz.init_params(g, 1)
+    feeds = _rlx_feeds(g, 2)
+    want = bz.interpret(gg, feeds, ps, float64=True)
+    rng = np.random.default_rng(3)
+    dirs = {n: rng.standard_normal(ps[n].shape).astype(np.float32) for n in wrt}
+    outs = bz.interpret(bz.jvp(fused, wrt),
+                        {**feeds, **{f"tangent_{n}": d for n, d in dirs.items()}}, ps,
+                        float64=True)
+    tangent = outs[len(fused.outputs)]                 # [primals..., tangents...]
+    np.testing.assert_allclose(tangent, sum(float(np.sum(want[i + 1] * dirs[n]))
+                                            for i, n in enumerate(wrt)), rtol=1e-7)
+    exe = bz.compile(gg, "cpu", params=ps)
+    for w, a in zip(want, exe(feeds), strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-3, atol=1e-4)
+
+
+def test_rlx_cross_entropy_with_float_labels_is_the_per_row_loss():
+    g = bz.Graph("ce")
+    logits, labels = g.input("logits", S(3, 4)), g.input("labels", S(3))
+    g.set_outputs([g.softmax_cross_entropy_with_logits(logits, labels)])
+    a = np.random.default_rng(0).standard_normal((3, 4)).astype(np.float32)
+    lab = np.array([3.0, 0.0, 2.0], np.float32)
+    (out,) = bz.interpret(g, {"logits": a, "labels": lab})
+    a64 = a.astype(np.float64)
+    logp = a64 - np.log(np.exp(a64).sum(-1, keepdims=True))
+    np.testing.assert_allclose(out, -logp[np.arange(3), lab.astype(int)], rtol=1e-5)

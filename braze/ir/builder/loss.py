@@ -3,6 +3,7 @@ follows the labels' dtype: integer labels are class indices `[...]`, float label
 probabilities `[..., C]` (see braze/ir/ops/loss.py)."""
 from __future__ import annotations
 
+from ..dtypes import i32
 from ..op import Value
 from ..ops.loss import LossReduction, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward
 from .conv import _enum
@@ -24,6 +25,15 @@ class LossBuilder:
         float probabilities `[..., C]`; `reduction` "mean" (over rows), "sum" or "none"."""
         op = SoftmaxCrossEntropy(_reduction(reduction), self._soft_labels(labels))
         return self.add_node(op, (logits, labels))[0]
+
+    def softmax_cross_entropy_with_logits(self, logits: Value, labels: Value) -> Value:
+        """RLX's name: the per-row loss `[N]` of logits `[N, C]` (no reduction). RLX encodes
+        the class indices as f32 labels `[N]`; those are cast to int32 here. Float labels
+        `[N, C]` are probabilities, integer labels `[N]` indices."""
+        lab, log = self.shape_of(labels), self.shape_of(logits)
+        if lab.dtype.is_float and lab.rank == log.rank - 1:
+            labels = self.cast(labels, i32)
+        return self.softmax_cross_entropy(logits, labels, "none")
 
     def softmax_cross_entropy_backward(self, logits: Value, labels: Value, d_loss: Value,
                                        reduction: LossReduction | str = "mean") -> Value:
