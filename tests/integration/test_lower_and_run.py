@@ -314,3 +314,18 @@ def test_rlx_cross_entropy_with_float_labels_is_the_per_row_loss():
     a64 = a.astype(np.float64)
     logp = a64 - np.log(np.exp(a64).sum(-1, keepdims=True))
     np.testing.assert_allclose(out, -logp[np.arange(3), lab.astype(int)], rtol=1e-5)
+
+
+def test_rlx_cross_entropy_backward_takes_a_per_row_d_loss():
+    g = bz.Graph("ce_bwd")
+    logits, labels = g.input("logits", S(3, 4)), g.input("labels", S(3))
+    d_loss = g.input("d_loss", S(3))
+    g.set_outputs([g.softmax_cross_entropy_backward(logits, labels, d_loss)])
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal((3, 4)).astype(np.float32)
+    lab, d = np.array([1.0, 3.0, 0.0], np.float32), rng.standard_normal(3).astype(np.float32)
+    (out,) = bz.interpret(g, {"logits": a, "labels": lab, "d_loss": d})
+    soft = np.exp(a.astype(np.float64))
+    soft /= soft.sum(-1, keepdims=True)
+    np.testing.assert_allclose(out, (soft - np.eye(4)[lab.astype(int)]) * d[:, None], rtol=1e-5,
+                               atol=1e-7)

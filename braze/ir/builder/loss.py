@@ -30,15 +30,27 @@ class LossBuilder:
         """RLX's name: the per-row loss `[N]` of logits `[N, C]` (no reduction). RLX encodes
         the class indices as f32 labels `[N]`; those are cast to int32 here. Float labels
         `[N, C]` are probabilities, integer labels `[N]` indices."""
+        return self.softmax_cross_entropy(logits, self._rlx_labels(logits, labels), "none")
+
+    def _rlx_labels(self, logits: Value, labels: Value) -> Value:
+        """Float labels with one dim fewer than the logits are RLX's f32-encoded class ids."""
         lab, log = self.shape_of(labels), self.shape_of(logits)
         if lab.dtype.is_float and lab.rank == log.rank - 1:
-            labels = self.cast(labels, i32)
-        return self.softmax_cross_entropy(logits, labels, "none")
+            return self.cast(labels, i32)
+        return labels
 
     def softmax_cross_entropy_backward(self, logits: Value, labels: Value, d_loss: Value,
-                                       reduction: LossReduction | str = "mean") -> Value:
+                                       reduction: LossReduction | str | None = None) -> Value:
         """Gradient of `softmax_cross_entropy(logits, labels, reduction)` for the logits, given
         `d_loss` shaped like that loss: `(softmax(logits) - target) * d_loss` (/ rows for
-        "mean")."""
+        "mean"). Without `reduction`, a per-row `d_loss` (one dim fewer than the logits) means
+        "none", as in RLX's `softmax_cross_entropy_backward` (whose float class ids are cast
+        to int32); a scalar `d_loss` means "mean"."""
+        if reduction is None:
+            log = self.shape_of(logits)
+            per_row = log.rank > 1 and self.shape_of(d_loss).rank == log.rank - 1
+            reduction = "none" if per_row else "mean"
+            if per_row:
+                labels = self._rlx_labels(logits, labels)
         op = SoftmaxCrossEntropyBackward(_reduction(reduction), self._soft_labels(labels))
         return self.add_node(op, (logits, labels, d_loss))[0]
