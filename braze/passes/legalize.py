@@ -39,10 +39,20 @@ def illegal_reason(node: Node, g: Graph, target: Target) -> str | None:
         return None
     if not target.claims_op(node.op):
         return f"target {target.name!r} does not claim {node.op.label}"
+    bad = _unclaimed_members(node, target)
+    if bad:
+        return f"its body holds {', '.join(bad)}, which target {target.name!r} does not claim"
     broken = violated(node, g, target.constraints)
     if broken:
         return f"breaks target constraint {', '.join(broken)}"
     return None
+
+
+def _unclaimed_members(node: Node, target: Target) -> list[str]:
+    """Labels of a region's member ops (its generated kernel computes them) that `target`
+    does not claim; empty for other ops."""
+    steps = getattr(node.op, "steps", None) or ()
+    return sorted({m.op.label for m in steps if not target.claims_op(m.op)})
 
 
 def illegal_nodes(g: Graph, target) -> list[tuple[Node, str]]:
@@ -82,7 +92,7 @@ def _choose(node: Node, g: Graph, t: Target) -> tuple[str, Builder] | None:
     """The rewrite for an illegal `node`: (name, builder), or None when there is none."""
     from .lower import lowerings_for
 
-    claimed = t.claims_op(node.op)
+    claimed = t.claims_op(node.op) and not _unclaimed_members(node, t)
     broken = violated(node, g, t.constraints) if claimed else []
     for lw in lowerings_for(node.op.kind):
         wanted = (lw.fixes is None and not claimed) or (lw.fixes in broken)

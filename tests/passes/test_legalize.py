@@ -197,3 +197,20 @@ def test_the_pipeline_legalizes_for_a_restricted_target():
     params = bz.init_params(g, 0)
     np.testing.assert_allclose(bz.interpret(fused, {"x": x}, params)[0],
                                bz.interpret(g, {"x": x}, params)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_region_is_legal_only_when_the_target_claims_its_member_ops():
+    g = bz.Graph("region")
+    x = g.input("x", bz.Shape((3, 8)))
+    g.set_outputs([g.tanh(g.gelu(g.mul(x, 2.0)))])
+    fused, _ = bz.fuse(g, "cpu")
+    assert fused.count("elementwise_region") == 1
+    no_gelu = bz.get_target("cpu").restrict(all_op_names() - {"gelu"}, name="no_gelu")
+    (node, why), = [(n, w) for n, w in bz.passes.legalize.illegal_nodes(fused, no_gelu)]
+    assert node.op.kind == "elementwise_region" and "body holds gelu" in why
+    rep = bz.dispatch_report(fused, no_gelu)      # unfused, then gelu lowers to primitives
+    (region,) = [d for d in rep.nodes if d.label == "elementwise_region"]
+    assert region.status == "rewrite" and "decompose" in region.via and rep.legal
+    low = bz.rewrite_for_backend(fused, no_gelu)
+    assert low.count("elementwise_region") == 0 and low.count("gelu") == 0
+    assert_equivalent(g, low, rtol=1e-4, atol=1e-5)
