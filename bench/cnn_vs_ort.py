@@ -10,7 +10,9 @@ bench/results/cnn_vs_ort.csv.
 
 The tools are timed in interleaved rounds (one call each per round), so load from other
 processes on a shared machine falls on all of them alike. braze runs import -> fuse (cpu
-target) -> compile; the reference is `bz.interpret` on the imported graph."""
+target) -> compile; the reference is `bz.interpret` on the imported graph. braze's threads
+are capped by OMP_NUM_THREADS / MKL_NUM_THREADS, not `bz.compile(threads=2)`: on this machine
+that call starts numba's thread pool, and the runs then measured ~50x slower."""
 from __future__ import annotations
 
 import os
@@ -18,6 +20,7 @@ import os
 THREADS = 2
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, str(THREADS))
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP workers sleep, never spin
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
@@ -98,7 +101,7 @@ def bench_model(name: str, path: Path, shape, repeat: int, ref_repeat: int) -> l
     (want,) = sess.run(None, feeds)
     t0 = time.perf_counter()
     g = bz.import_onnx(path, input_shapes={input_name: shape})
-    exe = bz.compile(g, "cpu", threads=THREADS)
+    exe = bz.compile(g, "cpu")  # threads come from OMP/MKL_NUM_THREADS (see the docstring)
     (got,) = exe(feeds)
     compile_s = time.perf_counter() - t0
     dispatch = exe.dispatch_report()
