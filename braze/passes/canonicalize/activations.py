@@ -133,7 +133,7 @@ def probe_cone(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | N
         for v in n.inputs:
             if v not in vmap:
                 c = g.nodes[v.node].op.value
-                vmap[v] = sub.constant(np.asarray(c).reshape(()), None)
+                vmap[v] = sub.constant(np.asarray(c).reshape(()), g.shape_of(v).dtype)
             ins.append(vmap[v])
         vmap[n.value] = sub.add_node(n.op, ins)[0]
     sub.set_outputs([vmap[root.value]])

@@ -72,3 +72,17 @@ def test_other_math_and_two_input_expressions_are_left_alone():
     out, misses = canonicalize(g)
     assert out.op_counts() == g.op_counts()
     assert not [m for m in misses if m.pattern == "CanonicalizeActivation"]
+
+
+def test_float64_graphs_are_probed_in_their_own_dtype():
+    """The probe graph's constants take the cone's dtype (an f64 quick-gelu cone used to build
+    an f32 constant against f64 values and stop bz.fuse)."""
+    g = bz.Graph("f64")
+    x = g.input("x", bz.Shape((5, 7), bz.f64))
+    h = g.mm(x, g.param("w", bz.Shape((7, 3), bz.f64)))
+    g.set_outputs([g.mul(h, g.sigmoid(g.mul(h, 1.702)))])
+    fused, _ = bz.fuse(g, "cpu")
+    assert fused.op_counts() == {"fused_matmul_bias_act": 1}
+    (node,) = fused.nodes[-1:]
+    assert node.op.act.value == "quick_gelu"
+    check_same(g, fused)
