@@ -150,7 +150,10 @@ def setup_openvino(model: Model, feeds, threads, hint):
     cfg = {"INFERENCE_NUM_THREADS": threads}
     if hint == "f32":
         cfg["INFERENCE_PRECISION_HINT"] = "f32"
-    compiled = ov.Core().compile_model(str(model.path), "CPU", cfg)
+    core = ov.Core()
+    net = core.read_model(str(model.path))
+    net.reshape({name: list(a.shape) for name, a in feeds.items()})  # static, as braze plans
+    compiled = core.compile_model(net, "CPU", cfg)
     req = compiled.create_infer_request()
     out = np.array(req.infer(feeds)[compiled.output(0)])
     return (lambda: req.infer(feeds)), out
@@ -296,16 +299,20 @@ def main() -> None:
     machine = cpu_description()
     print(f"{stamp} {machine}, {args.threads} threads, load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)
-    rows = []
     for name in args.models.split(","):
         model = load_model(name)
         compile_times = {}
         if "braze" in args.tools.split(",") and not args.no_compile_times:
             compile_times = measure_compile_times(model, args)
         for batch in batches:
-            for row in bench_model(model, batch, args, compile_times):
-                rows.append({"when": stamp, "label": args.label, "cpu": machine,
-                             "threads": args.threads, **row})
+            rows = [{"when": stamp, "label": args.label, "cpu": machine, "threads": args.threads,
+                     **row} for row in bench_model(model, batch, args, compile_times)]
+            append_rows(rows)
+
+
+def append_rows(rows: list[dict]) -> None:
+    """Append to the CSV as each model and batch finishes (a long run stopped early keeps
+    what it measured)."""
     if not rows:
         return
     RESULTS.parent.mkdir(exist_ok=True)
@@ -315,7 +322,6 @@ def main() -> None:
         if new:
             w.writeheader()
         w.writerows(rows)
-
 
 if __name__ == "__main__":
     main()

@@ -235,6 +235,20 @@ def _needed_static(g: Graph, static: list[bool]) -> set[int]:
     return closure
 
 
+def _aligned(arr, cache: dict, node_id: int):
+    """`arr`, or once (cached) an aligned copy when its data is not aligned to its element size
+    (weights viewed straight out of a file's bytes): NumPy takes slow paths on such arrays
+    (a 128-row embedding gather went from 0.02 ms to 15 ms)."""
+    if not isinstance(arr, np.ndarray) or arr.flags.aligned:
+        return arr
+    key = ("aligned", node_id)
+    if key not in cache:
+        copy = aligned_arena(arr.nbytes).view(arr.dtype).reshape(arr.shape)
+        copy[...] = arr
+        cache[key] = copy
+    return cache[key]
+
+
 def _static_value(n: Node, g: Graph, weights, symbols, env, slot_of, cache) -> tuple:
     """The value(s) of a static node: a weight, a constant, or the op's reference applied to
     static inputs. Values that do not depend on the binding are cached across programs."""
@@ -248,9 +262,10 @@ def _static_value(n: Node, g: Graph, weights, symbols, env, slot_of, cache) -> t
         if arr.shape != want:
             raise InterpretError(f"param {op.name!r} declared {op.shape} but its value has "
                                  f"shape {arr.shape}")
-        return (np.ascontiguousarray(arr, dtype=op.shape.dtype.np).reshape(arr.shape),)
+        return (_aligned(np.ascontiguousarray(arr, dtype=op.shape.dtype.np).reshape(arr.shape),
+                         cache, n.id),)
     if isinstance(op, Constant):
-        return (op.value,)
+        return (_aligned(op.value, cache, n.id),)
     key = ("static", n.id) if not _binds(n, g) else None
     if key is not None and key in cache:
         return cache[key]

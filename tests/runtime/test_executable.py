@@ -107,3 +107,24 @@ def test_profile_names_every_step():
     prof = exe.profile(feeds, repeat=2)
     assert len(prof.rows) == len(exe.program(feeds).steps)
     assert prof.total_seconds > 0 and "matmul" in str(prof)
+
+
+def test_weights_not_aligned_to_their_element_size_are_copied_aligned_once():
+    """Weights viewed straight out of a file's bytes can sit at odd addresses; the program
+    keeps an aligned copy (NumPy's slow paths, e.g. a gather, otherwise run on them)."""
+    raw = np.zeros(50 * 8 * 4 + 1, np.uint8)
+    table = raw[1:].view(np.float32).reshape(50, 8)
+    table[...] = np.random.default_rng(0).standard_normal((50, 8))
+    assert not table.flags.aligned
+    g = bz.Graph("emb")
+    ids = g.input("ids", bz.Shape((3, 5), bz.i64))
+    w = g.param("w", bz.Shape((50, 8)))
+    g.set_outputs([g.gather(w, ids, axis=0)])
+    exe = bz.compile(g, params={"w": table}, fuse=False)
+    feeds = {"ids": np.random.default_rng(1).integers(0, 50, (3, 5))}
+    np.testing.assert_array_equal(exe(feeds)[0], table[feeds["ids"]])
+    prog = exe.program(feeds)
+    step = prog.steps[0]
+    assert step.node.op.label == "gather"
+    kept = prog.env[step.slots[0]]
+    assert kept.flags.aligned and kept is exe.program(feeds).env[step.slots[0]]

@@ -24,6 +24,7 @@ from ...ir.ops.elementwise import (
     Where,
 )
 from ...ir.ops.io import Constant
+from .cc import simd_math_decls
 
 __all__ = ["region_source", "Unsupported", "C_TYPES"]
 
@@ -173,7 +174,7 @@ def region_source(op, in_shapes, out_shape, fn_name: str) -> str:
         decls.append(f"  {t}* out{j} = ({t}*)args[{k}];")
         out_vals.append(f"      out{j}[r * {cols} + c] = {expr};")
     return "\n".join([
-        "#include <math.h>", "#include <stdint.h>", "",
+        "#include <math.h>", "#include <stdint.h>", simd_math_decls(),
         f"void {fn_name}(void** args) {{",
         *decls,
         "  #pragma omp parallel for schedule(static)",

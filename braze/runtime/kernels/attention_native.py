@@ -45,7 +45,7 @@ void attn_heads(void* gemm, const float* q, const float* k, const float* v, floa
                 int64_t block, int slots) {
   sgemm_t sgemm = (sgemm_t)gemm;
   int64_t rep = hq / hkv;
-  #pragma omp parallel for collapse(2) schedule(static) num_threads(slots)
+  #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(slots)
   for (int64_t b = 0; b < nb; b++) {
     for (int64_t h = 0; h < hq; h++) {
       float* s = scratch + (int64_t)omp_get_thread_num() * block * sk;

@@ -70,75 +70,69 @@ SOURCE = r"""
 #include <stdint.h>
 #include <float.h>
 #include <omp.h>
-""" + PROB_ROW + ROPE_ROW + r"""
+""" + cc.simd_math_decls() + PROB_ROW + ROPE_ROW + r"""
 
 void braze_set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
 
-static inline float act_apply(float v, int act) {
+/* y[i] = act(x[i] (+ bias[i])) over n values (y may be x; bias may be NULL). The switch is
+   outside the loops, so each loop vectorizes on its own (libmvec's expf / tanhf / erff). */
+#define ACT_LOOP(EXPR) { _Pragma("omp simd") for (int64_t i = 0; i < n; i++) { \
+    float v = src[i]; y[i] = (EXPR); } break; }
+static void act_span(const float* x, const float* bias, float* y, int64_t n, int act) {
+  const float* src = x;
+  if (bias) {
+    #pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] = x[i] + bias[i];
+    src = y;
+  }
   switch (act) {
-    case 1: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-    case 2: { float u = 0.79788456080286536f * (v + 0.044715f * v * v * v);
-              return 0.5f * v * (1.0f + tanhf(u)); }
-    case 3: return v / (1.0f + expf(-v));
-    case 4: return v > 0.0f ? v : 0.0f;
-    case 5: return 1.0f / (1.0f + expf(-v));
-    case 6: return tanhf(v);
-    case 7: return v / (1.0f + expf(-1.702f * v));
-    default: return v;
+    case 1: ACT_LOOP(0.5f * v * (1.0f + erff(v * 0.70710678118654752f)))
+    case 2: ACT_LOOP(0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v))))
+    case 3: ACT_LOOP(v / (1.0f + expf(-v)))
+    case 4: ACT_LOOP(v > 0.0f ? v : 0.0f)
+    case 5: ACT_LOOP(1.0f / (1.0f + expf(-v)))
+    case 6: ACT_LOOP(tanhf(v))
+    case 7: ACT_LOOP(v / (1.0f + expf(-1.702f * v)))
+    default: if (src != y) ACT_LOOP(v)
   }
 }
 
 /* y[r, c] = act(y[r, c] + bias[c]), in place; bias may be NULL. */
 void bias_act(float* y, const float* bias, int64_t rows, int64_t cols, int act) {
   #pragma omp parallel for schedule(static)
-  for (int64_t r = 0; r < rows; r++) {
-    float* row = y + r * cols;
-    if (bias) {
-      #pragma omp simd
-      for (int64_t c = 0; c < cols; c++) row[c] = act_apply(row[c] + bias[c], act);
-    } else {
-      #pragma omp simd
-      for (int64_t c = 0; c < cols; c++) row[c] = act_apply(row[c], act);
-    }
-  }
+  for (int64_t r = 0; r < rows; r++) act_span(y + r * cols, bias, y + r * cols, cols, act);
 }
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float*, int, const float*,
                          int, float, float*, int);
 
 /* out[m, n] = act(a[m, k] @ b + bias) in one OpenMP region: b is [k, n] (trans_b = 0) or its
-   transpose [n, k] (trans_b = 1), `gemm` a cblas_sgemm. Each thread runs the (then
-   single-threaded) sgemm on its slab of rows - of columns when m is small - and applies the
-   epilogue to the slab while it is in cache; bias may be NULL. */
+   transpose [n, k] (trans_b = 1), `gemm` a cblas_sgemm. The output is cut into tiles (row
+   blocks of up to 256 rows x column blocks of n / (4 threads), >= 64 wide) handed out
+   dynamically: each thread runs the (then single-threaded) sgemm on a tile and applies the
+   epilogue to it while it is in cache, and a thread the OS delays on a busy machine leaves
+   its tiles to the others instead of holding up a static half. bias may be NULL. */
 void gemm_bias_act(void* gemm, const float* a, int64_t lda, const float* b, int64_t ldb,
                    int trans_b, float* out, int64_t m, int64_t n, int64_t k, const float* bias,
                    int act) {
   sgemm_fn sgemm = (sgemm_fn)gemm;
-  #pragma omp parallel
-  {
-    int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
-    int by_rows = m >= 16 * nt;
-    int64_t unit = by_rows ? 1 : 16, total = by_rows ? m : n;
-    int64_t chunks = (total + unit - 1) / unit;
-    int64_t c0 = chunks * t / nt * unit, c1 = chunks * (t + 1) / nt * unit;
-    if (c1 > total) c1 = total;
-    if (c1 > c0) {
-      int64_t r0 = by_rows ? c0 : 0, r1 = by_rows ? c1 : m;
-      int64_t j0 = by_rows ? 0 : c0, j1 = by_rows ? n : c1;
-      const float* bs = trans_b ? b + j0 * ldb : b + j0;
-      sgemm(101, 111, trans_b ? 112 : 111, (int)(r1 - r0), (int)(j1 - j0), (int)k, 1.0f,
-            a + r0 * lda, (int)lda, bs, (int)ldb, 0.0f, out + r0 * n + j0, (int)n);
-      if (bias || act) {
-        for (int64_t r = r0; r < r1; r++) {
-          float* row = out + r * n;
-          if (bias) {
-            #pragma omp simd
-            for (int64_t c = j0; c < j1; c++) row[c] = act_apply(row[c] + bias[c], act);
-          } else {
-            #pragma omp simd
-            for (int64_t c = j0; c < j1; c++) row[c] = act_apply(row[c], act);
-          }
-        }
+  int64_t nt = omp_get_max_threads();
+  int64_t rb = m < 256 ? m : 256;
+  int64_t cb = (n / (4 * nt) + 15) / 16 * 16;
+  if (cb < 64) cb = 64;
+  if (cb > n) cb = n;
+  int64_t rows = (m + rb - 1) / rb, cols = (n + cb - 1) / cb;
+  #pragma omp parallel for schedule(dynamic, 1)
+  for (int64_t tile = 0; tile < rows * cols; tile++) {
+    int64_t r0 = tile / cols * rb, j0 = tile % cols * cb;
+    int64_t r1 = r0 + rb < m ? r0 + rb : m, j1 = j0 + cb < n ? j0 + cb : n;
+    const float* bs = trans_b ? b + j0 * ldb : b + j0;
+    sgemm(101, 111, trans_b ? 112 : 111, (int)(r1 - r0), (int)(j1 - j0), (int)k, 1.0f,
+          a + r0 * lda, (int)lda, bs, (int)ldb, 0.0f, out + r0 * n + j0, (int)n);
+    if (bias || act) {
+      for (int64_t r = r0; r < r1; r++) {
+        float* row = out + r * n + j0;
+        act_span(row, bias ? bias + j0 : 0, row, j1 - j0, act);
       }
     }
   }
@@ -146,8 +140,10 @@ void gemm_bias_act(void* gemm, const float* a, int64_t lda, const float* b, int6
 
 /* out = act(x) elementwise over n values. */
 void unary_act(const float* x, float* out, int64_t n, int act) {
-  #pragma omp parallel for simd schedule(static)
-  for (int64_t i = 0; i < n; i++) out[i] = act_apply(x[i], act);
+  int64_t chunk = 4096;
+  #pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i += chunk)
+    act_span(x + i, 0, out + i, n - i < chunk ? n - i : chunk, act);
 }
 
 /* Row norm over `cols` values: s = x (+ res); LayerNorm (rms = 0) or RMSNorm (rms = 1);
@@ -246,8 +242,9 @@ void gated(const float* h, float* out, int64_t rows, int64_t n, int gate_first, 
     const float* g = h + r * 2 * n + (gate_first ? 0 : n);
     const float* u = h + r * 2 * n + (gate_first ? n : 0);
     float* o = out + r * n;
+    act_span(g, 0, o, n, act);
     #pragma omp simd
-    for (int64_t i = 0; i < n; i++) o[i] = act_apply(g[i], act) * u[i];
+    for (int64_t i = 0; i < n; i++) o[i] *= u[i];
   }
 }
 """
