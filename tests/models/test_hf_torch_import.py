@@ -6,6 +6,7 @@ import functools
 import numpy as np
 import pytest
 import torch
+from test_hf_fusion import RESIDUAL_NORMS  # the ONNX exports' counts: both importers fuse alike
 
 import braze as bz
 from braze.models.hf import HF_FAMILIES, hf_inputs, hf_module
@@ -48,8 +49,10 @@ def test_torch_import_matches_pytorch_fused_and_unfused(family):
 
 @pytest.mark.parametrize("family", [pytest.param(f, marks=_marks(f)) for f in
                                     sorted(HF_FAMILIES)])
-def test_torch_import_fuses_every_attention_block(family):
+def test_torch_import_fuses_every_attention_block_and_residual_norm(family):
     m, _, fused, report = _imported(family)
     assert fused.count("fused_attention_block") == m.num_layers, report
     assert fused.count("attention") == 0
     assert not [x for x in report.misses if "ttention" in x.pattern], report.misses
+    norms = fused.count("fused_residual_ln") + fused.count("fused_residual_rms_norm")
+    assert norms == RESIDUAL_NORMS[family], report
