@@ -5,8 +5,9 @@ strided views (batch, head and row strides in elements; rows contiguous), so a p
 projection [B, S, (Hq + 2 Hkv) D] is read in place and the heads are written merged [B, S, Hq D]:
 no head split or merge copies. Each thread has its own scores scratch (block rows x Sk, sized to
 stay in L2); causal and sliding-window blocks stop the GEMMs at the last key any row of the
-block sees. MKL runs single-threaded inside the parallel region (MKL_DYNAMIC), so the two
-levels of threading never oversubscribe the cores.
+block sees. (batch, head) blocks are handed out dynamically: a thread the OS delays on a busy
+machine does not hold up a static share. MKL runs single-threaded inside the parallel region
+(MKL_DYNAMIC), so the two levels of threading never oversubscribe the cores.
 
 The GEMM is the process's cblas_sgemm (blas.sgemm_address(), MKL); without it `lib()` is None
 and the executor keeps the NumPy path of attention.py. Also here: RoPE applied in place to the
