@@ -242,3 +242,22 @@ def test_gemm_bias_act_declines_what_it_cannot_run():
     assert not fused.gemm_bias_act(native.lib(), x, strided, out, None, 0)
     assert not fused.gemm_bias_act(native.lib(), x, np.ones((6, 5)), out, None, 0)  # float64
     assert not out.any()
+
+
+def test_kernels_above_the_parallel_threshold_match():
+    """Memory-bound kernels run on one thread below cc.PARALLEL_MIN_ELEMENTS and threaded
+    above it: the threaded path against the interpreter (the small tests cover the other)."""
+    from braze.runtime.codegen import cc
+
+    cols = 1000
+    rows = cc.PARALLEL_MIN_ELEMENTS // cols + 7
+    g = bz.Graph("big")
+    x = g.input("x", bz.Shape((rows, cols)))
+    r = g.input("r", bz.Shape((rows, cols)))
+    gamma = g.param("g", bz.Shape((cols,)))
+    y, s = g.fused_residual_ln(x, r, gamma, None, eps=1e-5, expose_sum=True)
+    outs = [y, s, g.softmax(x, -1), g.gelu(x), g.fused_swiglu(g.concat([x, r], -1)),
+            g.add(g.mul(x, r), 1.0)]
+    g.set_outputs(outs)
+    exe = _compiled_matches(g, rtol=1e-4, atol=1e-5, seeds=(0,))
+    assert {"fused_residual_ln", "softmax", "gelu", "fused_swiglu"} <= _native_kinds(exe)

@@ -24,7 +24,7 @@ from ...ir.ops.elementwise import (
     Where,
 )
 from ...ir.ops.io import Constant
-from .cc import simd_math_decls
+from .cc import PARALLEL_MIN_ELEMENTS, simd_math_decls
 
 __all__ = ["region_source", "Unsupported", "C_TYPES"]
 
@@ -177,7 +177,8 @@ def region_source(op, in_shapes, out_shape, fn_name: str) -> str:
         "#include <math.h>", "#include <stdint.h>", simd_math_decls(),
         f"void {fn_name}(void** args) {{",
         *decls,
-        "  #pragma omp parallel for schedule(static)",
+        "  #pragma omp parallel for schedule(static)"
+        + ("" if rows * cols > PARALLEL_MIN_ELEMENTS else " if(0)"),
         f"  for (int64_t r = 0; r < {rows}; r++) {{",
         "    #pragma omp simd",
         f"    for (int64_t c = 0; c < {cols}; c++) {{",

@@ -36,7 +36,7 @@ typedef void (*sgemm_t)(int, int, int, int, int, int, float, const float*, int, 
 
 int attn_max_threads(void) { return omp_get_max_threads(); }
 
-""" + PROB_ROW + ROPE_ROW + r"""
+""" + cc.parallel_min_define() + PROB_ROW + ROPE_ROW + r"""
 /* st: element strides (batch, head, row) of q, k, v, out; mst: (batch, head, row, col) of the
    additive mask (0 to broadcast; mask may be NULL). scratch: slots x block x sk floats. */
 void attn_heads(void* gemm, const float* q, const float* k, const float* v, float* o,
@@ -81,7 +81,7 @@ void attn_heads(void* gemm, const float* q, const float* k, const float* v, floa
 void rope_packed(float* x, const float* cosv, const float* sinv, int64_t nb, int64_t s,
                  int64_t row, int64_t heads, int64_t d, int64_t n_rot, int interleaved) {
   int64_t half = n_rot / 2;
-  #pragma omp parallel for collapse(2) schedule(static)
+  #pragma omp parallel for collapse(2) schedule(static) if(nb * s * row > BRAZE_PAR_MIN)
   for (int64_t b = 0; b < nb; b++) {
     for (int64_t p = 0; p < s; p++) {
       const float* c = cosv + p * half;

@@ -70,7 +70,7 @@ SOURCE = r"""
 #include <stdint.h>
 #include <float.h>
 #include <omp.h>
-""" + cc.simd_math_decls() + PROB_ROW + ROPE_ROW + r"""
+""" + cc.simd_math_decls() + cc.parallel_min_define() + PROB_ROW + ROPE_ROW + r"""
 
 void braze_set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
 
@@ -99,7 +99,7 @@ static void act_span(const float* x, const float* bias, float* y, int64_t n, int
 
 /* y[r, c] = act(y[r, c] + bias[c]), in place; bias may be NULL. */
 void bias_act(float* y, const float* bias, int64_t rows, int64_t cols, int act) {
-  #pragma omp parallel for schedule(static)
+  #pragma omp parallel for schedule(static) if(rows * cols > BRAZE_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) act_span(y + r * cols, bias, y + r * cols, cols, act);
 }
 
@@ -141,7 +141,7 @@ void gemm_bias_act(void* gemm, const float* a, int64_t lda, const float* b, int6
 /* out = act(x) elementwise over n values. */
 void unary_act(const float* x, float* out, int64_t n, int act) {
   int64_t chunk = 4096;
-  #pragma omp parallel for schedule(static)
+  #pragma omp parallel for schedule(static) if(n > BRAZE_PAR_MIN)
   for (int64_t i = 0; i < n; i += chunk)
     act_span(x + i, 0, out + i, n - i < chunk ? n - i : chunk, act);
 }
@@ -150,7 +150,7 @@ void unary_act(const float* x, float* out, int64_t n, int act) {
    y = norm(s) * gamma + beta (gamma / beta may be NULL); sum_out (may be NULL) gets s. */
 void row_norm(const float* x, const float* res, const float* gamma, const float* beta,
               float* y, float* sum_out, int64_t rows, int64_t cols, float eps, int rms) {
-  #pragma omp parallel for schedule(static)
+  #pragma omp parallel for schedule(static) if(rows * cols > BRAZE_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
@@ -179,7 +179,7 @@ void row_norm(const float* x, const float* res, const float* gamma, const float*
 
 /* Safe softmax of `rows` rows of `cols` (a row of only -inf gives zeros), out may be in. */
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {
-  #pragma omp parallel for schedule(static)
+  #pragma omp parallel for schedule(static) if(rows * cols > BRAZE_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
@@ -224,7 +224,7 @@ void attn_softmax(float* s, int64_t groups, int64_t rows, int64_t block, int64_t
 void rope(const float* x, const float* cosv, const float* sinv, float* y, int64_t outer,
           int64_t s, int64_t d, int64_t n_rot, int interleaved) {
   int64_t h = n_rot / 2;
-  #pragma omp parallel for collapse(2) schedule(static)
+  #pragma omp parallel for collapse(2) schedule(static) if(outer * s * d > BRAZE_PAR_MIN)
   for (int64_t o = 0; o < outer; o++) {
     for (int64_t p = 0; p < s; p++) {
       const float* xr = x + (o * s + p) * d;
@@ -237,7 +237,7 @@ void rope(const float* x, const float* cosv, const float* sinv, float* y, int64_
 
 /* out[r, :n] = act(gate) * up, the halves of h[r, :2n] (gate first or second). */
 void gated(const float* h, float* out, int64_t rows, int64_t n, int gate_first, int act) {
-  #pragma omp parallel for schedule(static)
+  #pragma omp parallel for schedule(static) if(rows * n > BRAZE_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
     const float* g = h + r * 2 * n + (gate_first ? 0 : n);
     const float* u = h + r * 2 * n + (gate_first ? n : 0);
