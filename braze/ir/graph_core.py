@@ -149,14 +149,16 @@ class GraphCore:
         provenance; inputs and params are registered as such. Passes rebuild graphs with this;
         when `source` is given and the new inputs have the old inputs' types, the node keeps its
         output types without re-running inference."""
-        from .ops.io import Input, Param
-
         inputs = tuple(inputs)
         name = node.name if node.name is not None and node.name not in self._names else None
         if source is not None and self._same_types(inputs, node.inputs, source):
             vals = self._append(node.op, inputs, node.outputs, name, node.provenance)
         else:
             vals = self.add_node(node.op, inputs, name=name, provenance=node.provenance)
+        if not node.op.source:
+            return vals
+        from .ops.io import Input, Param
+
         if isinstance(node.op, Input):
             self.input_ids.append(vals[0].node)
         elif isinstance(node.op, Param):

@@ -43,27 +43,42 @@ def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None
     """Merge nodes with equal ops (compared by attributes; constants by bytes; regions by
     body contents) reading identical inputs (either order for commutative binaries). Inputs
     and params are never merged. The first node survives with its name and provenance; later
-    duplicates map onto it."""
+    duplicates map onto it. Returns `g` itself when no two nodes are equal (found by one scan
+    that builds nothing)."""
+    merged = _duplicates(g)
+    if not merged:
+        return g, False
     new = Graph(g.name, record_provenance=False)
     vmap: dict[Value, Value] = {}
-    seen: dict[tuple, tuple[Value, ...]] = {}
-    changed = False
     for node in g.nodes:
-        ins = tuple(vmap[v] for v in node.inputs)
-        key = None if isinstance(node.op, (Input, Param)) else _key(node.op, ins)
-        outs = seen.get(key) if key is not None else None
-        if outs is None:
-            outs = new.clone_node(node, ins, g)
-            if key is not None:
-                seen[key] = outs
-        else:
-            changed = True
-        vmap.update(zip(node.values, outs))
-    if not changed:
-        return g, False
+        first = merged.get(node.id)
+        if first is not None:
+            vmap.update(zip(node.values, (vmap[v] for v in g.nodes[first].values)))
+            continue
+        vmap.update(zip(node.values, new.clone_node(node, [vmap[v] for v in node.inputs], g)))
     new.weights = dict(g.weights)
     new.set_outputs([vmap[v] for v in g.outputs])
     return new, True
+
+
+def _duplicates(g: Graph) -> dict[int, int]:
+    """Node id -> id of the first equal node (ops equal, inputs the same after merging the
+    duplicates before it), for every node CSE merges away; empty when there is none."""
+    seen: dict[tuple, int] = {}
+    merged: dict[int, int] = {}
+    rep: dict[Value, Value] = {}  # a merged node's values -> the surviving node's
+    for node in g.nodes:
+        if isinstance(node.op, (Input, Param)):
+            continue
+        ins = tuple(rep.get(v, v) for v in node.inputs) if rep else node.inputs
+        key = _key(node.op, ins)
+        if key is None:
+            continue
+        first = seen.setdefault(key, node.id)
+        if first != node.id:
+            merged[node.id] = first
+            rep.update(zip(node.values, g.nodes[first].values))
+    return merged
 
 
 def _key(op, ins: tuple[Value, ...]) -> tuple | None:

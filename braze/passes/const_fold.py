@@ -75,6 +75,8 @@ def fold_constants(g: Graph, *, max_elements: int = DEFAULT_MAX_ELEMENTS,
     graph needs, one interpreter run computes every fold: linear in the graph's size."""
     stats = RuleStats("ConstantFolding", "const_fold.py")
     known, misses = _known_values(g, max_elements, fold_weights, stats)
+    if not stats.attempts:  # no computation reads only known values: nothing can fold
+        return g, stats, misses
     actions = _actions(g, known)
     roots = [n for n in g.nodes if actions[n.id] == "fold"]
     stats.matches = sum(len(n.values) for n in roots)

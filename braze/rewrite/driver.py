@@ -85,9 +85,9 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
     changed = False
     cur = g
     misses: dict[tuple, MissedFusion] = {}
-    dispatch = RootDispatch(rules)
+    dispatches = {len(rules): RootDispatch(rules)}
     for _ in range(max_sweeps):
-        res = rewrite_once(cur, rules, ctx, dispatch)
+        res = rewrite_once(cur, rules, ctx, _dispatch_for(cur, rules, dispatches))
         for k, s in res.stats.items():
             total[k].merge(s)
         for m in res.misses:  # a near miss seen in any sweep is reported once
@@ -99,6 +99,37 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
         cur = res.graph
     raise PassError(f"rules {[r.name for r in rules]} still matched after {max_sweeps} sweeps: "
                     "a rule's replacement matches its own pattern")
+
+
+def _dispatch_for(g: Graph, rules: Sequence[Rule], memo: dict[int, RootDispatch]
+                  ) -> RootDispatch:
+    """The RootDispatch of the rules that can match in `g` (see `Rule.requires`); a rule left
+    out could not have matched anything there, so its stats and misses are the same."""
+    present = KindsPresent(g)
+    active = tuple(r for r in rules if present.meets(r.requires))
+    key = len(active) if len(active) == len(rules) else tuple(id(r) for r in active)
+    hit = memo.get(key)
+    if hit is None:
+        hit = memo[key] = RootDispatch(active)
+    return hit
+
+
+class KindsPresent:
+    """The op kinds a graph holds (one op per class and label), to test `Rule.requires`."""
+
+    def __init__(self, g: GraphCore):
+        self._ops = list({(type(n.op), n.op.label): n.op for n in g.nodes}.values())
+        self._memo: dict[tuple, bool] = {}
+
+    def meets(self, requires: frozenset[tuple]) -> bool:
+        """Whether, for each requirement, some op of the graph is one of its kinds."""
+        for kinds in requires:
+            hit = self._memo.get(kinds)
+            if hit is None:
+                hit = self._memo[kinds] = any(_admits(kinds, op) for op in self._ops)
+            if not hit:
+                return False
+        return True
 
 
 def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext,
@@ -152,7 +183,7 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
     near_cover: dict[str, set[int]] = {}  # per rule: nodes inside matches already reported
     explained: set[int] = set()
     outputs = set(g.outputs)
-    for node in reversed(g.nodes):
+    for node in reversed(g.nodes) if dispatch.rules else ():
         if node.id in claimed or node.op.source:
             continue
         for rule in dispatch.candidates(node.op):
@@ -305,16 +336,22 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
         return vmap[v]
 
     def emit(node: Node) -> None:
-        if node.values[0] in vmap:
-            return
         m = claimed.get(node.id)
         if m is not None:
             emit_match(m)
             return
-        ins = [resolve(v) for v in node.inputs]
+        first = Value(node.id, 0)
+        if first in vmap:  # copied, or provided by a match that captured it
+            return
+        try:  # nodes come in topological order: inputs are usually copied already
+            ins = [vmap[v] for v in node.inputs]
+        except KeyError:
+            ins = [resolve(v) for v in node.inputs]
         outs = new.clone_node(node, ins, g)
-        for old, nv in zip(node.values, outs, strict=True):
-            vmap[old] = nv
+        if len(outs) == 1:
+            vmap[first] = outs[0]
+        else:
+            vmap.update(zip(node.values, outs, strict=True))
 
     def emit_match(m: Match) -> None:
         key = id(m)

@@ -4,6 +4,8 @@ operand order (add is commutative); `|` gives alternatives; a Var name used twic
 same value (that is how shared inputs are expressed)."""
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +39,12 @@ class Pattern:
         names them), or None when any op may be the root. The rewrite driver tries a rule only
         on nodes of these kinds."""
         return None
+
+    def required_kinds(self) -> frozenset[tuple]:
+        """What any match needs in the graph: a set of requirements, each a tuple of op
+        labels / kinds / classes (as `Pat.op` names them) of which some node must have one.
+        A rule whose requirement no node of a graph meets cannot match there."""
+        return frozenset()
 
 
 @dataclass(frozen=True)
@@ -103,6 +111,10 @@ class Pat(Pattern):
     def root_kinds(self) -> frozenset:
         return frozenset(self.op if isinstance(self.op, tuple) else (self.op,))
 
+    def required_kinds(self) -> frozenset[tuple]:
+        own = frozenset({self.op if isinstance(self.op, tuple) else (self.op,)})
+        return own.union(*(p.required_kinds() for p in self.inputs or ()))
+
     def match_value(self, g, v, b, consumed):
         if self.out is not None and v.index != self.out:
             return
@@ -168,6 +180,18 @@ class Alt(Pattern):
         kinds = [p.root_kinds() for p in self.options]
         return None if any(k is None for k in kinds) else frozenset().union(*kinds)
 
+    def required_kinds(self) -> frozenset[tuple]:
+        """A match of some option meets one requirement of each option, so it meets their
+        union: every such union (when there are few), else the requirements all options
+        share."""
+        sets = [p.required_kinds() for p in self.options]
+        if not all(sets):
+            return frozenset()
+        if math.prod(len(r) for r in sets) > _MAX_UNIONS:
+            return sets[0].intersection(*sets[1:])
+        return frozenset(tuple(dict.fromkeys(k for r in choice for k in r))
+                         for choice in itertools.product(*sets))
+
 
 class _PatternBuilder:
     """`P.add(a, b)`, `P.gelu(x)`, `P.matmul(x, w)`: a Pat by label; `P.of(Cls, *ins, **attrs)` by
@@ -194,3 +218,4 @@ class _PatternBuilder:
 
 P = _PatternBuilder()
 _MISSING = object()
+_MAX_UNIONS = 64  # Alt.required_kinds: combinations of the options' requirements listed

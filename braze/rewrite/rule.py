@@ -120,7 +120,9 @@ class Rule:
     `root_kinds` (set from the pattern when the rule has no matcher of its own) names the op
     labels / kinds / classes the root can have; the driver tries the rule only on such nodes,
     then `root_test` decides. A matcher assigned after construction must match the pattern at
-    the root (as `pattern.match_node` does) or reset `root_kinds` to None."""
+    the root (as `pattern.match_node` does) or reset `root_kinds` to None. `requires` (from the
+    pattern likewise) lists what any match needs in the graph (`Pattern.required_kinds`): the
+    driver skips the rule on a graph where some requirement holds for no node."""
 
     name: str
     rewrite: Callable[[GraphCore, Match], Any]
@@ -134,12 +136,14 @@ class Rule:
     produces: str | None = None
     source: str = field(default="")
     root_kinds: frozenset | None = field(default=None, init=False)
+    requires: frozenset[tuple] = field(default=frozenset(), init=False)
 
     def __post_init__(self):
         if self.pattern is None and self.matcher is None:
             raise TypeError(f"rule {self.name} needs a pattern or a matcher")
         # what the root of a pattern-matched rule can be (None: anything; root_test decides)
         self.root_kinds = self.pattern.root_kinds() if self.matcher is None else None
+        self.requires = self.pattern.required_kinds() if self.matcher is None else frozenset()
         if self.root_test is None:
             self.root_test = self.pattern.root_test() if self.pattern else (lambda op: True)
         self.may_expose = frozenset(self.may_expose)

@@ -11,6 +11,8 @@ different function - a wrong constant, a missing factor - is not). So every way 
 gelu_new an exporter emits is recognized, and nothing else is."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ...interpret import interpret
@@ -148,13 +150,22 @@ def probe_cone(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | N
         return None, None
     closest = None
     for fn in _TARGETS:
-        want = Unary(fn).reference(PROBES)
+        want = _on_probes(fn)
         err = float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))))
         if err <= TOLERANCE:
             return fn, (fn, err)
         if closest is None or err < closest[1]:
             closest = (fn, err)
     return None, closest
+
+
+@functools.cache
+def _on_probes(fn: UnaryFn) -> np.ndarray:
+    """The activation's reference values on PROBES (computed once: each probe compares with
+    every target, and the erf of GELU is costly in NumPy)."""
+    want = Unary(fn).reference(PROBES)
+    want.setflags(write=False)
+    return want
 
 
 def _matcher(g, node, ctx):
