@@ -261,3 +261,16 @@ def test_kernels_above_the_parallel_threshold_match():
     g.set_outputs(outs)
     exe = _compiled_matches(g, rtol=1e-4, atol=1e-5, seeds=(0,))
     assert {"fused_residual_ln", "softmax", "gelu", "fused_swiglu"} <= _native_kinds(exe)
+
+
+@pytest.mark.parametrize("x_shape", [(3, 7, 13), (300, 13), (1, 13)])
+def test_plain_matmul_with_2d_weights(x_shape):
+    g = bz.Graph("mm")
+    x = g.input("x", bz.Shape(x_shape))
+    w = g.param("w", bz.Shape((13, 29)))
+    g.set_outputs([g.mm(x, w)])
+    exe = _compiled_matches(g, rtol=1e-5, atol=1e-5)
+    impl = _implementations(exe, "matmul").pop()
+    from braze.runtime.kernels import blas
+
+    assert ("tiles" in impl) == (blas.sgemm_address() is not None)

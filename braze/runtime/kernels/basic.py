@@ -10,7 +10,8 @@ from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Compare, CompareFn, Un
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.reduce import Reduce, ReduceFn
 from ...ir.ops.shape import Concat, Gather, Reshape, Split, Transpose
-from . import blas
+from . import blas, native
+from .fused import gemm_bias_act
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 _UNARY_UFUNC = {
@@ -103,8 +104,16 @@ def matmul(node, ins, outs, ctx):
         return None
     k = a.dims[-1]
     flops = 2 * (outs[0].numel() or 0) * int(k)
+    cost = dict(flops=flops, bytes=nbytes(ins) + nbytes(outs))
+    lib = native.lib()
+    if lib is not None and b.rank == 2 and blas.sgemm_address() is not None:
+        def run(x, w, out):
+            if not gemm_bias_act(lib, x, w, out, None, 0):
+                blas.matmul(x, w, out)
+
+        return Kernel(run, Dispatch.NATIVE, "matmul (MKL sgemm tiles, one region)", **cost)
     return Kernel(lambda x, w, out: blas.matmul(x, w, out), Dispatch.NATIVE, "matmul (BLAS)",
-                  flops=flops, bytes=nbytes(ins) + nbytes(outs))
+                  **cost)
 
 
 @register_kernel(Transpose)
