@@ -49,6 +49,18 @@ def _symbols(items: list[str] | None) -> dict[str, int]:
     return out
 
 
+def _graph_symbols(g, items: list[str] | None) -> dict[str, int]:
+    """--dim bindings for `g`; a name the graph has no dim for is an error, not ignored."""
+    syms = _symbols(items)
+    known = set(g.dynamic_symbols())
+    unknown = sorted(set(syms) - known)
+    if unknown:
+        has = ", ".join(sorted(known)) or "none: its shapes are static"
+        raise BrazeError(f"--dim {', '.join(unknown)}: graph {g.name!r} has no such symbolic "
+                         f"dim (its symbolic dims: {has})")
+    return syms
+
+
 def _median_ms(fn, repeat: int) -> float:
     fn()
     times = []
@@ -63,7 +75,7 @@ def cmd_run(args, load_model, progress) -> int:
     from .runtime import compile as compile_graph
 
     g = load_model(args.model, progress, args.input_shape)
-    feeds = _feeds(g, args.feeds, _symbols(args.dim))
+    feeds = _feeds(g, args.feeds, _graph_symbols(g, args.dim))
     params = _params(g)
     with progress.step("compiling"):
         exe = compile_graph(g, params=params, precision=args.precision)
@@ -83,7 +95,7 @@ def cmd_bench(args, load_model, progress) -> int:
     from .runtime import compile as compile_graph
 
     g = load_model(args.model, progress, args.input_shape)
-    feeds = _feeds(g, args.feeds, _symbols(args.dim))
+    feeds = _feeds(g, args.feeds, _graph_symbols(g, args.dim))
     params = _params(g)
     t0 = time.perf_counter()
     with progress.step("compiling"):

@@ -202,3 +202,18 @@ def test_user_code_provenance_names_the_user_line_and_models_their_builder():
     assert g.nodes[y.node].provenance == f"test_cli.py:{line}"
     built = bz.models.bert_tiny()
     assert all(n.provenance.startswith("braze/models/") for n in built.nodes)
+
+
+def test_run_binds_symbolic_dims_and_refuses_unknown_ones(tmp_path, capsys):
+    g = bz.Graph("sym")
+    x = g.input("x", bz.Shape(("batch", "seq", 4)))
+    g.set_outputs([g.tanh(g.mm(x, g.param("w", bz.Shape((4, 3)))))])
+    p = tmp_path / "sym.json"
+    bz.save(g, str(p))
+    assert main(["run", str(p), "--dim", "batch=2", "--dim", "seq=5"]) == 0
+    assert "[2, 5, 3]" in capsys.readouterr().out
+    assert main(["run", str(p), "--dim", "batch=2", "--dim", "sequence=5"]) == 2
+    err = capsys.readouterr().err
+    assert "--dim sequence" in err and "batch, seq" in err
+    assert main(["bench", "bert-tiny", "--dim", "batch=1", "--repeat", "1"]) == 2
+    assert "its shapes are static" in capsys.readouterr().err
