@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
+from ..errors import BrazeError
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.op import Op, Value
@@ -56,7 +57,13 @@ def replace_nodes(g: Graph, pick: Callable[[Node, Graph], Builder | None]) -> Gr
         build = pick(node, g)
         if build is not None:
             start = len(new.nodes)
-            out = build(new, node, ins, g)
+            try:
+                out = build(new, node, ins, g)
+            except BrazeError as e:  # name the node being rewritten, once
+                where = node.describe()
+                if e.args and isinstance(e.args[0], str) and where not in e.args[0]:
+                    e.args = (f"rewriting {where}: {e.args[0]}", *e.args[1:])
+                raise
             outs = out if isinstance(out, tuple) else (out,)
             for i in range(start, len(new.nodes)):
                 n = new.nodes[i]
