@@ -69,7 +69,7 @@ def test_while_loop_returns_the_carried_values():
     (lambda g, x, t, e: g.cond(g.gt(x, 0.0), t, e, x), "predicate must be a bool scalar"),
     (lambda g, x, t, e: g.cond(g.constant(np.array(True)), t, e, x, x), "takes 1 inputs"),
     (lambda g, x, t, e: g.cond(g.constant(np.array(True)), t, e, g.reshape(x, (3, 1))),
-     "input 0 'in0' is f32[3], but operand 0 is f32[3, 1]"),
+     "input 0 'in0' is f32[3], but position 0 of the operands is f32[3, 1]"),
     (lambda g, x, t, e: g.cond(g.constant(np.array(True)), t,
                                body("wide", [S(3)], lambda b, v: b.cast(v, bz.f64)), x),
      "branches must return the same types"),

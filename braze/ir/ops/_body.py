@@ -1,9 +1,9 @@
-"""Helpers for ops that hold body graphs (CustomFn, Scan): the body's input and output types, a
-check that a body takes given types, running a body with the reference interpreter, and copying
-a body into another graph (the decompositions use it).
+"""Helpers for ops that hold body graphs (If, While, CustomFn, Scan): the body's input and
+output types, a check that a body takes given types, running a body with the reference
+interpreter, and copying a body into another graph (the decompositions use it).
 
-Bodies are closed: whatever a body reads from outside comes in as one of its inputs; besides
-inputs, a body's sources may be constants only."""
+Bodies are closed: whatever a body reads from outside comes in as one of its inputs (a
+control-flow body may also hold its own params; see braze/ir/inline.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -13,6 +13,7 @@ import numpy as np
 
 from ...errors import GraphError
 from ..dtypes import dtype_from_numpy
+from ..inline import inline_graph
 from ..op import Value, require
 from ..shapes import Shape
 from .io import Constant, Input
@@ -47,7 +48,7 @@ def check_takes(g: Graph, what: str, types: Sequence[Shape], role: str) -> None:
     for i, (h, t) in enumerate(zip(have, types)):
         name = g.nodes[g.input_ids[i]].op.name
         require(h.dtype == t.dtype and h.dims == t.dims,
-                f"{what} {g.name!r} input {i} {name!r} is {h}, but {role} gives {t}")
+                f"{what} {g.name!r} input {i} {name!r} is {h}, but position {i} of {role} is {t}")
 
 
 def check_returns(g: Graph, what: str, types: Sequence[Shape], role: str) -> None:
@@ -77,15 +78,8 @@ def run_body(g: Graph, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
 
 def inline_body(target: Graph, body: Graph, ins: Sequence[Value]) -> list[Value]:
     """Copy `body`'s nodes into `target` with its inputs bound, in order, to `ins`; returns the
-    target values of the body's outputs."""
-    env: dict[Value, Value] = {Value(nid): v for nid, v in zip(body.input_ids, ins)}
-    for node in body.nodes:
-        if isinstance(node.op, Input):
-            continue
-        new = target.add_node(node.op, tuple(env[v] for v in node.inputs),
-                              provenance=node.provenance)
-        env.update(zip(node.values, new))
-    return [env[v] for v in body.outputs]
+    target values of the body's outputs (braze.ir.inline.inline_graph)."""
+    return inline_graph(target, body, ins)
 
 
 def body_key(g: Graph) -> tuple:

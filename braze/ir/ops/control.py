@@ -23,6 +23,13 @@ from ..equality import ops_equal
 from ..inline import inline_graph
 from ..op import Op, Value, require
 from ..shapes import Shape
+from ._body import (
+    body_key,
+    body_out_types,
+    check_takes,
+    run_body,
+    single,
+)
 
 if TYPE_CHECKING:
     from ..graph import Graph
@@ -35,55 +42,16 @@ class LoopBoundError(RuntimeError):
     as an InterpretError naming the node)."""
 
 
-def _in_types(g: Graph) -> tuple[Shape, ...]:
-    return tuple(g.nodes[i].outputs[0] for i in g.input_ids)
-
-
-def _out_types(g: Graph) -> tuple[Shape, ...]:
-    return tuple(g.shape_of(v) for v in g.outputs)
-
-
-def _takes(g: Graph, what: str, types: tuple[Shape, ...], role: str) -> None:
-    """`g`'s inputs are exactly `types`, else ShapeError saying which one differs."""
-    have = _in_types(g)
-    require(len(have) == len(types), f"{what} {g.name!r} takes {len(have)} inputs but the op "
-                                     f"passes {len(types)} {role}")
-    for i, (h, t) in enumerate(zip(have, types)):
-        name = g.nodes[g.input_ids[i]].op.name
-        require(h == t, f"{what} {g.name!r} input {i} {name!r} is {h}, but {role} {i} is {t}")
-
-
 def _is_bool_scalar(s: Shape) -> bool:
     return s.dtype == bool_ and s.rank == 0
 
 
-def _body_key(g: Graph) -> tuple:
-    """A cheap summary equal for structurally equal graphs (the hash of a control-flow op)."""
-    return (g.name, tuple(n.op.kind for n in g.nodes), _out_types(g) if g.outputs else ())
-
-
 def _run_body(g: Graph, what: str, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """Interpret body `g` on `xs`. Inputs of another float type than declared (the float64
-    interpreter mode) are cast to the declared type and the body runs in float64 too."""
-    from ...interpret import interpret
-
-    feeds, wide = {}, False
-    for nid, x in zip(g.input_ids, xs):
-        op = g.nodes[nid].op
-        x = np.asarray(x)
-        want = op.shape.dtype
-        if x.dtype != want.np and want.is_float and x.dtype.kind == "f":
-            wide = wide or x.dtype == np.float64
-            x = x.astype(want.np)
-        feeds[op.name] = x
+    """`run_body`, with a failure inside the body named by the body's role."""
     try:
-        return interpret(g, feeds, float64=wide)
+        return run_body(g, xs)
     except Exception as e:
         raise RuntimeError(f"in {what} {g.name!r}: {e}") from e
-
-
-def _single(vals):
-    return vals[0] if len(vals) == 1 else tuple(vals)
 
 
 @dataclass(frozen=True, eq=False)
@@ -108,7 +76,7 @@ class If(Op):
         return isinstance(other, If) and ops_equal(self, other)
 
     def __hash__(self) -> int:
-        return hash(("if", _body_key(self.then_graph), _body_key(self.else_graph)))
+        return hash(("if", body_key(self.then_graph), body_key(self.else_graph)))
 
     def __repr__(self) -> str:
         return f"If(then={self.then_graph.name!r}, else={self.else_graph.name!r})"
@@ -117,17 +85,17 @@ class If(Op):
         require(len(ins) >= 1, "if takes a predicate and the operands")
         pred, operands = ins[0], tuple(ins[1:])
         require(_is_bool_scalar(pred), f"if predicate must be a bool scalar, got {pred}")
-        _takes(self.then_graph, "then_graph", operands, "operand")
-        _takes(self.else_graph, "else_graph", operands, "operand")
-        then_out, else_out = _out_types(self.then_graph), _out_types(self.else_graph)
+        check_takes(self.then_graph, "then_graph", operands, "the operands")
+        check_takes(self.else_graph, "else_graph", operands, "the operands")
+        then_out, else_out = body_out_types(self.then_graph), body_out_types(self.else_graph)
         require(then_out == else_out, "if branches must return the same types: then_graph "
                 f"returns {', '.join(map(str, then_out))}, else_graph returns "
                 f"{', '.join(map(str, else_out))}")
-        return _single(then_out)
+        return single(then_out)
 
     def reference(self, pred, *operands):
         taken = "then_graph" if bool(np.asarray(pred)) else "else_graph"
-        return _single(_run_body(getattr(self, taken), taken, operands))
+        return single(_run_body(getattr(self, taken), taken, operands))
 
     def decompose(self, g: Graph, ins: Sequence[Value]) -> Value | tuple[Value, ...]:
         return self.lower_into(g, ins)
@@ -139,7 +107,7 @@ class If(Op):
         pred, operands = ins[0], list(ins[1:])
         then_out = inline_graph(g, self.then_graph, operands, **inline_opts)
         else_out = inline_graph(g, self.else_graph, operands, **inline_opts)
-        return _single([g.where(pred, t, e) for t, e in zip(then_out, else_out)])
+        return single([g.where(pred, t, e) for t, e in zip(then_out, else_out)])
 
 
 @dataclass(frozen=True, eq=False)
@@ -172,7 +140,7 @@ class While(Op):
         return isinstance(other, While) and ops_equal(self, other)
 
     def __hash__(self) -> int:
-        return hash(("while", _body_key(self.cond_graph), _body_key(self.body_graph),
+        return hash(("while", body_key(self.cond_graph), body_key(self.body_graph),
                      self.max_iterations))
 
     def __repr__(self) -> str:
@@ -181,16 +149,16 @@ class While(Op):
 
     def infer(self, ins):
         carried = tuple(ins)
-        _takes(self.cond_graph, "cond_graph", carried, "carried value")
-        _takes(self.body_graph, "body_graph", carried, "carried value")
-        c = _out_types(self.cond_graph)
+        check_takes(self.cond_graph, "cond_graph", carried, "the carried values")
+        check_takes(self.body_graph, "body_graph", carried, "the carried values")
+        c = body_out_types(self.cond_graph)
         require(len(c) == 1 and _is_bool_scalar(c[0]), f"while cond_graph "
                 f"{self.cond_graph.name!r} must return one bool scalar, got "
                 f"{', '.join(map(str, c))}")
-        out = _out_types(self.body_graph)
+        out = body_out_types(self.body_graph)
         require(out == carried, f"while body_graph {self.body_graph.name!r} must return the "
                 f"carried types {', '.join(map(str, carried))}, got {', '.join(map(str, out))}")
-        return _single(carried)
+        return single(carried)
 
     def reference(self, *carried):
         vals = [np.asarray(x) for x in carried]
@@ -204,7 +172,7 @@ class While(Op):
             out = _run_body(self.body_graph, "body_graph", vals)
             vals = [np.asarray(o).astype(v.dtype, copy=False) for o, v in zip(out, vals)]
             runs += 1
-        return _single(vals)
+        return single(vals)
 
     def decompose(self, g: Graph, ins: Sequence[Value]) -> Value | tuple[Value, ...]:
         return self.lower_into(g, ins)
@@ -225,4 +193,4 @@ class While(Op):
             active = c if active is None else g.logical_and(active, c)
             new = inline_graph(g, self.body_graph, carried, **inline_opts)
             carried = [g.where(active, n, old) for n, old in zip(new, carried)]
-        return _single(carried)
+        return single(carried)
