@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -25,6 +25,7 @@ from .plan import Buffer, MemoryPlan, SharedArena, aligned_arena, plan_memory
 __all__ = ["Program", "Step", "build_program"]
 
 _VIEW_OPS = (Reshape, Narrow, Expand)
+_PREPARED = "kernel preparations"  # static_cache entry: KernelContext.prepared
 
 
 @dataclass
@@ -135,6 +136,8 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
                 env[slot(v)] = arr
             static_ids.add(n.id)
     input_slots = {n.op.name: slot(n.value) for n in g.inputs}
+    ctx = replace(ctx, static={v: env[i] for v, i in slot_of.items() if env[i] is not None},
+                  prepared=static_cache.setdefault(_PREPARED, {}))
     steps: list[Step] = []
     feed_views: list = []
     fixed_views: list = []

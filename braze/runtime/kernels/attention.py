@@ -14,7 +14,8 @@ from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
 from . import attention_native as heads_c
 from . import blas, native
-from .fused import _c, gemm_bias_act, is_f32
+from . import packed_gemm as pg
+from .fused import _c, gemm_bias_act, is_f32, packed_weight
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 BLOCK_BYTES = 8 << 20  # scores per query block
@@ -107,9 +108,13 @@ def _rows_contiguous(a: np.ndarray) -> np.ndarray:
     return a if heads_c.head_strides(a) is not None else np.ascontiguousarray(a, np.float32)
 
 
-def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias) -> None:
-    """out = x @ w (+ bias): one native GEMM + epilogue call where it can, else BLAS + C."""
+def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias, packed=None
+                ) -> None:
+    """out = x @ w (+ bias): one native GEMM + epilogue call where it can (braze's own on w
+    packed once, when `packed` is given), else BLAS + C."""
     bias = None if bias is None else _c(bias)
+    if packed is not None and pg.gemm(x, packed, out, bias, 0):
+        return
     if gemm_bias_act(lib, x, w, out, bias, 0):
         return
     blas.matmul(x, w, out)
@@ -160,22 +165,26 @@ def attention_block(node, ins, outs, ctx):
         heads = _Heads(op.attention_op, (b, hq, hkv, s, s, d, d))
         merged_w = hq * d
         strides = (s * width, d, width) * 3 + (s * merged_w, d, merged_w)
+        packed_qkv = packed_weight(node, ctx, roles.index("w_qkv"))
+        packed_o = packed_weight(node, ctx, roles.index("w_o"))
 
         def run_packed(*arrays):
             r = dict(zip(roles, arrays[:len(roles)]))
             out = arrays[len(roles)]
             qkv, merged, scratch = arrays[len(roles) + 1:]
-            _projection(lib, _c(r["x"]), r["w_qkv"], qkv, r.get("b_qkv"))
+            _projection(lib, _c(r["x"]), r["w_qkv"], qkv, r.get("b_qkv"), packed_qkv)
             if op.rope is not RopeMode.NONE:
                 heads_c.rope_packed(qkv, _c(r["cos"]), _c(r["sin"]), hq + hkv, d, n_rot,
                                     bool(inter))
             q, k, v = (qkv[:, :, start:] for start in (0, hq * d, (hq + hkv) * d))
             heads(q, k, v, merged, strides, r.get("mask"), scratch)
-            _projection(lib, merged, r["w_o"], out, r.get("b_o"))
+            _projection(lib, merged, r["w_o"], out, r.get("b_o"), packed_o)
 
         scratch = (((b, s, width), np.float32), ((b, s, merged_w), np.float32),
                    (heads.plan.scratch_shape, np.float32))
-        return Kernel(run_packed, Dispatch.NATIVE, "fused attention block (MKL + C heads, "
+        how = "braze packed-weight GEMM" if packed_qkv is not None and packed_o is not None \
+            else "MKL"
+        return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads, "
                       "no head copies)", scratch=scratch, **cost)
     core = AttentionCore(op.attention_op, b, hq, hkv, s, s, d)
     scratch = (((b, s, width), np.float32), ((b, hq, s, d), np.float32),

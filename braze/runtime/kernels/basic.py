@@ -11,7 +11,8 @@ from ...ir.ops.linalg import MatMul
 from ...ir.ops.reduce import Reduce, ReduceFn
 from ...ir.ops.shape import Concat, Gather, Reshape, Split, Transpose
 from . import blas, native
-from .fused import gemm_bias_act
+from . import packed_gemm as pg
+from .fused import gemm_bias_act, is_f32, packed_weight
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 _UNARY_UFUNC = {
@@ -106,6 +107,13 @@ def matmul(node, ins, outs, ctx):
     flops = 2 * (outs[0].numel() or 0) * int(k)
     cost = dict(flops=flops, bytes=nbytes(ins) + nbytes(outs))
     lib = native.lib()
+    packed = packed_weight(node, ctx) if lib is not None and is_f32(a, b) else None
+    if packed is not None:
+        def run_packed(x, w, out):
+            if not pg.gemm(x, packed, out, None, 0):
+                blas.matmul(x, w, out)
+
+        return Kernel(run_packed, Dispatch.NATIVE, "matmul (braze packed-weight GEMM)", **cost)
     if lib is not None and b.rank == 2 and blas.sgemm_address() is not None:
         def run(x, w, out):
             if not gemm_bias_act(lib, x, w, out, None, 0):

@@ -4,6 +4,8 @@ softmax, activations, SwiGLU / GeGLU, RoPE. float32 uses the native C kernels (n
 anything else declines, and the node decomposes or runs its reference."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ...ir.ops.attention import Rope
@@ -17,9 +19,10 @@ from ...ir.ops.fused import (
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.reduce import Softmax
 from . import blas, native
+from . import packed_gemm as pg
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
-__all__ = ["is_f32", "gemm_bias_act"]
+__all__ = ["is_f32", "gemm_bias_act", "packed_weight"]
 
 
 def is_f32(*shapes) -> bool:
@@ -61,6 +64,23 @@ def gemm_bias_act(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.n
     return True
 
 
+def packed_weight(node, ctx, position: int = 1) -> pg.PackedWeight | None:
+    """The static 2-D float32 weight at input `position` of `node` packed once for braze's own
+    GEMM (packed_gemm.py; cached in ctx.prepared, which update_weights empties), or None when
+    that input is not static (fed at run time) or can't be packed. Opt out with
+    BRAZE_PACKED_GEMM=0 (the MKL / NumPy paths then run)."""
+    if os.environ.get("BRAZE_PACKED_GEMM", "1") == "0":
+        return None
+    value = node.inputs[position]
+    w = ctx.static.get(value)
+    if w is None or w.ndim != 2 or w.dtype != np.float32:
+        return None
+    key = ("packed_gemm", value, w.shape, w.strides)
+    if key not in ctx.prepared:
+        ctx.prepared[key] = pg.pack(w)
+    return ctx.prepared[key]
+
+
 @register_kernel(FusedMatMulBiasAct)
 def matmul_bias_act(node, ins, outs, ctx):
     op = node.op
@@ -80,6 +100,8 @@ def matmul_bias_act(node, ins, outs, ctx):
         if b is not None and not bias_full:
             b = np.full(cols, b.reshape(()), np.float32)
         b = None if b is None else _c(b)
+        if packed is not None and pg.gemm(x, packed, out, b, act):
+            return
         if w.ndim == 2 and gemm_bias_act(lib, x, w, out, b, act):
             return
         blas.matmul(x, w, out)
@@ -88,8 +110,13 @@ def matmul_bias_act(node, ins, outs, ctx):
 
     k = int(ins[0].dims[-1])
     what = op.act.value if op.act else "bias"
-    how = "MKL sgemm slabs + C epilogue in one region" if blas.sgemm_address() and \
-        ins[1].rank == 2 else "BLAS matmul + C epilogue"
+    packed = packed_weight(node, ctx)
+    if packed is not None:
+        how = "braze packed-weight GEMM, epilogue per tile"
+    elif blas.sgemm_address() and ins[1].rank == 2:
+        how = "MKL sgemm slabs + C epilogue in one region"
+    else:
+        how = "BLAS matmul + C epilogue"
     return Kernel(run, Dispatch.NATIVE, f"{how} ({what})",
                   flops=2 * rows * cols * k, bytes=nbytes(ins) + nbytes(outs))
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..codegen import cc
 
-__all__ = ["lib", "ACT_CODES", "ptr", "fptr", "PROB_ROW", "ROPE_ROW"]
+__all__ = ["lib", "ACT_CODES", "ACT_SPAN", "ptr", "fptr", "PROB_ROW", "ROPE_ROW"]
 
 ACT_CODES = {None: 0, "gelu": 1, "gelu_approx": 2, "silu": 3, "relu": 4, "sigmoid": 5,
              "tanh": 6, "quick_gelu": 7}
@@ -65,15 +65,7 @@ static inline void rope_row(const float* x, float* y, const float* c, const floa
 }
 """
 
-SOURCE = r"""
-#include <math.h>
-#include <stdint.h>
-#include <float.h>
-#include <omp.h>
-""" + cc.simd_math_decls() + cc.parallel_min_define() + PROB_ROW + ROPE_ROW + r"""
-
-void braze_set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
-
+ACT_SPAN = r"""
 /* y[i] = act(x[i] (+ bias[i])) over n values (y may be x; bias may be NULL). The switch is
    outside the loops, so each loop vectorizes on its own (libmvec's expf / tanhf / erff). */
 #define ACT_LOOP(EXPR) { _Pragma("omp simd") for (int64_t i = 0; i < n; i++) { \
@@ -96,8 +88,18 @@ static void act_span(const float* x, const float* bias, float* y, int64_t n, int
     default: if (src != y) ACT_LOOP(v)
   }
 }
+"""
 
-/* y[r, c] = act(y[r, c] + bias[c]), in place; bias may be NULL. */
+SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <float.h>
+#include <omp.h>
+""" + cc.simd_math_decls() + cc.parallel_min_define() + PROB_ROW + ROPE_ROW + r"""
+
+void braze_set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
+
+""" + ACT_SPAN + r"""/* y[r, c] = act(y[r, c] + bias[c]), in place; bias may be NULL. */
 void bias_act(float* y, const float* bias, int64_t rows, int64_t cols, int act) {
   #pragma omp parallel for schedule(static) if(rows * cols > BRAZE_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) act_span(y + r * cols, bias, y + r * cols, cols, act);

@@ -32,11 +32,17 @@ class Dispatch:
 
 @dataclass
 class KernelContext:
-    """What a kernel factory may consult: thread count, precision policy, the symbol binding."""
+    """What a kernel factory may consult: thread count, precision policy, the symbol binding,
+    and the static values (weights and weight preparation, by graph value) already computed
+    for this program, which a kernel may prepare further once (e.g. pack a GEMM weight).
+    `prepared` caches such preparations across the executable's programs; it is emptied when
+    the weights change."""
 
     threads: int = 0
     precision: Any = None
     symbols: dict[str, int] = field(default_factory=dict)
+    static: dict[Any, np.ndarray] = field(default_factory=dict)
+    prepared: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass

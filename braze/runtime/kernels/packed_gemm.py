@@ -1,0 +1,245 @@
+"""braze's own float32 GEMM on weights packed once: out = act(x @ w + bias).
+
+A static 2-D weight w [k, n] (any strides: stored, or a transposed view) is copied once, when
+the program is built, into panels of NR = 16 columns, each panel its k rows of 16 contiguous
+floats, the last panel zero padded: ceil(n / 16) * 16 * k floats, about 1.0x the weight
+(MKL's cblas_sgemm_pack took ~4x per tile slab). A call then
+
+- cuts the output into tiles (a block of rows x a group of panels) handed out dynamically over
+  the OpenMP threads (a thread the OS delays on a busy machine leaves its tiles to the others);
+- per tile and K block of KC rows, packs the tile's rows of x into MR-row micro-panels (small:
+  at most 144 x 256 floats per thread), then runs the register-blocked micro-kernel over the
+  tile: MR x 16 accumulators (6 x two 8-float vectors under AVX2, 12 x one 16-float vector under
+  AVX-512) fed by one broadcast of x and the 16 weights of the panel per k;
+- starts the accumulators from the bias, and applies the activation to the finished tile while
+  it is in cache, with the executor's activation code (native.ACT_SPAN: the same exp / erf /
+  tanh the other kernels use and the tests check).
+
+The kernel is GCC vector extensions (no intrinsics), compiled with codegen.cc's flags
+(-march=native): AVX2 / AVX-512 / plain SSE machines all get a correct build. `lib()` is None
+without a C compiler; callers keep their BLAS path then, and for whatever `gemm` declines."""
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import numpy as np
+
+from ..codegen import cc
+from . import native
+
+__all__ = ["PackedWeight", "lib", "pack", "gemm", "PANEL"]
+
+PANEL = 16  # columns per packed panel (NR)
+
+SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <omp.h>
+""" + cc.simd_math_decls() + native.ACT_SPAN + r"""
+#if defined(__AVX512F__)
+#define VW 16
+#define MR 12
+#else
+#define VW 8
+#define MR 6
+#endif
+#define NR 16
+#define NV (NR / VW)
+#define KC 256
+#define MC 144
+
+typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
+
+/* c[MR, NR] (row stride ldc) = (load ? c : bias row or 0) + ap @ bp over kc: ap is an MR-row
+   micro-panel [kc][MR] of x, bp a panel slice [kc][NR] of the packed weight. */
+static void micro(int64_t kc, const float* restrict ap, const float* restrict bp, float* c,
+                  int64_t ldc, int load, const float* bias) {
+  vf acc[MR][NV], b0[NV];
+  #pragma GCC unroll 4
+  for (int v = 0; v < NV; v++) b0[v] = bias ? *(const vf*)(bias + v * VW) : (vf){0};
+  #pragma GCC unroll 16
+  for (int i = 0; i < MR; i++) {
+    #pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) acc[i][v] = load ? *(const vf*)(c + i * ldc + v * VW) : b0[v];
+  }
+  #pragma GCC unroll 4
+  for (int64_t k = 0; k < kc; k++) {
+    vf b[NV];
+    #pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) b[v] = *(const vf*)(bp + k * NR + v * VW);
+    #pragma GCC unroll 16
+    for (int i = 0; i < MR; i++) {
+      float a = ap[k * MR + i];
+      #pragma GCC unroll 4
+      for (int v = 0; v < NV; v++) acc[i][v] += a * b[v];
+    }
+  }
+  #pragma GCC unroll 16
+  for (int i = 0; i < MR; i++) {
+    #pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) *(vf*)(c + i * ldc + v * VW) = acc[i][v];
+  }
+}
+
+/* rows x kc of a (row stride lda) -> MR-row micro-panels [kc][MR], missing rows zero. */
+static void pack_a(const float* a, int64_t lda, int64_t rows, int64_t kc, float* ap) {
+  for (int64_t i0 = 0; i0 < rows; i0 += MR) {
+    float* dst = ap + i0 * kc;
+    for (int64_t i = 0; i < MR; i++) {
+      const float* src = a + (i0 + i) * lda;
+      if (i0 + i < rows) for (int64_t k = 0; k < kc; k++) dst[k * MR + i] = src[k];
+      else for (int64_t k = 0; k < kc; k++) dst[k * MR + i] = 0.0f;
+    }
+  }
+}
+
+int64_t pg_packed_floats(int64_t k, int64_t n) { return (n + NR - 1) / NR * NR * k; }
+
+/* w[kk, j] = w[kk * s0 + j * s1] (k x n) -> panels [n / NR][k][NR], the last zero padded. */
+void pg_pack(const float* w, int64_t s0, int64_t s1, int64_t k, int64_t n, float* bp) {
+  int64_t panels = (n + NR - 1) / NR;
+  #pragma omp parallel for schedule(static)
+  for (int64_t p = 0; p < panels; p++) {
+    float* dst = bp + p * k * NR;
+    for (int64_t kk = 0; kk < k; kk++)
+      for (int64_t j = 0; j < NR; j++) {
+        int64_t col = p * NR + j;
+        dst[kk * NR + j] = col < n ? w[kk * s0 + col * s1] : 0.0f;
+      }
+  }
+}
+
+/* out[m, n] (C-contiguous) = act(a[m, k] (row stride lda) @ w + bias), w packed by pg_pack;
+   bias may be NULL. Tiles of up to MC rows (balanced, a multiple of MR) x `group` panels,
+   about 4 per thread, at most 16 panels wide. */
+void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m, int64_t n,
+             int64_t k, const float* bias, int act) {
+  int64_t panels = (n + NR - 1) / NR, nt = omp_get_max_threads();
+  int64_t rblocks = (m + MC - 1) / MC;
+  int64_t rb = ((m + rblocks - 1) / rblocks + MR - 1) / MR * MR;
+  rblocks = (m + rb - 1) / rb;
+  int64_t group = panels * rblocks / (4 * nt);
+  group = group > 16 ? 16 : group < 1 ? 1 : group;
+  int64_t groups = (panels + group - 1) / group, tiles = rblocks * groups;
+  #pragma omp parallel if(tiles > 1)
+  {
+    float* ap = aligned_alloc(64, sizeof(float) * (MC + MR) * KC);
+    float tmp[MR * NR], pad_bias[NR];
+    #pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < tiles; t++) {
+      int64_t r0 = t / groups * rb, p0 = t % groups * group;
+      int64_t rows = m - r0 < rb ? m - r0 : rb, p1 = p0 + group < panels ? p0 + group : panels;
+      for (int64_t k0 = 0; k0 < k; k0 += KC) {
+        int64_t kc = k - k0 < KC ? k - k0 : KC;
+        pack_a(a + r0 * lda + k0, lda, rows, kc, ap);
+        for (int64_t p = p0; p < p1; p++) {
+          int64_t j0 = p * NR, nr = n - j0 < NR ? n - j0 : NR;
+          const float* bpp = bp + (p * k + k0) * NR;
+          const float* bb = 0;
+          if (bias && k0 == 0) {
+            if (nr == NR) {
+              bb = bias + j0;
+            } else {
+              for (int64_t j = 0; j < NR; j++) pad_bias[j] = j < nr ? bias[j0 + j] : 0.0f;
+              bb = pad_bias;
+            }
+          }
+          for (int64_t i0 = 0; i0 < rows; i0 += MR) {
+            int64_t mr = rows - i0 < MR ? rows - i0 : MR;
+            float* c = out + (r0 + i0) * n + j0;
+            if (mr == MR && nr == NR) {
+              micro(kc, ap + i0 * kc, bpp, c, n, k0 > 0, bb);
+              continue;
+            }
+            if (k0 > 0) for (int64_t i = 0; i < mr; i++) memcpy(tmp + i * NR, c + i * n, nr * 4);
+            micro(kc, ap + i0 * kc, bpp, tmp, NR, k0 > 0, bb);
+            for (int64_t i = 0; i < mr; i++) memcpy(c + i * n, tmp + i * NR, nr * 4);
+          }
+        }
+      }
+      if (act) {
+        int64_t j0 = p0 * NR, j1 = p1 * NR < n ? p1 * NR : n;
+        for (int64_t r = r0; r < r0 + rows; r++)
+          act_span(out + r * n + j0, 0, out + r * n + j0, j1 - j0, act);
+      }
+    }
+    free(ap);
+  }
+}
+"""
+
+_I64, _INT, _P = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
+_SIGNATURES = {
+    "pg_packed_floats": ([_I64, _I64], _I64),
+    "pg_pack": ([_P, _I64, _I64, _I64, _I64, _P], None),
+    "pg_gemm": ([_P, _I64, _P, _P, _I64, _I64, _I64, _P, _INT], None),
+}
+
+
+@cache
+def lib():
+    """The compiled packed-GEMM library, or None without a C compiler."""
+    if not cc.available():
+        return None
+    try:
+        so = cc.compile_c(SOURCE, "braze_packed_gemm")
+    except cc.CompileError:
+        return None
+    for name, (args, res) in _SIGNATURES.items():
+        fn = getattr(so, name)
+        fn.argtypes, fn.restype = args, res
+    return so
+
+
+class PackedWeight:
+    """A float32 weight [k, n] in braze's panel layout (see the module docstring). `panels`
+    is the buffer (ceil(n / 16) * 16 * k floats); it does not follow later writes to the
+    source weight: pack again."""
+
+    def __init__(self, panels: np.ndarray, k: int, n: int):
+        self.panels, self.k, self.n = panels, k, n
+
+    @property
+    def nbytes(self) -> int:
+        return self.panels.nbytes
+
+
+def pack(w: np.ndarray) -> PackedWeight | None:
+    """w (float32 [k, n], any strides) packed once, or None when it can't be (no compiler,
+    not 2-D float32, empty, negative strides)."""
+    so = lib()
+    if so is None or not isinstance(w, np.ndarray) or w.ndim != 2 or w.dtype != np.float32:
+        return None
+    k, n = w.shape
+    if k == 0 or n == 0 or any(s < 0 or s % 4 for s in w.strides):
+        return None
+    panels = np.empty(int(so.pg_packed_floats(k, n)), np.float32)
+    so.pg_pack(w.ctypes.data, w.strides[0] // 4, w.strides[1] // 4, k, n, panels.ctypes.data)
+    return PackedWeight(panels, k, n)
+
+
+def gemm(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.ndarray | None,
+         act: int) -> bool:
+    """out = act(x @ w + bias) for x [..., k] and out [..., n] (float32, C-contiguous; bias
+    [n] contiguous or None; act a native.ACT_CODES value) on a weight packed by `pack`.
+    False, with nothing written, when the operands don't fit."""
+    so = lib()
+    if so is None or x.dtype != np.float32 or out.dtype != np.float32:
+        return False
+    if not x.flags.c_contiguous or not out.flags.c_contiguous:
+        return False
+    if x.shape[-1] != packed.k or out.shape[-1] != packed.n or x.ndim < 1:
+        return False
+    m = x.size // packed.k
+    if out.size != m * packed.n:
+        return False
+    if bias is not None and (bias.dtype != np.float32 or bias.shape != (packed.n,) or
+                             not bias.flags.c_contiguous):
+        return False
+    if m:
+        so.pg_gemm(x.ctypes.data, packed.k, packed.panels.ctypes.data, out.ctypes.data, m,
+                   packed.n, packed.k, None if bias is None else bias.ctypes.data, act)
+    return True

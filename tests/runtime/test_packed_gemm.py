@@ -1,0 +1,180 @@
+"""braze's packed-weight GEMM (runtime/kernels/packed_gemm.py): static 2-D float32 weights of
+fused_matmul_bias_act, the attention block's projections and plain matmul are packed once into
+16-column panels when the program is built, and a register-blocked C kernel computes
+act(x @ w + bias) on them. Checked against float64 NumPy on odd sizes (tails in every
+direction, several K blocks, several row blocks), every activation code, with / without bias,
+and through bz.compile against the reference interpreter."""
+import numpy as np
+import pytest
+
+import braze as bz
+from braze.runtime.kernels import native
+from braze.runtime.kernels import packed_gemm as pg
+
+pytestmark = pytest.mark.skipif(pg.lib() is None, reason="no C compiler")
+
+_SQRT2 = np.sqrt(2.0)
+
+
+def _erf(v):
+    from math import erf
+    return np.vectorize(erf)(v)
+
+
+_ACTS = {  # float64 meaning of each native activation code
+    None: lambda v: v,
+    "gelu": lambda v: 0.5 * v * (1.0 + _erf(v / _SQRT2)),
+    "gelu_approx": lambda v: 0.5 * v * (1.0 + np.tanh(0.7978845608 * (v + 0.044715 * v ** 3))),
+    "silu": lambda v: v / (1.0 + np.exp(-v)),
+    "relu": lambda v: np.maximum(v, 0.0),
+    "sigmoid": lambda v: 1.0 / (1.0 + np.exp(-v)),
+    "tanh": np.tanh,
+    "quick_gelu": lambda v: v / (1.0 + np.exp(-1.702 * v)),
+}
+
+
+def _operands(m, k, n, seed, transposed=False):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((m, k)).astype("f4")
+    w = (rng.standard_normal((n, k)).astype("f4").T if transposed
+         else rng.standard_normal((k, n)).astype("f4")) / np.float32(np.sqrt(k))
+    return x, w, rng.standard_normal(n).astype("f4")
+
+
+@pytest.mark.parametrize("m, k, n", [(1, 1, 1), (5, 17, 130), (17, 769, 5), (130, 300, 769),
+                                     (1, 768, 33), (290, 513, 17), (6, 16, 16), (145, 5, 48)])
+@pytest.mark.parametrize("transposed", [False, True])
+def test_matches_float64_on_odd_sizes(m, k, n, transposed):
+    x, w, bias = _operands(m, k, n, m * 7 + k + n, transposed)
+    packed = pg.pack(w)
+    assert packed is not None and packed.panels.size == -(-n // pg.PANEL) * pg.PANEL * k
+    for b in (bias, None):
+        out = np.full((m, n), np.nan, np.float32)
+        assert pg.gemm(x, packed, out, b, 0)
+        want = x.astype("f8") @ w.astype("f8") + (0 if b is None else b)
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("act", sorted(_ACTS, key=str))
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_every_activation_epilogue(act, with_bias):
+    x, w, bias = _operands(37, 300, 70, 3)
+    out = np.full((37, 70), np.nan, np.float32)
+    assert pg.gemm(x, pg.pack(w), out, bias if with_bias else None, native.ACT_CODES[act])
+    pre = x.astype("f8") @ w.astype("f8") + (bias if with_bias else 0)
+    np.testing.assert_allclose(out, _ACTS[act](pre), rtol=1e-4, atol=2e-5)
+
+
+def test_leading_dims_are_rows_and_threads_do_not_change_the_result():
+    x, w, bias = _operands(3 * 101, 257, 200, 5)
+    packed = pg.pack(w)
+    out = np.empty((3, 101, 200), np.float32)
+    assert pg.gemm(x.reshape(3, 101, 257), packed, out, bias, native.ACT_CODES["relu"])
+    native.lib().braze_set_threads(1)
+    try:
+        single = np.empty_like(out)
+        assert pg.gemm(x.reshape(3, 101, 257), packed, single, bias, native.ACT_CODES["relu"])
+    finally:
+        native.lib().braze_set_threads(2)
+    np.testing.assert_array_equal(out, single)  # each element's sum has one order
+
+
+def test_declines_what_it_cannot_take():
+    w = np.ones((6, 5), np.float32)
+    assert pg.pack(np.ones((6, 10), np.float32)[::-1]) is None       # negative stride
+    assert pg.pack(np.ones((6, 5))) is None                          # float64
+    assert pg.pack(np.ones((2, 3, 4), np.float32)) is None           # not 2-D
+    assert pg.pack(np.ones((0, 4), np.float32)) is None              # empty
+    packed = pg.pack(w)
+    out = np.zeros((4, 7), np.float32)
+    assert not pg.gemm(np.ones((4, 6), np.float32), packed, out, None, 0)      # n differs
+    assert not pg.gemm(np.ones((4, 12), np.float32)[:, ::2], packed,
+                       np.zeros((4, 5), np.float32), None, 0)                   # x strided
+    assert not pg.gemm(np.ones((4, 6), np.float32), packed, np.zeros((4, 5), np.float32),
+                       np.ones(4, np.float32), 0)                               # bias length
+    assert not out.any()
+    packed_view = pg.pack(np.ones((12, 10), np.float32)[::2, ::2])  # positive strides pack
+    assert packed_view is not None and packed_view.k == 6 and packed_view.n == 5
+
+
+def _impls(exe, kind):
+    return {impl for _, k, _, impl in exe.dispatch_report().rows if k == kind}
+
+
+def _matches(g, exe, params, seed, symbols=None, tol=1e-4):
+    feeds = bz.random_feeds(g, seed, symbols)
+    for got, want in zip(exe(feeds), bz.interpret(g, feeds, params), strict=True):
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+def _linear_graph(transposed_weight: bool, act="gelu", bias=True):
+    g = bz.Graph("lin")
+    x = g.input("x", bz.Shape(("batch", 37, 45)))
+    if transposed_weight:  # weight prep: the transpose is computed once, then packed
+        w = g.transpose(g.param("w", bz.Shape((71, 45))))
+    else:
+        w = g.param("w", bz.Shape((45, 71)))
+    b = g.param("b", bz.Shape((71,))) if bias else None
+    g.set_outputs([g.linear_fused(x, w, b, act)])
+    return g
+
+
+@pytest.mark.parametrize("transposed_weight", [False, True])
+@pytest.mark.parametrize("act, bias", [("gelu", True), ("silu", False), (None, True),
+                                       ("tanh", False)])
+def test_compiled_fused_matmul_runs_packed_and_update_weights_repacks(transposed_weight, act,
+                                                                      bias):
+    g = _linear_graph(transposed_weight, act, bias)
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params)
+    for seed, batch in ((0, 1), (1, 9)):
+        _matches(g, exe, params, seed, {"batch": batch})
+    impls = _impls(exe, "fused_matmul_bias_act")
+    assert impls and all("packed-weight" in impl for impl in impls)
+    params2 = bz.init_params(g, 7)
+    exe.update_weights(params2)
+    _matches(g, exe, params2, 2, {"batch": 3})     # the new weights, not the old packing
+    with pytest.raises(AssertionError):
+        _matches(g, exe, params, 2, {"batch": 3})
+
+
+def test_a_weight_fed_as_input_is_not_packed():
+    g = bz.Graph("lin_fed")
+    x = g.input("x", bz.Shape((4, 37, 45)))
+    w = g.input("w", bz.Shape((45, 71)))
+    g.set_outputs([g.linear_fused(x, w, None, "relu")])
+    exe = bz.compile(g, params={})
+    _matches(g, exe, {}, 0)
+    impls = _impls(exe, "fused_matmul_bias_act")
+    assert impls and not any("packed" in impl for impl in impls)
+
+
+def test_opt_out_keeps_the_blas_path(monkeypatch):
+    monkeypatch.setenv("BRAZE_PACKED_GEMM", "0")
+    g = _linear_graph(False)
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params)
+    _matches(g, exe, params, 0, {"batch": 2})
+    assert not any("packed" in impl for impl in _impls(exe, "fused_matmul_bias_act"))
+
+
+def test_attention_block_and_plain_matmul_pack_their_weights():
+    hq, d = 4, 8
+    g = bz.Graph("block")
+    x = g.input("x", bz.Shape((2, 5, 24)))
+    w_qkv = g.param("wqkv", bz.Shape((24, 3 * hq * d)))
+    w_o = g.param("wo", bz.Shape((hq * d, 24)))
+    b_qkv = g.param("bqkv", bz.Shape((3 * hq * d,)))
+    y = g.fused_attention_block(x, w_qkv, w_o, b_qkv, num_heads=hq, num_kv_heads=hq,
+                                mask_kind="causal", rope="none")
+    g.set_outputs([g.matmul(y, g.param("head", bz.Shape((24, 19))))])
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params, fuse=False)
+    _matches(g, exe, params, 0)
+    block = _impls(exe, "fused_attention_block")
+    if any("C heads" in impl for impl in block):  # the C heads path takes packed projections
+        assert all("packed-weight" in impl for impl in block)
+    assert _impls(exe, "matmul") == {"matmul (braze packed-weight GEMM)"}
+    params2 = bz.init_params(g, 3)
+    exe.update_weights(params2)
+    _matches(g, exe, params2, 1)
