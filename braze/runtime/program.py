@@ -1,12 +1,16 @@
 """A program: one graph planned for one binding of its symbolic dims. Static values (weights and
 everything computed only from weights and dims) are computed once here; every other node is a
-step (kernel, argument slots) over arrays that are views of one preallocated arena. Running is a
-flat loop that does no planning."""
+step (kernel, argument slots) over arrays that are views of one preallocated arena. Feeds are
+copied into planned arena buffers too, so every step's arguments are fixed when the program is
+built: each step is bound once to a zero-argument call (the kernel's own `bind`, precomputing
+pointers and views, or the kernel's `run` over its fixed arrays), and running is a flat loop of
+those calls that does no planning, allocation or lookup."""
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from functools import partial
 
 import numpy as np
 
@@ -30,51 +34,62 @@ _PREPARED = "kernel preparations"  # static_cache entry: KernelContext.prepared
 
 @dataclass
 class Step:
-    """One kernel call: `kernel.run(*[env[s] for s in slots])` (inputs, then outputs)."""
+    """One kernel call: `kernel.run(*[env[s] for s in slots])` (inputs, then outputs), bound
+    once as `call()` over the program's fixed arrays."""
 
     node: Node
     kernel: Kernel
     slots: tuple[int, ...]
+    call: Callable[[], None] | None = None
 
 
 @dataclass
 class Program:
     graph: Graph
     symbols: dict[str, int]
-    env: list                      # per slot: an array, or None for feeds and feed views
+    env: list                      # per slot: its array (arena view, feed buffer or static)
     input_slots: dict[str, int]
     steps: list[Step]
-    feed_views: list[tuple[int, object, int]]  # (slot, view fn, source slot), per call
     output_slots: list[int]
     plan: MemoryPlan
     static_ids: set[int]          # nodes computed once (weights, dims)
     view_ids: set[int]            # nodes that are views of their input
     arena: np.ndarray
 
+    def __post_init__(self) -> None:
+        self.feed_buffers = tuple((name, self.env[s]) for name, s in self.input_slots.items())
+        self.calls = tuple(s.call for s in self.steps)
+        self.outputs = tuple(self.env[s] for s in self.output_slots)
+
+    def load(self, feeds: Mapping[str, np.ndarray]) -> None:
+        """Copy the feeds (already checked: dtypes and shapes of this binding) into their
+        buffers. A feed that is itself a view of the arena (an earlier copy=False output) is
+        snapshotted first, so loading one feed never overwrites another."""
+        arena = self.arena
+        if any(np.may_share_memory(feeds[name], arena) for name, _ in self.feed_buffers):
+            feeds = {name: np.array(feeds[name]) for name, _ in self.feed_buffers}
+        for name, dst in self.feed_buffers:
+            np.copyto(dst, feeds[name])
+
     def run(self, feeds: Mapping[str, np.ndarray], copy: bool = True) -> list[np.ndarray]:
         """The outputs for `feeds`; with `copy=False` they are views of the arena (and of
         static values), valid until the next run of any program sharing the arena."""
-        env = list(self.env)
-        for name, slot in self.input_slots.items():
-            env[slot] = feeds[name]
-        for slot, view, src in self.feed_views:
-            env[slot] = view(env[src])
-        for step in self.steps:
-            step.kernel.run(*[env[s] for s in step.slots])
-        return [np.array(env[s], copy=True) if copy else env[s] for s in self.output_slots]
+        self.load(feeds)
+        for call in self.calls:
+            call()
+        if copy:
+            return [out.copy() for out in self.outputs]
+        return list(self.outputs)
 
     def profile(self, feeds: Mapping[str, np.ndarray]) -> list[tuple[Step, float]]:
-        env = list(self.env)
-        for name, slot in self.input_slots.items():
-            env[slot] = feeds[name]
-        for slot, view, src in self.feed_views:
-            env[slot] = view(env[src])
+        """Run once, timing every step's bound call."""
+        self.load(feeds)
+        clock = time.perf_counter
         times = []
         for step in self.steps:
-            args = [env[s] for s in step.slots]
-            t0 = time.perf_counter()
-            step.kernel.run(*args)
-            times.append((step, time.perf_counter() - t0))
+            t0 = clock()
+            step.call()
+            times.append((step, clock() - t0))
         return times
 
 
@@ -139,8 +154,7 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     ctx = replace(ctx, static={v: env[i] for v, i in slot_of.items() if env[i] is not None},
                   prepared=static_cache.setdefault(_PREPARED, {}))
     steps: list[Step] = []
-    feed_views: list = []
-    fixed_views: list = []
+    views: list = []                  # (slot, view fn, source slot), made once after the plan
     view_ids: set[int] = set()
     contiguous: dict[Value, bool] = {}  # views of contiguous memory that stay contiguous
     scratch_types: dict = {}
@@ -161,8 +175,7 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             alias[n.value] = root
             contiguous[n.value] = contig
             view_ids.add(n.id)
-            (fixed_views if env[slot(src)] is not None or root in writer else feed_views
-             ).append((slot(n.value), fn, slot(src)))
+            views.append((slot(n.value), fn, slot(src)))
             continue
         k = kernel_for(n, in_shapes, out_shapes, ctx) or reference_kernel(n, symbols)
         idx = len(steps)
@@ -188,6 +201,10 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             key = _Scratch(step.node.id, i)
             nbytes = int(np.prod(shapes[key], dtype=np.int64)) * np.dtype(dt).itemsize
             buffers.append(Buffer(key, nbytes, idx, idx))
+    for n in g.inputs:  # feeds are copied in before the first step
+        v = n.value
+        nbytes = int(np.prod(shapes[v], dtype=np.int64)) * g.shape_of(v).dtype.itemsize
+        buffers.append(Buffer(v, nbytes, 0, last_use.get(v, 0)))
     plan = plan_memory(buffers)
     arena = (shared_arena.take(plan.peak) if shared_arena is not None
              else aligned_arena(plan.peak))
@@ -197,12 +214,21 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             dt = scratch_types[v] if isinstance(v, _Scratch) else g.shape_of(v).dtype.np
             size = int(np.prod(dims, dtype=np.int64)) * dt.itemsize
             env[slot(v)] = arena[b.offset:b.offset + size].view(dt).reshape(dims)
-    for s, fn, src in fixed_views:  # views of arena buffers and static values never move
+    for s, fn, src in views:  # views of arena buffers and static values never move
         env[s] = fn(env[src])
+    for step in steps:
+        step.call = _bind(step.kernel, tuple(env[s] for s in step.slots))
     for v in g.outputs:
         slot(v)
-    return Program(g, symbols, env, input_slots, steps, feed_views,
+    return Program(g, symbols, env, input_slots, steps,
                    [slot_of[v] for v in g.outputs], plan, static_ids, view_ids, arena)
+
+
+def _bind(kernel: Kernel, args: tuple) -> Callable[[], None]:
+    """The step as a zero-argument call over its fixed arrays."""
+    if kernel.bind is not None:
+        return kernel.bind(*args)
+    return partial(kernel.run, *args)
 
 
 def _view_layout(n: Node, shapes, src_contiguous: bool) -> tuple[bool, bool]:

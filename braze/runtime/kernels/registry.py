@@ -52,7 +52,10 @@ class Kernel:
     `inplace` lists input positions whose buffer the first output may share (an elementwise
     kernel reading element i before writing it); `scratch` lists temporary buffers (shape,
     NumPy dtype) the memory plan gives it for the duration of its step, passed after the
-    outputs; `flops` / `bytes` estimate one run for the profile."""
+    outputs; `flops` / `bytes` estimate one run for the profile. `bind(*inputs, *outputs,
+    *scratch)`, when given, returns a zero-argument call doing what `run` does on exactly those
+    arrays: the executor binds every step once per program (its arrays never move), so a
+    kernel can compute pointers, views and argument tuples there instead of on every call."""
 
     run: Callable[..., None]
     dispatch: str = Dispatch.NATIVE
@@ -61,6 +64,7 @@ class Kernel:
     flops: int = 0
     bytes: int = 0
     scratch: tuple[tuple[tuple[int, ...], object], ...] = ()
+    bind: Callable[..., Callable[[], None]] | None = None
 
 
 KernelFactory = Callable[[Node, Sequence[Shape], Sequence[Shape], KernelContext], "Kernel | None"]
