@@ -17,6 +17,7 @@ from .dtypes import dtype_from_numpy
 from .node import Node
 from .op import Op, Value
 from .shapes import Shape
+from .weights import WeightStore
 
 _PKG_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -70,12 +71,22 @@ class GraphCore:
         self.nodes: list[Node] = []
         self.input_ids: list[int] = []
         self.param_ids: list[int] = []
-        self.weights: dict[str, np.ndarray] = {}
+        self.weights = WeightStore()
         self.outputs: list[Value] = []
         self.record_provenance = record_provenance
         self._users: list[list[tuple[int, int]]] = []  # per node: (consumer id, output index)
         self._names: dict[str, int] = {}
         self._provenance_scope: str | None = None
+
+    @property
+    def weights(self) -> WeightStore:
+        """Stored param values by name (`braze.ir.weights`: entries a fusion joined are computed
+        when first read)."""
+        return self._weights
+
+    @weights.setter
+    def weights(self, value: dict) -> None:
+        self._weights = value if isinstance(value, WeightStore) else WeightStore(value)
 
     @contextlib.contextmanager
     def provenance_scope(self, provenance: str | None):

@@ -33,7 +33,7 @@ def dead_code_elimination(g: Graph, ctx: RewriteContext | None = None) -> tuple[
         if live[node.id]:
             vmap.update(zip(node.values, new.clone_node(node, [vmap[v] for v in node.inputs], g)))
     kept = {n.op.name for n in new.params}
-    new.weights = {k: w for k, w in g.weights.items() if k in kept}
+    new.weights = g.weights.carry(kept)
     new.set_outputs([vmap[v] for v in g.outputs])
     return new, True
 
@@ -56,7 +56,7 @@ def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None
             vmap.update(zip(node.values, (vmap[v] for v in g.nodes[first].values)))
             continue
         vmap.update(zip(node.values, new.clone_node(node, [vmap[v] for v in node.inputs], g)))
-    new.weights = dict(g.weights)
+    new.weights = g.weights.carry()
     new.set_outputs([vmap[v] for v in g.outputs])
     return new, True
 

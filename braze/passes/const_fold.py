@@ -206,7 +206,7 @@ def _rebuild(g: Graph, actions: list[str], values: dict[Value, np.ndarray],
             for v in n.values:
                 vmap[v] = _literal(new, g, n, values[v], sources[n.id])
     kept = {p.op.name for p in new.params}
-    new.weights.update({k: w for k, w in g.weights.items() if k in kept})
+    new.weights.update_raw(g.weights.carry(kept))
     new.set_outputs([vmap[v] for v in g.outputs])
     return new
 

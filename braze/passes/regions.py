@@ -104,7 +104,7 @@ def _rebuild_with_regions(g: Graph, regions: list[list[int]]) -> Graph:
         elif not member[node.id] and node.id not in absorbed:
             outs = new.clone_node(node, [vmap[v] for v in node.inputs], g)
             vmap.update(zip(node.values, outs))
-    new.weights = dict(g.weights)
+    new.weights = g.weights.carry()
     new.set_outputs([vmap[v] for v in g.outputs])
     return new
 
@@ -185,7 +185,7 @@ def clip_elementwise_regions(g: Graph, limits: FusionLimits
         else:
             outs = new.clone_node(node, ins, g)
         vmap.update(zip(node.values, outs))
-    new.weights = dict(g.weights)
+    new.weights = g.weights.carry()
     new.set_outputs([vmap[v] for v in g.outputs])
     return new, True, misses
 

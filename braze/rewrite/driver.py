@@ -376,13 +376,17 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
         in_progress.pop()
         done_matches.add(key)
 
-    for node in g.nodes:
-        emit(node)
+    try:
+        for node in g.nodes:
+            emit(node)
+        outs = [resolve(v) for v in g.outputs]
+    finally:  # the three closures refer to each other: free them now, not in a GC pass
+        emit = emit_match = resolve = None
     made = new.weights  # values of params that replacements created (e.g. concatenated)
     kept = {new.nodes[i].op.name for i in new.param_ids}
-    new.weights = {k: w for k, w in g.weights.items() if k in kept}
-    new.weights.update(made)
-    new.set_outputs([resolve(v) for v in g.outputs])
+    new.weights = g.weights.carry(kept)  # deferred (joined) weights stay deferred
+    new.weights.update_raw(made)
+    new.set_outputs(outs)
     node_map = {v.node: nv.node for v, nv in vmap.items()
                 if v.index == 0 and v.node not in claimed}
     return new, node_map

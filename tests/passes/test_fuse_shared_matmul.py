@@ -79,10 +79,11 @@ def test_stored_weights_fold_into_one_param_at_compile_time():
     assert_equivalent(g, new)
 
 
-def test_stored_weights_are_joined_once_per_match(monkeypatch):
-    """The driver builds each replacement twice (trial, then real); joining the stored weights
-    is done once and the joined array is the one the fused graph stores."""
-    import braze.passes.fusion.shared_matmul as shared_matmul
+def test_stored_weights_are_joined_when_first_read(monkeypatch):
+    """Fusing joins no stored weights: the joined params are deferred and computed once, on
+    first read (the driver's trial build and real build share one deferred join), then kept;
+    what every reader sees is the concatenation."""
+    import braze.ir.weights as weights
 
     joined, concatenate = [], np.concatenate
 
@@ -91,11 +92,17 @@ def test_stored_weights_are_joined_once_per_match(monkeypatch):
         return joined[-1]
 
     g = qkv_graph(bias=True, values=True)
-    monkeypatch.setattr(shared_matmul.np, "concatenate", counting_concatenate)
+    monkeypatch.setattr(weights.np, "concatenate", counting_concatenate)
     new = fuse(g).graph
+    assert joined == []
+    name = "q.weight|k.weight|v.weight"
+    assert new.weights.is_deferred(name) and new.weights.is_deferred("q.bias|k.bias|v.bias")
+    first = new.weights[name]
+    assert len(joined) == 1 and first is joined[0] and new.weights[name] is first
+    assert not new.weights.is_deferred(name)
     monkeypatch.undo()
-    assert len(joined) == 2  # the weights and the biases, each once
-    assert new.weights["q.weight|k.weight|v.weight"] is joined[0]
+    np.testing.assert_array_equal(
+        first, np.concatenate([g.weights[n] for n in ("q.weight", "k.weight", "v.weight")], -1))
     assert_equivalent(g, new)
 
 

@@ -8,6 +8,7 @@ from ..dtypes import DType
 from ..op import Value
 from ..ops.io import Constant, Input, Param
 from ..shapes import Shape
+from ..weights import DeferredWeight
 
 
 class SourceBuilder:
@@ -18,7 +19,8 @@ class SourceBuilder:
         self.input_ids.append(v.node)
         return v
 
-    def param(self, name: str, shape: Shape, value: np.ndarray | None = None) -> Value:
+    def param(self, name: str, shape: Shape,
+              value: np.ndarray | DeferredWeight | None = None) -> Value:
         """A weight named `name`; `value` (optional) is stored in `Graph.weights`."""
         self._check_source_name(name)
         shape = _as_shape(shape)
@@ -28,13 +30,19 @@ class SourceBuilder:
             self.set_weight(name, value)
         return v
 
-    def set_weight(self, name: str, value: np.ndarray) -> None:
-        """Store the value of param `name`, checking shape and dtype."""
+    def set_weight(self, name: str, value: np.ndarray | DeferredWeight) -> None:
+        """Store the value of param `name`, checking shape and dtype (a DeferredWeight must
+        declare the param's)."""
         node = self.node_by_name(name)
         if not isinstance(node.op, Param):
             raise GraphError(f"{name!r} is not a param of graph {self.name!r}")
-        arr = np.asarray(value)
         want = node.op.shape
+        if isinstance(value, DeferredWeight):  # computed when first read (braze.ir.weights)
+            if not want.is_static or value.shape != want.dims or value.dtype != want.dtype.np:
+                raise GraphError(f"weight {name!r} ({value!r}) does not match param {want}")
+            self.weights[name] = value
+            return
+        arr = np.asarray(value)
         if not want.is_static or tuple(arr.shape) != want.dims:
             raise GraphError(f"weight {name!r} has shape {arr.shape}, param declares {want}")
         self.weights[name] = arr.astype(want.dtype.np, copy=False)

@@ -13,6 +13,7 @@ from ...ir.op import Value
 from ...ir.ops.elementwise import Binary, BinaryFn
 from ...ir.ops.io import Constant, Param
 from ...ir.shapes import Shape
+from ...ir.weights import DeferredWeight, joined_weight
 from ...rewrite import Match, MissReason, Rule, fail
 from .checks import target_claims
 
@@ -23,32 +24,34 @@ __all__ = ["FUSE_SHARED_INPUT_MATMUL", "RULES", "concat_weights"]
 def concat_weights(b, m: Match, olds: Sequence[Value]) -> Value:
     """The old values `olds` side by side on their last axis, as a value of the new graph `b`.
 
-    All known (params with stored values, constants): concatenated once, at compile time, into
-    a new constant (all constants) or a new param named by joining the sources' names with "|"
-    ("q.weight|k.weight|v.weight") whose value goes into `b.weights`. This bakes in the stored
-    values: re-fuse after changing them. Otherwise (params fed at run time): a `concat` node
-    over the params; constant folding or the executor hoists it out of the run loop, so it runs
-    once per weight update, not per call. Other rules (SwiGLU, attention block) reuse this."""
+    All known (params with stored values, constants): constants are concatenated into a new
+    constant; otherwise a new param named by joining the sources' names with "|"
+    ("q.weight|k.weight|v.weight") gets the joined value in `b.weights`, deferred
+    (`braze.ir.weights.joined_weight`): it is computed when first read - by the interpreter,
+    the exporter, the executor - not while fusing. This bakes in the stored values: re-fuse
+    after changing them. Otherwise (params fed at run time): a `concat` node over the params;
+    constant folding or the executor hoists it out of the run loop, so it runs once per weight
+    update, not per call. Other rules (SwiGLU, attention block) reuse this."""
     g = m.graph
     arrays = [_stored_value(g, v) for v in olds]
     if any(a is None for a in arrays):
         return b.concat([m.new(v) for v in olds], axis=-1)
-    # joined once per match: the driver's trial build and the real one share the array
-    joined = m.memo(("concat_weights", tuple(olds)), lambda: np.concatenate(arrays, axis=-1))
     dtype = g.shape_of(olds[0]).dtype
+    key = ("concat_weights", tuple(olds))  # the trial build and the real one share the join
     if all(isinstance(g.nodes[v.node].op, Constant) for v in olds):
+        joined = m.memo(key, lambda: np.concatenate(arrays, axis=-1))
         return b.add_node(Constant(joined.astype(dtype.np, copy=False)), ())[0]
-    names = [_source_name(g, v) for v in olds]
-    name = _fresh_name(g, b, "|".join(names))
+    name = _fresh_name(g, b, "|".join(_source_name(g, v) for v in olds))
+    joined = m.memo(key, lambda: joined_weight(arrays, -1, dtype.np, what=f"join {name!r}"))
     return b.param(name, Shape(joined.shape, dtype), joined)
 
 
-def _stored_value(g, v: Value) -> np.ndarray | None:
+def _stored_value(g, v: Value) -> np.ndarray | DeferredWeight | None:
     op = g.nodes[v.node].op
     if isinstance(op, Constant):
         return op.value
     if isinstance(op, Param):
-        return g.weights.get(op.name)
+        return g.weights.raw(op.name)
     return None
 
 
