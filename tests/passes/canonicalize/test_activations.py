@@ -86,3 +86,36 @@ def test_float64_graphs_are_probed_in_their_own_dtype():
     (node,) = fused.nodes[-1:]
     assert node.op.act.value == "quick_gelu"
     check_same(g, fused)
+
+
+def test_cones_written_alike_are_probed_once(monkeypatch):
+    """Cones with the same ops, wiring and constants are probed once: twelve GELU layers cost
+    what one does, and the result (recognized ops, the mistyped cone's near miss) is the one
+    probing every cone gives."""
+    from braze.passes.canonicalize import activations
+
+    calls = []
+    real = activations.interpret
+    monkeypatch.setattr(activations, "interpret",
+                        lambda *a, **k: calls.append(1) or real(*a, **k))
+    g = bz.Graph("layers")
+    h = g.input("x", bz.Shape(("b", 16)))
+    for i in range(12):
+        h = g.mm(h, g.param(f"w{i}", bz.Shape((16, 16))))
+        h = _gelu_tanh(g, g.add(h, g.param(f"b{i}", bz.Shape((16,)))), "new")
+    h = g.mm(h, g.param("w", bz.Shape((16, 16))))
+    inner = g.mul(g.add(h, g.mul(g.pow(h, 3.0), 0.0447)), C)   # mistyped: another cone
+    g.set_outputs([g.mul(g.mul(h, 0.5), g.add(g.tanh(inner), 1.0))])
+    results = []
+    for key in (activations._cone_key, lambda *a: None):      # cached, then every cone probed
+        monkeypatch.setattr(activations, "_PROBED", {})
+        monkeypatch.setattr(activations, "_cone_key", key)
+        calls.clear()
+        out, misses = canonicalize(g)
+        reasons = [m.detail for m in misses if m.pattern == "CanonicalizeActivation"]
+        results.append((out, reasons, len(calls)))
+    (cached, cached_reasons, n_cached), (probed, probed_reasons, n_probed) = results
+    assert cached == probed and cached_reasons == probed_reasons and len(cached_reasons) == 1
+    assert cached.count("gelu_approx") == 12 and cached.count("tanh") == 1
+    assert n_probed - n_cached >= 11  # the GELUs after the first cost no probe
+    check_same(g, cached)
