@@ -349,8 +349,8 @@ def _inplace_host(step, pos, idx, last_use, outputs, alias, owner, shapes, g):
         v = step.node.inputs[i]
         if v in alias or v not in owner or v in outputs or last_use.get(v) != idx:
             continue
-        if sum(1 for u in step.node.inputs if u == v) > 1:
-            continue
+        if sum(1 for u in step.node.inputs if alias.get(u, u) == v) > 1:
+            continue  # v read twice, or also through a view: writing it would change that view
         if shapes[v] == shapes[out] and g.shape_of(v).dtype == g.shape_of(out).dtype:
             return owner[v]  # views of v count as reads of v, so none is live past this step
     return None

@@ -1,0 +1,267 @@
+"""Property: random graphs, fused for the cpu target and compiled with `bz.compile`, give the
+reference interpreter's outputs on fresh random inputs.
+
+Graphs: braze.testing's random graphs and transformer stacks (every mask kind, GQA, rope, gated
+MLPs, residual norms), plus the strategies here: attention with edge-valued masks (large
+negatives, all -inf rows), softcap, cross lengths and strided q/k/v views; conv + BatchNorm +
+activation stacks with odd strides / dilations / groups / padding and pooling; elementwise
+chains over transposed / narrowed / expanded inputs with broadcasting and edge values.
+One Executable is called at two bindings of its symbolic dims and twice per binding (the arena
+is reused: no state may leak between calls), with threads 1 and 2.
+
+Tolerances: float32 within rtol 1e-4 (atol 1e-5 scaled by the output's magnitude). The bf16
+policy (`precision="bf16"`: matmul / conv operands rounded to bf16, f32 accumulation) is checked
+against the interpreter run of the same policy graph (`exe.graph`) within rtol 1e-3 / atol 1e-4
+(only the summation order differs), and against float32 loosely: relative L2 error <= 5e-2."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+import braze as bz
+from braze.runtime.executable import Executable
+from braze.testing import _compare, random_graphs, random_transformer_graphs
+
+# no shrinking: a failing example is printed as drawn (shrinking a compiled graph takes minutes)
+FUZZ = dict(deadline=None, suppress_health_check=list(HealthCheck),
+            phases=(Phase.explicit, Phase.reuse, Phase.generate))
+BINDINGS = ({"batch": 3, "seq": 5}, {"batch": 1, "seq": 1})
+F32 = dict(rtol=1e-4, atol=1e-5)
+BF16_POLICY = dict(rtol=1e-3, atol=1e-4)
+BF16_VS_F32 = 5e-2
+
+
+def _scaled_atol(ref: np.ndarray, atol: float) -> float:
+    finite = np.abs(ref[np.isfinite(ref)]) if ref.dtype.kind == "f" else np.zeros(1)
+    return atol * max(1.0, float(finite.max()) if finite.size else 1.0)
+
+
+def _compare_all(want, got, seed, rtol, atol) -> None:
+    assert len(want) == len(got)
+    for i, (w, a) in enumerate(zip(want, got, strict=True)):
+        w, a = np.asarray(w), np.asarray(a)
+        _compare(w, a, i, len(want), seed, rtol, _scaled_atol(w, atol))
+
+
+def check_compiled(g: bz.Graph, **kw) -> Executable:
+    """Compile `g` once; per binding (and seed), call it twice on the same feeds and once more
+    after another binding ran, comparing every output with the interpreter. A failure prints
+    the graph (hypothesis does not shrink here)."""
+    try:
+        return _check_compiled(g, **kw)
+    except AssertionError as e:
+        raise AssertionError(f"{e}\n{g}") from None
+
+
+def _check_compiled(g: bz.Graph, *, threads: int = 1, bindings=BINDINGS, feeds_fn=None,
+                    precision=None) -> Executable:
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, "cpu", params=params, threads=threads, precision=precision)
+    runs = []
+    for seed, sym in enumerate(bindings):
+        feeds = feeds_fn(g, seed, sym) if feeds_fn else bz.random_feeds(g, seed, sym)
+        ref = exe.graph if precision else g
+        want = bz.interpret(ref, feeds, params)
+        tol = BF16_POLICY if precision else F32
+        for _ in range(2):
+            _compare_all(want, exe(feeds), seed, **tol)
+        if precision:
+            _close_in_l2(bz.interpret(g, feeds, params), exe(feeds), seed)
+        runs.append((seed, feeds, want, tol))
+    for seed, feeds, want, tol in runs:  # again, after the other bindings' programs ran
+        _compare_all(want, exe(feeds), seed, **tol)
+    return exe
+
+
+def _close_in_l2(want, got, seed) -> None:
+    for i, (w, a) in enumerate(zip(want, got, strict=True)):
+        w64, a64 = np.asarray(w, np.float64), np.asarray(a, np.float64)
+        ok = np.isfinite(w64)
+        assert np.array_equal(ok, np.isfinite(a64)), f"seed {seed}: output {i} non-finite"
+        scale = np.linalg.norm(w64[ok]) or 1.0
+        err = np.linalg.norm((a64 - w64)[ok]) / scale
+        assert err <= BF16_VS_F32, f"seed {seed}: output {i}: bf16 relative L2 error {err:.3g}"
+
+
+# -- braze.testing's generators ----------------------------------------------------------------
+@pytest.mark.parametrize("threads", [1, 2])
+@settings(max_examples=12, **FUZZ)
+@given(g=random_graphs(max_nodes=14))
+def test_random_graphs_run_compiled(threads, g):
+    check_compiled(g, threads=threads)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@settings(max_examples=6, **FUZZ)
+@given(g=random_transformer_graphs(max_layers=2))
+def test_random_transformer_layers_run_compiled(threads, g):
+    check_compiled(g, threads=threads)
+
+
+@settings(max_examples=10, **FUZZ)
+@given(g=random_graphs(max_nodes=12))
+def test_random_graphs_under_the_bf16_policy(g):
+    check_compiled(g, precision="bf16")
+
+
+@settings(max_examples=5, **FUZZ)
+@given(g=random_transformer_graphs(max_layers=1))
+def test_random_transformer_layers_under_the_bf16_policy(g):
+    check_compiled(g, precision="bf16")
+
+
+# -- conv stacks ----------------------------------------------------------------------------------
+@st.composite
+def conv_stacks(draw):
+    """1-3 conv (+ BatchNorm) (+ activation) (+ pooling) layers on an NCHW input with a symbolic
+    batch, odd spatial sizes, strides, dilations, groups (depthwise included) and asymmetric
+    padding; sometimes a residual add or a transposed conv."""
+    S = bz.Shape
+    g = bz.Graph("convs", record_provenance=False)
+    c, h, w = draw(st.sampled_from([1, 2, 3, 4])), draw(st.integers(3, 9)), draw(st.integers(3, 9))
+    x = g.input("x", S(("batch", c, h, w)))
+    n = 0
+
+    def param(*dims):
+        nonlocal n
+        n += 1
+        return g.param(f"p{n}", S(dims))
+
+    for _ in range(draw(st.integers(1, 3))):
+        groups = draw(st.sampled_from([1, 1, c] + ([2] if c % 2 == 0 else [])))
+        cout = groups * draw(st.integers(1, 3))
+        k = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+        stride = (draw(st.integers(1, 3)), draw(st.integers(1, 2)))
+        dil = (draw(st.integers(1, 2)), draw(st.integers(1, 2)))
+        pad = tuple(draw(st.integers(0, 2)) for _ in range(4))
+        span = [(k[i] - 1) * dil[i] + 1 for i in range(2)]
+        if h + pad[0] + pad[2] < span[0] or w + pad[1] + pad[3] < span[1]:
+            break
+        bias = param(cout) if draw(st.booleans()) else None
+        y = g.conv2d(x, param(cout, c // groups, *k), bias, stride, pad, dil, groups)
+        if draw(st.booleans()):
+            y = g.batch_norm(y, param(cout), param(cout), param(cout), _positive(g, param(cout)))
+        act = draw(st.sampled_from([None, "relu", "silu", "gelu", "sigmoid", "hard_swish"]))
+        if act:
+            y = g.activation(y, act)
+        if g.shape_of(y).dims == g.shape_of(x).dims and draw(st.booleans()):
+            y = g.add(x, y)
+        x, c = y, cout
+        _, _, h, w = g.shape_of(x).dims
+        if draw(st.integers(0, 3)) == 0 and h >= 2 and w >= 2:
+            kind = draw(st.sampled_from(["max", "avg"]))
+            x = g.pool(x, kind, 2, draw(st.integers(1, 2)), count_include_pad=False)
+            _, _, h, w = g.shape_of(x).dims
+    if draw(st.integers(0, 4)) == 0:
+        x = g.conv_transpose2d(x, param(c, 2, 2, 2), None, 2, 0)
+    g.set_outputs([x])
+    return g
+
+
+def _positive(g, v):
+    """A variance: |v| + 0.5."""
+    return g.add(g.abs(v), 0.5)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@settings(max_examples=10, **FUZZ)
+@given(g=conv_stacks())
+def test_conv_stacks_run_compiled(threads, g):
+    check_compiled(g, threads=threads, bindings=({"batch": 2}, {"batch": 1}))
+
+
+@settings(max_examples=6, **FUZZ)
+@given(g=conv_stacks())
+def test_conv_stacks_under_the_bf16_policy(g):
+    check_compiled(g, precision="bf16", bindings=({"batch": 2}, {"batch": 1}))
+
+
+# -- elementwise chains over views ----------------------------------------------------------------
+_CHAIN_UNARY = ("relu", "tanh", "sigmoid", "neg", "abs", "gelu", "silu", "square", "exp")
+_CHAIN_BINARY = ("add", "sub", "mul", "max", "min")
+
+
+@st.composite
+def view_chains(draw):
+    """Elementwise chains whose operands are transposed, narrowed, expanded or reshaped views of
+    the inputs and of interior values, broadcasting against each other, with reductions,
+    softmax and where in between; 1-3 outputs."""
+    S = bz.Shape
+    g = bz.Graph("views", record_provenance=False)
+    a, b = draw(st.sampled_from([1, 3, 17])), draw(st.sampled_from([1, 2, 5, 65]))
+    x = g.input("x", S(("batch", a, b)))
+    y = g.input("y", S((b, a)))
+    z = g.input("z", S((1, b)))
+    vals = [x, g.transpose(y, (1, 0)), z, g.expand(z, (a, b))]
+    for _ in range(draw(st.integers(2, 10))):
+        kind = draw(st.sampled_from(["unary", "binary", "binary", "view", "reduce", "softmax",
+                                     "where"]))
+        v = draw(st.sampled_from(vals))
+        dims = g.shape_of(v).dims
+        if kind == "unary":
+            vals.append(g.activation(v, draw(st.sampled_from(_CHAIN_UNARY))))
+        elif kind == "binary":
+            u = draw(st.sampled_from(vals))
+            try:
+                vals.append(g.binary(v, u, draw(st.sampled_from(_CHAIN_BINARY))))
+            except bz.BrazeError:  # shapes that do not broadcast
+                continue
+        elif kind == "view":
+            axis = draw(st.integers(0, len(dims) - 1))
+            if isinstance(dims[axis], int) and dims[axis] > 1:
+                start = draw(st.integers(0, dims[axis] - 1))
+                vals.append(g.narrow(v, axis, start, draw(st.integers(1, dims[axis] - start))))
+            elif len(dims) >= 2:
+                perm = tuple(reversed(range(len(dims))))
+                vals.append(g.transpose(v, perm))
+        elif kind == "reduce" and len(dims) >= 2:
+            fn = draw(st.sampled_from(["sum", "mean", "max"]))
+            vals.append(g.reduce(v, fn, (len(dims) - 1,), keepdims=True))
+        elif kind == "softmax":
+            vals.append(g.softmax(v, axis=-1))
+        elif kind == "where":
+            vals.append(g.where(g.compare(v, 0.0, "gt"), v, g.mul(v, 0.1)))
+    outs = list(dict.fromkeys(draw(st.lists(st.sampled_from(vals[4:] or vals), min_size=1,
+                                            max_size=3))))
+    g.set_outputs(outs)
+    return g
+
+
+def edge_feeds(g: bz.Graph, seed: int, sym) -> dict:
+    """Random feeds with some zeros, large negatives (-1e9, -1e30) and exact ties."""
+    feeds = bz.random_feeds(g, seed, sym)
+    rng = np.random.default_rng(seed)
+    for name, arr in feeds.items():
+        if arr.dtype.kind == "f" and arr.size > 1:
+            pick = rng.random(arr.shape)
+            arr[pick < 0.1] = 0.0
+            arr[(pick >= 0.1) & (pick < 0.15)] = -1e9
+            arr[(pick >= 0.15) & (pick < 0.18)] = -1e30
+            arr[(pick >= 0.18) & (pick < 0.25)] = 1.0
+            feeds[name] = arr
+    return feeds
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@settings(max_examples=15, **FUZZ)
+@given(g=view_chains())
+def test_elementwise_chains_over_views_run_compiled(threads, g):
+    check_compiled(g, threads=threads, bindings=({"batch": 2}, {"batch": 3}))
+
+
+@settings(max_examples=10, **FUZZ)
+@given(g=view_chains())
+def test_elementwise_chains_with_edge_values(g):
+    check_compiled(g, feeds_fn=edge_feeds, bindings=({"batch": 1}, {"batch": 2}))
+
+
+# -- regressions ----------------------------------------------------------------------------------
+def test_in_place_output_never_overwrites_a_view_the_step_still_reads():
+    """a - a[0:1] (a broadcast row of a) used to be written in place into a's buffer: the
+    generated region overwrote row 0 first, then read the new row 0 for every later row."""
+    g = bz.Graph("narrow_in_place")
+    x = g.input("x", bz.Shape((4, 8)))
+    a = g.matmul(x, g.param("w", bz.Shape((8, 8))))
+    g.set_outputs([g.relu(g.sub(a, g.narrow(a, 0, 0, 1)))])
+    exe = check_compiled(g, bindings=({},))
+    assert not any(b.shares for b in exe.plan.buffers)
