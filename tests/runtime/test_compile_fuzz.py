@@ -255,6 +255,80 @@ def test_elementwise_chains_with_edge_values(g):
     check_compiled(g, feeds_fn=edge_feeds, bindings=({"batch": 1}, {"batch": 2}))
 
 
+# -- attention ------------------------------------------------------------------------------------
+@st.composite
+def attention_graphs(draw):
+    """One attention op (every mask kind; GQA; softcap; scale; key length != query length) on
+    q / k / v that are transposed or narrowed views of packed inputs, sometimes after rope, and
+    sometimes followed by an output projection."""
+    S = bz.Shape
+    g = bz.Graph("attn", record_provenance=False)
+    hkv = draw(st.sampled_from([1, 2]))
+    hq = hkv * draw(st.sampled_from([1, 2, 3]))
+    d = draw(st.sampled_from([2, 3, 4, 8]))
+    kind = draw(st.sampled_from(["none", "causal", "sliding_window", "custom", "bias"]))
+    extra = draw(st.sampled_from([0, 0, 2]))  # keys before the queries (a kv cache)
+    sk = "seq" if extra == 0 else 3
+    q = g.transpose(g.input("q", S(("batch", "seq", hq, d))), (0, 2, 1, 3))
+    if draw(st.booleans()):
+        kv = g.input("kv", S(("batch", hkv, sk, 2 * d)))
+        k, v = g.narrow(kv, 3, 0, d), g.narrow(kv, 3, d, d)
+    else:
+        k, v = g.input("k", S(("batch", hkv, sk, d))), g.input("v", S(("batch", hkv, sk, d)))
+    if d % 2 == 0 and extra == 0 and draw(st.booleans()):
+        cos, sin = g.input("cos", S(("seq", d // 2))), g.input("sin", S(("seq", d // 2)))
+        inter = draw(st.booleans())
+        q, k = g.rope(q, cos, sin, inter), g.rope(k, cos, sin, inter)
+    opts = dict(scale=draw(st.sampled_from([None, 0.3])),
+                softcap=draw(st.sampled_from([None, None, 1.5])))
+    if kind in ("custom", "bias"):
+        dims = ("batch", 1, 1, sk) if kind == "custom" else (1, hq, "seq", sk)
+        out = g.attention(q, k, v, g.input("mask", S(dims)), kind=kind, **opts)
+    else:
+        out = g.attention(q, k, v, kind=kind, window=2 if kind == "sliding_window" else 0,
+                          **opts)
+    if draw(st.booleans()):
+        merged = g.reshape(g.transpose(out, (0, 2, 1, 3)), ("batch", "seq", hq * d))
+        out = g.matmul(merged, g.param("wo", S((hq * d, 5))))
+    g.set_outputs([out])
+    return g
+
+
+def mask_feeds(g: bz.Graph, seed: int, sym) -> dict:
+    """Random feeds; an additive mask is padding-like: 0 or -1e9, some entries -inf and the
+    first batch row's mask fully -inf (every key masked: the output row is 0, as in the
+    reference's safe softmax)."""
+    feeds = bz.random_feeds(g, seed, sym)
+    if "mask" in feeds:
+        rng = np.random.default_rng(seed)
+        m = np.where(rng.random(feeds["mask"].shape) < 0.3, -1e9, 0.0).astype(np.float32)
+        m[rng.random(m.shape) < 0.1] = -np.inf
+        m[0] = -np.inf
+        feeds["mask"] = m
+    return feeds
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@settings(max_examples=15, **FUZZ)
+@given(g=attention_graphs())
+def test_attention_with_every_mask_kind_runs_compiled(threads, g):
+    check_compiled(g, threads=threads, feeds_fn=mask_feeds,
+                   bindings=({"batch": 2, "seq": 5}, {"batch": 1, "seq": 1},
+                             {"batch": 3, "seq": 17}))
+
+
+@settings(max_examples=6, **FUZZ)
+@given(g=attention_graphs())
+def test_attention_under_the_bf16_policy(g):
+    check_compiled(g, precision="bf16", feeds_fn=mask_feeds,
+                   bindings=({"batch": 2, "seq": 5}, {"batch": 1, "seq": 3}))
+
+
+@settings(max_examples=4, **FUZZ)
+@given(g=random_transformer_graphs(max_layers=1))
+def test_transformer_layers_with_padding_masks(g):
+    check_compiled(g, feeds_fn=mask_feeds)
+
 # -- regressions ----------------------------------------------------------------------------------
 def test_in_place_output_never_overwrites_a_view_the_step_still_reads():
     """a - a[0:1] (a broadcast row of a) used to be written in place into a's buffer: the
@@ -265,3 +339,23 @@ def test_in_place_output_never_overwrites_a_view_the_step_still_reads():
     g.set_outputs([g.relu(g.sub(a, g.narrow(a, 0, 0, 1)))])
     exe = check_compiled(g, bindings=({},))
     assert not any(b.shares for b in exe.plan.buffers)
+
+
+def test_native_kernels_keep_their_contiguous_copies_alive():
+    """rope / softmax / activation / gated kernels copy a strided input (a narrow view) to a
+    contiguous temporary and used to pass only `_c(x).ctypes.data` to C: the copy was freed
+    before the call and its memory reused by the next copy (wrong values or NaN)."""
+    S = bz.Shape
+    g = bz.Graph("strided")
+    kv = g.input("kv", S((3, 2, 17, 16)))
+    cos, sin = g.input("cos", S((17, 4))), g.input("sin", S((17, 4)))
+    k, v = g.narrow(kv, 3, 0, 8), g.narrow(kv, 3, 8, 8)
+    outs = [g.rope(k, cos, sin), g.softmax(v, -1), g.gelu(k),
+            g.fused_swiglu(g.narrow(kv, 3, 2, 12))]
+    g.set_outputs(outs)
+    exe = bz.compile(g, fuse=False)
+    names = {kind: impl for _, kind, _, impl in exe.dispatch_report(bz.random_feeds(g, 0)).rows}
+    assert names["rope"] == "C rope" and names["softmax"] == "C safe softmax rows"
+    for seed in range(4):
+        feeds = bz.random_feeds(g, seed)
+        _compare_all(bz.interpret(g, feeds), exe(feeds), seed, **F32)

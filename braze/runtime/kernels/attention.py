@@ -198,7 +198,8 @@ def attention_block(node, ins, outs, ctx):
         qkv, q, k, v, att, merged, scores = arrays[len(roles) + 1:]
         blas.matmul(r["x"], r["w_qkv"], qkv)
         if op.has_qkv_bias:
-            lib.bias_act(qkv.ctypes.data, _c(r["b_qkv"]).ctypes.data,
+            b_qkv = _c(r["b_qkv"])
+            lib.bias_act(qkv.ctypes.data, b_qkv.ctypes.data,
                          b * s, width, 0)
         heads = [(q, 0, hq), (k, hq * d, hkv), (v, (hq + hkv) * d, hkv)]
         for dst, start, h in heads:
@@ -214,7 +215,8 @@ def attention_block(node, ins, outs, ctx):
         np.copyto(merged.reshape(b, s, hq, d), att.transpose(0, 2, 1, 3))
         blas.matmul(merged, r["w_o"], out)
         if op.has_out_bias:
-            lib.bias_act(out.ctypes.data, _c(r["b_o"]).ctypes.data, b * s, e_out, 0)
+            b_o = _c(r["b_o"])
+            lib.bias_act(out.ctypes.data, b_o.ctypes.data, b * s, e_out, 0)
 
     return Kernel(run, Dispatch.NATIVE, "fused attention block (BLAS + C)", scratch=scratch,
                   **cost)

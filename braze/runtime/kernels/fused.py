@@ -38,6 +38,8 @@ def _act_code(fn) -> int | None:
 
 
 def _c(a: np.ndarray) -> np.ndarray:
+    """`a`, or a C-contiguous copy. Bind the result to a name before passing its
+    `.ctypes.data` to C: a copy referenced only by the expression is freed at once."""
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
@@ -186,7 +188,8 @@ def softmax(node, ins, outs, ctx):
     rows = _numel(x) // max(cols, 1)
 
     def run(a, out):
-        lib.softmax_rows(_c(a).ctypes.data, out.ctypes.data, rows, cols)
+        a = _c(a)  # held in a name: a temporary copy would be freed before the call
+        lib.softmax_rows(a.ctypes.data, out.ctypes.data, rows, cols)
 
     return Kernel(run, Dispatch.NATIVE, "C safe softmax rows", inplace=(0,),
                   bytes=nbytes(ins) + nbytes(outs), flops=5 * _numel(x))
@@ -201,7 +204,8 @@ def activation(node, ins, outs, ctx):
     n = _numel(outs[0])
 
     def run(x, out):
-        lib.unary_act(_c(x).ctypes.data, out.ctypes.data, n, act)
+        x = _c(x)
+        lib.unary_act(x.ctypes.data, out.ctypes.data, n, act)
 
     return Kernel(run, Dispatch.NATIVE, f"C {node.op.fn.value}", inplace=(0,),
                   bytes=nbytes(ins) + nbytes(outs), flops=n)
@@ -218,7 +222,8 @@ def gated(node, ins, outs, ctx):
     gate_first = int(node.op.gate_first)
 
     def run(h, out):
-        lib.gated(_c(h).ctypes.data, out.ctypes.data, rows, half, gate_first, act)
+        h = _c(h)
+        lib.gated(h.ctypes.data, out.ctypes.data, rows, half, gate_first, act)
 
     return Kernel(run, Dispatch.NATIVE, f"C gated {node.op.act.value}",
                   bytes=nbytes(ins) + nbytes(outs), flops=4 * _numel(outs[0]))
@@ -238,8 +243,9 @@ def rope(node, ins, outs, ctx):
     inter = int(node.op.interleaved)
 
     def run(xa, ca, sa, out):
-        lib.rope(_c(xa).ctypes.data, _c(ca).ctypes.data, _c(sa).ctypes.data, out.ctypes.data,
-                 outer, s, d, n_rot, inter)
+        xa, ca, sa = _c(xa), _c(ca), _c(sa)
+        lib.rope(xa.ctypes.data, ca.ctypes.data, sa.ctypes.data, out.ctypes.data, outer, s, d,
+                 n_rot, inter)
 
     return Kernel(run, Dispatch.NATIVE, "C rope", bytes=nbytes(ins) + nbytes(outs),
                   flops=3 * _numel(x))
