@@ -17,7 +17,7 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["matmul", "provider", "sgemm_address"]
+__all__ = ["matmul", "provider", "sgemm_address", "local_threads_address"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
@@ -41,8 +41,21 @@ def _mkl():
                                             ctypes.c_void_p, ctypes.c_int, ctypes.c_float,
                                             ctypes.c_void_p, ctypes.c_int]
         fn.restype = None
+        _LOCAL_THREADS[:] = [getattr(lib, "MKL_Set_Num_Threads_Local", None)]
         return fn
     return None
+
+
+_LOCAL_THREADS: list = []  # MKL's C-API MKL_Set_Num_Threads_Local, once MKL is loaded
+
+
+def local_threads_address() -> int | None:
+    """The address of MKL's `int MKL_Set_Num_Threads_Local(int n)` (the calling thread's GEMMs
+    use n threads, 0 = the global count; returns the previous setting), or None without MKL.
+    C kernels run small GEMMs on one thread with it."""
+    if _mkl() is None or not _LOCAL_THREADS or _LOCAL_THREADS[0] is None:
+        return None
+    return ctypes.cast(_LOCAL_THREADS[0], ctypes.c_void_p).value
 
 
 def sgemm_address() -> int | None:

@@ -13,6 +13,7 @@ those taps instead of two dense GEMMs. Other dtypes decline and run the referenc
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -101,6 +102,27 @@ def _epilogue(act: UnaryFn | None) -> tuple[int, UnaryFn | None]:
     return 0, act
 
 
+def _c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1):
+    """(run, bind) for a kernel that is one C call: `c_call(*arrays)` gives the C function and
+    its arguments (pointers, sizes) for C-contiguous arrays. `run` makes its inputs contiguous
+    on every call; `bind` computes the call once (the executor's arrays never move). An
+    activation the C epilogue lacks runs in NumPy on `arrays[out]` afterwards."""
+
+    def run(*arrays):
+        fn, args = c_call(*(_contiguous(a) for a in arrays))
+        fn(*args)
+        if numpy_act is not None:
+            np.copyto(arrays[out], numpy_act.apply(arrays[out]))
+
+    def bind(*arrays):
+        if numpy_act is not None or not all(a.flags.c_contiguous for a in arrays):
+            return partial(run, *arrays)
+        fn, args = c_call(*arrays)
+        return partial(fn, *args)
+
+    return {"run": run, "bind": bind}
+
+
 def _conv_kernel(node, ins, outs, act: UnaryFn | None) -> Kernel | None:
     lib = conv_native.lib()
     if lib is None or not is_f32(*ins, *outs):
@@ -110,25 +132,39 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None) -> Kernel | None:
     has_bias = len(ins) == 3
     what = act.value if act is not None else ("bias" if has_bias else "none")
     cost = {"flops": geo.flops(), "bytes": nbytes(ins) + nbytes(outs)}
+    out_at = len(ins)  # position of the output among the step's arrays
     if geo.depthwise:
         mult = geo.o // geo.c
 
         def depthwise(x, w, *rest):
-            out = rest[-1]
             b = rest[0] if has_bias else None
-            lib.depthwise(_ptr(_contiguous(x)), _ptr(_contiguous(w)), _ptr(b), _ptr(out), geo.n,
-                          geo.c, geo.h, geo.w, mult, *geo.window_args(), geo.ho, geo.wo,
-                          code)
-            if numpy_act is not None:
-                np.copyto(out, numpy_act.apply(out))
+            return lib.depthwise, (_ptr(x), _ptr(w), _ptr(b), _ptr(rest[-1]), geo.n, geo.c,
+                                   geo.h, geo.w, mult, *geo.window_args(), geo.ho, geo.wo, code)
 
-        return Kernel(depthwise, Dispatch.NATIVE, f"C depthwise conv (epilogue {what})", **cost)
+        return Kernel(**_c_kernel(depthwise, numpy_act, out_at), dispatch=Dispatch.NATIVE,
+                      name=f"C depthwise conv (epilogue {what})", **cost)
     og, cg, hw_out = geo.og, geo.cg, geo.ho * geo.wo
     k = cg * geo.kh * geo.kw
+    scratch = () if geo.direct else (((k, hw_out), _F32),)
+    name = ("1x1 conv: " if geo.direct else "im2col + ") + f"BLAS GEMM + C epilogue ({what})"
+    sgemm = blas.sgemm_address()
+    if sgemm is not None:  # the whole conv is one C call
+        single = blas.local_threads_address()
+
+        def conv_gemm(x, w, *rest):
+            b = rest[0] if has_bias else None
+            cols = None if geo.direct else rest[-1]
+            return lib.conv_gemm, (sgemm, single, _ptr(x), _ptr(w), _ptr(b),
+                                   _ptr(rest[out_at - 2]), _ptr(cols), geo.n, geo.c, geo.h,
+                                   geo.w, geo.o, geo.groups, *geo.window_args(), geo.ho,
+                                   geo.wo, int(geo.direct), code)
+
+        return Kernel(**_c_kernel(conv_gemm, numpy_act, out_at), dispatch=Dispatch.NATIVE,
+                      name=name.replace("BLAS GEMM", "MKL sgemm"), scratch=scratch, **cost)
     in_plane, in_group = geo.h * geo.w, cg * geo.h * geo.w
 
-    def gemm(x, w, *rest):
-        out = rest[len(ins) - 2]
+    def gemm(x, w, *rest):  # NumPy's matmul per image and group
+        out = rest[out_at - 2]
         b = rest[0] if has_bias else None
         x = _contiguous(x)
         filters = _contiguous(w).reshape(geo.groups, og, k)
@@ -148,11 +184,7 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None) -> Kernel | None:
         if numpy_act is not None:
             np.copyto(out, numpy_act.apply(out))
 
-    if geo.direct:
-        return Kernel(gemm, Dispatch.NATIVE, f"1x1 conv: BLAS GEMM + C epilogue ({what})",
-                      **cost)
-    return Kernel(gemm, Dispatch.NATIVE, f"im2col + BLAS GEMM + C epilogue ({what})",
-                  scratch=(((k, hw_out), _F32),), **cost)
+    return Kernel(gemm, Dispatch.NATIVE, name, scratch=scratch, **cost)
 
 
 @register_kernel(Conv2d)
@@ -210,11 +242,11 @@ def pool2d(node, ins, outs, ctx):
     (kh, kw), (sh, sw) = op.kernel, op.stride
     is_max = int(op.pool is PoolKind.MAX)
 
-    def run(x, out):
-        lib.pool2d(_ptr(_contiguous(x)), _ptr(out), n * c, h, w, kh, kw, sh, sw, op.padding[0],
-                   op.padding[1], ho, wo, is_max, int(op.count_include_pad))
+    def pool(x, out):
+        return lib.pool2d, (_ptr(x), _ptr(out), n * c, h, w, kh, kw, sh, sw, op.padding[0],
+                            op.padding[1], ho, wo, is_max, int(op.count_include_pad))
 
-    return Kernel(run, Dispatch.NATIVE, f"C {op.pool.value} pool",
+    return Kernel(**_c_kernel(pool), dispatch=Dispatch.NATIVE, name=f"C {op.pool.value} pool",
                   flops=n * c * ho * wo * kh * kw, bytes=nbytes(ins) + nbytes(outs))
 
 
@@ -224,11 +256,26 @@ def global_avg_pool(node, ins, outs, ctx):
         return None
     n, c, h, w = (int(d) for d in ins[0].dims)
 
-    def run(x, out):
-        np.mean(x.reshape(n * c, h * w), axis=1, out=out.reshape(n * c))
+    inv = _F32(1.0 / (h * w))
 
-    return Kernel(run, Dispatch.NATIVE, "NumPy mean over planes", flops=n * c * h * w,
-                  bytes=nbytes(ins) + nbytes(outs))
+    def run(x, out):
+        planes = out.reshape(n * c)
+        np.add.reduce(x.reshape(n * c, h * w), axis=1, out=planes)
+        planes *= inv
+
+    def bind(x, out):
+        if not x.flags.c_contiguous:
+            return partial(run, x, out)
+        rows, planes, add, mul = x.reshape(n * c, h * w), out.reshape(n * c), np.add, np.multiply
+
+        def call():
+            add.reduce(rows, axis=1, out=planes)
+            mul(planes, inv, out=planes)
+
+        return call
+
+    return Kernel(run, Dispatch.NATIVE, "NumPy sum over planes, scaled", flops=n * c * h * w,
+                  bytes=nbytes(ins) + nbytes(outs), bind=bind)
 
 
 @register_kernel(ResizeNearest2x)
@@ -268,17 +315,19 @@ def resize(node, ins, outs, ctx):
         rows, cols = op.indices(0, h), op.indices(1, w)
 
         def gather(x, out):
-            lib.gather2d(_ptr(_contiguous(x)), _ptr(out), n * c, h, w, ho, wo, _ptr(rows),
-                         _ptr(cols))
+            return lib.gather2d, (_ptr(x), _ptr(out), n * c, h, w, ho, wo, _ptr(rows),
+                                  _ptr(cols))
 
-        return Kernel(gather, Dispatch.NATIVE, "C nearest gather", **cost)
+        return Kernel(**_c_kernel(gather), dispatch=Dispatch.NATIVE, name="C nearest gather",
+                      **cost)
     hs, hw_ = resample_taps(op.weights(0, h))
     ws, ww = resample_taps(op.weights(1, w))
 
     def resample(x, out, tmp):
-        lib.resample(_ptr(_contiguous(x)), _ptr(out), _ptr(tmp), n * c, h, w, ho, wo, _ptr(ws),
-                     _ptr(ww), ww.shape[1], _ptr(hs), _ptr(hw_), hw_.shape[1])
+        return lib.resample, (_ptr(x), _ptr(out), _ptr(tmp), n * c, h, w, ho, wo, _ptr(ws),
+                              _ptr(ww), ww.shape[1], _ptr(hs), _ptr(hw_), hw_.shape[1])
 
     flops = 2 * n * c * (h * wo * ww.shape[1] + ho * wo * hw_.shape[1])
-    return Kernel(resample, Dispatch.NATIVE, f"C separable {op.mode.value} resampling",
+    return Kernel(**_c_kernel(resample), dispatch=Dispatch.NATIVE,
+                  name=f"C separable {op.mode.value} resampling",
                   scratch=(((n * c, h, wo), _F32),), flops=flops, **cost)

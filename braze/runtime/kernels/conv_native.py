@@ -96,6 +96,42 @@ void channel_epilogue(float* y, const float* bias, int64_t planes, int64_t chann
   }
 }
 
+typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float*, int, const float*,
+                         int, float, float*, int);
+typedef int (*local_threads_fn)(int);
+
+/* A whole conv in one call: per image and group, im2col into cols (skipped when `direct`: a
+   1x1 stride-1 unpadded conv reads the image as its columns), then the GEMM
+   y[i, g*og:(g+1)*og] [og, ho*wo] = w[g] [og, k] @ cols [k, ho*wo] through `sgemm`
+   (cblas_sgemm, row-major), then bias + activation in place. A GEMM of fewer than
+   GEMM_PARALLEL_MIN multiply-adds runs on the calling thread alone, set through MKL's
+   thread-local count (`local_threads`, may be NULL): waking a second thread for a 0.05 ms GEMM
+   costs more than it saves, and far more when the machine is busy. */
+#define GEMM_PARALLEL_MIN 4194304LL
+void conv_gemm(sgemm_fn sgemm, local_threads_fn local_threads, const float* x, const float* wt,
+               const float* bias, float* y, float* cols, int64_t n, int64_t c, int64_t h,
+               int64_t w, int64_t o, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
+               int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw, int64_t ho,
+               int64_t wo, int direct, int act) {
+  int64_t cg = c / groups, og = o / groups, k = cg * kh * kw, hw = ho * wo;
+  int single = local_threads != NULL && og * hw * k < GEMM_PARALLEL_MIN;
+  int before = single ? local_threads(1) : 0;
+  for (int64_t i = 0; i < n; i++) {
+    for (int64_t g = 0; g < groups; g++) {
+      const float* image = x + (i * c + g * cg) * h * w;
+      const float* src = image;
+      if (!direct) {
+        im2col(image, cols, cg, h, w, kh, kw, sh, sw, pt, pl, dh, dw, ho, wo);
+        src = cols;
+      }
+      sgemm(101, 111, 111, (int)og, (int)hw, (int)k, 1.0f, wt + g * og * k, (int)k, src,
+            (int)hw, 0.0f, y + (i * o + g * og) * hw, (int)hw);
+    }
+  }
+  if (single) local_threads(before);
+  if (bias || act) channel_epilogue(y, bias, n * o, o, hw, act);
+}
+
 /* Depthwise conv: output channel oc reads input channel oc / mult through its own kh x kw
    filter w[oc]; bias (may be NULL) and activation fused. */
 void depthwise(const float* x, const float* wt, const float* bias, float* y, int64_t n,
@@ -254,6 +290,7 @@ _SIGNATURES = {
     "col2im": [_P, _P] + [_I] * 13,
     "channel_epilogue": [_P, _P, _I, _I, _I, _INT],
     "depthwise": [_P, _P, _P, _P] + [_I] * 15 + [_INT],
+    "conv_gemm": [_P] * 7 + [_I] * 16 + [_INT, _INT],
     "pool2d": [_P, _P] + [_I] * 11 + [_INT, _INT],
     "resample": [_P, _P, _P, _I, _I, _I, _I, _I, _P, _P, _I, _P, _P, _I],
     "gather2d": [_P, _P, _I, _I, _I, _I, _I, _P, _P],
