@@ -8,7 +8,7 @@ outside them is exported as its decomposition instead.
 - fused_residual_rms_norm: SkipSimplifiedLayerNormalization
 - rms_norm alone: its decomposition (ORT's SimplifiedLayerNormalization sits in the default
   domain where onnx.checker rejects it; residual RMS norms use the contrib op above)
-- fused_attention_block (no rope, MHA, no softcap/window): Attention (packed QKV weights),
+- fused_attention_block (no rope, MHA, no softcap/window/qk-norm): Attention (packed QKV weights),
   then the output projection; attention: MultiHeadAttention; rope: RotaryEmbedding
 - fused_conv_bias_act: FusedConv (relu / sigmoid / tanh)
 
@@ -164,7 +164,7 @@ def attention(b, n, ins, target):
 def _block_ok(n, g, target):
     op = n.op
     return (_ort(target) and op.rope is RopeMode.NONE and op.num_heads == op.num_kv_heads
-            and op.softcap is None and op.mask in _ORT_MASKS)
+            and op.softcap is None and op.mask in _ORT_MASKS and op.qk_norm is None)
 
 
 @exporter(FusedAttentionBlock, accept=_block_ok)

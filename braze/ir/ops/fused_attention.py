@@ -16,6 +16,7 @@ from .attention import Attention, MaskKind, Rope
 from .elementwise import UnaryFn
 from .fused_simple import FusedMatMulBiasAct, FusedOp, FusedSwiGLU, _check_vector, norm_op
 from .linalg import MatMul
+from .norm import LayerNorm, RmsNorm
 
 if TYPE_CHECKING:
     from ..graph import Graph
@@ -41,15 +42,18 @@ class FusedAttentionBlock(FusedOp):
     """Multi-head self-attention with fused QKV and output projections.
 
     Inputs, in order: x [B, S, E], w_qkv [E, (Hq + 2*Hkv) * D], b_qkv (if `has_qkv_bias`),
-    w_o [Hq*D, E_out], b_o (if `has_out_bias`), cos and sin [S, n_rot // 2] (if `rope` is not
-    NONE), mask (if `mask` is CUSTOM or BIAS; additive, broadcastable to [B, Hq, S, S]).
+    w_o [Hq*D, E_out], b_o (if `has_out_bias`), the q and k norms' gamma / beta (if `qk_norm`
+    has them: q_norm_gamma, q_norm_beta, k_norm_gamma, k_norm_beta, each [D] per head or
+    [H*D] over the whole slice), cos and sin [S, n_rot // 2] (if `rope` is not NONE), mask (if
+    `mask` is CUSTOM or BIAS; additive, broadcastable to [B, Hq, S, S]).
     Output [B, S, E_out]. B and S may be symbolic.
 
     Meaning: qkv = x @ w_qkv (+ b_qkv); q, k, v are the consecutive slices of widths Hq*D,
-    Hkv*D, Hkv*D of its last axis, each reshaped to [B, S, H, D] and transposed to [B, H, S, D];
-    rope (if any) rotates q and k; attention with `mask` / `window` / `scale` / `softcap` (GQA
-    when Hkv < Hq); the result is transposed back, reshaped to [B, S, Hq*D], and projected by
-    w_o (+ b_o)."""
+    Hkv*D, Hkv*D of its last axis; `qk_norm` (a LayerNorm or RmsNorm over the last axis, if
+    any) normalizes q and k, each head alone (`qk_norm_per_head`) or the whole slice; each is
+    reshaped to [B, S, H, D] and transposed to [B, H, S, D]; rope (if any) rotates q and k;
+    attention with `mask` / `window` / `scale` / `softcap` (GQA when Hkv < Hq); the result is
+    transposed back, reshaped to [B, S, Hq*D], and projected by w_o (+ b_o)."""
 
     kind = "fused_attention_block"
     num_heads: int
@@ -63,10 +67,16 @@ class FusedAttentionBlock(FusedOp):
     n_rot: int | None = None
     has_qkv_bias: bool = True
     has_out_bias: bool = True
+    qk_norm: LayerNorm | RmsNorm | None = None
+    qk_norm_per_head: bool = True
 
     def input_roles(self) -> tuple[str, ...]:
         roles = ["x", "w_qkv"] + ["b_qkv"] * self.has_qkv_bias + ["w_o"]
         roles += ["b_o"] * self.has_out_bias
+        if self.qk_norm is not None:
+            for t in ("q", "k"):
+                roles += [f"{t}_norm_gamma"] * self.qk_norm.has_gamma
+                roles += [f"{t}_norm_beta"] * self.qk_norm.has_beta
         if self.rope is not RopeMode.NONE:
             roles += ["cos", "sin"]
         if self.mask.takes_input:
@@ -110,12 +120,27 @@ class FusedAttentionBlock(FusedOp):
             _check_vector(self.kind, "b_o", r["b_o"], e_out, x.dtype)
         q = Shape((b, hq, s, d), x.dtype)
         kv = Shape((b, hkv, s, d), x.dtype)
+        if self.qk_norm is not None:
+            self._infer_qk_norm(r, b, s)
         if self.rope_op is not None:
             self.rope_op.infer((q, r["cos"], r["sin"]))
             self.rope_op.infer((kv, r["cos"], r["sin"]))
         extra = (r["mask"],) if self.mask.takes_input else ()
         self.attention_op.infer((q, kv, kv) + extra)
         return Shape((b, s, e_out), x.dtype)
+
+    def _infer_qk_norm(self, r: dict, b, s) -> None:
+        norm, d = self.qk_norm, self.head_dim
+        require(isinstance(norm, (LayerNorm, RmsNorm)) and norm.axis == -1,
+                f"{self.kind} qk_norm must be a LayerNorm or RmsNorm over axis -1, got {norm}")
+        for t, h in (("q", self.num_heads), ("k", self.num_kv_heads)):
+            dims = (b, s, h, d) if self.qk_norm_per_head else (b, s, h * d)
+            params = tuple(r[k] for k in (f"{t}_norm_gamma", f"{t}_norm_beta") if k in r)
+            norm.infer((Shape(dims, r["x"].dtype),) + params)
+
+    def _normed(self, g: Graph, t: Value, r: dict, role: str) -> Value:
+        params = [r[k] for k in (f"{role}_norm_gamma", f"{role}_norm_beta") if k in r]
+        return g.add_node(self.qk_norm, [t, *params])[0]
 
     def decompose(self, g: Graph, ins: Sequence[Value]) -> Value:
         r = self.named(ins)
@@ -126,11 +151,18 @@ class FusedAttentionBlock(FusedOp):
         if self.has_qkv_bias:
             qkv = g.add(qkv, r["b_qkv"])
 
-        def heads(start: int, h: int) -> Value:
+        def heads(start: int, h: int, role: str) -> Value:
             t = g.narrow(qkv, -1, start, h * d)
-            return g.transpose(g.reshape(t, (b, s, h, d)), (0, 2, 1, 3))
+            normed = self.qk_norm is not None and role != "v"
+            if normed and not self.qk_norm_per_head:
+                t = self._normed(g, t, r, role)
+            t = g.reshape(t, (b, s, h, d))
+            if normed and self.qk_norm_per_head:
+                t = self._normed(g, t, r, role)
+            return g.transpose(t, (0, 2, 1, 3))
 
-        q, k, v = heads(0, hq), heads(hq * d, hkv), heads((hq + hkv) * d, hkv)
+        q, k = heads(0, hq, "q"), heads(hq * d, hkv, "k")
+        v = heads((hq + hkv) * d, hkv, "v")
         if self.rope is not RopeMode.NONE:
             inter = self.rope is RopeMode.INTERLEAVED
             q = g.rope(q, r["cos"], r["sin"], interleaved=inter, n_rot=self.n_rot)

@@ -1,12 +1,16 @@
-"""FuseAttentionBlock: QKV projection -> head split -> optional rope on q and k -> attention ->
-head merge -> output projection, into one FusedAttentionBlock. The QKV projection is one matmul
+"""FuseAttentionBlock: QKV projection -> head split (with an optional LayerNorm / RMSNorm of q
+and k, per head or over the whole projection) -> optional rope on q and k -> attention -> head
+merge -> output projection, into one FusedAttentionBlock. The QKV projection is one matmul
 narrowed three ways (GPT-2 c_attn, shared-input fusion) or three matmuls of one input."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
 from ...ir.ops.attention import Attention
 from ...ir.ops.fused import FusedAttentionBlock, FusedMatMulBiasAct, RopeMode
+from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.shape import Narrow, Reshape, Transpose
 from ...rewrite import Miss, MissReason, P, Rule, V, fail
 from .checks import target_claims
@@ -30,11 +34,20 @@ def projection(src, role: str, name: str | None = None):
             | P.of(FusedMatMulBiasAct, src, w, act=None, name=name))
 
 
+def _qk_norm(src, role: str):
+    """A LayerNorm / RMSNorm of q or k (with gamma and beta, one of them, or none)."""
+    name, kinds = f"norm_{role}", (LayerNorm, RmsNorm)
+    return (P.of(kinds, src, V(f"norm_a_{role}"), V(f"norm_b_{role}"), name=name)
+            | P.of(kinds, src, V(f"norm_a_{role}"), name=name) | P.of(kinds, src, name=name))
+
+
 def heads(src, role: str, rotated: bool):
-    """[B, S, H*D] -> reshape [B, S, H, D] -> transpose [B, H, S, D] (-> rope, for q and k)."""
-    split = P.of(Transpose, P.of(Reshape, src, name=f"reshape_{role}"), name=f"split_{role}")
+    """[B, S, H*D] (-> norm) -> reshape [B, S, H, D] (-> norm) -> transpose [B, H, S, D]
+    (-> rope); q and k may be normalized (once), v never is, and rope rotates q and k."""
     if not rotated:
-        return split
+        return P.of(Transpose, P.of(Reshape, src, name=f"reshape_{role}"), name=f"split_{role}")
+    reshape = P.of(Reshape, _qk_norm(src, role) | src, name=f"reshape_{role}")
+    split = P.of(Transpose, _qk_norm(reshape, role) | reshape, name=f"split_{role}")
     return P.rope(split, V(f"cos_{role}"), V(f"sin_{role}"), name=f"rope_{role}") | split
 
 
@@ -160,6 +173,38 @@ def rope_on_q_and_k(m, ctx) -> Miss | None:
     return None
 
 
+def qk_norms_match(m, ctx) -> Miss | None:
+    """q and k are normalized alike or not at all: one norm op (kind, eps, gamma / beta), over
+    the last axis only, at the same place (per head, or the whole projection slice)."""
+    nq, nk = m.nodes.get("norm_q"), m.nodes.get("norm_k")
+    if nq is None and nk is None:
+        return None
+    if nq is None or nk is None:
+        return fail(MissReason.PATTERN_MISMATCH,
+                    hint="FusedAttentionBlock normalizes q and k alike; a norm of only one "
+                         "stays unfused.",
+                    detail=f"only {'q' if nk is None else 'k'} is normalized")
+    for r, node in (("q", nq), ("k", nk)):
+        rank = node.outputs[0].rank
+        if node.op.axis % rank != rank - 1:
+            return fail(MissReason.AXIS_MISMATCH,
+                        hint="FusedAttentionBlock normalizes q and k over their last axis.",
+                        detail=f"{r} norm reduces axes from {node.op.axis} of a rank-{rank} "
+                               "value, not the last axis alone")
+    if replace(nq.op, axis=-1) != replace(nk.op, axis=-1):
+        return fail(MissReason.PATTERN_MISMATCH, detail=f"q norm {nq.op} differs from k {nk.op}")
+    if _per_head(m, "q") != _per_head(m, "k"):
+        return fail(MissReason.PATTERN_MISMATCH,
+                    detail="q is normalized per head and k over the whole projection, or the "
+                           "reverse")
+    return None
+
+
+def _per_head(m, role: str) -> bool:
+    """Whether `role`'s norm reads the head split (else the projection before it)."""
+    return m.nodes[f"norm_{role}"].inputs[0] == m.nodes[f"reshape_{role}"].value
+
+
 # -- replacement --------------------------------------------------------------------------------
 def concat_projections(b, m, weights, biases, widths):
     """One projection from several of one input: weights side by side on their output columns
@@ -182,6 +227,9 @@ def _rope_mode(node) -> RopeMode:
     return RopeMode.INTERLEAVED if node.op.interleaved else RopeMode.ROTATE_HALF
 
 
+_NORM_ARGS = {r: (f"norm_a_{r}", f"norm_b_{r}") for r in ("q", "k")}
+
+
 def _build(b, m):
     _, _, hq, d = m.op("reshape_q").dims
     hkv = m.op("reshape_k").dims[2]
@@ -199,11 +247,19 @@ def _build(b, m):
     ins.update(w_o=get("w_o"), b_o=get("b_o"), cos=get("cos_q"), sin=get("sin_q"),
                mask=get("mask"))
     attn, rope = m.op("attn"), m.nodes.get("rope_q")
+    norm = m.nodes.get("norm_q")
+    if norm is not None:
+        for r in ("q", "k"):  # the norm's gamma / beta, in its input order
+            present = [name for name, has in (("gamma", norm.op.has_gamma),
+                                              ("beta", norm.op.has_beta)) if has]
+            ins.update({f"{r}_norm_{p}": get(v) for p, v in zip(present, _NORM_ARGS[r])})
     op = FusedAttentionBlock(
         num_heads=hq, num_kv_heads=hkv, head_dim=d, mask=attn.mask, window=attn.window,
         scale=attn.scale, softcap=attn.softcap, rope=_rope_mode(rope),
         n_rot=None if rope is None else rope.op.n_rot, has_qkv_bias=ins["b_qkv"] is not None,
-        has_out_bias=ins["b_o"] is not None)
+        has_out_bias=ins["b_o"] is not None,
+        qk_norm=None if norm is None else replace(norm.op, axis=-1),
+        qk_norm_per_head=norm is None or _per_head(m, "q"))
     return b.add_node(op, [ins[r] for r in op.input_roles()])[0]
 
 
@@ -293,7 +349,7 @@ FUSE_ATTENTION_BLOCK = Rule(
     _build,
     pattern=_pattern,
     checks=(target_claims("fused_attention_block"), reads_one_input, projections_fit,
-            head_split_perms, head_shapes, rope_on_q_and_k),
+            head_split_perms, head_shapes, rope_on_q_and_k, qk_norms_match),
     anchor=lambda op: op.kind == "attention",
     explain=_explain_attention,
     produces="fused_attention_block",

@@ -141,6 +141,19 @@ class _Heads:
                            self.softcap, self.causal, self.window, m, tuple(mst), scratch)
 
 
+def _qk_norm_in_place(op: FusedAttentionBlock, qkv: np.ndarray, r: dict) -> None:
+    """Normalize the q and k slices of the packed [B, S, width] projection in place (per head
+    or over each whole slice), with the op's own norm reference."""
+    b, s, _ = qkv.shape
+    d = op.head_dim
+    for role, start, h in (("q", 0, op.num_heads), ("k", op.num_heads * d, op.num_kv_heads)):
+        part = qkv[:, :, start:start + h * d]
+        if op.qk_norm_per_head:
+            part = part.reshape(b, s, h, d)  # splits the unit-stride axis: still a view
+        params = [r[k] for k in (f"{role}_norm_gamma", f"{role}_norm_beta") if k in r]
+        part[...] = op.qk_norm.reference(part, *params)
+
+
 @register_kernel(FusedAttentionBlock)
 def attention_block(node, ins, outs, ctx):
     lib = native.lib()
@@ -173,6 +186,8 @@ def attention_block(node, ins, outs, ctx):
             out = arrays[len(roles)]
             qkv, merged, scratch = arrays[len(roles) + 1:]
             _projection(lib, _c(r["x"]), r["w_qkv"], qkv, r.get("b_qkv"), packed_qkv)
+            if op.qk_norm is not None:
+                _qk_norm_in_place(op, qkv, r)
             if op.rope is not RopeMode.NONE:
                 heads_c.rope_packed(qkv, _c(r["cos"]), _c(r["sin"]), hq + hkv, d, n_rot,
                                     bool(inter))
@@ -201,6 +216,8 @@ def attention_block(node, ins, outs, ctx):
             b_qkv = _c(r["b_qkv"])
             lib.bias_act(qkv.ctypes.data, b_qkv.ctypes.data,
                          b * s, width, 0)
+        if op.qk_norm is not None:
+            _qk_norm_in_place(op, qkv, r)
         heads = [(q, 0, hq), (k, hq * d, hkv), (v, (hq + hkv) * d, hkv)]
         for dst, start, h in heads:
             np.copyto(dst, qkv[:, :, start:start + h * d].reshape(b, s, h, d)
