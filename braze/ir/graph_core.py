@@ -176,6 +176,37 @@ class GraphCore:
             self.param_ids.append(vals[0].node)
         return vals
 
+    def copy_node(self, node: Node, inputs: tuple[Value, ...]) -> tuple[Value, ...]:
+        """`clone_node` for graph rebuilds that know each new input has the old input's type
+        (a copy of it, or a replacement checked to keep it): nothing is re-checked or
+        re-inferred. Keeps the op, name (unless taken), provenance and output types."""
+        nid = len(self.nodes)
+        name = node.name
+        if name is not None:
+            if name in self._names:
+                name = None
+            else:
+                self._names[name] = nid
+        self.nodes.append(Node(nid, node.op, inputs, node.outputs, name, node.provenance))
+        self._users.append([])
+        users = self._users
+        if len(inputs) == 1:
+            v = inputs[0]
+            users[v.node].append((nid, v.index))
+        elif inputs:
+            for i, v in enumerate(inputs):
+                if i == 0 or v not in inputs[:i]:
+                    users[v.node].append((nid, v.index))
+        if node.op.source:
+            kind = node.op.kind
+            if kind == "input":
+                self.input_ids.append(nid)
+            elif kind == "param":
+                self.param_ids.append(nid)
+        if len(node.outputs) == 1:
+            return (Value(nid, 0),)
+        return tuple(Value(nid, i) for i in range(len(node.outputs)))
+
     def _same_types(self, new: tuple[Value, ...], old: tuple[Value, ...], source: GraphCore
                     ) -> bool:
         if len(new) != len(old):

@@ -30,8 +30,9 @@ def dead_code_elimination(g: Graph, ctx: RewriteContext | None = None) -> tuple[
     new = Graph(g.name, record_provenance=False)
     vmap: dict[Value, Value] = {}
     for node in g.nodes:
-        if live[node.id]:
-            vmap.update(zip(node.values, new.clone_node(node, [vmap[v] for v in node.inputs], g)))
+        if live[node.id]:  # copies of copies: the types are the old ones
+            ins = tuple([vmap[v] for v in node.inputs])
+            vmap.update(zip(node.values, new.copy_node(node, ins)))
     kept = {n.op.name for n in new.params}
     new.weights = g.weights.carry(kept)
     new.set_outputs([vmap[v] for v in g.outputs])
@@ -55,7 +56,7 @@ def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None
         if first is not None:
             vmap.update(zip(node.values, (vmap[v] for v in g.nodes[first].values)))
             continue
-        vmap.update(zip(node.values, new.clone_node(node, [vmap[v] for v in node.inputs], g)))
+        vmap.update(zip(node.values, new.copy_node(node, tuple([vmap[v] for v in node.inputs]))))
     new.weights = g.weights.carry()
     new.set_outputs([vmap[v] for v in g.outputs])
     return new, True

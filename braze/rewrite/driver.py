@@ -154,12 +154,18 @@ class RootDispatch:
     def __init__(self, rules: Sequence[Rule]):
         self.rules = tuple(rules)
         self._memo: dict[tuple[type, str], tuple[Rule, ...]] = {}
+        # per op object too: rebuilt graphs share their ops, and an op's label may be computed
+        self._by_op: dict[int, tuple[object, tuple[Rule, ...]]] = {}
 
     def candidates(self, op) -> tuple[Rule, ...]:
+        seen = self._by_op.get(id(op))
+        if seen is not None and seen[0] is op:
+            return seen[1]
         key = (type(op), op.label)
         hit = self._memo.get(key)
         if hit is None:
             hit = self._memo[key] = tuple(r for r in self.rules if _admits(r.root_kinds, op))
+        self._by_op[id(op)] = (op, hit)
         return hit
 
 
@@ -344,10 +350,11 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
         if first in vmap:  # copied, or provided by a match that captured it
             return
         try:  # nodes come in topological order: inputs are usually copied already
-            ins = [vmap[v] for v in node.inputs]
+            ins = tuple([vmap[v] for v in node.inputs])
         except KeyError:
-            ins = [resolve(v) for v in node.inputs]
-        outs = new.clone_node(node, ins, g)
+            ins = tuple([resolve(v) for v in node.inputs])
+        # every value in vmap has its old type (copies; replacements pass check_provided)
+        outs = new.copy_node(node, ins)
         if len(outs) == 1:
             vmap[first] = outs[0]
         else:

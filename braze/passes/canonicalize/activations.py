@@ -92,16 +92,21 @@ def _cone_to(g, root, x) -> set[int] | None:
 _TRANSCENDENTAL = frozenset({UnaryFn.ERF, UnaryFn.TANH, UnaryFn.SIGMOID, UnaryFn.EXP})
 
 
-def _worth_probing(g, members: set[int], root) -> bool:
+def _has_transcendental(g, members: set[int]) -> bool:
     ops = [g.nodes[i].op for i in members]
-    return any(isinstance(op, Unary) and op.fn in _TRANSCENDENTAL for op in ops) or (
-        len(members) == 1 and _is_max(root))
+    return any(isinstance(op, Unary) and op.fn in _TRANSCENDENTAL for op in ops)
+
+
+def _worth_probing(g, members: set[int], root) -> bool:
+    return _has_transcendental(g, members) or (len(members) == 1 and _is_max(root))
 
 
 def _cones(g, root):
     """Candidate (members, x) cones under root, the largest first: x is an input of the
     smooth region (farthest first) such that the cone is a function of x alone."""
     region = _region(g, root)
+    if len(region) < MAX_CONE and not _is_max(root) and not _has_transcendental(g, region):
+        return  # the whole region is seen: no cone in it is worth probing
     leaves = []
     for nid in sorted(region):
         for v in g.nodes[nid].inputs:

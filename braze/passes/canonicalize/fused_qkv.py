@@ -117,16 +117,18 @@ def _clone(sub, g, v, memo: dict):
 
 def _feeds_attention(g, node) -> bool:
     """Every reader of node is an attention (as q, k or v) or a rope on the way to one."""
+    if not any(_reads_as_qkv(u, node.value) for u in g.users(node.value)):
+        return False  # the cheap test first: most values feed no attention
     users = live_users(g, node.value)
     if not users or g.is_output(node.value):
         return False
-    for u in users:
-        if isinstance(u.op, Attention) and node.value in u.inputs[:3]:
-            continue
-        if isinstance(u.op, Rope) and u.inputs[0] == node.value:
-            continue
-        return False
-    return True
+    return all(_reads_as_qkv(u, node.value) for u in users)
+
+
+def _reads_as_qkv(u, v) -> bool:
+    if isinstance(u.op, Attention):
+        return v in u.inputs[:3]
+    return isinstance(u.op, Rope) and u.inputs[0] == v
 
 
 def _columns(g, chain, src) -> tuple[np.ndarray, bool] | None:

@@ -48,10 +48,21 @@ __all__ = ["SIMPLIFY_RULES", "AlgebraicSimplify", "simplify", "simplify_with_sta
 
 # -- what the patterns capture ----------------------------------------------------------------
 def _constant_where(test: Callable[[np.ndarray], np.ndarray]):
-    """A Var predicate: the value is a non-empty constant whose every element passes `test`."""
+    """A Var predicate: the value is a non-empty constant whose every element passes `test`.
+    The answer is kept per Constant op (rebuilt graphs share their ops), so a large constant
+    is scanned once, not once per sweep."""
+    seen: dict[int, tuple[Constant, bool]] = {}
+
     def where(g, v) -> bool:
         op = g.nodes[v.node].op
-        return isinstance(op, Constant) and op.value.size > 0 and bool(np.all(test(op.value)))
+        if not isinstance(op, Constant):
+            return False
+        hit = seen.get(id(op))
+        if hit is None or hit[0] is not op:
+            if len(seen) >= 4096:
+                seen.clear()
+            hit = seen[id(op)] = (op, op.value.size > 0 and bool(np.all(test(op.value))))
+        return hit[1]
     return where
 
 
