@@ -16,7 +16,7 @@ import numpy as np
 from ...ir.dtypes import DType, bool_, f32, i64
 from ...ir.symbolic import SymDim
 
-__all__ = ["Known", "NotFoldable", "FOLDERS", "is_symbolic_array", "as_dims"]
+__all__ = ["Known", "NotFoldable", "FOLDERS", "is_symbolic_array", "as_dims", "scatter_nd"]
 
 
 class NotFoldable(Exception):
@@ -316,6 +316,38 @@ def _expand(attrs, ins, opset):
     shape = [int(v) for v in ins[1].ints()]
     out = np.broadcast_shapes(ins[0].array.shape, tuple(shape))
     return [Known(np.broadcast_to(ins[0].array, out).copy(), ins[0].dtype)]
+
+
+_SCATTER_REDUCE = {"none": None, "add": np.add, "mul": np.multiply, "max": np.maximum,
+                   "min": np.minimum}
+
+
+def scatter_nd(data: np.ndarray, indices: np.ndarray, updates: np.ndarray,
+               reduction: str = "none") -> np.ndarray:
+    """ONNX ScatterND in NumPy: a copy of `data` with the slices that `indices` names replaced
+    by (or combined with) `updates`."""
+    if reduction not in _SCATTER_REDUCE:
+        raise ValueError(f"ScatterND reduction {reduction!r}; known: {sorted(_SCATTER_REDUCE)}")
+    out = np.array(data, copy=True)
+    index = np.asarray(indices).astype(np.int64)
+    k = index.shape[-1]
+    index = index.reshape(-1, k)
+    rows = np.asarray(updates).reshape((index.shape[0],) + out.shape[k:])
+    combine = _SCATTER_REDUCE[reduction]
+    for where, value in zip(map(tuple, index), rows):
+        out[where] = value if combine is None else combine(out[where], value)
+    return out
+
+
+@folder("ScatterND")
+def _scatter_nd(attrs, ins, opset):
+    """ScatterND of compile-time tensors (index tables built from aranges and written into by
+    slice assignment, as BEiT's relative position index is); braze has no run-time scatter."""
+    if any(k is None or k.symbolic for k in ins):
+        raise NotFoldable("symbolic or missing inputs")
+    data, idx, upd = ins
+    out = scatter_nd(data.array, idx.array, upd.array, attrs.get("reduction", "none"))
+    return [Known(out.astype(data.array.dtype), data.dtype)]
 
 
 def numeric(array: np.ndarray, dtype: DType) -> Known:

@@ -1,6 +1,7 @@
 """ONNX data-movement and shape ops: Constant, Shape, Size, Reshape, Flatten, Transpose,
 Squeeze, Unsqueeze, Concat, Split (into narrows), Slice (narrows, or strided slices), Gather,
-GatherElements, Expand (ONNX's two-way broadcast), Tile, ConstantOfShape, Range, Trilu.
+GatherElements, Expand (ONNX's two-way broadcast), Tile, ConstantOfShape, Range, Trilu, GatherND,
+ScatterND (compile-time values only).
 
 Shape-valued inputs (Reshape targets, Slice bounds, ...) must be known at import time; they
 may hold symbolic dims (`SymDim`)."""
@@ -11,10 +12,11 @@ import math
 import numpy as np
 
 from ....ir.dtypes import f32, i64
+from ....ir.ops.io import Constant, Param
 from ....ir.symbolic import SymDim
 from ..context import ImportContext, NodeView, converter
 from ..dtypes import braze_dtype, tensor_array
-from ..known import Known, scalar_known
+from ..known import Known, scalar_known, scatter_nd
 
 _BIG = 1 << 40  # Slice ends at or beyond this mean "to the end"
 CONST_FOLD_ELEMENTS = 1 << 16
@@ -368,3 +370,31 @@ def gather_nd(ctx, node):
         stride = stride * n_batch
     flat = g.reshape(data, (stride.to_dim(),) + tuple(dims[b + k:]))
     return [g.gather(flat, linear, 0)]
+
+
+@converter("ScatterND")
+def scatter_nd_(ctx, node):
+    """ScatterND whose inputs are all stored (weights, constants) becomes a constant; one of
+    compile-time values only folds earlier (known.py). braze has no run-time scatter op."""
+    arrays = []
+    for i in range(3):
+        k = ctx.known(node, i)
+        arrays.append(k.array if k is not None and not k.symbolic
+                      else _stored(ctx, ctx.value(node, i)))
+    if any(a is None for a in arrays):
+        raise ctx.fail(node, "ScatterND is supported only on values known at import time "
+                             "(weights, constants, index tables built from shapes and ranges); "
+                             "this one reads a value computed at run time. Export the model "
+                             "with the scattered tensor precomputed (a buffer), or write the "
+                             "update as Where / Concat")
+    data = ctx.value(node, 0)
+    out = scatter_nd(*arrays, node.attr("reduction", "none"))
+    return [ctx.g.constant(out.astype(ctx.dtype(data).np), ctx.dtype(data))]
+
+
+def _stored(ctx, v):
+    """The stored array of a weight or constant value; None for a value computed at run time."""
+    op = ctx.g.node(v).op
+    if isinstance(op, Param):
+        return ctx.g.weights.get(op.name)
+    return op.value if isinstance(op, Constant) else None

@@ -1,7 +1,8 @@
 """Shape ATen ops: view / reshape, permute / transpose, expand, (un)squeeze, flatten, slice,
-select, narrow, cat / stack, split / chunk / unbind, repeat, flip, roll and padding. Targets hold
-SymDims (folded size arithmetic), so symbolic dims survive; a slice whose start depends on the
-sizes becomes a gather of a range."""
+select, narrow, cat / stack, split / chunk / unbind, repeat, flip, roll, padding, and slice
+assignment (slice_scatter and copy: the untouched parts concatenated around the source).
+Targets hold SymDims (folded size arithmetic), so symbolic dims survive; a slice whose start
+depends on the sizes becomes a gather of a range."""
 from __future__ import annotations
 
 from ....ir.dtypes import i64
@@ -328,3 +329,39 @@ def pad(ctx, c):
     if mode not in modes:
         raise ctx.fail(f"pad mode {mode!r} is not supported (constant, reflect, replicate)")
     return _apply_pads(ctx, x, pairs, float(c.get("value", 0.0)), modes[mode])
+
+
+def _write_range(ctx, x, src, axis: int, start):
+    """`x` with the elements start .. start + len(src) along `axis` replaced by `src`: a concat
+    of the parts of `x` before and after around `src` (slice assignment, step 1)."""
+    size = SymDim.of(ctx.dims(x)[axis])
+    length = SymDim.of(ctx.dims(src)[axis])
+    end = start + length
+    parts = []
+    if start != 0:
+        parts.append(take_range(ctx, x, axis, 0, start))
+    parts.append(src)
+    if end != size:
+        parts.append(take_range(ctx, x, axis, end, size - end))
+    return parts[0] if len(parts) == 1 else ctx.g.concat(parts, axis)
+
+
+@converter("aten.slice_scatter.default")
+def slice_scatter(ctx, c):
+    """`x[..., start:end, ...] = src` along `dim` (what `t[1:, 1:] = v` becomes)."""
+    x = ctx.value(c["self"])
+    src = ctx.value(c["src"], ctx.dtype(x))
+    axis = ctx.axis(ctx.static_int(c.get("dim", 0), "dim"), ctx.rank(x))
+    if ctx.static_int(c.get("step", 1), "slice step") != 1:
+        raise ctx.fail("slice_scatter with a step other than 1 is not supported; write the "
+                       "strided update as a Where over a mask")
+    start = _norm_bound(ctx, c.args.get("start"), ctx.dims(x)[axis], 0)
+    return _write_range(ctx, x, src, axis, start)
+
+
+@converter("aten.copy.default")
+def copy(ctx, c):
+    """`copy(self, src)`: src broadcast to self's shape, in self's dtype."""
+    x = ctx.value(c["self"])
+    src = ctx.value(c["src"], ctx.dtype(x))
+    return src if ctx.dims(src) == ctx.dims(x) else ctx.g.expand(src, ctx.dims(x))
