@@ -117,8 +117,7 @@ def _c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1):
     def bind(*arrays):
         if numpy_act is not None or not all(a.flags.c_contiguous for a in arrays):
             return partial(run, *arrays)
-        fn, args = c_call(*arrays)
-        return partial(fn, *args)
+        return conv_native.packed_call(*c_call(*arrays))
 
     return {"run": run, "bind": bind}
 

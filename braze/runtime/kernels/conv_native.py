@@ -9,10 +9,12 @@ from __future__ import annotations
 import ctypes
 from functools import cache
 
+import numpy as np
+
 from ...ir.ops.elementwise import UnaryFn
 from ..codegen import cc
 
-__all__ = ["lib", "ACTIVATIONS"]
+__all__ = ["lib", "ACTIVATIONS", "packed_call"]
 
 # The activations the C epilogue applies (code passed as `act`); others run in NumPy after it.
 ACTIVATIONS = {None: 0, UnaryFn.RELU: 1, UnaryFn.HARD_SWISH: 2, UnaryFn.SIGMOID: 3,
@@ -297,16 +299,44 @@ _SIGNATURES = {
 }
 
 
+def _packed_wrappers() -> str:
+    """For each function F, `F_packed(const int64_t* a)`: F called with its arguments read from
+    one array of words (pointers and sizes). A bound step passes one pointer through ctypes
+    instead of converting up to 25 Python ints on every call."""
+    out = []
+    for name, args in _SIGNATURES.items():
+        cast = ["(void*)(intptr_t)" if t is _P else "(int)" if t is _INT else ""
+                for t in args]
+        call = ", ".join(f"{c}a[{i}]" for i, c in enumerate(cast))
+        out.append(f"void {name}_packed(const int64_t* a) {{ {name}({call}); }}")
+    return "\n".join(out) + "\n"
+
+
 @cache
 def lib():
     """The compiled conv-family library, or None when no C compiler is available."""
     if not cc.available():
         return None
     try:
-        so = cc.compile_c(SOURCE, "braze_conv")
+        so = cc.compile_c(SOURCE + _packed_wrappers(), "braze_conv")
     except cc.CompileError:
         return None
     for name, args in _SIGNATURES.items():
         getattr(so, name).argtypes = args
         getattr(so, name).restype = None
+        getattr(so, name + "_packed").argtypes = [_P]
+        getattr(so, name + "_packed").restype = None
     return so
+
+
+def packed_call(fn, args: tuple):
+    """A zero-argument call of C function `fn` (from `lib()`) with `args` (ints or None) fixed:
+    the arguments are packed once into an int64 array that `fn`'s `_packed` twin reads."""
+    words = np.array([0 if a is None else int(a) for a in args], dtype=np.int64)
+    twin, address = getattr(lib(), fn.__name__ + "_packed"), words.ctypes.data
+
+    def call():
+        twin(address)
+
+    call.words = words  # keeps the array alive as long as the call
+    return call
