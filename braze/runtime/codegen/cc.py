@@ -1,7 +1,12 @@
 """Compile C source with the system compiler into a shared library, cached on disk by the
-source's hash (as TorchInductor's CPU backend does): `-O3 -march=native -ffast-math -fopenmp`,
-so glibc's libmvec vectorizes expf / tanhf / erff. No compiler: `available()` is False and the
-executor keeps its NumPy kernels.
+source's hash, the flags and this machine (compiler and CPU: `-march=native` code must not
+travel to another CPU through a shared home directory), as TorchInductor's CPU backend does.
+`FLAGS` (`-O3 -march=native -ffast-math -fopenmp`) let glibc's libmvec vectorize expf / tanhf /
+erff in the native kernels; `PRECISE_FLAGS` keep IEEE NaN / inf semantics for code that brings
+its own vector math (the generated element-wise regions). Libraries are linked without
+-ffast-math: GCC before 13 otherwise links crtfastmath.o into the .so, whose constructor turns
+on flush-to-zero for the whole process when it loads (NumPy's denormals then read as 0). No
+compiler: `available()` is False and the executor keeps its NumPy kernels.
 
 The cache lives in $BRAZE_CACHE_DIR, else ~/.cache/braze/kernels; a file lock makes concurrent
 processes build a library once."""
@@ -11,16 +16,20 @@ import ctypes
 import fcntl
 import hashlib
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
 from functools import cache
 from pathlib import Path
 
-__all__ = ["available", "compile_c", "cache_dir", "FLAGS", "CompileError", "simd_math_decls",
-           "PARALLEL_MIN_ELEMENTS", "parallel_min_define"]
+__all__ = ["available", "compile_c", "cache_dir", "FLAGS", "PRECISE_FLAGS", "CompileError",
+           "simd_math_decls", "PARALLEL_MIN_ELEMENTS", "parallel_min_define"]
 
-FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-shared", "-std=c11")
+FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11")
+PRECISE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
+                 "-ffp-contract=fast", "-fopenmp", "-fPIC", "-std=gnu11")
+_LINK_FLAGS = ("-shared", "-fopenmp")
 _LOADED: dict[str, ctypes.CDLL] = {}
 
 
@@ -60,14 +69,20 @@ def simd_math_decls() -> str:
     under AVX2) in `omp simd` loops; math.h declares expf / tanhf that way but not erff, which
     stayed a scalar call (GELU's epilogue ran at a third of the GEMM's speed). Empty on other
     C libraries, where erff stays scalar."""
+    if glibc_version() < (2, 35):
+        return ""
+    return "#pragma omp declare simd notinbranch\nfloat erff(float);\n"
+
+
+@cache
+def glibc_version() -> tuple[int, int]:
+    """(major, minor) of the running glibc; (0, 0) on other C libraries."""
     try:
         name, version = os.confstr("CS_GNU_LIBC_VERSION").split()
         major, minor = (int(x) for x in version.split(".")[:2])
     except (ValueError, OSError, AttributeError):
-        return ""
-    if name != "glibc" or (major, minor) < (2, 35):
-        return ""
-    return "#pragma omp declare simd notinbranch\nfloat erff(float);\n"
+        return (0, 0)
+    return (major, minor) if name == "glibc" else (0, 0)
 
 
 def cache_dir() -> Path:
@@ -77,8 +92,30 @@ def cache_dir() -> Path:
     return d
 
 
-def compile_c(source: str, name: str = "kernel") -> ctypes.CDLL:
-    """The loaded library built from `source` (compiled once per source text, per machine).
+@cache
+def machine_tag() -> str:
+    """What `-march=native` code depends on: the compiler (path, version) and the CPU (model,
+    feature flags), hashed."""
+    parts = [platform.machine(), compiler() or ""]
+    try:
+        parts.append(subprocess.run([compiler() or "cc", "--version"], capture_output=True,
+                                    text=True, timeout=30).stdout.split("\n")[0])
+    except (OSError, subprocess.SubprocessError):
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = [line for line in f.read().split("\n")[:40]
+                    if line.startswith(("model name", "flags", "vendor_id", "cpu family"))]
+        parts.extend(info)
+    except OSError:
+        parts.append(platform.processor())
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def compile_c(source: str, name: str = "kernel", flags: tuple[str, ...] = FLAGS
+              ) -> ctypes.CDLL:
+    """The loaded library built from `source` with `flags` (compiled once per source text,
+    flags and machine).
 
     OpenMP's idle threads spin briefly, then sleep (GOMP_SPINCOUNT=20000 unless the user set
     it or OMP_WAIT_POLICY): MKL (GNU threading layer) and these kernels share one pool, so a
@@ -88,7 +125,8 @@ def compile_c(source: str, name: str = "kernel") -> ctypes.CDLL:
     unbounded spinning (ACTIVE) was 6x slower under load."""
     if "OMP_WAIT_POLICY" not in os.environ:
         os.environ.setdefault("GOMP_SPINCOUNT", "20000")
-    key = hashlib.sha256((source + "\0" + " ".join(FLAGS)).encode()).hexdigest()[:20]
+    recipe = "\0".join((" ".join(flags), " ".join(_LINK_FLAGS), machine_tag()))
+    key = hashlib.sha256((source + "\0" + recipe).encode()).hexdigest()[:20]
     if key in _LOADED:
         return _LOADED[key]
     d = cache_dir()
@@ -97,22 +135,24 @@ def compile_c(source: str, name: str = "kernel") -> ctypes.CDLL:
         with open(d / f".{key}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not lib_path.exists():
-                _build(source, lib_path)
+                _build(source, lib_path, flags)
     lib = ctypes.CDLL(str(lib_path))
     _LOADED[key] = lib
     return lib
 
 
-def _build(source: str, out: Path) -> None:
+def _build(source: str, out: Path, flags: tuple[str, ...]) -> None:
     cc = compiler()
     if cc is None:
         raise CompileError("no C compiler found (set CC)")
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "k.c"
         src.write_text(source)
-        part = Path(tmp) / "k.so"
-        res = subprocess.run([cc, *FLAGS, str(src), "-o", str(part), "-lm"],
-                             capture_output=True, text=True)
-        if res.returncode != 0:
-            raise CompileError(f"the C compiler failed on generated code:\n{res.stderr[-4000:]}")
+        obj, part = Path(tmp) / "k.o", Path(tmp) / "k.so"
+        for cmd in ([cc, *flags, "-c", str(src), "-o", str(obj)],
+                    [cc, *_LINK_FLAGS, str(obj), "-o", str(part), "-lm"]):
+            res = subprocess.run(cmd, capture_output=True, text=True)
+            if res.returncode != 0:
+                raise CompileError("the C compiler failed on generated code:\n"
+                                   + res.stderr[-4000:])
         os.replace(part, out)

@@ -1,8 +1,15 @@
-"""C code generated from an ElementwiseRegion's body: one pass over memory, OpenMP across
-rows, the innermost loop vectorized (libmvec for expf / tanhf / erff under -ffast-math).
+"""C code generated from an ElementwiseRegion's body: one pass over memory, split across
+threads by element range (not by row, so a 1-D tensor uses every thread), the innermost loop
+vectorized with `omp simd`. float32 exp / tanh / erf / sigmoid / SiLU / GELU are the inline
+approximations of codegen.vecmath (no libm calls); the kernels are built without -ffast-math,
+so NaN and inf behave as in NumPy.
+
 Inputs broadcast onto the output shape with stride 0; the shapes are concrete (a program is
-planned per binding), so every stride is a literal the compiler folds. The source text keys the
-on-disk cache (codegen.cc), so a region compiles once per machine."""
+planned per binding), so every stride is a literal the compiler folds, and adjacent dims that
+every input walks contiguously are merged first (a [B, S, H] + [H] bias add is one row loop
+of H, a same-shape region one flat loop). With `stream`, each thread computes a tile into a
+stack buffer and writes it with non-temporal stores: large outputs then skip the read the
+cache would do before the write. The source text keys the on-disk cache (codegen.cc)."""
 from __future__ import annotations
 
 import math
@@ -24,12 +31,50 @@ from ...ir.ops.elementwise import (
     Where,
 )
 from ...ir.ops.io import Constant
-from .cc import PARALLEL_MIN_ELEMENTS, simd_math_decls
+from .cc import PARALLEL_MIN_ELEMENTS
+from .vecmath import CALLS, VECMATH_C, libmvec_decls
 
-__all__ = ["region_source", "Unsupported", "C_TYPES"]
+__all__ = ["region_source", "Unsupported", "C_TYPES", "STREAM_TILE"]
 
 C_TYPES = {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "uint8_t",
            "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "u32": "uint32_t"}
+STREAM_TILE = 2048
+"""Elements a thread computes into its stack buffer before streaming them out (8 KiB of
+float32: stays in L1 with the inputs' lines)."""
+_SPLIT_ALIGN = 16  # thread ranges start on multiples of 16 elements (64 bytes of float32)
+
+_STREAM_C = r"""
+#include <string.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
+/* Copy n bytes from an L1-resident tile to dst, with non-temporal stores where aligned. */
+static inline void bz_stream(void* dst, const void* src, int64_t n) {
+  char* d = (char*)dst;
+  const char* s = (const char*)src;
+#if defined(__AVX__)
+  int64_t head = (int64_t)((32 - ((uintptr_t)d & 31)) & 31);
+  head = head < n ? head : n;
+  memcpy(d, s, (size_t)head);
+  d += head; s += head; n -= head;
+  for (; n >= 32; n -= 32, d += 32, s += 32)
+    _mm256_stream_si256((__m256i*)d, _mm256_loadu_si256((const __m256i*)s));
+#elif defined(__SSE2__)
+  int64_t head = (int64_t)((16 - ((uintptr_t)d & 15)) & 15);
+  head = head < n ? head : n;
+  memcpy(d, s, (size_t)head);
+  d += head; s += head; n -= head;
+  for (; n >= 16; n -= 16, d += 16, s += 16)
+    _mm_stream_si128((__m128i*)d, _mm_loadu_si128((const __m128i*)s));
+#endif
+  memcpy(d, s, (size_t)n);
+}
+static inline void bz_stream_fence(void) {
+#if defined(__SSE2__)
+  _mm_sfence();
+#endif
+}
+"""
 
 
 class Unsupported(Exception):
@@ -42,6 +87,8 @@ def _f(dt: str, name: str) -> str:
 
 
 def _unary(fn: UnaryFn, a: str, t: str) -> str:
+    if t == "float" and fn.value in CALLS:
+        return f"{CALLS[fn.value]}({a})"
     f = lambda n: _f(t, n)  # noqa: E731
     half, one = f"({t})0.5", f"({t})1"
     table = {
@@ -50,18 +97,24 @@ def _unary(fn: UnaryFn, a: str, t: str) -> str:
                              f"({a} + ({t})0.044715 * {a} * {a} * {a})))",
         UnaryFn.SILU: f"{a} / ({one} + {f('exp')}(-{a}))",
         UnaryFn.QUICK_GELU: f"{a} / ({one} + {f('exp')}(({t})-1.702 * {a}))",
+        UnaryFn.HARD_SWISH: f"({a} * ({a} + 3 < 0 ? 0 : ({a} + 3 > 6 ? 6 : {a} + 3)) / ({t})6)",
         UnaryFn.RELU: f"({a} > 0 ? {a} : 0)",
         UnaryFn.SIGMOID: f"{one} / ({one} + {f('exp')}(-{a}))",
         UnaryFn.TANH: f"{f('tanh')}({a})", UnaryFn.EXP: f"{f('exp')}({a})",
         UnaryFn.LOG: f"{f('log')}({a})", UnaryFn.SQRT: f"{f('sqrt')}({a})",
         UnaryFn.RSQRT: f"{one} / {f('sqrt')}({a})", UnaryFn.NEG: f"(-{a})",
-        UnaryFn.ABS: f"({a} < 0 ? -{a} : {a})", UnaryFn.SIN: f"{f('sin')}({a})",
+        UnaryFn.SIN: f"{f('sin')}({a})",
         UnaryFn.COS: f"{f('cos')}({a})", UnaryFn.ERF: f"{f('erf')}({a})",
         UnaryFn.SQUARE: f"({a} * {a})", UnaryFn.RECIPROCAL: f"({one} / {a})",
         UnaryFn.FLOOR: f"{f('floor')}({a})", UnaryFn.CEIL: f"{f('ceil')}({a})",
-        UnaryFn.SIGN: f"(({a} > 0) - ({a} < 0))", UnaryFn.NOT: f"(!{a})",
-        UnaryFn.ROUND: f"{f('nearbyint')}({a})",
+        UnaryFn.NOT: f"(!{a})", UnaryFn.ROUND: f"{f('nearbyint')}({a})",
     }
+    if t in ("float", "double"):  # keep -0.0 and NaN as NumPy does
+        table[UnaryFn.ABS] = f"{f('fabs')}({a})"
+        table[UnaryFn.SIGN] = f"({a} > 0 ? ({t})1 : ({a} < 0 ? ({t})-1 : {a}))"
+    else:
+        table[UnaryFn.ABS] = f"({a} < 0 ? -{a} : {a})"
+        table[UnaryFn.SIGN] = f"(({a} > 0) - ({a} < 0))"
     if fn not in table:
         raise Unsupported(fn.value)
     return table[fn]
@@ -102,34 +155,137 @@ def _literal(v, t: str) -> str:
     return f"(({t}){int(v)})"
 
 
-def region_source(op, in_shapes, out_shape, fn_name: str) -> str:
+def _expr(op_, a: list[str], t: str, it: str) -> str:
+    """C expression of one body node of type `t` over argument expressions `a` (the first
+    of type `it`)."""
+    if isinstance(op_, Unary):
+        return _unary(op_.fn, a[0], t)
+    if isinstance(op_, Binary):
+        return _binary(op_.fn, a[0], a[1], t)
+    if isinstance(op_, Compare):
+        return f"({a[0]} {_CMP[op_.fn]} {a[1]})"
+    if isinstance(op_, Where):
+        return f"({a[0]} ? {a[1]} : {a[2]})"
+    if isinstance(op_, Cast):
+        return f"(({t})({a[0]}))" if op_.dtype.name != "bool" else f"({a[0]} != 0)"
+    if isinstance(op_, Clamp):
+        lo, hi = _literal(op_.lo, t), _literal(op_.hi, t)
+        return f"({a[0]} < {lo} ? {lo} : ({a[0]} > {hi} ? {hi} : {a[0]}))"
+    if isinstance(op_, LeakyRelu):
+        return f"({a[0]} >= 0 ? {a[0]} : {a[0]} * {_literal(op_.alpha, t)})"
+    if isinstance(op_, IsNan):
+        return f"({a[0]} != {a[0]})"
+    if isinstance(op_, IsInf):
+        pos = f"({a[0]} == ({it})INFINITY)" if op_.detect_positive else "0"
+        neg = f"({a[0]} == -({it})INFINITY)" if op_.detect_negative else "0"
+        return f"({pos} || {neg})"
+    raise Unsupported(op_.kind)
+
+
+def broadcast_strides(in_dims: tuple[int, ...], out_dims: tuple[int, ...]) -> list[int]:
+    """Element strides of a contiguous input of `in_dims` broadcast onto `out_dims`."""
+    sd = (1,) * (len(out_dims) - len(in_dims)) + in_dims
+    strides, acc = [], 1
+    for d in reversed(sd):
+        strides.append(acc if d != 1 else 0)
+        acc *= d
+    return list(reversed(strides))
+
+
+def coalesce(dims: tuple[int, ...], strides: list[list[int]]
+             ) -> tuple[tuple[int, ...], list[list[int]]]:
+    """Merge adjacent dims that the output and every input walk as one (stride[i] ==
+    stride[i+1] * dims[i+1]), and drop dims of size 1: the loop nest has fewer, longer rows."""
+    out_d: list[int] = []
+    out_s: list[list[int]] = [[] for _ in strides]
+    for i, d in enumerate(dims):
+        if d == 1:
+            continue
+        if out_d and all(s[-1] == st[i] * d for s, st in zip(out_s, strides)):
+            out_d[-1] *= d
+            for s, st in zip(out_s, strides):
+                s[-1] = st[i]
+            continue
+        out_d.append(d)
+        for s, st in zip(out_s, strides):
+            s.append(st[i])
+    return tuple(out_d), out_s
+
+
+def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) -> str:
     """C source of `void fn_name(void** args)` computing the region (inputs, then outputs, in
     args) for concrete input shapes broadcast to `out_shape` (all outputs share it)."""
     body = op.body
-    dims = tuple(int(d) for d in out_shape.dims)
-    rank = len(dims)
-    cols = dims[-1] if rank else 1
-    rows = int(np.prod(dims[:-1], dtype=np.int64)) if rank > 1 else 1
-    lines, env, decls = [], {}, []
-    for i, (nid, s) in enumerate(zip(body.input_ids, in_shapes)):
+    full = tuple(int(d) for d in out_shape.dims)
+    total = int(np.prod(full, dtype=np.int64)) if full else 1
+    raw = [broadcast_strides(tuple(int(d) for d in s.dims), full) for s in in_shapes]
+    dims, strides = coalesce(full, raw)
+    cols = dims[-1] if dims else 1
+    lead = dims[:-1]
+    decls, env, row_offsets = [], {}, []
+    for i, (nid, s, st) in enumerate(zip(body.input_ids, in_shapes, strides)):
         t = C_TYPES.get(s.dtype.name)
         if t is None:
             raise Unsupported(s.dtype.name)
-        sd = (1,) * (rank - s.rank) + tuple(int(d) for d in s.dims)
-        strides, acc = [], 1
-        for d in reversed(sd):
-            strides.append(acc if d != 1 else 0)
-            acc *= d
-        strides = list(reversed(strides))
-        row_terms = _row_offset(dims[:-1], strides[:-1]) if rank > 1 else "0"
-        inner = strides[-1] if rank else 0
         decls.append(f"  const {t}* in{i} = (const {t}*)args[{i}];")
-        env[(nid, 0)] = (f"in{i}[{row_terms} + c * {inner}]", t)
-    out_vals = []
-    counter = 0
+        off = _row_offset(lead, st[:-1]) if lead else "0"
+        inner = "c" if st and st[-1] else "0"
+        if off != "0":
+            row_offsets.append(f"      const int64_t o{i} = {off};")
+            inner = f"o{i} + {inner}" if inner != "0" else f"o{i}"
+        env[(nid, 0)] = (f"in{i}[{inner}]", t)
+    lines = _body_lines(body, env)
+    outs, tiles, stores = [], [], []
+    for j, v in enumerate(body.outputs):
+        expr, t = env[(v.node, v.index)]
+        decls.append(f"  {t}* out{j} = ({t}*)args[{len(in_shapes) + j}];")
+        if stream:
+            tiles.append(f"    {t} tile{j}[{STREAM_TILE}] __attribute__((aligned(64)));")
+            outs.append(f"        tile{j}[c - c0] = {expr};")
+            stores.append(f"      bz_stream(out{j} + i, tile{j}, n * (int64_t)sizeof({t}));")
+        else:
+            outs.append(f"        out{j}[i - c0 + c] = {expr};")
+    parallel = total > PARALLEL_MIN_ELEMENTS
+    split = [
+        "    const int64_t nt = omp_get_num_threads(), me = omp_get_thread_num();",
+        f"    const int64_t per = ({total}LL + nt - 1) / nt + {_SPLIT_ALIGN - 1};",
+        f"    const int64_t step = per - per % {_SPLIT_ALIGN};",
+        f"    const int64_t lo = me * step < {total}LL ? me * step : {total}LL;",
+        f"    const int64_t hi = lo + step < {total}LL ? lo + step : {total}LL;",
+    ] if parallel else [f"    const int64_t lo = 0, hi = {total}LL;"]
+    row = ["      const int64_t r = i / " + str(cols) + ", c0 = i - r * " + str(cols) + ";"] \
+        if lead else ["      const int64_t c0 = i;"]
+    limit = f"      if (n > {STREAM_TILE}) n = {STREAM_TILE};" if stream else ""
+    return "\n".join([
+        "#include <math.h>", "#include <stdint.h>", "#include <omp.h>", libmvec_decls(),
+        VECMATH_C, _STREAM_C if stream else "",
+        f"void {fn_name}(void** args) {{",
+        *decls,
+        "  #pragma omp parallel" if parallel else "",
+        "  {",
+        *split, *tiles,
+        "    for (int64_t i = lo; i < hi;) {",
+        *row,
+        f"      int64_t n = {cols} - c0 < hi - i ? {cols} - c0 : hi - i;",
+        limit,
+        *row_offsets,
+        "      #pragma omp simd",
+        "      for (int64_t c = c0; c < c0 + n; c++) {",
+        *lines, *outs,
+        "      }",
+        *stores,
+        "      i += n;",
+        "    }",
+        "    bz_stream_fence();" if stream else "",
+        "  }", "}", ""])
+
+
+def _body_lines(body, env: dict) -> list[str]:
+    """`const T vK = expr;` per body node, in order; fills `env` with each value's name."""
+    lines = []
     for node in body.nodes:
         op_ = node.op
-        if node.op.source and not isinstance(op_, Constant):
+        if op_.source and not isinstance(op_, Constant):
             continue
         t = C_TYPES.get(node.outputs[0].dtype.name)
         if t is None:
@@ -141,49 +297,10 @@ def region_source(op, in_shapes, out_shape, fn_name: str) -> str:
             continue
         a = [env[(v.node, v.index)][0] for v in node.inputs]
         it = env[(node.inputs[0].node, node.inputs[0].index)][1] if node.inputs else t
-        if isinstance(op_, Unary):
-            expr = _unary(op_.fn, a[0], t)
-        elif isinstance(op_, Binary):
-            expr = _binary(op_.fn, a[0], a[1], t)
-        elif isinstance(op_, Compare):
-            expr = f"({a[0]} {_CMP[op_.fn]} {a[1]})"
-        elif isinstance(op_, Where):
-            expr = f"({a[0]} ? {a[1]} : {a[2]})"
-        elif isinstance(op_, Cast):
-            expr = f"(({t})({a[0]}))" if op_.dtype.name != "bool" else f"({a[0]} != 0)"
-        elif isinstance(op_, Clamp):
-            lo, hi = _literal(op_.lo, t), _literal(op_.hi, t)
-            expr = f"({a[0]} < {lo} ? {lo} : ({a[0]} > {hi} ? {hi} : {a[0]}))"
-        elif isinstance(op_, LeakyRelu):
-            expr = f"({a[0]} >= 0 ? {a[0]} : {a[0]} * {_literal(op_.alpha, t)})"
-        elif isinstance(op_, IsNan):
-            expr = f"({a[0]} != {a[0]})"
-        elif isinstance(op_, IsInf):
-            pos = f"({a[0]} == ({it})INFINITY)" if op_.detect_positive else "0"
-            neg = f"({a[0]} == -({it})INFINITY)" if op_.detect_negative else "0"
-            expr = f"({pos} || {neg})"
-        else:
-            raise Unsupported(op_.kind)
-        name = f"v{counter}"
-        counter += 1
-        lines.append(f"      const {t} {name} = {expr};")
+        name = f"v{len(lines)}"
+        lines.append(f"        const {t} {name} = {_expr(op_, a, t, it)};")
         env[(node.id, 0)] = (name, t)
-    for j, v in enumerate(body.outputs):
-        expr, t = env[(v.node, v.index)]
-        k = len(in_shapes) + j
-        decls.append(f"  {t}* out{j} = ({t}*)args[{k}];")
-        out_vals.append(f"      out{j}[r * {cols} + c] = {expr};")
-    return "\n".join([
-        "#include <math.h>", "#include <stdint.h>", simd_math_decls(),
-        f"void {fn_name}(void** args) {{",
-        *decls,
-        "  #pragma omp parallel for schedule(static)"
-        + ("" if rows * cols > PARALLEL_MIN_ELEMENTS else " if(0)"),
-        f"  for (int64_t r = 0; r < {rows}; r++) {{",
-        "    #pragma omp simd",
-        f"    for (int64_t c = 0; c < {cols}; c++) {{",
-        *lines, *out_vals,
-        "    }", "  }", "}", ""])
+    return lines
 
 
 def _row_offset(lead: tuple[int, ...], strides: list[int]) -> str:
@@ -191,6 +308,11 @@ def _row_offset(lead: tuple[int, ...], strides: list[int]) -> str:
     terms, div = [], 1
     for d, st in zip(reversed(lead), reversed(strides)):
         if st:
-            terms.append(f"((r / {div}) % {d}) * {st}" if d != 1 else "0")
+            idx = f"(r / {div})" if div != 1 else "r"
+            terms.append(f"({idx} % {d}) * {st}" if div * d < _rows(lead) else f"{idx} * {st}")
         div *= d
     return " + ".join(terms) if terms else "0"
+
+
+def _rows(lead: tuple[int, ...]) -> int:
+    return int(np.prod(lead, dtype=np.int64)) if lead else 1

@@ -1,0 +1,284 @@
+"""Generated ElementwiseRegion kernels: the vector math approximations (max error in ulps over
+the whole float32 range, +-0 / +-inf / NaN / denormals included, against float64 NumPy /
+SciPy), the loop nest (dims merged, thread split, broadcasting, streaming stores on aligned and
+misaligned outputs) against the reference interpreter, and the build (IEEE semantics kept, no
+process-wide flush-to-zero, cache keyed by the machine)."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import braze as bz
+from braze.runtime.codegen import cc
+from braze.runtime.codegen.elementwise import (
+    STREAM_TILE,
+    Unsupported,
+    broadcast_strides,
+    coalesce,
+    region_source,
+)
+from braze.runtime.codegen.vecmath import CALLS, VECMATH_C
+from braze.runtime.kernels import Dispatch, region
+
+pytestmark = pytest.mark.skipif(not cc.available(), reason="no C compiler on this machine")
+special = pytest.importorskip("scipy.special")
+
+
+@pytest.fixture(scope="module")
+def vec_lib():
+    loops = "".join(f"""
+void apply_{name}(const float* x, float* y, long n) {{
+  #pragma omp simd
+  for (long i = 0; i < n; i++) y[i] = {fn}(x[i]);
+}}""" for name, fn in CALLS.items())
+    return cc.compile_c("#include <math.h>\n" + VECMATH_C + loops, "vecmath_test",
+                        cc.PRECISE_FLAGS)
+
+
+def _apply(lib, name: str, x: np.ndarray) -> np.ndarray:
+    y = np.empty_like(x)
+    getattr(lib, "apply_" + name)(ctypes.c_void_p(x.ctypes.data), ctypes.c_void_p(y.ctypes.data),
+                                  ctypes.c_long(x.size))
+    return y
+
+
+def _all_floats(stride: int = 4099) -> np.ndarray:
+    """Every `stride`-th float32 bit pattern (all signs, exponents, denormals and NaNs) plus
+    the edges: +-0, +-inf, NaN, the smallest denormal, and each approximation's branch points
+    and over/underflow thresholds."""
+    bits = np.arange(0, 1 << 32, stride, dtype=np.uint64).astype(np.uint32)
+    edges = np.array([0.0, np.inf, np.nan, 1e-45, 1.1754944e-38, 1e-30, 88.72283, 88.72284,
+                      -87.33654, -103.97208, -104.0, 0.625, 0.921875, 0.45 * 2 ** 0.5, 12.0,
+                      17.5, 100.0, 9.0, 1.0, 0.5], np.float32)
+    near = np.concatenate([np.nextafter(edges, np.float32(np.inf)),
+                           np.nextafter(edges, np.float32(-np.inf))])
+    x = np.concatenate([bits.view(np.float32), edges, -edges, near, -near])
+    dense = np.linspace(-20, 20, 200_001, dtype=np.float32)  # where the branches meet
+    return np.concatenate([x, dense])
+
+
+def _ulp_error(got: np.ndarray, want: np.ndarray) -> np.ndarray:
+    """|got - want| in units of the float32 spacing at want (2^-149 in the denormals); 0 where
+    both are NaN or both the same infinity (want rounded to float32 first)."""
+    with np.errstate(all="ignore"):
+        w32 = want.astype(np.float32)
+        want = np.where(np.isinf(w32), w32.astype(np.float64), want)
+        ulp = np.maximum(np.spacing(np.abs(w32)).astype(np.float64), 2.0 ** -149)
+        err = np.abs(got.astype(np.float64) - want) / ulp
+    same = (np.isnan(got) & np.isnan(want)) | (np.isinf(want) & (got == want))
+    err[same] = 0.0
+    err[np.isnan(err)] = np.inf
+    return err
+
+
+def _reference(name: str, d: np.ndarray) -> np.ndarray:
+    f32 = lambda v: np.float64(np.float32(v))  # noqa: E731 - the constants the C code uses
+    with np.errstate(all="ignore"):
+        return {
+            "exp": lambda: np.exp(d),
+            "tanh": lambda: np.tanh(d),
+            "erf": lambda: special.erf(d),
+            "sigmoid": lambda: special.expit(d),
+            "silu": lambda: d * special.expit(d),
+            "gelu": lambda: d * special.ndtr(d),
+            "quick_gelu": lambda: d * special.expit(f32(1.702) * d),
+            "gelu_approx": lambda: d * special.expit(
+                f32(1.59576912) * (d + f32(0.044715) * d ** 3)),
+        }[name]()
+
+
+# Max error in float32 ulps (documented in codegen/vecmath.py).
+ULP_BOUNDS = {"exp": 1.5, "tanh": 1.5, "erf": 2.5, "sigmoid": 3.0, "silu": 3.5, "gelu": 6.0,
+              "quick_gelu": 4.0, "gelu_approx": 4.0}
+
+
+@pytest.mark.parametrize("name", sorted(ULP_BOUNDS))
+def test_approximation_max_error_over_all_floats(vec_lib, name):
+    x = _all_floats()
+    with np.errstate(invalid="ignore"):
+        d = x.astype(np.float64)
+    got = _apply(vec_lib, name, x)
+    want = _reference(name, d)
+    err = _ulp_error(got, want)
+    if name == "gelu_approx":
+        # the float rounding of the cubic's argument 2u: relative error |2u| 2^-22 on top
+        with np.errstate(all="ignore"):
+            u2 = np.abs(1.59576912 * (d + 0.044715 * d ** 3))
+            tol = np.abs(want) * np.minimum(u2, 1e30) * 2.0 ** -22
+            err = np.where(np.abs(got - want) <= tol, 0.0, err)
+    worst = int(np.argmax(err))
+    assert err[worst] <= ULP_BOUNDS[name], (
+        f"{name}({x[worst]!r}) = {got[worst]!r}, want {want[worst]!r}: {err[worst]:.2f} ulp")
+
+
+@pytest.mark.parametrize("name", sorted(ULP_BOUNDS))
+def test_approximation_special_values(vec_lib, name):
+    x = np.array([np.nan, -np.nan, 0.0, -0.0, 1e-45, -1e-45], np.float32)
+    got = _apply(vec_lib, name, x)
+    assert np.isnan(got[:2]).all()
+    if name in ("exp", "sigmoid"):
+        assert got[2] == got[3] == (1.0 if name == "exp" else 0.5)
+    else:  # odd or x-times functions keep the sign of zero
+        assert got[2] == 0 and not np.signbit(got[2]) and np.signbit(got[3])
+    limits = {"exp": (np.inf, 0.0), "tanh": (1.0, -1.0), "erf": (1.0, -1.0),
+              "sigmoid": (1.0, 0.0), "gelu": (np.inf, np.nan), "silu": (np.inf, np.nan),
+              "quick_gelu": (np.inf, np.nan), "gelu_approx": (np.inf, np.nan)}
+    got_inf = _apply(vec_lib, name, np.array([np.inf, -np.inf], np.float32))
+    # x-times forms give -inf * 0 = NaN at -inf, as the reference interpreter's formulas do
+    np.testing.assert_array_equal(got_inf, np.array(limits[name], np.float32))
+
+
+def _region_graph(shapes, build):
+    body = bz.Graph("body")
+    ins = [body.input(f"in{i}", bz.Shape(s)) for i, s in enumerate(shapes)]
+    outs = build(body, *ins)
+    body.set_outputs(list(outs) if isinstance(outs, tuple) else [outs])
+    g = bz.Graph("r")
+    gins = [g.input(f"x{i}", bz.Shape(s)) for i, s in enumerate(shapes)]
+    outs = g.elementwise_region(body, gins)
+    g.set_outputs(list(outs) if isinstance(outs, (tuple, list)) else [outs])
+    return g
+
+
+def _check_compiled(g, feeds, rtol=3e-6, atol=1e-7):
+    exe = bz.compile(g, target="cpu")
+    got = exe(feeds)
+    rows = {kind: (d, impl) for _, kind, d, impl in exe.dispatch_report().rows}
+    assert rows["elementwise_region"][0] == Dispatch.GENERATED
+    want = bz.interpret(g, feeds)
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, w, rtol=rtol, atol=atol)
+    return rows["elementwise_region"][1]
+
+
+@pytest.mark.parametrize("shapes", [
+    [(3, 1, 7), (1, 5, 1)],           # both broadcast: no dims merge
+    [(2, 3, 4, 5), (4, 1)],           # a middle dim broadcast
+    [(1,), (6, 1, 9)],                # a one-element input
+    [(1000, 33), (33,)],              # bias over rows, odd width
+])
+def test_broadcasting_regions_match_the_interpreter(shapes):
+    g = _region_graph(shapes, lambda b, x, y: (b.tanh(b.mul(b.gelu(b.add(x, y)), 0.7)),
+                                               b.sigmoid(b.sub(x, y))))
+    rng = np.random.default_rng(1)
+    feeds = {f"x{i}": rng.standard_normal(s).astype(np.float32) * 3
+             for i, s in enumerate(shapes)}
+    _check_compiled(g, feeds)
+
+
+def test_large_flat_region_splits_across_threads_and_streams(monkeypatch):
+    """A 1-D tensor above the parallel threshold (every thread gets a range, the last one
+    short), written through the streaming-store path."""
+    monkeypatch.setattr(region, "stream_min_bytes", lambda: 1)
+    n = cc.PARALLEL_MIN_ELEMENTS + 37
+    g = _region_graph([(n,), (n,)], lambda b, x, y: b.mul(b.silu(x), y))
+    rng = np.random.default_rng(2)
+    feeds = {"x0": rng.standard_normal(n, dtype=np.float32),
+             "x1": rng.standard_normal(n, dtype=np.float32)}
+    impl = _check_compiled(g, feeds)
+    assert "streaming" in impl
+
+
+def test_streaming_stores_on_misaligned_outputs():
+    """bz_stream's unaligned head and short tail: outputs one element off alignment, sizes
+    that end mid-vector and mid-tile, rows that end inside a tile."""
+    shapes = [(5, STREAM_TILE + 3), (STREAM_TILE + 3,)]
+    g = _region_graph(shapes, lambda b, x, y: (b.exp(b.neg(b.square(x))), b.add(x, y)))
+    op = next(n.op for n in g.nodes if n.op.kind == "elementwise_region")
+    src = region_source(op, [bz.Shape(s) for s in shapes], bz.Shape(shapes[0]), "f", True)
+    fn = cc.compile_c(src, "stream_test", cc.PRECISE_FLAGS).f
+    fn.argtypes = [ctypes.c_void_p]
+    rng = np.random.default_rng(3)
+    x, y = (rng.standard_normal(s).astype(np.float32) for s in shapes)
+    buf = np.zeros(2 * x.size + 2, np.float32)
+    out0 = buf[1:1 + x.size].reshape(x.shape)
+    out1 = buf[2 + x.size:].reshape(x.shape)
+    fn((ctypes.c_void_p * 4)(*(a.ctypes.data for a in (x, y, out0, out1))))
+    want = np.exp(-np.square(x.astype(np.float64)))
+    # x^2's float rounding (if the compiler does not fuse it into the exp) and 2 ulp
+    tol = want * (np.square(x) * 2.0 ** -24 + 2.0 ** -22)
+    assert (np.abs(out0 - want) <= tol).all()
+    np.testing.assert_array_equal(out1, x + y)
+    assert buf[0] == 0 and buf[1 + x.size] == 0  # nothing written outside the outputs
+
+
+def test_nan_and_inf_keep_their_ieee_meaning():
+    """isnan / isinf / max see NaN and inf (the kernels are built without -ffinite-math-only,
+    which folds x != x to false)."""
+    g = _region_graph([(64,)], lambda b, x: (b.where(b.isnan(x), 1.0, 0.0),
+                                             b.where(b.isinf(x), 1.0, 0.0),
+                                             b.maximum(x, 0.0), b.exp(x)))
+    x = np.linspace(-3, 3, 64).astype(np.float32)
+    x[[3, 10]] = np.nan
+    x[[5, 20]] = [np.inf, -np.inf]
+    feeds = {"x0": x}
+    exe = bz.compile(g, target="cpu")
+    got = exe(feeds)
+    want = bz.interpret(g, feeds)
+    for a, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, w, rtol=3e-7, equal_nan=True)
+    assert got[0][3] == 1 and got[1][5] == 1 and np.isnan(got[2][10])
+
+
+def test_loading_kernels_leaves_denormals_alone():
+    """GCC < 13 links crtfastmath.o into -ffast-math shared objects, whose constructor sets
+    flush-to-zero for the whole process; braze links without it."""
+    from braze.runtime.kernels import native
+
+    native.lib()
+    tiny = np.array([1e-40], np.float32)
+    assert (tiny * np.float32(1.0))[0] != 0
+    assert (tiny / np.float32(2.0))[0] != 0
+
+
+def test_dims_merge_where_every_input_walks_them_as_one():
+    out = (4, 5, 6)
+    strides = [broadcast_strides(s, out) for s in [(4, 5, 6), (6,), (4, 1, 6)]]
+    dims, merged = coalesce(out, strides)
+    assert dims == (4, 5, 6)  # (4, 1, 6) breaks both merges
+    dims, merged = coalesce(out, [broadcast_strides(s, out) for s in [(4, 5, 6), (6,)]])
+    assert dims == (20, 6) and merged == [[6, 1], [0, 1]]
+    dims, merged = coalesce((3, 1, 7), [broadcast_strides((3, 1, 7), (3, 1, 7))])
+    assert dims == (21,) and merged == [[1]]
+
+
+def test_what_the_generator_declines():
+    """A non-scalar constant and integer division have no C form: the region falls back."""
+    body = bz.Graph("body")
+    shape = bz.Shape((4,), bz.i32)
+    x = body.input("in0", shape)
+    body.set_outputs([body.div(x, body.add(x, 1))])
+    g = bz.Graph("r")
+    g.set_outputs([g.elementwise_region(body, [g.input("x", shape)])])
+    op = next(n.op for n in g.nodes if n.op.kind == "elementwise_region")
+    with pytest.raises(Unsupported, match="integer division"):
+        region_source(op, [shape], shape, "f")
+    exe = bz.compile(g, target="cpu")
+    feeds = {"x": np.array([7, -7, 3, 9], np.int32)}
+    np.testing.assert_array_equal(exe(feeds)[0], bz.interpret(g, feeds)[0])
+    kinds = {kind: d for _, kind, d, _ in exe.dispatch_report().rows}
+    assert kinds["elementwise_region"] != Dispatch.GENERATED
+
+
+def test_cache_key_includes_the_machine(monkeypatch, tmp_path):
+    """-march=native code must not be reused on another CPU through a shared cache."""
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    src = "int braze_cache_probe(void) { return 7; }\n"
+    cc.compile_c(src, "probe", cc.PRECISE_FLAGS)
+    monkeypatch.setattr(cc, "machine_tag", lambda: "another-cpu")
+    assert cc.compile_c(src, "probe", cc.PRECISE_FLAGS).braze_cache_probe() == 7
+    assert len(list(tmp_path.glob("probe_*.so"))) == 2
+
+
+def test_libm_functions_and_the_rest_of_the_unary_table():
+    """log / sin / cos / pow (libmvec calls where glibc has them), and the plain C ones."""
+    def build(b, x, y):
+        pos = b.add(b.abs(x), 0.5)
+        return (b.add(b.log(pos), b.mul(b.sin(x), b.cos(y))), b.pow(pos, y),
+                b.add(b.rsqrt(pos), b.round(b.mul(x, 3.0))), b.sign(b.floor(x)),
+                b.hard_swish(b.mul(x, 4.0)), b.erf(b.add(x, y)), b.sigmoid(b.sub(x, y)))
+    g = _region_graph([(37, 29), (29,)], build)
+    rng = np.random.default_rng(4)
+    feeds = {"x0": rng.standard_normal((37, 29)).astype(np.float32) * 2,
+             "x1": rng.standard_normal(29).astype(np.float32)}
+    _check_compiled(g, feeds, rtol=1e-5, atol=1e-6)
