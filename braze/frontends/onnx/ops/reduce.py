@@ -1,11 +1,12 @@
 """ONNX reductions and normalizations: ReduceMean/Sum/Max/Min/Prod (axes as attribute or, in
 newer opsets, as input), ReduceL1/L2/SumSquare/LogSum/LogSumExp as an elementwise map around a
 sum (F.normalize exports ReduceL2), Softmax / LogSoftmax (opset < 13 flatten at `axis`),
-LayerNormalization, CumSum, ArgMax, TopK (static k)."""
+LayerNormalization, CumSum, ArgMax, TopK (static k), OneHot (static depth and values)."""
 from __future__ import annotations
 
 import numpy as np
 
+from ....ir.dtypes import i64
 from ....ir.ops.reduce import ReduceFn
 from ....ir.symbolic import SymDim
 from ..context import ImportContext, NodeView, converter
@@ -188,3 +189,29 @@ def top_k(ctx, node):
     k = node.attr("k") if ctx.opset < 10 else ctx.static_ints(node, 1, "TopK k")[0]
     return list(ctx.g.top_k(x, int(k), node.attr("axis", -1), bool(node.attr("largest", 1)),
                             bool(node.attr("sorted", 1))))
+
+
+@converter("OneHot")
+def one_hot(ctx, node):
+    """`on` where an index (negative ones counted from `depth`) equals its position along the
+    new `axis`, else `off` (values = [off, on]): a compare of the indices with a range, then a
+    select. The depth must be known at import time."""
+    g = ctx.g
+    depth = ctx.scalar(node, 1, "OneHot depth")
+    if isinstance(depth, SymDim):
+        raise ctx.fail(node, f"OneHot depth {depth} must be static; pass input_shapes= to "
+                             "import_onnx to fix the dims")
+    depth = int(depth)
+    idx = ctx.value(node, 0)
+    rank = len(ctx.dims(idx)) + 1
+    axis = node.attr("axis", -1)
+    if not -rank <= axis < rank:
+        raise ctx.fail(node, f"axis {axis} is out of range for output rank {rank}")
+    axis %= rank
+    idx = g.cast(idx, i64)
+    idx = g.where(g.compare(idx, 0, "lt"), g.add(idx, depth), idx)
+    classes = g.reshape(g.arange(depth), tuple(depth if a == axis else 1 for a in range(rank)))
+    hit = g.compare(g.unsqueeze(idx, axis), classes, "eq")
+    values = ctx.value(node, 2)
+    off, on = (g.narrow(values, 0, i, 1) for i in (0, 1))  # [1]: broadcasts against hit
+    return [g.where(hit, on, off)]
