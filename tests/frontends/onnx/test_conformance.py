@@ -35,7 +35,7 @@ STATIC_INPUTS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "Tile": (1,), "Slice": (1, 2, 3, 4), "Split": (1,),
     "Squeeze": (1,), "Unsqueeze": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
     "TopK": (1,), "Pad": (1, 3), "Resize": (1, 2, 3), "Upsample": (1,), "CumSum": (1,),
-    "Trilu": (1,), "ScatterND": (0, 1, 2),
+    "Trilu": (1,), "ScatterND": (0, 1, 2), "OneHot": (1, 2),
     **{op: (1,) for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
                            "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
                            "ReduceLogSumExp")},
