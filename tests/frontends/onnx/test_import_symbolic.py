@@ -169,3 +169,46 @@ def test_size_folds_to_a_symbolic_product(make_model, ort_run):
     rng = np.random.default_rng(5)
     check_sizes(g, m, ort_run, lambda b, s: {
         "x": rng.standard_normal((b, s)).astype(np.float32)})
+
+
+def test_slice_from_a_negative_symbolic_start(make_model, ort_run):
+    """x[:, -seq:] (XLM's cache trim, the whole axis) and x[:, -seq:-1] (all but the last): a
+    start below 0 for every binding counts from the end, as ONNX says, and becomes static."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i1"], ["seq"], name="seq_len", axis=0),
+        helper.make_node("Neg", ["seq"], ["minus_seq"], name="neg"),
+        helper.make_node("Unsqueeze", ["minus_seq", "ax0"], ["start"], name="start_1d"),
+        helper.make_node("Slice", ["x", "start", "big", "ax1"], ["all"], name="trim"),
+        helper.make_node("Slice", ["x", "start", "minus1", "ax1"], ["tail"], name="drop_last"),
+        helper.make_node("ReduceSum", ["all", "ax1"], ["total"], name="sum", keepdims=1),
+        helper.make_node("Add", ["tail", "total"], ["y"], name="add"),
+    ]
+    inits = [ints("i1", 1), ints("minus1", [-1]), ints("ax0", [0]), ints("ax1", [1]),
+             ints("big", [np.iinfo(np.int64).max])]
+    m = make_model(nodes, [("x", F, ["batch", "seq", 4])], [("y", F, None)], inits)
+    g = bz.import_onnx(m)
+    (narrow,) = [n for n in g.nodes if n.op.kind == "narrow"]  # the trim is the identity
+    assert narrow.op.start == 0 and narrow.outputs[0].dims == ("batch", "seq-1", 4)
+    rng = np.random.default_rng(6)
+    check_sizes(g, m, ort_run, lambda b, s: {
+        "x": rng.standard_normal((b, s, 4)).astype(np.float32)})
+
+
+def test_tile_by_a_symbolic_count(make_model, ort_run):
+    """DeBERTa tiles its position projections [H, P, D] by (batch, 1, 1): repeats computed from
+    a Shape become an expand over a new axis and a merge to (batch*H, P, D)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i0"], ["b"], name="batch", axis=0),
+        helper.make_node("Unsqueeze", ["b", "ax0"], ["b1"], name="batch_1d"),
+        helper.make_node("Concat", ["b1", "ones"], ["reps"], name="reps", axis=0),
+        helper.make_node("Tile", ["p", "reps"], ["tiled"], name="tile"),
+        helper.make_node("ReduceSum", ["tiled", "ax1"], ["y"], name="sum", keepdims=0),
+    ]
+    inits = [ints("i0", 0), ints("ax0", [0]), ints("ones", [1, 1]), ints("ax1", [1]),
+             numpy_helper.from_array(np.arange(24, dtype=np.float32).reshape(2, 3, 4), "p")]
+    m = make_model(nodes, [("x", F, ["batch", "seq"])], [("y", F, None)], inits)
+    g = bz.import_onnx(m)
+    assert g.shape_of(g.outputs[0]).dims == ("2*batch", 4)
+    check_sizes(g, m, ort_run, lambda b, s: {"x": np.zeros((b, s), np.float32)})

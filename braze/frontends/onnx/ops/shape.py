@@ -209,14 +209,14 @@ def _slice_axis(ctx, node, x, ax: int, start, end, step: int):
         raise ctx.fail(node, f"a strided Slice of symbolic axis {ax} ({d}) is not supported")
     dim = SymDim.of(d)
     lo = SymDim.of(start)
-    if lo.is_const and lo.const < 0:
-        lo = dim + lo.const
+    if _negative(lo):
+        lo = dim + lo
     if isinstance(end, int) and end >= _BIG:
         hi = dim
     else:
         hi = SymDim.of(end)
-        if hi.is_const and hi.const < 0:
-            hi = dim + hi.const
+        if _negative(hi):
+            hi = dim + hi
     if not lo.is_const:
         raise ctx.fail(node, f"Slice start {lo} on axis {ax} depends on a symbolic dim; braze "
                              "slices from static starts (pass input_shapes= to fix the dims)")
@@ -224,6 +224,15 @@ def _slice_axis(ctx, node, x, ax: int, start, end, step: int):
     if length == dim and lo.const == 0:
         return x
     return ctx.g.narrow(x, ax, lo.const, length.to_dim())
+
+
+def _negative(bound: SymDim) -> bool:
+    """Whether a slice bound is below 0 for every binding of its dims (dims are >= 1): a
+    negative constant, or `-seq`-like terms (XLM slices `x[:, -seq:]`), which count from the
+    end of the axis as ONNX's negative bounds do."""
+    if bound.is_const:
+        return bound.const < 0
+    return all(c <= 0 for c in bound.terms.values())
 
 
 @converter("Gather")
@@ -264,15 +273,16 @@ def expand(ctx, node):
 @converter("Tile")
 def tile(ctx, node):
     x = ctx.value(node, 0)
-    reps = ctx.static_ints(node, 1, "Tile repeats")
+    reps = ctx.ints(node, 1, "Tile repeats")  # symbolic counts too (DeBERTa: batch * heads)
     dims = ctx.dims(x)
     if len(reps) != len(dims):
-        raise ctx.fail(node, f"Tile repeats {reps} do not match rank {len(dims)}")
-    if all(r == 1 for r in reps):
+        raise ctx.fail(node, f"Tile repeats {[str(r) for r in reps]} do not match rank "
+                             f"{len(dims)}")
+    if all(isinstance(r, int) and r == 1 for r in reps):
         return [x]
     inter = [v for d in dims for v in (1, d)]
-    wide = [v for r, d in zip(reps, dims) for v in (r, d)]
-    out = [(SymDim.of(d) * r).to_dim() for r, d in zip(reps, dims)]
+    wide = [v for r, d in zip(reps, dims) for v in (_dim(r), d)]
+    out = [(SymDim.of(d) * SymDim.of(_dim(r))).to_dim() for r, d in zip(reps, dims)]
     return [ctx.g.reshape(ctx.g.expand(ctx.g.reshape(x, inter), wide), out)]
 
 
