@@ -359,3 +359,27 @@ def test_native_kernels_keep_their_contiguous_copies_alive():
     for seed in range(4):
         feeds = bz.random_feeds(g, seed)
         _compare_all(bz.interpret(g, feeds), exe(feeds), seed, **F32)
+
+
+@pytest.mark.parametrize("fuse", [True, False])
+def test_gemm_operands_broadcast_along_their_rows_are_not_given_to_blas_as_strided(fuse):
+    """An expanded (stride-0) operand has no BLAS leading dimension: matmul, the fused GEMM
+    epilogue and attention used to pass stride 0 (MKL: 'parameter incorrect', output left
+    unwritten) or the row length (reading past the one real row)."""
+    S = bz.Shape
+    g = bz.Graph("broadcast_operands")
+    x, w = g.input("x", S((3, 4, 5))), g.input("w", S((1, 6)))
+    row = g.input("row", S((1, 5)))
+    wide = g.expand(w, (5, 6))
+    q, k0 = g.input("q", S((2, 1, 1, 4))), g.input("k", S((2, 2, 1, 4)))
+    v = g.input("v", S((2, 2, 5, 4)))
+    g.set_outputs([
+        g.matmul(x, wide),
+        g.gelu(g.add(g.matmul(x, wide), g.input("b", S((6,))))),
+        g.matmul(g.expand(row, (7, 5)), wide),
+        g.attention(g.expand(q, (2, 4, 3, 4)), g.expand(k0, (2, 2, 5, 4)), v, kind="causal"),
+    ])
+    exe = bz.compile(g, fuse=fuse)
+    for seed in (0, 1):
+        feeds = bz.random_feeds(g, seed)
+        _compare_all(bz.interpret(g, feeds), exe(feeds), seed, **F32)

@@ -124,8 +124,11 @@ def lib():
 
 def head_strides(a: np.ndarray) -> tuple[int, int, int] | None:
     """(batch, head, row) element strides of a float32 [B, H, S, D] view whose rows are
-    contiguous, or None."""
+    contiguous and do not overlap (the row stride is the GEMM's leading dimension: BLAS takes
+    none below D, so a view broadcast along S, stride 0, is not one), or None."""
     if a.dtype != np.float32 or a.ndim != 4 or (a.shape[-1] > 1 and a.strides[-1] != 4):
+        return None
+    if a.strides[2] < 4 * max(1, a.shape[-1]) or any(st % 4 for st in a.strides[:3]):
         return None
     return tuple(st // 4 for st in a.strides[:3])
 

@@ -76,15 +76,29 @@ def _gemm2d(fn, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
         return False
     m, k = a.shape
     n = b.shape[1]
+    lda = _leading(m, k, a.strides[0])
     if b.strides[1] == 4:
-        tb, ldb = _NO_TRANS, b.strides[0] // 4
+        tb, ldb = _NO_TRANS, _leading(k, n, b.strides[0])
     elif b.strides[0] == 4:
-        tb, ldb = _TRANS, b.strides[1] // 4
+        tb, ldb = _TRANS, _leading(n, k, b.strides[1])
     else:
         return False
-    fn(_ROW_MAJOR, _NO_TRANS, tb, m, n, k, 1.0, a.ctypes.data, a.strides[0] // 4,
-       b.ctypes.data, ldb, 0.0, out.ctypes.data, n)
+    if lda is None or ldb is None:
+        return False
+    fn(_ROW_MAJOR, _NO_TRANS, tb, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, 0.0,
+       out.ctypes.data, n)
     return True
+
+
+def _leading(rows: int, cols: int, row_stride: int) -> int | None:
+    """The BLAS leading dimension of a row-major float32 block whose rows are `row_stride`
+    bytes apart, or None when rows overlap (a view broadcast along them, stride 0): BLAS takes
+    no leading dimension below the row length. A single row may have any stride."""
+    if rows <= 1:
+        return max(cols, 1)
+    if row_stride % 4 or row_stride < 4 * max(cols, 1):
+        return None
+    return row_stride // 4
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -54,10 +54,17 @@ def gemm_bias_act(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.n
     if x.dtype != np.float32 or w.dtype != np.float32 or out.dtype != np.float32:
         return False
     k, n = w.shape
-    if w.strides[1] == 4 or n == 1:
-        trans_b, ldb = 0, max(w.strides[0] // 4, n)
-    elif w.strides[0] == 4:
-        trans_b, ldb = 1, w.strides[1] // 4
+    s0, s1 = w.strides
+    if s0 % 4 or s1 % 4:
+        return False
+    # the leading dimension is a stride; rows (or columns) must not overlap: a weight broadcast
+    # along k (stride 0, an expand) is no BLAS operand
+    if s1 == 4 or n == 1:
+        if k > 1 and s0 < 4 * n:
+            return False
+        trans_b, ldb = 0, max(s0 // 4, n)
+    elif s0 == 4 and s1 >= 4 * k:
+        trans_b, ldb = 1, s1 // 4
     else:
         return False
     m = x.size // max(k, 1)
