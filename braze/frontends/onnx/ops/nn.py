@@ -412,15 +412,25 @@ def stored_array(ctx, node, i: int, what: str) -> np.ndarray | None:
     raise ctx.fail(node, f"{what} is computed at run time; braze needs it at import time")
 
 
+def _resize_sizes(ctx, node) -> list | None:
+    """Resize's `sizes` input as ints, or SymDims where the batch / channel entries are read
+    from the input's own shape (`Concat(Shape(x)[:2], hw)`, MobileViT's exports); None when
+    absent or empty."""
+    k = ctx.known(node, 3) if ctx.has(node, 3) else None
+    if k is not None and k.symbolic:
+        return [SymDim.of(v) if not isinstance(v, int) else v for v in k.ints()] or None
+    sizes_a = stored_array(ctx, node, 3, "Resize sizes")
+    return [int(v) for v in sizes_a.reshape(-1)] if sizes_a is not None and \
+        sizes_a.size else None
+
+
 def _resize_targets(ctx, node, dims, axes):
     """(output spatial sizes, coordinate scales or None) from Resize's scales / sizes."""
     rank = len(dims)
     scales_a = stored_array(ctx, node, 2, "Resize scales")
-    sizes_a = stored_array(ctx, node, 3, "Resize sizes")
     scales = [float(v) for v in scales_a.reshape(-1)] if scales_a is not None and \
         scales_a.size else None
-    sizes = [int(v) for v in sizes_a.reshape(-1)] if sizes_a is not None and \
-        sizes_a.size else None
+    sizes = _resize_sizes(ctx, node)
     if (scales is None) == (sizes is None):
         raise ctx.fail(node, "Resize needs exactly one of scales and sizes")
     if scales is not None:
@@ -436,9 +446,12 @@ def _resize_targets(ctx, node, dims, axes):
         return out, scales[2:]
     sizes = _full_list(ctx, node, sizes, axes, rank, list(dims), "sizes")
     for i in range(2):
-        if sizes[i] != dims[i]:
+        if SymDim.of(sizes[i]) != SymDim.of(dims[i]):
             raise ctx.fail(node, f"Resize of axis {i} (batch / channels, {dims[i]} -> "
                                  f"{sizes[i]}) is not supported; braze resizes the spatial axes")
+    if not all(isinstance(v, int) for v in sizes[2:]):
+        raise ctx.fail(node, f"Resize sizes {sizes[2:]} of the spatial axes depend on symbolic "
+                             f"dims; {input_shapes_hint(ctx)}")
     policy = node.attr("keep_aspect_ratio_policy", "stretch")
     if policy == "stretch":
         return sizes[2:], None
