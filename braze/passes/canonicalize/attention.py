@@ -28,7 +28,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ...ir.ops.attention import Attention, MaskKind
+from ...ir.ops.attention import Attention, MaskKind, Rope
 from ...ir.ops.elementwise import Binary, BinaryFn, Cast, IsNan, Unary, UnaryFn, Where
 from ...ir.ops.io import Constant, Input, Param
 from ...ir.ops.linalg import MatMul
@@ -75,11 +75,13 @@ def _single_use(g, n) -> bool:
     return len(g.users(n.value)) == 1 and not g.is_output(n.value)
 
 
-def _peel_scales(g, v, parse: _Parse, side: str):
+def _peel_scales(g, v, parse: _Parse, side: str, through_rope: bool = False):
     """Strip mul / div by scalar constants and float casts, also where they sit under the head
-    split (OPT, BART: the projection is scaled before its reshape / transpose); returns the
-    remaining value, and records the layout ops to replay on it in `parse.{side}_layout`.
-    Only single-use nodes are peeled (a scaled q read elsewhere keeps its scale)."""
+    split (OPT, BART: the projection is scaled before its reshape / transpose) or, with
+    `through_rope`, under a rotary embedding (linear in x: ESM scales q before rotating it);
+    returns the remaining value, and records the ops to replay on it in `parse.{side}_layout`
+    (a rope as (op, (cos, sin))). Only single-use nodes are peeled (a scaled q read elsewhere
+    keeps its scale); a cast is not peeled from under a rope (the tables keep their dtype)."""
     base, layout, pending, passed = v, [], [], []
     while True:
         n = g.nodes[v.node]
@@ -97,15 +99,19 @@ def _peel_scales(g, v, parse: _Parse, side: str):
             else:
                 break
         elif isinstance(n.op, Cast) and n.op.dtype.is_float:
+            if any(isinstance(p.op, Rope) for p in pending):
+                break
             v = n.inputs[0]
-        elif isinstance(n.op, (Reshape, Transpose)):
+        elif isinstance(n.op, (Reshape, Transpose)) or (through_rope and
+                                                        isinstance(n.op, Rope)):
             pending.append(n)
             v = n.inputs[0]
             continue
         else:
             break
         passed += [p.id for p in pending] + [n.id]
-        layout += [p.op for p in pending]
+        layout += [(p.op, tuple(p.inputs[1:])) if isinstance(p.op, Rope) else p.op
+                   for p in pending]
         pending = []
         base = v
     parse.consumed += passed
@@ -116,7 +122,8 @@ def _peel_scales(g, v, parse: _Parse, side: str):
 def _replay(b, v, ops):
     """Apply the layout ops recorded by _peel_scales (outermost first) to v."""
     for op in reversed(ops):
-        v = b.add_node(op, [v])[0]
+        op, extra = op if isinstance(op, tuple) else (op, ())
+        v = b.add_node(op, [v, *extra])[0]
     return v
 
 
@@ -523,14 +530,14 @@ def _input_scale_matcher(g, node, ctx):
         parse = _Parse()
         base = v
         if _single_use(g, g.nodes[v.node]):
-            base = _peel_scales(g, v, parse, side)
+            base = _peel_scales(g, v, parse, side, through_rope=True)
         if base == v or g.shape_of(base).dtype != g.shape_of(v).dtype:
             values[side] = v
             continue
         factor *= parse.scale
         consumed += parse.consumed
         values[f"{side}0"] = base
-        layouts[side] = getattr(parse, f"{side}_layout")
+        layouts[side] = tuple(_named_rope_tables(getattr(parse, f"{side}_layout"), side, values))
     if not layouts:
         return
     values["v"] = node.inputs[2]
@@ -540,8 +547,21 @@ def _input_scale_matcher(g, node, ctx):
                 data={"factor": factor, "layouts": layouts})
 
 
+def _named_rope_tables(layout, side, values):
+    """The layout ops with each rope's (cos, sin) replaced by names entered in `values` (a
+    replacement reads outside values through its match)."""
+    for i, op in enumerate(layout):
+        if isinstance(op, tuple):
+            names = tuple(f"{side}_rope{i}_{j}" for j in range(len(op[1])))
+            values.update(zip(names, op[1]))
+            op = (op[0], names)
+        yield op
+
+
 def _build_input_scale(b, m):
-    op, layouts = m.root.op, m.data["layouts"]
+    op = m.root.op
+    layouts = {side: tuple((o[0], tuple(m.v(n) for n in o[1])) if isinstance(o, tuple) else o
+                           for o in ops) for side, ops in m.data["layouts"].items()}
     q, k = (_replay(b, m.v(f"{s}0"), layouts[s]) if s in layouts else m.v(s) for s in "qk")
     d = b.shape_of(q).dims[-1]
     default = 1.0 / math.sqrt(d) if isinstance(d, int) else None

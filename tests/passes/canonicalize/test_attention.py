@@ -7,6 +7,7 @@ from helpers import canonicalize, check_same, run_rules
 
 import braze as bz
 from braze.ir.ops.attention import MaskKind
+from braze.ir.ops.elementwise import BinaryFn
 from braze.passes.canonicalize.attention import CANONICALIZE_ATTENTION, FOLD_REPEAT_KV
 from braze.passes.canonicalize.layout import LAYOUT_RULES
 
@@ -250,3 +251,33 @@ def test_a_learned_bias_becomes_the_bias_kind():
     (op,) = _attn_ops(out)
     assert op.mask is MaskKind.BIAS and op.scale == 1.0
     check_same(g, out, symbols={"b": B, "s": S})
+
+
+def _rope_tables(g):
+    cos = g.input("cos", bz.Shape(("s", D // 2)))
+    sin = g.input("sin", bz.Shape(("s", D // 2)))
+    return cos, sin
+
+
+@pytest.mark.parametrize("reads_elsewhere", [False, True])
+def test_a_scale_under_a_rope_folds_into_the_attention_scale(reads_elsewhere):
+    """ESM scales q before rotating it: rope(q * c) = rope(q) * c, so c moves into the score
+    scale and the attention reads rope(q) (the head split it came from, for the block fusion).
+    A scaled q that something else reads keeps its scale."""
+    g = bz.Graph("esm")
+    q, k, v = _qkv(g)
+    cos, sin = _rope_tables(g)
+    scaled = g.mul(q, 0.3)
+    qr, kr = g.rope(scaled, cos, sin), g.rope(k, cos, sin)
+    s = g.matmul(qr, g.transpose(kr, (0, 1, 3, 2)))
+    outs = [g.matmul(g.softmax(s, -1), v)] + ([g.add(scaled, 1.0)] if reads_elsewhere else [])
+    g.set_outputs(outs)
+    out, _ = canonicalize(g)
+    (node,) = [n for n in out.nodes if n.op.kind == "attention"]
+    q_rope = out.nodes[node.inputs[0].node]
+    assert q_rope.op.kind == "rope"
+    if reads_elsewhere:
+        assert node.op.scale == 1.0 and out.nodes[q_rope.inputs[0].node].op.fn is BinaryFn.MUL
+    else:
+        assert node.op.scale == pytest.approx(0.3) and q_rope.inputs[0] == out.inputs[0].value
+    check_same(g, out, symbols=SYM)
