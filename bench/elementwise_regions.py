@@ -3,10 +3,14 @@ ops (issue 7's region targets: >= 80% of copy bandwidth in effective bytes, >= 8
 
 Each case is a chain of elementwise ops on float32 tensors of `--mb` MiB that `bz.fuse` turns
 into one region; braze runs it compiled (`bz.compile`, one generated kernel, one pass over
-memory), timed as `exe(feeds, copy=False)` (the output stays in the arena: the kernel plus the
-run loop); `call ms` is the default `exe(feeds)`, which also copies the output out of the arena.
+memory). Three braze timings: `kernel` is the generated kernel alone (the program's step, its
+arguments bound), `run` is `exe(feeds, copy=False)` (kernel plus the run loop; the output stays
+in the arena) and `call` the default `exe(feeds)`, which also copies the output out of the arena
+into a fresh array (page faults included). The NumPy side is the chain of ufuncs a user would
+write (`np.tanh(x * 0.5 + y * 0.25)`; for GELU `scipy.special.erf`, NumPy having no erf).
 Effective bytes = every region input read once + the output written once. Copy bandwidth is
-`np.copyto` of the same size (read + write). Medians.
+`np.copyto` of one input into a warm buffer (read + write), timed in the same rounds as the
+kernel. All timings are taken round-robin, `--repeat` rounds; medians (min in the CSV too).
 
     python bench/elementwise_regions.py [--mb 64] [--repeat 15]
 """
@@ -45,14 +49,29 @@ def _cases():
     }
 
 
-def _median(fn, repeat: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
+def _timings(fns: dict, repeat: int) -> dict:
+    """name -> (median, min) seconds of each function, called round-robin `repeat` times
+    after one warm-up call each (so load changes hit every column alike)."""
+    for fn in fns.values():
         fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    times: dict = {k: [] for k in fns}
+    for _ in range(repeat):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+    return {k: (statistics.median(v), min(v)) for k, v in times.items()}
+
+
+def _kernel_call(exe, feeds):
+    """The region's kernel with its arguments bound, as the program's run loop calls it."""
+    prog = exe.program(feeds)
+    env = list(prog.env)
+    for name, slot in prog.input_slots.items():
+        env[slot] = feeds[name]
+    (step,) = [s for s in prog.steps if s.node.op.kind == "elementwise_region"]
+    args = [env[s] for s in step.slots]
+    return lambda: step.kernel.run(*args), step.kernel.name
 
 
 def main() -> None:
@@ -67,12 +86,9 @@ def main() -> None:
     x = rng.standard_normal(n, dtype=np.float32)
     y = rng.standard_normal(n, dtype=np.float32)
     dst = np.empty_like(x)
-    copy_s = _median(lambda: np.copyto(dst, x), args.repeat)
-    copy_gbs = 2 * x.nbytes / copy_s / 1e9
-    load = os.getloadavg()[0]
-    print(f"copy bandwidth (np.copyto, {args.mb} MiB): {copy_gbs:.1f} GB/s   load {load:.2f}")
-    print(f"{'case':<12} {'braze ms':>9} {'call ms':>8} {'numpy ms':>9} {'GB/s':>7} "
-          f"{'% copy':>7} {'x numpy':>8}")
+    print(f"{args.mb} MiB per input, {args.repeat} rounds, medians")
+    print(f"{'case':<11} {'copy GB/s':>9} {'kernel ms':>9} {'run ms':>7} {'call ms':>8} "
+          f"{'numpy ms':>9} {'GB/s':>6} {'% copy':>7} {'x numpy':>8}  max rel err")
     rows = []
     for name, (build, numpy_fn, n_in) in _cases().items():
         g = bz.Graph(name)
@@ -85,28 +101,45 @@ def main() -> None:
         got = exe(feeds)[0]
         want = numpy_fn(x.astype(np.float64), y.astype(np.float64))
         err = float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))))
-        braze_s = _median(lambda exe=exe, feeds=feeds: exe(feeds, copy=False), args.repeat)
-        call_s = _median(lambda exe=exe, feeds=feeds: exe(feeds), args.repeat)
-        numpy_s = _median(lambda f=numpy_fn: f(x, y), args.repeat)
-        eff = (n_in + 1) * x.nbytes / braze_s / 1e9
-        print(f"{name:<12} {braze_s * 1e3:>9.2f} {call_s * 1e3:>8.2f} {numpy_s * 1e3:>9.2f} "
-              f"{eff:>7.1f} "
-              f"{100 * eff / copy_gbs:>6.0f}% {numpy_s / braze_s:>7.1f}x   regions={regions} "
-              f"max rel err {err:.1e}")
+        kernel, impl = _kernel_call(exe, feeds)
+        load = os.getloadavg()[0]
+        t = _timings({"copy": lambda: np.copyto(dst, x), "kernel": kernel,
+                      "run": lambda exe=exe, feeds=feeds: exe(feeds, copy=False),
+                      "call": lambda exe=exe, feeds=feeds: exe(feeds),
+                      "numpy": lambda f=numpy_fn: f(x, y)}, args.repeat)
+        copy_gbs = 2 * x.nbytes / t["copy"][0] / 1e9
+        eff = (n_in + 1) * x.nbytes / t["kernel"][0] / 1e9
+        pct, speedup = 100 * eff / copy_gbs, t["numpy"][0] / t["kernel"][0]
+        ms = {k: v[0] * 1e3 for k, v in t.items()}
+        print(f"{name:<11} {copy_gbs:>9.1f} {ms['kernel']:>9.2f} {ms['run']:>7.2f} "
+              f"{ms['call']:>8.2f} {ms['numpy']:>9.2f} {eff:>6.1f} {pct:>6.0f}% "
+              f"{speedup:>7.1f}x  {err:.1e}  load {load:.2f}  [{impl}]")
         rows.append({"date": datetime.datetime.now().isoformat(timespec="minutes"),
                      "machine": platform.node(), "load_avg": f"{load:.2f}", "case": name,
                      "mib_per_input": args.mb, "inputs": n_in, "regions": regions,
-                     "braze_ms": f"{braze_s * 1e3:.3f}", "call_ms": f"{call_s * 1e3:.3f}",
-                     "numpy_ms": f"{numpy_s * 1e3:.3f}",
+                     "braze_ms": f"{ms['run']:.3f}", "call_ms": f"{ms['call']:.3f}",
+                     "numpy_ms": f"{ms['numpy']:.3f}",
                      "effective_gbs": f"{eff:.2f}", "copy_gbs": f"{copy_gbs:.2f}",
-                     "pct_of_copy": f"{100 * eff / copy_gbs:.1f}",
-                     "x_numpy": f"{numpy_s / braze_s:.2f}", "max_rel_err": f"{err:.2e}"})
-    new = not os.path.exists(args.out)
-    with open(args.out, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+                     "pct_of_copy": f"{pct:.1f}", "x_numpy": f"{speedup:.2f}",
+                     "max_rel_err": f"{err:.2e}", "kernel_ms": f"{ms['kernel']:.3f}",
+                     "kernel_min_ms": f"{t['kernel'][1] * 1e3:.3f}",
+                     "copy_min_ms": f"{t['copy'][1] * 1e3:.3f}",
+                     "streaming": int("streaming" in impl)})
+    _append_csv(args.out, rows)
+
+
+def _append_csv(path: str, rows: list[dict]) -> None:
+    """Add `rows`; earlier rows with fewer columns keep their values (new columns empty)."""
+    old: list[dict] = []
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            old = list(csv.DictReader(f))
+    fields = list(old[0]) if old else []
+    fields += [k for k in rows[0] if k not in fields]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields, restval="")
+        w.writeheader()
+        w.writerows(old + rows)
 
 
 if __name__ == "__main__":

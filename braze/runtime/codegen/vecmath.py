@@ -61,9 +61,9 @@ BZ_INLINE float bz_mul_lo(float x, float y, float hi) {
 BZ_INLINE float bz_exp_hl(float hi, float lo, int32_t bias) {
   const float low = -104.0f - 0.693147181f * (float)bias;  /* below: 0 even after the bias */
   float s = hi + lo;
-  int out = s < low || s > 89.0f;
   float h = s < low ? low : (s > 89.0f ? 89.0f : hi);
-  float l = out ? 0.0f : lo;
+  float l = s < low ? -0.0f : lo;  /* selects on float compares: an int mask costs */
+  l = s > 89.0f ? -0.0f : l;        /* conversions; -0.0f (x + -0 == x) folds away */
   const float shift = 12582912.0f;  /* 1.5 * 2^23: adding it rounds to an integer */
   float k = (h + l) * 1.44269504f + shift;
   float n = k - shift;
@@ -84,7 +84,7 @@ BZ_INLINE float bz_exp_hl(float hi, float lo, int32_t bias) {
   return p * s1 * s2;
 }
 
-BZ_INLINE float bz_expf(float x) { return bz_exp_hl(x, 0.0f, 0); }
+BZ_INLINE float bz_expf(float x) { return bz_exp_hl(x, -0.0f, 0); }
 
 BZ_INLINE float bz_tanhf(float x) {  /* odd: computed for |x|, the sign put back last */
   float ax = __builtin_fabsf(x);
@@ -164,19 +164,19 @@ BZ_INLINE float bz_geluf(float x) {
    sigmoid(u) = 1 / (1 + e^-u) for u >= 0 and e^u / (1 + e^u) below (e^u scaled by 2^64 so a
    denormal result rounds once). */
 BZ_INLINE float bz_sigmoid_parts(float u_hi, float u_lo, float pos, float neg) {
-  int below = u_hi < 0.0f;
-  float es = bz_exp_hl(below ? u_hi : -u_hi, below ? u_lo : -u_lo, 64);  /* e^-|u| 2^64 */
-  float e = es * 0x1p-64f;
-  return (below ? neg * es : pos) / (1.0f + e) * (below ? 0x1p-64f : 1.0f);
+  float es = bz_exp_hl(-__builtin_fabsf(u_hi), u_hi < 0.0f ? u_lo : -u_lo, 64);
+  float e = es * 0x1p-64f;                                        /* e^-|u| */
+  return (u_hi < 0.0f ? neg * es : pos) / (1.0f + e) * (u_hi < 0.0f ? 0x1p-64f : 1.0f);
 }
 
-BZ_INLINE float bz_sigmoidf(float x) { return bz_sigmoid_parts(x, 0.0f, 1.0f, 1.0f); }
-BZ_INLINE float bz_siluf(float x) { return bz_sigmoid_parts(x, 0.0f, x, x); }
+BZ_INLINE float bz_sigmoidf(float x) { return bz_sigmoid_parts(x, -0.0f, 1.0f, 1.0f); }
+BZ_INLINE float bz_siluf(float x) { return bz_sigmoid_parts(x, -0.0f, x, x); }
 
 /* x sigmoid(1.702 x), with 1.702 x carried as hi + lo (|x| <= 100 there: beyond, the
    sigmoid is 0 or 1 in float). */
 BZ_INLINE float bz_quick_geluf(float x) {
-  float xc = x < -100.0f ? -100.0f : (x > 100.0f ? 100.0f : x);
+  float xc = x < -100.0f ? -100.0f : x;  /* one clamp as two selects: GCC 12 does not */
+  xc = xc > 100.0f ? 100.0f : xc;        /* vectorize the nested form of one variable */
   float u = 1.702f * xc;
   return bz_sigmoid_parts(u, bz_mul_lo(1.702f, xc, u), x, x);
 }
@@ -185,7 +185,7 @@ BZ_INLINE float bz_quick_geluf(float x) {
    in the left tail, where the error is that of 2u's float rounding (|2u| * 2^-23 relative). */
 BZ_INLINE float bz_gelu_tanhf(float x) {
   float u2 = 1.59576912f * (x + 0.044715f * x * x * x);
-  return bz_sigmoid_parts(u2, 0.0f, x, x);
+  return bz_sigmoid_parts(u2, -0.0f, x, x);
 }
 """
 
