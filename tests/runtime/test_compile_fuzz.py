@@ -7,7 +7,8 @@ negatives, all -inf rows), softcap, cross lengths and strided q/k/v views; conv 
 activation stacks with odd strides / dilations / groups / padding and pooling; elementwise
 chains over transposed / narrowed / expanded inputs with broadcasting and edge values.
 One Executable is called at two bindings of its symbolic dims and twice per binding (the arena
-is reused: no state may leak between calls), with threads 1 and 2.
+is reused: no state may leak between calls), with threads 1 and 2, then once more after
+`update_weights` with new params.
 
 Tolerances: float32 within rtol 1e-4 (atol 1e-5 scaled by the output's magnitude). The bf16
 policy (`precision="bf16"`: matmul / conv operands rounded to bf16, f32 accumulation) is checked
@@ -70,6 +71,11 @@ def _check_compiled(g: bz.Graph, *, threads: int = 1, bindings=BINDINGS, feeds_f
         runs.append((seed, feeds, want, tol))
     for seed, feeds, want, tol in runs:  # again, after the other bindings' programs ran
         _compare_all(want, exe(feeds), seed, **tol)
+    if params and not precision:  # new weights: prepared (packed, folded) weights are redone
+        fresh = bz.init_params(g, 7)
+        exe.update_weights(fresh)
+        seed, feeds, _, tol = runs[0]
+        _compare_all(bz.interpret(g, feeds, fresh), exe(feeds), seed, **tol)
     return exe
 
 
@@ -383,3 +389,20 @@ def test_gemm_operands_broadcast_along_their_rows_are_not_given_to_blas_as_strid
     for seed in (0, 1):
         feeds = bz.random_feeds(g, seed)
         _compare_all(bz.interpret(g, feeds), exe(feeds), seed, **F32)
+
+
+def test_kernels_above_the_threading_threshold():
+    """Memory-bound kernels split across threads only above cc.PARALLEL_MIN_ELEMENTS (2^21):
+    regions with broadcasting, norms, softmax, rope and gated halves at 2051 x 1027."""
+    S = bz.Shape
+    rows, cols = 2051, 1027
+    g = bz.Graph("big")
+    x, b = g.input("x", S((rows, cols))), g.input("b", S((cols,)))
+    h = g.gelu(g.add(g.mul(x, g.input("r", S((rows, 1)))), b))
+    cos, sin = g.input("cos", S((rows, 6))), g.input("sin", S((rows, 6)))
+    g.set_outputs([
+        h, g.layer_norm(g.add(h, x), g.input("gamma", S((cols,))), b), g.softmax(x, -1),
+        g.rms_norm(x, b), g.rope(g.input("x4", S((1, 1, rows, 1020))), cos, sin, False, 12),
+        g.fused_swiglu(g.narrow(x, 1, 0, 1026)), g.sigmoid(x)])
+    assert rows * cols > 1 << 21
+    check_compiled(g, threads=2, bindings=({},))
