@@ -47,6 +47,7 @@ def _fusion_steps() -> tuple[tuple[str, Pass], ...]:
         conv_bias_act,
         conv_bn,
         matmul_bias_act,
+        matmul_bn,
         residual_norm,
         rms_norm_reshape,
         shared_matmul,
@@ -55,7 +56,7 @@ def _fusion_steps() -> tuple[tuple[str, Pass], ...]:
     )
 
     return (
-        ("conv_bn_fold", RulePass("FoldConvBatchNorm", conv_bn.RULES)),
+        ("conv_bn_fold", RulePass("FoldConvBatchNorm", conv_bn.RULES + matmul_bn.RULES)),
         ("conv_bias_act", RulePass("FuseConvBiasAct", conv_bias_act.RULES)),
         ("swiglu", RulePass("FuseSwiGLUDualMatmul", swiglu.DUAL_RULES)),
         ("attention_block", RulePass("FuseAttentionBlock", attention_block.RULES)),
