@@ -191,7 +191,8 @@ _CHAIN_BINARY = ("add", "sub", "mul", "max", "min")
 def view_chains(draw):
     """Elementwise chains whose operands are transposed, narrowed, expanded or reshaped views of
     the inputs and of interior values, broadcasting against each other, with reductions,
-    softmax and where in between; 1-3 outputs."""
+    softmax, where and matmuls (by params or transposed / row-broadcast views) in between;
+    1-3 outputs."""
     S = bz.Shape
     g = bz.Graph("views", record_provenance=False)
     a, b = draw(st.sampled_from([1, 3, 17])), draw(st.sampled_from([1, 2, 5, 65]))
@@ -201,7 +202,7 @@ def view_chains(draw):
     vals = [x, g.transpose(y, (1, 0)), z, g.expand(z, (a, b))]
     for _ in range(draw(st.integers(2, 10))):
         kind = draw(st.sampled_from(["unary", "binary", "binary", "view", "reduce", "softmax",
-                                     "where"]))
+                                     "where", "matmul"]))
         v = draw(st.sampled_from(vals))
         dims = g.shape_of(v).dims
         if kind == "unary":
@@ -227,10 +228,23 @@ def view_chains(draw):
             vals.append(g.softmax(v, axis=-1))
         elif kind == "where":
             vals.append(g.where(g.compare(v, 0.0, "gt"), v, g.mul(v, 0.1)))
+        elif kind == "matmul" and isinstance(dims[-1], int):
+            vals.append(g.matmul(v, _weight_view(draw, g, dims[-1], len(vals))))
     outs = list(dict.fromkeys(draw(st.lists(st.sampled_from(vals[4:] or vals), min_size=1,
                                             max_size=3))))
     g.set_outputs(outs)
     return g
+
+
+def _weight_view(draw, g: bz.Graph, k: int, tag: int):
+    """A [k, m] matmul operand: a param, or a transposed or row-broadcast (stride 0) view."""
+    m = draw(st.sampled_from([1, 3, 17]))
+    how = draw(st.sampled_from(["plain", "transposed", "broadcast"]))
+    if how == "plain":
+        return g.param(f"w{tag}", bz.Shape((k, m)))
+    if how == "transposed":
+        return g.transpose(g.input(f"wt{tag}", bz.Shape((m, k))), (1, 0))
+    return g.expand(g.input(f"wrow{tag}", bz.Shape((1, m))), (k, m))
 
 
 def edge_feeds(g: bz.Graph, seed: int, sym) -> dict:
@@ -406,3 +420,27 @@ def test_kernels_above_the_threading_threshold():
         g.fused_swiglu(g.narrow(x, 1, 0, 1026)), g.sigmoid(x)])
     assert rows * cols > 1 << 21
     check_compiled(g, threads=2, bindings=({},))
+
+
+@pytest.mark.parametrize("act", ["silu", "sigmoid", "quick_gelu", "gelu", "gelu_approx", "tanh"])
+def test_native_activations_at_large_finite_magnitudes(act):
+    """The native activation kernels (and GEMM epilogues) are built with -ffast-math, where
+    libmvec's expf gives NaN instead of inf past e^88.7: SiLU / sigmoid / quick GELU of x <= -89
+    came out NaN (the reference: 0). Inf and NaN inputs are not promised there."""
+    S = bz.Shape
+    g = bz.Graph("extremes")
+    x = g.input("x", S((4, 24)))
+    g.set_outputs([g.activation(x, act),
+                   g.activation(g.add(g.matmul(x, g.param("w", S((24, 5)))),
+                                      g.input("b", S((5,)))), act)])
+    ladder = np.array([-1e30, -1e9, -200, -100, -89, -88, -87, -53, -52, -51, -20, -1e-30,
+                       0.0, 1e-30, 20, 51, 52, 87, 88, 89, 100, 1e9, 1e30, -0.0], np.float32)
+
+    def feeds_fn(g, seed, sym):
+        feeds = bz.random_feeds(g, seed, sym)
+        feeds["x"] = np.stack([ladder, -ladder, ladder[::-1], ladder * 1e-3])
+        feeds["b"] = np.array([-1e9, -100.0, 0.0, 100.0, 1e9], np.float32)
+        return feeds
+
+    exe = check_compiled(g, bindings=({},), feeds_fn=feeds_fn)
+    assert exe.dispatch_report().counts().get("native", 0) >= 1

@@ -67,7 +67,9 @@ static inline void rope_row(const float* x, float* y, const float* c, const floa
 
 ACT_SPAN = r"""
 /* y[i] = act(x[i] (+ bias[i])) over n values (y may be x; bias may be NULL). The switch is
-   outside the loops, so each loop vectorizes on its own (libmvec's expf / tanhf / erff). */
+   outside the loops, so each loop vectorizes on its own (libmvec's expf / tanhf / erff).
+   Under -ffast-math libmvec's expf returns NaN, not inf, past its range (e^88.7): SiLU,
+   sigmoid and quick GELU select their limit (0) where exp would overflow. */
 #define ACT_LOOP(EXPR) { _Pragma("omp simd") for (int64_t i = 0; i < n; i++) { \
     float v = src[i]; y[i] = (EXPR); } break; }
 static void act_span(const float* x, const float* bias, float* y, int64_t n, int act) {
@@ -80,11 +82,11 @@ static void act_span(const float* x, const float* bias, float* y, int64_t n, int
   switch (act) {
     case 1: ACT_LOOP(0.5f * v * (1.0f + erff(v * 0.70710678118654752f)))
     case 2: ACT_LOOP(0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v))))
-    case 3: ACT_LOOP(v / (1.0f + expf(-v)))
+    case 3: ACT_LOOP(v < -88.0f ? -0.0f : v / (1.0f + expf(-v)))
     case 4: ACT_LOOP(v > 0.0f ? v : 0.0f)
-    case 5: ACT_LOOP(1.0f / (1.0f + expf(-v)))
+    case 5: ACT_LOOP(v < -88.0f ? 0.0f : 1.0f / (1.0f + expf(-v)))
     case 6: ACT_LOOP(tanhf(v))
-    case 7: ACT_LOOP(v / (1.0f + expf(-1.702f * v)))
+    case 7: ACT_LOOP(v < -52.0f ? -0.0f : v / (1.0f + expf(-1.702f * v)))
     default: if (src != y) ACT_LOOP(v)
   }
 }
