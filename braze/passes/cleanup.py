@@ -28,14 +28,14 @@ def dead_code_elimination(g: Graph, ctx: RewriteContext | None = None) -> tuple[
     if all(live):
         return g, False
     new = Graph(g.name, record_provenance=False)
-    vmap: dict[Value, Value] = {}
+    outs_of: list = [None] * len(g.nodes)  # old node id -> its copy's values
     for node in g.nodes:
         if live[node.id]:  # copies of copies: the types are the old ones
-            ins = tuple([vmap[v] for v in node.inputs])
-            vmap.update(zip(node.values, new.copy_node(node, ins)))
+            ins = tuple([outs_of[v.node][v.index] for v in node.inputs])
+            outs_of[node.id] = new.copy_node(node, ins)
     kept = {n.op.name for n in new.params}
     new.weights = g.weights.carry(kept)
-    new.set_outputs([vmap[v] for v in g.outputs])
+    new.set_outputs([outs_of[v.node][v.index] for v in g.outputs])
     return new, True
 
 
@@ -50,15 +50,16 @@ def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None
     if not merged:
         return g, False
     new = Graph(g.name, record_provenance=False)
-    vmap: dict[Value, Value] = {}
+    outs_of: list = [None] * len(g.nodes)  # old node id -> the new values it maps onto
     for node in g.nodes:
         first = merged.get(node.id)
         if first is not None:
-            vmap.update(zip(node.values, (vmap[v] for v in g.nodes[first].values)))
+            outs_of[node.id] = outs_of[first]
             continue
-        vmap.update(zip(node.values, new.copy_node(node, tuple([vmap[v] for v in node.inputs]))))
+        ins = tuple([outs_of[v.node][v.index] for v in node.inputs])
+        outs_of[node.id] = new.copy_node(node, ins)
     new.weights = g.weights.carry()
-    new.set_outputs([vmap[v] for v in g.outputs])
+    new.set_outputs([outs_of[v.node][v.index] for v in g.outputs])
     return new, True
 
 

@@ -328,37 +328,42 @@ class _MatchCycle(Exception):
 def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs: set[Value]
              ) -> tuple[Graph, dict[int, int]]:
     new = Graph(g.name, record_provenance=False)
-    vmap: dict[Value, Value] = {}
+    # old node id -> the new values of all its outputs (a copy, or a match providing them all);
+    # a match providing only some outputs of a node puts them in `partial`
+    outs_of: list[tuple[Value, ...] | None] = [None] * len(g.nodes)
+    partial: dict[Value, Value] = {}
     done_matches: set[int] = set()
     in_progress: list[Match] = []
     order = {id(m): i for i, m in enumerate(accepted)}
 
+    def made(v: Value) -> Value | None:
+        outs = outs_of[v.node]
+        return outs[v.index] if outs is not None else partial.get(v)
+
     def resolve(v: Value) -> Value:
-        if v not in vmap:
+        nv = made(v)
+        if nv is None:
             emit(g.nodes[v.node])
-            if v not in vmap:
+            nv = made(v)
+            if nv is None:
                 raise PassError(f"rewrite lost value {v!r} of {g.nodes[v.node].label}: a rule "
                                 "consumed it without providing a replacement")
-        return vmap[v]
+        return nv
 
     def emit(node: Node) -> None:
-        m = claimed.get(node.id)
+        nid = node.id
+        m = claimed.get(nid)
         if m is not None:
             emit_match(m)
             return
-        first = Value(node.id, 0)
-        if first in vmap:  # copied, or provided by a match that captured it
-            return
+        if outs_of[nid] is not None or (partial and Value(nid, 0) in partial):
+            return  # copied, or provided by a match that captured it
         try:  # nodes come in topological order: inputs are usually copied already
-            ins = tuple([vmap[v] for v in node.inputs])
-        except KeyError:
+            ins = tuple([outs_of[v.node][v.index] for v in node.inputs])
+        except TypeError:  # an input not made yet, or only partly provided
             ins = tuple([resolve(v) for v in node.inputs])
-        # every value in vmap has its old type (copies; replacements pass check_provided)
-        outs = new.copy_node(node, ins)
-        if len(outs) == 1:
-            vmap[first] = outs[0]
-        else:
-            vmap.update(zip(node.values, outs, strict=True))
+        # every new value has its old type (copies; replacements pass check_provided)
+        outs_of[nid] = new.copy_node(node, ins)
 
     def emit_match(m: Match) -> None:
         key = id(m)
@@ -378,7 +383,7 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
         if problem is not None:  # the trial build passed with the same input types
             raise PassError(f"rule {m.rule.name} at {m.describe()}: its replacement differs "
                             f"from its trial build: {problem.detail}")
-        _record(m, result, vmap)
+        _record(m, result, outs_of, partial)
         _stamp(new, start, m)
         in_progress.pop()
         done_matches.add(key)
@@ -387,29 +392,34 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
         for node in g.nodes:
             emit(node)
         outs = [resolve(v) for v in g.outputs]
-    finally:  # the three closures refer to each other: free them now, not in a GC pass
-        emit = emit_match = resolve = None
-    made = new.weights  # values of params that replacements created (e.g. concatenated)
+    finally:  # the closures refer to each other: free them now, not in a GC pass
+        emit = emit_match = resolve = made = None
+    made_weights = new.weights  # values of params that replacements created (e.g. joined)
     kept = {new.nodes[i].op.name for i in new.param_ids}
     new.weights = g.weights.carry(kept)  # deferred (joined) weights stay deferred
-    new.weights.update_raw(made)
+    new.weights.update_raw(made_weights)
     new.set_outputs(outs)
-    node_map = {v.node: nv.node for v, nv in vmap.items()
-                if v.index == 0 and v.node not in claimed}
+    node_map = {i: vals[0].node for i, vals in enumerate(outs_of)
+                if vals is not None and i not in claimed}
+    node_map.update((v.node, nv.node) for v, nv in partial.items()
+                    if v.index == 0 and v.node not in claimed)
     return new, node_map
 
 
-def _record(m: Match, result, vmap: dict[Value, Value]) -> None:
+def _record(m: Match, result, outs_of: list, partial: dict[Value, Value]) -> None:
     mapping = result if isinstance(result, dict) else {"root": result}
     for name, vals in mapping.items():
         node = m.nodes[name]
         vals = vals if isinstance(vals, tuple) else (vals,)
-        for old, nv in zip(node.values, vals, strict=False):
-            vmap[old] = nv
+        if len(vals) == len(node.outputs):
+            outs_of[node.id] = vals
+        else:
+            partial.update(zip(node.values, vals, strict=False))
     for nid in m.consumed:
         node = m.graph.nodes[nid]
         name = next((k for k, n in m.nodes.items() if n.id == nid), None)
-        if name in m.provides and m.escapes(name) and node.values[0] not in vmap:
+        if name in m.provides and m.escapes(name) and outs_of[nid] is None and \
+                node.values[0] not in partial:
             raise PassError(f"rule {m.rule.name} did not provide {node.label}, which is used "
                             "outside the match")
 
