@@ -115,6 +115,15 @@ def _inv_sqrt_of(g, v, nodes):
     return None
 
 
+def _same_value(g, a, b) -> bool:
+    """a is b, or both are one pure elementwise op on the same inputs (an unmerged copy)."""
+    if a == b:
+        return True
+    na, nb = g.nodes[a.node], g.nodes[b.node]
+    return (a.index == b.index == 0 and isinstance(na.op, (Binary, Unary, Cast))
+            and na.op == nb.op and na.inputs == nb.inputs)
+
+
 def _core(g, v) -> _Norm | None:
     """The normalization without affine terms: x * inv_sqrt(stat + eps) or x / sqrt(...)."""
     n = g.nodes[v.node]
@@ -142,8 +151,11 @@ def _core(g, v) -> _Norm | None:
         if t is None:
             continue
         top_s = _strip_casts(g, top, nodes)
-        if _strip_casts(g, t, nodes) != top_s:
+        t_s = _strip_casts(g, t, nodes)
+        if not _same_value(g, t_s, top_s):
             continue
+        if t_s != top_s:  # a duplicate of x - mean (torch.export does not merge them)
+            nodes.append(t_s.node)
         d = g.nodes[top_s.node]
         if _is(d, Binary, BinaryFn.SUB):  # LayerNorm: the statistic is over d = x - mean(x)
             probe: list[int] = []

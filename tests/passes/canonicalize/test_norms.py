@@ -100,3 +100,21 @@ def test_statistics_used_elsewhere_keep_the_expression():
     assert any(m.reason is bz.MissReason.GRAPH_OUTPUT for m in misses)
     a = np.random.default_rng(0).standard_normal((4, E)).astype(np.float32)
     np.testing.assert_allclose(bz.interpret(out, {"x": a})[0], bz.interpret(g, {"x": a})[0])
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_layer_norm_with_an_unmerged_copy_of_x_minus_mean(same):
+    """torch.export writes x - mean(x) twice (Cohere's LayerNorm: once squared for the
+    variance, once normalized); the copies are one LayerNorm, a different difference is not."""
+    g = bz.Graph("copies")
+    x = g.input("x", bz.Shape(("b", "s", E)))
+    w = g.param("w", bz.Shape((E,)))
+    mean = g.mean(x, -1, keepdims=True)
+    other = mean if same else g.mean(g.mul(x, 2.0), -1, keepdims=True)
+    var = g.add(g.mean(g.pow(g.sub(x, mean), 2.0), -1, keepdims=True), 1e-5)
+    g.set_outputs([g.mul(w, g.mul(g.sub(x, other), g.rsqrt(var)))])
+    assert g.count("sub") == 2
+    out, _ = canonicalize(g)
+    assert out.count("layer_norm") == int(same) and out.count("rms_norm") == 0
+    assert out.count("reduce_mean") == (0 if same else 3)
+    check_same(g, out)
