@@ -51,3 +51,20 @@ def test_every_op_kind_compiles_under_the_bf16_policy(kind):
     exe = bz.compile(g, "cpu", params=params, precision="bf16")
     feeds = bz.random_feeds(g, 3)
     _outputs_match(bz.interpret(exe.graph, feeds, params), exe(feeds), 3, 1e-3, 1e-4)
+
+
+@pytest.mark.parametrize("dtype", [bz.bf16, bz.f16])
+def test_half_precision_contractions_keep_their_declared_dtype(dtype):
+    """matmul of bfloat16 arrays came back float32 from the reference (NumPy promotes), so
+    the interpreter disagreed with the declared type and the compiled executor; dot_general
+    refused bfloat16 (einsum). Both accumulate in float32 and round to the input dtype."""
+    g = bz.Graph("half")
+    x, w = g.input("x", bz.Shape((3, 5), dtype)), g.input("w", bz.Shape((2, 5), dtype))
+    g.set_outputs([g.matmul(x, g.transpose(w, (1, 0))), g.dot_general(x, w, (1,), (1,))])
+    feeds = bz.random_feeds(g, 0)
+    want = bz.interpret(g, feeds)
+    assert all(a.dtype == dtype.np for a in want)
+    exact = np.asarray(feeds["x"], np.float64) @ np.asarray(feeds["w"], np.float64).T
+    for a in want:
+        np.testing.assert_allclose(a.astype(np.float64), exact, rtol=1e-2, atol=1e-2)
+    _outputs_match(want, bz.compile(g, "cpu")(feeds), 0, 1e-6, 1e-6)

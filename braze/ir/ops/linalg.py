@@ -39,7 +39,9 @@ class MatMul(Op):
         return Shape(out, a.dtype)
 
     def reference(self, a, b):
-        return np.matmul(a, b)
+        ct = _accumulate_dtype(a.dtype)
+        return np.matmul(a.astype(ct, copy=False), b.astype(ct, copy=False)).astype(
+            a.dtype, copy=False)
 
 
 @dataclass(frozen=True)
@@ -95,4 +97,12 @@ class DotGeneral(Op):
         out += [la[d] for d in self.free_dims(a.ndim, "lhs")]
         out += [lb[d] for d in self.free_dims(b.ndim, "rhs")]
         spec = f"{''.join(la)},{''.join(lb)}->{''.join(out)}"
-        return np.einsum(spec, a, b).astype(a.dtype, copy=False)
+        ct = _accumulate_dtype(a.dtype)
+        return np.einsum(spec, a.astype(ct, copy=False), b.astype(ct, copy=False)).astype(
+            a.dtype, copy=False)
+
+
+def _accumulate_dtype(dt: np.dtype) -> np.dtype:
+    """Products of 16-bit floats accumulate in float32 (NumPy's matmul gives bfloat16 inputs a
+    float32 result and einsum refuses them); the result is rounded back to the input dtype."""
+    return np.dtype(np.float32) if dt.name in ("bfloat16", "float16") else dt
