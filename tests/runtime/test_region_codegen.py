@@ -18,7 +18,7 @@ from braze.runtime.codegen.elementwise import (
     region_source,
 )
 from braze.runtime.codegen.vecmath import CALLS, VECMATH_C
-from braze.runtime.kernels import Dispatch, region
+from braze.runtime.kernels import Dispatch
 
 pytestmark = pytest.mark.skipif(not cc.available(), reason="no C compiler on this machine")
 special = pytest.importorskip("scipy.special")
@@ -166,17 +166,21 @@ def test_broadcasting_regions_match_the_interpreter(shapes):
     _check_compiled(g, feeds)
 
 
-def test_large_flat_region_splits_across_threads_and_streams(monkeypatch):
+@pytest.mark.parametrize("stream_mb", [None, "1"])
+def test_large_flat_region_splits_across_threads(monkeypatch, stream_mb):
     """A 1-D tensor above the parallel threshold (every thread gets a range, the last one
-    short), written through the streaming-store path."""
-    monkeypatch.setattr(region, "stream_min_bytes", lambda: 1)
+    short), with plain stores (the default) and streaming ones ($BRAZE_STREAM_MIN_MB)."""
+    if stream_mb is None:
+        monkeypatch.delenv("BRAZE_STREAM_MIN_MB", raising=False)
+    else:
+        monkeypatch.setenv("BRAZE_STREAM_MIN_MB", stream_mb)
     n = cc.PARALLEL_MIN_ELEMENTS + 37
     g = _region_graph([(n,), (n,)], lambda b, x, y: b.mul(b.silu(x), y))
     rng = np.random.default_rng(2)
     feeds = {"x0": rng.standard_normal(n, dtype=np.float32),
              "x1": rng.standard_normal(n, dtype=np.float32)}
     impl = _check_compiled(g, feeds)
-    assert "streaming" in impl
+    assert ("streaming" in impl) == (stream_mb is not None)
 
 
 def test_streaming_stores_on_misaligned_outputs():

@@ -1,13 +1,15 @@
 """ElementwiseRegion kernels: C generated from the region's body (codegen/elementwise.py),
 compiled once per machine with IEEE-preserving flags and cached on disk; dispatch "generated".
-Outputs of at least `STREAM_MIN_BYTES` are written with non-temporal stores (they would not
-stay in cache for the next kernel anyway, and streaming skips the line reads a cached store
-makes first)."""
+
+Outputs of at least $BRAZE_STREAM_MIN_MB MiB each are written with non-temporal stores (the
+generator's `stream`), which skip the line reads a cached store makes first. Off by default:
+on the 2-core Zen3 dev VM, interleaved against plain stores on 64 MiB float32 outputs, they were
+no faster in wall time and cost 5-10% more CPU (bench/elementwise_regions.py's write-up)."""
 from __future__ import annotations
 
 import ctypes
 import hashlib
-from functools import cache
+import os
 
 import numpy as np
 
@@ -19,29 +21,21 @@ from .registry import Dispatch, Kernel, nbytes, register_kernel
 __all__ = ["region", "stream_min_bytes"]
 
 
-@cache
-def stream_min_bytes() -> int:
-    """Outputs this large (bytes, each) stream past the cache: the last-level cache's size
-    (sysfs), else 32 MiB."""
-    for index in (3, 2):
-        try:
-            with open(f"/sys/devices/system/cpu/cpu0/cache/index{index}/size") as f:
-                text = f.read().strip()
-        except OSError:
-            continue
-        scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
-        try:
-            return int(text.rstrip("KMG")) * scale
-        except ValueError:
-            continue
-    return 32 << 20
+def stream_min_bytes() -> int | None:
+    """Output size (bytes, each) from which regions stream their stores; None: never."""
+    mb = os.environ.get("BRAZE_STREAM_MIN_MB")
+    try:
+        return int(float(mb) * (1 << 20)) if mb else None
+    except ValueError:
+        return None
 
 
 @register_kernel(ElementwiseRegion)
 def region(node, ins, outs, ctx):
     if not cc.available() or any(o.dims != outs[0].dims for o in outs):
         return None
-    stream = min(o.numel() * o.dtype.itemsize for o in outs) >= stream_min_bytes()
+    limit = stream_min_bytes()
+    stream = limit is not None and min(o.numel() * o.dtype.itemsize for o in outs) >= limit
     try:
         src = region_source(node.op, ins, outs[0], "region", stream=stream)
     except Unsupported:
