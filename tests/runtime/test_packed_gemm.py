@@ -3,7 +3,8 @@ fused_matmul_bias_act, the attention block's projections and plain matmul are pa
 16-column panels when the program is built, and a register-blocked C kernel computes
 act(x @ w + bias) on them. Checked against float64 NumPy on odd sizes (tails in every
 direction, several K blocks, several row blocks), every activation code, with / without bias,
-and through bz.compile against the reference interpreter."""
+and through bz.compile against the reference interpreter. The executor uses it only with
+BRAZE_PACKED_GEMM=1 (opt-in), which the compile tests here set."""
 import numpy as np
 import pytest
 
@@ -12,6 +13,11 @@ from braze.runtime.kernels import native
 from braze.runtime.kernels import packed_gemm as pg
 
 pytestmark = pytest.mark.skipif(pg.lib() is None, reason="no C compiler")
+
+
+@pytest.fixture
+def packed_on(monkeypatch):
+    monkeypatch.setenv("BRAZE_PACKED_GEMM", "1")
 
 _SQRT2 = np.sqrt(2.0)
 
@@ -123,7 +129,7 @@ def _linear_graph(transposed_weight: bool, act="gelu", bias=True):
 @pytest.mark.parametrize("act, bias", [("gelu", True), ("silu", False), (None, True),
                                        ("tanh", False)])
 def test_compiled_fused_matmul_runs_packed_and_update_weights_repacks(transposed_weight, act,
-                                                                      bias):
+                                                                      bias, packed_on):
     g = _linear_graph(transposed_weight, act, bias)
     params = bz.init_params(g, 0)
     exe = bz.compile(g, params=params)
@@ -138,7 +144,7 @@ def test_compiled_fused_matmul_runs_packed_and_update_weights_repacks(transposed
         _matches(g, exe, params, 2, {"batch": 3})
 
 
-def test_a_weight_fed_as_input_is_not_packed():
+def test_a_weight_fed_as_input_is_not_packed(packed_on):
     g = bz.Graph("lin_fed")
     x = g.input("x", bz.Shape((4, 37, 45)))
     w = g.input("w", bz.Shape((45, 71)))
@@ -149,8 +155,12 @@ def test_a_weight_fed_as_input_is_not_packed():
     assert impls and not any("packed" in impl for impl in impls)
 
 
-def test_opt_out_keeps_the_blas_path(monkeypatch):
-    monkeypatch.setenv("BRAZE_PACKED_GEMM", "0")
+@pytest.mark.parametrize("flag", [None, "0"])
+def test_without_the_opt_in_the_blas_path_runs(monkeypatch, flag):
+    if flag is None:
+        monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
+    else:
+        monkeypatch.setenv("BRAZE_PACKED_GEMM", flag)
     g = _linear_graph(False)
     params = bz.init_params(g, 0)
     exe = bz.compile(g, params=params)
@@ -158,7 +168,7 @@ def test_opt_out_keeps_the_blas_path(monkeypatch):
     assert not any("packed" in impl for impl in _impls(exe, "fused_matmul_bias_act"))
 
 
-def test_attention_block_and_plain_matmul_pack_their_weights():
+def test_attention_block_and_plain_matmul_pack_their_weights(packed_on):
     hq, d = 4, 8
     g = bz.Graph("block")
     x = g.input("x", bz.Shape((2, 5, 24)))

@@ -1,23 +1,24 @@
 """braze's own float32 GEMM on weights packed once: out = act(x @ w + bias).
 
 A static 2-D weight w [k, n] (any strides: stored, or a transposed view) is copied once, when
-the program is built, into panels of NR = 16 columns, each panel its k rows of 16 contiguous
-floats, the last panel zero padded: ceil(n / 16) * 16 * k floats, about 1.0x the weight
-(MKL's cblas_sgemm_pack took ~4x per tile slab). A call then
+the program is built, into panels of NR = 16 columns (rows of 16 contiguous floats; K blocks
+of 256 rows outermost, the panels within), the last panel zero padded: ceil(n / 16) * 16 * k
+floats, about 1.0x the weight (MKL's cblas_sgemm_pack took ~4x per tile slab). A call then
 
 - cuts the output into tiles (a block of rows x a group of panels) handed out dynamically over
   the OpenMP threads (a thread the OS delays on a busy machine leaves its tiles to the others);
-- per tile and K block of KC rows, packs the tile's rows of x into MR-row micro-panels (small:
-  at most 144 x 256 floats per thread), then runs the register-blocked micro-kernel over the
-  tile: MR x 16 accumulators (6 x two 8-float vectors under AVX2, 12 x one 16-float vector under
-  AVX-512) fed by one broadcast of x and the 16 weights of the panel per k;
+- per tile and K block of KC = 256 rows runs the register-blocked micro-kernel over the tile:
+  MR x 16 accumulators (6 x two 8-float vectors under AVX2, 12 x one 16-float vector under
+  AVX-512) fed by one broadcast of x (read in place; a short last row block is copied, zero
+  padded) and the 16 weights of the panel per k;
 - starts the accumulators from the bias, and applies the activation to the finished tile while
   it is in cache, with the executor's activation code (native.ACT_SPAN: the same exp / erf /
   tanh the other kernels use and the tests check).
 
 The kernel is GCC vector extensions (no intrinsics), compiled with codegen.cc's flags
 (-march=native): AVX2 / AVX-512 / plain SSE machines all get a correct build. `lib()` is None
-without a C compiler; callers keep their BLAS path then, and for whatever `gemm` declines."""
+without a C compiler; callers keep their BLAS path then, and for whatever `gemm` declines.
+The executor uses it only when BRAZE_PACKED_GEMM=1 (see fused.packed_weight for why)."""
 from __future__ import annotations
 
 import ctypes
@@ -35,7 +36,6 @@ PANEL = 16  # columns per packed panel (NR)
 SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #include <omp.h>
 """ + cc.simd_math_decls() + native.ACT_SPAN + r"""
@@ -49,14 +49,18 @@ SOURCE = r"""
 #define NR 16
 #define NV (NR / VW)
 #define KC 256
-#define MC 144
+#define MC 144  /* rows per tile at most (balanced over the row blocks) */
 
 typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
 
-/* c[MR, NR] (row stride ldc) = (load ? c : bias row or 0) + ap @ bp over kc: ap is an MR-row
-   micro-panel [kc][MR] of x, bp a panel slice [kc][NR] of the packed weight. */
-static void micro(int64_t kc, const float* restrict ap, const float* restrict bp, float* c,
-                  int64_t ldc, int load, const float* bias) {
+/* c[MR, NR] (row stride ldc) = (load ? c : bias row or 0) + a @ bp over kc: a is MR rows of x
+   (row stride lda, read in place: packing x cost ~10% when every tile repacked it), bp a panel
+   slice [kc][NR] of the packed weight. Rows are addressed from two bases, so the compiler keeps
+   them in registers (base + lda * {0, 1, 2}). */
+static void micro(int64_t kc, const float* restrict a, int64_t lda, const float* restrict bp,
+                  float* c, int64_t ldc, int load, const float* bias) {
+  const float* a0 = a;
+  const float* a3 = a + 3 * lda;
   vf acc[MR][NV], b0[NV];
   #pragma GCC unroll 4
   for (int v = 0; v < NV; v++) b0[v] = bias ? *(const vf*)(bias + v * VW) : (vf){0};
@@ -72,9 +76,9 @@ static void micro(int64_t kc, const float* restrict ap, const float* restrict bp
     for (int v = 0; v < NV; v++) b[v] = *(const vf*)(bp + k * NR + v * VW);
     #pragma GCC unroll 16
     for (int i = 0; i < MR; i++) {
-      float a = ap[k * MR + i];
+      float x = i < 3 ? a0[k + i * lda] : a3[k + (i - 3) * lda];
       #pragma GCC unroll 4
-      for (int v = 0; v < NV; v++) acc[i][v] += a * b[v];
+      for (int v = 0; v < NV; v++) acc[i][v] += x * b[v];
     }
   }
   #pragma GCC unroll 16
@@ -84,31 +88,31 @@ static void micro(int64_t kc, const float* restrict ap, const float* restrict bp
   }
 }
 
-/* rows x kc of a (row stride lda) -> MR-row micro-panels [kc][MR], missing rows zero. */
-static void pack_a(const float* a, int64_t lda, int64_t rows, int64_t kc, float* ap) {
-  for (int64_t i0 = 0; i0 < rows; i0 += MR) {
-    float* dst = ap + i0 * kc;
-    for (int64_t i = 0; i < MR; i++) {
-      const float* src = a + (i0 + i) * lda;
-      if (i0 + i < rows) for (int64_t k = 0; k < kc; k++) dst[k * MR + i] = src[k];
-      else for (int64_t k = 0; k < kc; k++) dst[k * MR + i] = 0.0f;
-    }
-  }
-}
-
 int64_t pg_packed_floats(int64_t k, int64_t n) { return (n + NR - 1) / NR * NR * k; }
 
-/* w[kk, j] = w[kk * s0 + j * s1] (k x n) -> panels [n / NR][k][NR], the last zero padded. */
+/* Where panel p's rows [k0, k0 + KC) start in the packed weight: K blocks of KC rows one after
+   the other, inside a block the panels one after the other, so a tile's walk over its panels
+   in one K block reads one contiguous stream. */
+static inline int64_t panel_at(int64_t p, int64_t k0, int64_t k, int64_t n) {
+  int64_t kc = k - k0 < KC ? k - k0 : KC;
+  return k0 * ((n + NR - 1) / NR * NR) + p * kc * NR;
+}
+
+/* w[kk, j] = w[kk * s0 + j * s1] (k x n) -> the packed layout above (rows of NR floats per
+   panel, the last panel zero padded). */
 void pg_pack(const float* w, int64_t s0, int64_t s1, int64_t k, int64_t n, float* bp) {
   int64_t panels = (n + NR - 1) / NR;
-  #pragma omp parallel for schedule(static)
-  for (int64_t p = 0; p < panels; p++) {
-    float* dst = bp + p * k * NR;
-    for (int64_t kk = 0; kk < k; kk++)
-      for (int64_t j = 0; j < NR; j++) {
-        int64_t col = p * NR + j;
-        dst[kk * NR + j] = col < n ? w[kk * s0 + col * s1] : 0.0f;
-      }
+  #pragma omp parallel for collapse(2) schedule(static)
+  for (int64_t k0 = 0; k0 < k; k0 += KC) {
+    for (int64_t p = 0; p < panels; p++) {
+      int64_t kc = k - k0 < KC ? k - k0 : KC;
+      float* dst = bp + panel_at(p, k0, k, n);
+      for (int64_t kk = 0; kk < kc; kk++)
+        for (int64_t j = 0; j < NR; j++) {
+          int64_t col = p * NR + j;
+          dst[kk * NR + j] = col < n ? w[(k0 + kk) * s0 + col * s1] : 0.0f;
+        }
+    }
   }
 }
 
@@ -126,18 +130,22 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
   int64_t groups = (panels + group - 1) / group, tiles = rblocks * groups;
   #pragma omp parallel if(tiles > 1)
   {
-    float* ap = aligned_alloc(64, sizeof(float) * (MC + MR) * KC);
-    float tmp[MR * NR], pad_bias[NR];
+    float tail[MR * KC], tmp[MR * NR], pad_bias[NR];
     #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tiles; t++) {
       int64_t r0 = t / groups * rb, p0 = t % groups * group;
       int64_t rows = m - r0 < rb ? m - r0 : rb, p1 = p0 + group < panels ? p0 + group : panels;
+      int64_t full = rows / MR * MR, mr = rows - full;  /* the last mr rows: a short block */
       for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC;
-        pack_a(a + r0 * lda + k0, lda, rows, kc, ap);
+        if (mr) {  /* copied once per K block, zero padded to MR rows */
+          memset(tail, 0, sizeof tail);
+          for (int64_t i = 0; i < mr; i++)
+            memcpy(tail + i * KC, a + (r0 + full + i) * lda + k0, kc * sizeof(float));
+        }
         for (int64_t p = p0; p < p1; p++) {
           int64_t j0 = p * NR, nr = n - j0 < NR ? n - j0 : NR;
-          const float* bpp = bp + (p * k + k0) * NR;
+          const float* bpp = bp + panel_at(p, k0, k, n);
           const float* bb = 0;
           if (bias && k0 == 0) {
             if (nr == NR) {
@@ -148,15 +156,17 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
             }
           }
           for (int64_t i0 = 0; i0 < rows; i0 += MR) {
-            int64_t mr = rows - i0 < MR ? rows - i0 : MR;
+            int64_t h = i0 < full ? MR : mr;
+            const float* ai = i0 < full ? a + (r0 + i0) * lda + k0 : tail;
+            int64_t ld = i0 < full ? lda : KC;
             float* c = out + (r0 + i0) * n + j0;
-            if (mr == MR && nr == NR) {
-              micro(kc, ap + i0 * kc, bpp, c, n, k0 > 0, bb);
+            if (h == MR && nr == NR) {
+              micro(kc, ai, ld, bpp, c, n, k0 > 0, bb);
               continue;
             }
-            if (k0 > 0) for (int64_t i = 0; i < mr; i++) memcpy(tmp + i * NR, c + i * n, nr * 4);
-            micro(kc, ap + i0 * kc, bpp, tmp, NR, k0 > 0, bb);
-            for (int64_t i = 0; i < mr; i++) memcpy(c + i * n, tmp + i * NR, nr * 4);
+            if (k0 > 0) for (int64_t i = 0; i < h; i++) memcpy(tmp + i * NR, c + i * n, nr * 4);
+            micro(kc, ai, ld, bpp, tmp, NR, k0 > 0, bb);
+            for (int64_t i = 0; i < h; i++) memcpy(c + i * n, tmp + i * NR, nr * 4);
           }
         }
       }
@@ -166,7 +176,6 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
           act_span(out + r * n + j0, 0, out + r * n + j0, j1 - j0, act);
       }
     }
-    free(ap);
   }
 }
 """
@@ -216,7 +225,10 @@ def pack(w: np.ndarray) -> PackedWeight | None:
     k, n = w.shape
     if k == 0 or n == 0 or any(s < 0 or s % 4 for s in w.strides):
         return None
-    panels = np.empty(int(so.pg_packed_floats(k, n)), np.float32)
+    size = int(so.pg_packed_floats(k, n))
+    raw = np.empty(size + 16, np.float32)  # panel rows on 64-byte lines: no split loads
+    start = (-raw.ctypes.data % 64) // 4
+    panels = raw[start:start + size]
     so.pg_pack(w.ctypes.data, w.strides[0] // 4, w.strides[1] // 4, k, n, panels.ctypes.data)
     return PackedWeight(panels, k, n)
 
