@@ -149,7 +149,11 @@ def test_global_avg_pool_and_resize_nearest_2x():
     g = bz.Graph("up")
     x = g.input("x", bz.Shape((2, 3, 7, 5)))
     g.set_outputs([g.resize_nearest_2x(x)])
-    _compiled_matches(g, "resize_nearest_2x", tol=0)
+    assert _compiled_matches(g, "resize_nearest_2x", tol=0) == {"C nearest gather"}
+    g = bz.Graph("up64")  # other dtypes: NumPy's broadcast copy
+    x = g.input("x", bz.Shape((1, 2, 3, 4), bz.f64))
+    g.set_outputs([g.resize_nearest_2x(x)])
+    assert _compiled_matches(g, "resize_nearest_2x", tol=0) == {"NumPy broadcast copy"}
 
 
 RESIZE_CASES = [

@@ -279,12 +279,26 @@ def global_avg_pool(node, ins, outs, ctx):
 
 @register_kernel(ResizeNearest2x)
 def resize_nearest_2x(node, ins, outs, ctx):
+    """float32: the C nearest gather with index tables i // 2 (NumPy's broadcast copy of this
+    ran at 0.2 GB/s in the OCR detector); other dtypes: the broadcast copy."""
     n, c, h, w = (int(d) for d in ins[0].dims)
+    cost = {"bytes": nbytes(ins) + nbytes(outs)}
+    lib = conv_native.lib()
+    if lib is not None and is_f32(*ins):
+        rows = np.arange(2 * h, dtype=np.int64) // 2
+        cols = np.arange(2 * w, dtype=np.int64) // 2
+
+        def gather(x, out):
+            return lib.gather2d, (_ptr(x), _ptr(out), n * c, h, w, 2 * h, 2 * w, _ptr(rows),
+                                  _ptr(cols))
+
+        return Kernel(**_c_kernel(gather), dispatch=Dispatch.NATIVE, name="C nearest gather",
+                      **cost)
 
     def run(x, out):
         np.copyto(out.reshape(n, c, h, 2, w, 2), x[:, :, :, None, :, None])
 
-    return Kernel(run, Dispatch.NATIVE, "NumPy broadcast copy", bytes=nbytes(ins) + nbytes(outs))
+    return Kernel(run, Dispatch.NATIVE, "NumPy broadcast copy", **cost)
 
 
 def resample_taps(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
