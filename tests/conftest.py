@@ -1,6 +1,7 @@
 """Shared fixtures. `hf_zoo` exports Hugging Face models (random weights, see braze.models.hf) to
 ONNX once per test session, shared by the xdist workers through a file lock on a common folder;
-set BRAZE_TEST_CACHE=/some/dir to keep the exports across sessions."""
+set BRAZE_TEST_CACHE=/some/dir to keep the exports across sessions. `hf_vision_zoo` does the
+same for the vision families of braze.models.hf_vision."""
 from __future__ import annotations
 
 import fcntl
@@ -9,6 +10,19 @@ import os
 from pathlib import Path
 
 import pytest
+
+
+def _cached_export(folder: Path, stem: str, export) -> str:
+    """`folder/stem.onnx`, written once by `export(path)` under a file lock (xdist workers
+    share the folder)."""
+    path = folder / f"{stem}.onnx"
+    with open(folder / f".{stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not path.exists():
+            tmp = path.with_suffix(".partial.onnx")
+            export(tmp)
+            os.replace(tmp, path)
+    return str(path)
 
 
 class HFZoo:
@@ -28,15 +42,11 @@ class HFZoo:
     def onnx(self, family: str, variant: str) -> str:
         from braze.models.hf import export_onnx_variant, variant_attn
 
-        path = self.folder / f"{family}_{variant}.onnx"
-        with open(self.folder / f".{family}_{variant}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not path.exists():
-                tmp = path.with_suffix(".partial.onnx")
-                export_onnx_variant(self.module(family, variant_attn(family, variant)), tmp,
-                                    variant)
-                os.replace(tmp, path)
-        return str(path)
+        def export(tmp):  # builds the module only when the file is missing
+            module = self.module(family, variant_attn(family, variant))
+            export_onnx_variant(module, tmp, variant)
+
+        return _cached_export(self.folder, f"{family}_{variant}", export)
 
     @functools.cache  # noqa: B019
     def graph(self, family: str, variant: str):
@@ -45,11 +55,39 @@ class HFZoo:
         return bz.import_onnx(self.onnx(family, variant))
 
 
-@pytest.fixture(scope="session")
-def hf_zoo(tmp_path_factory) -> HFZoo:
+class HFVisionZoo:
+    """Cached vision modules and ONNX exports: `zoo.module(family)`, `zoo.onnx(family,
+    variant)` (a path; variant "torchscript" or "dynamo")."""
+
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.folder.mkdir(parents=True, exist_ok=True)
+
+    @functools.cache  # noqa: B019 - one zoo per session
+    def module(self, family: str):
+        from braze.models.hf_vision import hf_vision_module
+
+        return hf_vision_module(family)
+
+    def onnx(self, family: str, variant: str) -> str:
+        from braze.models.hf_vision import export_vision_onnx
+
+        return _cached_export(self.folder, f"{family}_{variant}",
+                              lambda tmp: export_vision_onnx(self.module(family), tmp, variant))
+
+
+def _export_folder(tmp_path_factory, name: str) -> Path:
     env = os.environ.get("BRAZE_TEST_CACHE")
     if env:
-        folder = Path(env) / "hf_exports"
-    else:  # shared by every xdist worker of this run
-        folder = tmp_path_factory.getbasetemp().parent / "hf_exports"
-    return HFZoo(folder)
+        return Path(env) / name
+    return tmp_path_factory.getbasetemp().parent / name  # shared by every xdist worker
+
+
+@pytest.fixture(scope="session")
+def hf_zoo(tmp_path_factory) -> HFZoo:
+    return HFZoo(_export_folder(tmp_path_factory, "hf_exports"))
+
+
+@pytest.fixture(scope="session")
+def hf_vision_zoo(tmp_path_factory) -> HFVisionZoo:
+    return HFVisionZoo(_export_folder(tmp_path_factory, "hf_vision_exports"))
