@@ -34,6 +34,7 @@ from ...ir.ops.elementwise import Binary, BinaryFn
 from ...ir.ops.indexing import Slice
 from ...ir.ops.io import Input, Param
 from ...ir.ops.linalg import MatMul
+from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.shape import Gather, Narrow, Reshape, Transpose
 from ...ir.shapes import Shape
 from ...ir.symbolic import SymDim
@@ -116,19 +117,30 @@ def _clone(sub, g, v, memo: dict):
 
 
 def _feeds_attention(g, node) -> bool:
-    """Every reader of node is an attention (as q, k or v) or a rope on the way to one."""
-    if not any(_reads_as_qkv(u, node.value) for u in g.users(node.value)):
+    """Every reader of node is an attention (as q, k or v), a rope on the way to one, or a
+    per-head q/k norm whose head transpose goes on to one (Persimmon)."""
+    if not any(_reads_as_qkv(g, u, node.value) for u in g.users(node.value)):
         return False  # the cheap test first: most values feed no attention
     users = live_users(g, node.value)
     if not users or g.is_output(node.value):
         return False
-    return all(_reads_as_qkv(u, node.value) for u in users)
+    return all(_reads_as_qkv(g, u, node.value) for u in users)
 
 
-def _reads_as_qkv(u, v) -> bool:
+def _reads_as_qkv(g, u, v) -> bool:
     if isinstance(u.op, Attention):
         return v in u.inputs[:3]
-    return isinstance(u.op, Rope) and u.inputs[0] == v
+    if isinstance(u.op, Rope):
+        return u.inputs[0] == v
+    if not isinstance(u.op, (LayerNorm, RmsNorm)) or u.inputs[0] != v:
+        return False
+    rank = u.outputs[0].rank
+    if u.op.axis % rank != rank - 1:
+        return False  # a norm across heads would mix the selected columns
+    heads = live_users(g, u.value)
+    return bool(heads) and all(
+        isinstance(t.op, Transpose) and not g.is_output(t.value)
+        and all(_reads_as_qkv(g, r, t.value) for r in live_users(g, t.value)) for t in heads)
 
 
 def _columns(g, chain, src) -> tuple[np.ndarray, bool] | None:
