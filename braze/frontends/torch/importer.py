@@ -18,6 +18,7 @@ from ...ir.symbolic import SymDim
 from . import ops  # noqa: F401  (registers the converters)
 from .context import CONVERTERS, Lazy, LazyParam, TorchContext, target_key
 from .dtypes import braze_dtype, to_numpy
+from .ops.elementwise import RUNTIME_CHECKS
 from .provenance import module_path, owner_path
 from .symbolic import NotRepresentable, SymbolNames, scalar_value
 
@@ -78,6 +79,7 @@ class _Importer:
         self.ctx = TorchContext(self.g, name_symbols(ep, labels), label)
 
     def run(self) -> Graph:
+        self.checks_only = _feeding_runtime_checks_only(self.ep.graph)
         self._check_supported()
         self._check_specialized()
         specs = {s.arg.name: s for s in self.ep.graph_signature.input_specs
@@ -86,7 +88,8 @@ class _Importer:
             if node.op == "placeholder":
                 self._placeholder(node, specs.get(node.name))
             elif node.op == "call_function":
-                self._call(node)
+                if node not in self.checks_only:
+                    self._call(node)
             elif node.op == "output":
                 self._outputs(node)
             else:
@@ -102,7 +105,7 @@ class _Importer:
                 key, ok = "get_attr (control flow or submodules)", False
             elif node.op == "call_function":
                 key = target_key(node.target)
-                ok = key in CONVERTERS
+                ok = key in CONVERTERS or node in self.checks_only
             else:
                 continue
             if not ok and key not in bad:
@@ -232,3 +235,19 @@ class _Importer:
         if not values:
             raise FrontendError(f"{self.label}: the program returns no tensors")
         self.g.set_outputs(values)
+
+
+def _feeding_runtime_checks_only(graph) -> set:
+    """The FX nodes whose results reach nothing but torch.export's run-time assertions (XLM's
+    `assert lengths.max().item() <= slen` reads a tensor into a Python number: `.item()`,
+    a comparison, `_assert_scalar`). braze drops the assertions, so these are dead; skipping
+    them keeps a data-dependent op that only a check reads from blocking the import."""
+    dead: set = set()
+    for node in reversed(list(graph.nodes)):
+        if node.op != "call_function" or not node.users:
+            if node.op == "call_function" and target_key(node.target) in RUNTIME_CHECKS:
+                dead.add(node)
+            continue
+        if all(u in dead for u in node.users):
+            dead.add(node)
+    return dead

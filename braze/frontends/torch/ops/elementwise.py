@@ -384,8 +384,11 @@ def native_dropout(ctx, c):
     return (x, ctx.g.expand(ctx.value(True), ctx.dims(x)))
 
 
-@converter("aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
-           "aten.sym_constrain_range_for_size.default", "aten.sym_constrain_range.default",
-           "aten._assert_async.msg", "aten._assert_async.default")
+RUNTIME_CHECKS = ("aten._assert_tensor_metadata.default", "aten._assert_scalar.default",
+                  "aten.sym_constrain_range_for_size.default", "aten.sym_constrain_range.default",
+                  "aten._assert_async.msg", "aten._assert_async.default")
+
+
+@converter(*RUNTIME_CHECKS)
 def no_output(ctx, c):
     return None
