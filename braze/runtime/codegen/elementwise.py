@@ -41,7 +41,11 @@ C_TYPES = {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", 
 STREAM_TILE = 2048
 """Elements a thread computes into its stack buffer before streaming them out (8 KiB of
 float32: stays in L1 with the inputs' lines)."""
-_SPLIT_ALIGN = 16  # thread ranges start on multiples of 16 elements (64 bytes of float32)
+_CHUNK = 1 << 16
+"""Elements per unit of parallel work (256 KiB of float32 per stream), handed to threads
+dynamically: on a busy machine a thread that waits for a core takes fewer chunks instead of
+holding up the end of the region with a fixed half (a multiple of 16: chunks start 64-byte
+aligned)."""
 
 _STREAM_C = r"""
 #include <string.h>
@@ -246,23 +250,21 @@ def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) 
         else:
             outs.append(f"        out{j}[i - c0 + c] = {expr};")
     parallel = total > PARALLEL_MIN_ELEMENTS
+    chunks = -(-total // _CHUNK)
     split = [
-        "    const int64_t nt = omp_get_num_threads(), me = omp_get_thread_num();",
-        f"    const int64_t per = ({total}LL + nt - 1) / nt + {_SPLIT_ALIGN - 1};",
-        f"    const int64_t step = per - per % {_SPLIT_ALIGN};",
-        f"    const int64_t lo = me * step < {total}LL ? me * step : {total}LL;",
-        f"    const int64_t hi = lo + step < {total}LL ? lo + step : {total}LL;",
-    ] if parallel else [f"    const int64_t lo = 0, hi = {total}LL;"]
+        "  #pragma omp parallel for schedule(dynamic, 1)",
+        f"  for (int64_t chunk = 0; chunk < {chunks}; chunk++) {{",
+        f"    const int64_t lo = chunk * {_CHUNK}LL;",
+        f"    const int64_t hi = lo + {_CHUNK}LL < {total}LL ? lo + {_CHUNK}LL : {total}LL;",
+    ] if parallel else ["  {", f"    const int64_t lo = 0, hi = {total}LL;"]
     row = ["      const int64_t r = i / " + str(cols) + ", c0 = i - r * " + str(cols) + ";"] \
         if lead else ["      const int64_t c0 = i;"]
     limit = f"      if (n > {STREAM_TILE}) n = {STREAM_TILE};" if stream else ""
     return "\n".join([
-        "#include <math.h>", "#include <stdint.h>", "#include <omp.h>", libmvec_decls(),
+        "#include <math.h>", "#include <stdint.h>", libmvec_decls(),
         VECMATH_C, _STREAM_C if stream else "",
         f"void {fn_name}(void** args) {{",
         *decls,
-        "  #pragma omp parallel" if parallel else "",
-        "  {",
         *split, *tiles,
         "    for (int64_t i = lo; i < hi;) {",
         *row,
