@@ -1,8 +1,8 @@
 """Generated ElementwiseRegion kernels: the vector math approximations (max error in ulps over
 the whole float32 range, +-0 / +-inf / NaN / denormals included, against float64 NumPy /
-SciPy), the loop nest (dims merged, thread split, broadcasting, streaming stores on aligned and
-misaligned outputs) against the reference interpreter, and the build (IEEE semantics kept, no
-process-wide flush-to-zero, cache keyed by the machine)."""
+SciPy), the loop nest (dims merged, chunks across threads, broadcasting, streaming stores on
+aligned and misaligned outputs) against the reference interpreter, and the build (IEEE
+semantics kept, no process-wide flush-to-zero, cache keyed by the machine)."""
 import ctypes
 
 import numpy as np
@@ -168,7 +168,7 @@ def test_broadcasting_regions_match_the_interpreter(shapes):
 
 @pytest.mark.parametrize("stream_mb", [None, "1"])
 def test_large_flat_region_splits_across_threads(monkeypatch, stream_mb):
-    """A 1-D tensor above the parallel threshold (every thread gets a range, the last one
+    """A 1-D tensor above the parallel threshold (chunks handed to the threads, the last one
     short), with plain stores (the default) and streaming ones ($BRAZE_STREAM_MIN_MB)."""
     if stream_mb is None:
         monkeypatch.delenv("BRAZE_STREAM_MIN_MB", raising=False)
