@@ -1,6 +1,6 @@
 """Kernels for the compiled CPU executor, one file per family; importing this package
 registers them all (see registry.py for the contract)."""
-from . import attention, basic, control, conv, fused, region  # noqa: E402,F401  (registers)
+from . import attention, basic, control, conv, data_movement, fused, region  # noqa: E402,F401
 from .reference import reference_kernel  # noqa: F401
 from .registry import (  # noqa: F401
     KERNELS,
