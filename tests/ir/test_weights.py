@@ -88,3 +88,14 @@ def test_assigning_a_plain_dict_wraps_it():
     h.weights = {"ab": g.weights.raw("ab")}
     assert isinstance(h.weights, WeightStore) and h.weights.is_deferred("ab")
     np.testing.assert_array_equal(h.weights["ab"], want)
+
+
+def test_copies_and_pickles_carry_values():
+    import copy
+    import pickle
+
+    for clone in (copy.deepcopy, lambda g: pickle.loads(pickle.dumps(g))):
+        g, want = _graph_with_joined()
+        h = clone(g)
+        assert isinstance(h.weights, WeightStore)
+        np.testing.assert_array_equal(h.weights["ab"], want)
