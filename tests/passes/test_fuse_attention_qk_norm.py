@@ -19,9 +19,11 @@ CPU = RewriteContext(target=TARGETS["cpu"])
 E, HQ, HKV, D, S = 32, 4, 2, 8, 6
 
 
-def qk_norm_graph(*, kind="rms", per_head=True, roles="qk", eps=None, axis=-1, beta=False):
-    """x [2, S, E] -> q/k/v projections -> heads (q and k in `roles` normalized) -> rope on q
-    and k -> causal GQA attention -> merge -> output projection."""
+def qk_norm_graph(*, kind="rms", per_head=True, roles="qk", eps=None, axis=-1, beta=False,
+                  after_transpose=False):
+    """x [2, S, E] -> q/k/v projections -> heads (q and k in `roles` normalized, per head
+    before or `after_transpose`, or over the whole projection) -> rope on q and k -> causal
+    GQA attention -> merge -> output projection."""
     g = bz.Graph("qk_norm")
     x = g.input("x", bz.Shape((2, S, E)))
     cos, sin = (g.input(n, bz.Shape((S, D // 2))) for n in ("cos", "sin"))
@@ -38,9 +40,11 @@ def qk_norm_graph(*, kind="rms", per_head=True, roles="qk", eps=None, axis=-1, b
         if normed and not per_head:
             p = build(p, gamma, bias, **kw)
         p = g.reshape(p, (2, S, h, D))
-        if normed and per_head:
+        if normed and per_head and not after_transpose:
             p = build(p, gamma, bias, **kw)
         t[r] = g.transpose(p, (0, 2, 1, 3))
+        if normed and per_head and after_transpose:
+            t[r] = build(t[r], gamma, bias, **kw)
         if r != "v":
             t[r] = g.rope(t[r], cos, sin)
     o = g.attention(t["q"], t["k"], t["v"], kind="causal")
@@ -61,13 +65,14 @@ def _feeds(g, seed):
     return feeds
 
 
-@pytest.mark.parametrize("kind,per_head,beta", [
-    ("rms", True, False),     # Qwen3, Gemma 3
-    ("rms", False, False),    # OLMo 2: over the whole projection
-    ("layer", True, True),    # Persimmon: LayerNorm with bias, per head
+@pytest.mark.parametrize("kind,per_head,beta,after_transpose", [
+    ("rms", True, False, False),     # Qwen3
+    ("rms", True, False, True),      # Gemma 3: after the head transpose
+    ("rms", False, False, False),    # OLMo 2: over the whole projection
+    ("layer", True, True, False),    # Persimmon: LayerNorm with bias, per head
 ])
-def test_fires_and_keeps_the_numbers(kind, per_head, beta):
-    g = qk_norm_graph(kind=kind, per_head=per_head, beta=beta)
+def test_fires_and_keeps_the_numbers(kind, per_head, beta, after_transpose):
+    g = qk_norm_graph(kind=kind, per_head=per_head, beta=beta, after_transpose=after_transpose)
     res = fuse(g)
     (node,) = [n for n in res.graph.nodes if n.op.kind == "fused_attention_block"]
     op = node.op

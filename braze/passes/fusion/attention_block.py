@@ -1,7 +1,8 @@
 """FuseAttentionBlock: QKV projection -> head split (with an optional LayerNorm / RMSNorm of q
-and k, per head or over the whole projection) -> optional rope on q and k -> attention -> head
-merge -> output projection, into one FusedAttentionBlock. The QKV projection is one matmul
-narrowed three ways (GPT-2 c_attn, shared-input fusion) or three matmuls of one input."""
+and k, per head before or after the head transpose, or over the whole projection) -> optional
+rope on q and k -> attention -> head merge -> output projection, into one FusedAttentionBlock.
+The QKV projection is one matmul narrowed three ways (GPT-2 c_attn, shared-input fusion) or
+three matmuls of one input."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -48,6 +49,7 @@ def heads(src, role: str, rotated: bool):
         return P.of(Transpose, P.of(Reshape, src, name=f"reshape_{role}"), name=f"split_{role}")
     reshape = P.of(Reshape, _qk_norm(src, role) | src, name=f"reshape_{role}")
     split = P.of(Transpose, _qk_norm(reshape, role) | reshape, name=f"split_{role}")
+    split = _qk_norm(split, role) | split  # a per-head norm after the transpose (Gemma 3)
     return P.rope(split, V(f"cos_{role}"), V(f"sin_{role}"), name=f"rope_{role}") | split
 
 
@@ -201,8 +203,10 @@ def qk_norms_match(m, ctx) -> Miss | None:
 
 
 def _per_head(m, role: str) -> bool:
-    """Whether `role`'s norm reads the head split (else the projection before it)."""
-    return m.nodes[f"norm_{role}"].inputs[0] == m.nodes[f"reshape_{role}"].value
+    """Whether `role`'s norm reads the heads (before or after their transpose; else the
+    projection before the head split)."""
+    src = m.nodes[f"norm_{role}"].inputs[0]
+    return src in (m.nodes[f"reshape_{role}"].value, m.nodes[f"split_{role}"].value)
 
 
 # -- replacement --------------------------------------------------------------------------------
