@@ -213,6 +213,24 @@ def _rule(name: str, pattern, result: str | Callable, *checks, when=None) -> Rul
     return rule
 
 
+def _empty_along_axis(g, node) -> list[bool]:
+    axis = node.op.axis % node.outputs[0].rank
+    return [g.shape_of(v).dims[axis] == 0 for v in node.inputs]
+
+
+def _has_empty_operand(g, node, bound) -> bool:
+    """Some but not all operands are statically empty along the axis (a rope's pass-through
+    part when all of the head is rotated: Phi-3 through TorchScript and torch.export)."""
+    empty = _empty_along_axis(g, node)
+    return any(empty) and not all(empty)
+
+
+def _drop_empty_operands(b, m):
+    root = m.root
+    kept = [m.new(v) for v, e in zip(root.inputs, _empty_along_axis(m.graph, root)) if not e]
+    return kept[0] if len(kept) == 1 else b.concat(kept, root.op.axis)
+
+
 _F, _U = BinaryFn, UnaryFn
 _NAN_GUARD = P.where(P.isnan(V("p")), ZERO, V("p"))
 _CAST_CAST = P.cast(P.cast(X, name="mid"))  # the middle cast holds every value of x (f32 -> f64)
@@ -237,6 +255,8 @@ ALGEBRAIC_RULES = (
     _rule("FullNarrow", P.narrow(X), "x", when=_full_narrow),       # x[0:n] of n rows -> x
     _rule("FullSlice", P.slice(X), "x", when=_full_slice),          # x[0:n:1] of n rows -> x
     _rule("ConcatOne", P.of(Concat, X), "x"),                       # concat([x]) -> x
+    _rule("ConcatEmpty", P.any_inputs(Concat), _drop_empty_operands,  # concat([x, x[n:]])
+          when=_has_empty_operand),                                  #   of n rows -> x
 )
 # transpose(transpose(x)) -> one transpose, reshape(reshape(x)) -> one reshape, and identity
 # transpose / reshape / expand / cast -> x: layout.py's rules, one definition

@@ -422,3 +422,18 @@ def test_simplify_never_folds_input_dependent_nodes():
     out = bz.simplify(g)
     assert out.op_counts() == g.op_counts() and out.count("constant") == 0
     check_same(g, out, symbols={"b": 2})
+
+
+@pytest.mark.parametrize("keep", [1, 2])
+def test_concat_drops_operands_empty_along_its_axis(keep):
+    """A rope over the whole head writes concat([rotated, x[..., n:]]) with an empty pass-through
+    part (Phi-3 through TorchScript / torch.export): the empty operand goes; all-empty stays."""
+    g, x = graph()
+    empty = g.slice(x, 2, 6, 6)
+    parts = [g.mul(x, 2.0), empty] + [g.add(x, 1.0)] * (keep - 1)
+    g.set_outputs([g.concat(parts, 2), g.concat([empty, empty], 2)])
+    res = run(g)
+    assert res.stats["ConcatEmpty"].matches == 1
+    concats = [n for n in res.graph.nodes if n.op.kind == "concat"]
+    assert [len(n.inputs) for n in concats] == ([2] if keep == 1 else [2, 2])
+    check_same(g, res.graph, symbols={"b": 2})
