@@ -29,8 +29,8 @@ float rounding of its cubic argument (|2u| 2^-22 relative, in the far left tail 
 the reference formulas, x-times-sigmoid forms give NaN at x = -inf. Cost per element on the
 dev machine, one thread, in cache: exp ~0.8 ns, sigmoid / SiLU ~0.9, tanh ~1.3, GELU ~1.9
 (glibc's libmvec, accurate only in absolute terms in GELU's tail: expf ~0.6, erff GELU ~1.1).
-libm's log / sin / cos / pow stay calls,
-vectorized through glibc's libmvec where it has them (declared below for x86-64 glibc)."""
+libm's log / sin / cos / pow stay calls, vectorized through glibc's libmvec where it has them
+(declared below for x86-64 glibc)."""
 from __future__ import annotations
 
 import platform
