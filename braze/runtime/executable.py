@@ -16,6 +16,7 @@ from ..interpret import bind_symbols
 from ..ir.graph import Graph
 from ..passes.expand import expand_nodes
 from .kernels import KERNELS, Dispatch, KernelContext
+from .kernels.threads import ThreadLimit
 from .plan import SharedArena
 from .program import Program, build_program
 
@@ -107,7 +108,7 @@ class Executable:
         self.graph = graph
         self.report = report
         self.precision = precision
-        self.threads = threads
+        self.threads = int(threads) if threads else None
         self.decomposed = decomposed
         self.shared_arena = shared_arena
         self._weights = {**graph.weights, **params}
@@ -116,8 +117,7 @@ class Executable:
         self._feed_types = tuple((n.op.name, n.op.shape.dtype.np) for n in graph.inputs)
         self._static: dict = {}
         self._last: Program | None = None
-        if threads:
-            _set_threads(int(threads))
+        self._limit = ThreadLimit(self.threads)
 
     # -- running --------------------------------------------------------------------------------
     def program(self, feeds: Mapping[str, np.ndarray]) -> Program:
@@ -167,12 +167,13 @@ class Executable:
                  ) -> list[np.ndarray]:
         """The outputs for `feeds`, owned by the caller. `copy=False` returns views of the
         arena instead of copies: read them before the next call."""
-        prog = self._seen_program(feeds)
-        if prog is None:
-            feeds = self._checked(feeds)
-            prog = self.program(feeds)
-            self._by_shapes[tuple(feeds[name].shape for name, _ in self._feed_types)] = prog
-        return prog.run(feeds, copy)
+        with self._limit:
+            prog = self._seen_program(feeds)
+            if prog is None:
+                feeds = self._checked(feeds)
+                prog = self.program(feeds)
+                self._by_shapes[tuple(feeds[name].shape for name, _ in self._feed_types)] = prog
+            return prog.run(feeds, copy)
 
     def update_weights(self, params: Mapping[str, np.ndarray]) -> None:
         """New values for params; static values (weight preparation) are recomputed on the
@@ -226,13 +227,5 @@ class Executable:
         from .profile import profile_program
 
         feeds = self._checked(feeds)
-        return profile_program(self.program(feeds), feeds, repeat)
-
-
-def _set_threads(n: int) -> None:
-    try:
-        import numba
-
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
-    except ImportError:
-        pass
+        with self._limit:
+            return profile_program(self.program(feeds), feeds, repeat)

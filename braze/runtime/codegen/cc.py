@@ -24,7 +24,8 @@ from functools import cache
 from pathlib import Path
 
 __all__ = ["available", "compile_c", "cache_dir", "FLAGS", "PRECISE_FLAGS", "CompileError",
-           "simd_math_decls", "PARALLEL_MIN_ELEMENTS", "parallel_min_define"]
+           "simd_math_decls", "PARALLEL_MIN_ELEMENTS", "PARALLEL_MIN_MACS", "team_size",
+           "parallel_min_define"]
 
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11")
 PRECISE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
@@ -58,9 +59,27 @@ a core, while the whole of a [128, 768] LayerNorm takes 0.06 ms on one. GPT-2 at
 13% in [1024, 384] ones (8 ms each) with the bar at 2^18."""
 
 
+PARALLEL_MIN_MACS = 1 << 22
+"""Compute-bound kernels (GEMM, attention) of fewer multiply-adds than this (~4.2M, about
+0.1-0.3 ms on one core) run on the calling thread alone, MKL included. At load average 12 on
+the 2-core machine, bert-tiny's 16x64x64 GEMMs forked a team of two and waited 10-25 ms at the
+barrier for the second thread to get a core."""
+
+
+def team_size(work: int, minimum: int, threads: int) -> int:
+    """The threads a parallel region of `work` units (elements against PARALLEL_MIN_ELEMENTS,
+    multiply-adds against PARALLEL_MIN_MACS) should use out of `threads`: all of them from
+    `minimum` on, else 1. The C kernels apply the same rule through BRAZE_PARALLEL."""
+    return max(1, threads) if work >= minimum else 1
+
+
 def parallel_min_define() -> str:
-    """`#define BRAZE_PAR_MIN ...` for C sources that use it in `omp parallel ... if()`."""
-    return f"#define BRAZE_PAR_MIN {PARALLEL_MIN_ELEMENTS}LL\n"
+    """The shared parallel-work rule for C sources: `BRAZE_PAR_MIN` (elements),
+    `BRAZE_PAR_MIN_MACS` (multiply-adds) and `BRAZE_PARALLEL(work, minimum)`, the condition of
+    an `omp parallel ... if()` (team_size's rule)."""
+    return (f"#define BRAZE_PAR_MIN {PARALLEL_MIN_ELEMENTS}LL\n"
+            f"#define BRAZE_PAR_MIN_MACS {PARALLEL_MIN_MACS}LL\n"
+            "#define BRAZE_PARALLEL(work, minimum) ((int64_t)(work) >= (minimum))\n")
 
 
 @cache

@@ -7,7 +7,10 @@ no head split or merge copies. Each thread has its own scores scratch (block row
 stay in L2); causal and sliding-window blocks stop the GEMMs at the last key any row of the
 block sees. (batch, head) blocks are handed out dynamically: a thread the OS delays on a busy
 machine does not hold up a static share. MKL runs single-threaded inside the parallel region
-(MKL_DYNAMIC), so the two levels of threading never oversubscribe the cores.
+(MKL_DYNAMIC), so the two levels of threading never oversubscribe the cores. The team is at
+most the caller's thread limit (Executable threads), and a call of fewer than
+BRAZE_PAR_MIN_MACS multiply-adds runs on the calling thread alone, MKL sequential too (through
+MKL_Set_Num_Threads_Local: outside an active region MKL would start a team of its own).
 
 The GEMM is the process's cblas_sgemm (blas.sgemm_address(), MKL); without it `lib()` is None
 and the executor keeps the NumPy path of attention.py. Also here: RoPE applied in place to the
@@ -39,14 +42,19 @@ int attn_max_threads(void) { return omp_get_max_threads(); }
 """ + cc.parallel_min_define() + PROB_ROW + ROPE_ROW + r"""
 /* st: element strides (batch, head, row) of q, k, v, out; mst: (batch, head, row, col) of the
    additive mask (0 to broadcast; mask may be NULL). scratch: slots x block x sk floats. */
-void attn_heads(void* gemm, const float* q, const float* k, const float* v, float* o,
+void attn_heads(void* gemm, void* local_threads, const float* q, const float* k,
+                const float* v, float* o,
                 const int64_t* st, int64_t nb, int64_t hq, int64_t hkv, int64_t sq,
                 int64_t sk, int64_t d, int64_t dv, float scale, float softcap, int causal,
                 int64_t window, const float* mask, const int64_t* mst, float* scratch,
                 int64_t block, int slots) {
   sgemm_t sgemm = (sgemm_t)gemm;
   int64_t rep = hq / hkv;
-  #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(slots)
+  int (*local)(int) = (int (*)(int))local_threads;
+  int team = omp_get_max_threads() < slots ? omp_get_max_threads() : slots;
+  int parallel = team > 1 && BRAZE_PARALLEL(nb * hq * sq * sk * (d + dv), BRAZE_PAR_MIN_MACS);
+  int before = !parallel && local ? local(1) : 0;
+  #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(team) if(parallel)
   for (int64_t b = 0; b < nb; b++) {
     for (int64_t h = 0; h < hq; h++) {
       float* s = scratch + (int64_t)omp_get_thread_num() * block * sk;
@@ -74,6 +82,7 @@ void attn_heads(void* gemm, const float* q, const float* k, const float* v, floa
       }
     }
   }
+  if (!parallel && local) local(before);
 }
 
 /* RoPE in place on heads [0, heads) of x [nb, s, row] (head h at h * d of a row), cos / sin
@@ -98,7 +107,7 @@ void rope_packed(float* x, const float* cosv, const float* sinv, int64_t nb, int
 _I64, _F32, _INT, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES = {
     "attn_max_threads": ([], _INT),
-    "attn_heads": ([_P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _F32,
+    "attn_heads": ([_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _F32,
                     _F32, _INT, _I64, _P, _P, _P, _I64, _INT], None),
     "rope_packed": ([_P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _INT], None),
 }
@@ -153,8 +162,9 @@ def attn_heads(plan: HeadsPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray, out
     strides (0 where it broadcasts)."""
     st = np.asarray(strides, np.int64)
     mst = np.asarray(mask_strides, np.int64)
-    lib().attn_heads(blas.sgemm_address(), q.ctypes.data, k.ctypes.data, v.ctypes.data,
-                     out.ctypes.data, st.ctypes.data, *shape, scale, softcap, int(causal),
+    lib().attn_heads(blas.sgemm_address(), blas.local_threads_address(), q.ctypes.data,
+                     k.ctypes.data, v.ctypes.data, out.ctypes.data, st.ctypes.data, *shape,
+                     scale, softcap, int(causal),
                      window, None if mask is None else mask.ctypes.data, mst.ctypes.data,
                      scratch.ctypes.data, plan.block, plan.slots)
 

@@ -17,7 +17,9 @@ from functools import cache
 
 import numpy as np
 
-__all__ = ["matmul", "provider", "sgemm_address", "local_threads_address"]
+from ..codegen import cc
+
+__all__ = ["matmul", "provider", "sgemm_address", "local_threads_address", "set_local_threads"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
@@ -56,6 +58,14 @@ def local_threads_address() -> int | None:
     if _mkl() is None or not _LOCAL_THREADS or _LOCAL_THREADS[0] is None:
         return None
     return ctypes.cast(_LOCAL_THREADS[0], ctypes.c_void_p).value
+
+
+def set_local_threads(n: int) -> int:
+    """MKL's thread count for the calling thread's GEMMs from now on (0: the global count);
+    returns the previous setting, or 0 (and does nothing) without MKL."""
+    if _mkl() is None or not _LOCAL_THREADS or _LOCAL_THREADS[0] is None:
+        return 0
+    return int(_LOCAL_THREADS[0](int(n)))
 
 
 def sgemm_address() -> int | None:
@@ -102,18 +112,32 @@ def _leading(rows: int, cols: int, row_stride: int) -> int | None:
 
 
 def matmul(a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """out = a @ b (NumPy matmul semantics for the shapes braze's kernels use)."""
+    """out = a @ b (NumPy matmul semantics for the shapes braze's kernels use). MKL runs a
+    product of fewer than cc.PARALLEL_MIN_MACS multiply-adds on the calling thread alone (left
+    to itself it starts a team even for 16x64x64)."""
     fn = _mkl()
-    if fn is not None:
-        if b.ndim == 2 and a.ndim >= 2 and (a.ndim == 2 or a.flags.c_contiguous):
-            a2 = a.reshape(-1, a.shape[-1])
-            if _gemm2d(fn, a2, b, out.reshape(-1, out.shape[-1])):
-                return out
-        elif a.ndim == b.ndim >= 3 and a.shape[:-2] == b.shape[:-2] and \
-                out.flags.c_contiguous:
-            a3 = a.reshape(-1, *a.shape[-2:])
-            b3 = b.reshape(-1, *b.shape[-2:])
-            o3 = out.reshape(-1, *out.shape[-2:])
-            if all(_gemm2d(fn, x, y, z) for x, y, z in zip(a3, b3, o3)):
-                return out
+    if fn is None:
+        return np.matmul(a, b, out=out)
+    small = a.size * b.shape[-1] < cc.PARALLEL_MIN_MACS
+    before = set_local_threads(1) if small else 0
+    try:
+        return _mkl_matmul(fn, a, b, out)
+    finally:
+        if small:
+            set_local_threads(before)
+
+
+def _mkl_matmul(fn, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out = a @ b through MKL where the operands allow it, else NumPy."""
+    if b.ndim == 2 and a.ndim >= 2 and (a.ndim == 2 or a.flags.c_contiguous):
+        a2 = a.reshape(-1, a.shape[-1])
+        if _gemm2d(fn, a2, b, out.reshape(-1, out.shape[-1])):
+            return out
+    elif a.ndim == b.ndim >= 3 and a.shape[:-2] == b.shape[:-2] and \
+            out.flags.c_contiguous:
+        a3 = a.reshape(-1, *a.shape[-2:])
+        b3 = b.reshape(-1, *b.shape[-2:])
+        o3 = out.reshape(-1, *out.shape[-2:])
+        if all(_gemm2d(fn, x, y, z) for x, y, z in zip(a3, b3, o3)):
+            return out
     return np.matmul(a, b, out=out)

@@ -26,10 +26,12 @@ SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 
-/* Loops with less work than this (multiply-adds or copies) run on one thread: waking the
-   other threads and meeting them at the end costs more than they save (far more when the
-   machine is busy and a woken thread waits for a core). */
-#define PARALLEL(work) ((work) >= 262144)
+""" + cc.parallel_min_define() + r"""
+/* Loops with less work than this (multiply-adds or copies, 2^18: a sixteenth of a GEMM's bar,
+   as these loops are not blocked for cache) run on one thread: waking the other threads and
+   meeting them at the end costs more than they save (far more when the machine is busy and a
+   woken thread waits for a core). */
+#define PARALLEL(work) BRAZE_PARALLEL(work, BRAZE_PAR_MIN_MACS / 16)
 
 static inline float epilogue(float v, int act) {
   if (act == 1) return v > 0.0f ? v : 0.0f;
@@ -106,17 +108,16 @@ typedef int (*local_threads_fn)(int);
    1x1 stride-1 unpadded conv reads the image as its columns), then the GEMM
    y[i, g*og:(g+1)*og] [og, ho*wo] = w[g] [og, k] @ cols [k, ho*wo] through `sgemm`
    (cblas_sgemm, row-major), then bias + activation in place. A GEMM of fewer than
-   GEMM_PARALLEL_MIN multiply-adds runs on the calling thread alone, set through MKL's
-   thread-local count (`local_threads`, may be NULL): waking a second thread for a 0.05 ms GEMM
-   costs more than it saves, and far more when the machine is busy. */
-#define GEMM_PARALLEL_MIN 4194304LL
+   BRAZE_PAR_MIN_MACS multiply-adds (codegen.cc) runs on the calling thread alone, set through
+   MKL's thread-local count (`local_threads`, may be NULL): waking a second thread for a
+   0.05 ms GEMM costs more than it saves, and far more when the machine is busy. */
 void conv_gemm(sgemm_fn sgemm, local_threads_fn local_threads, const float* x, const float* wt,
                const float* bias, float* y, float* cols, int64_t n, int64_t c, int64_t h,
                int64_t w, int64_t o, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
                int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw, int64_t ho,
                int64_t wo, int direct, int act) {
   int64_t cg = c / groups, og = o / groups, k = cg * kh * kw, hw = ho * wo;
-  int single = local_threads != NULL && og * hw * k < GEMM_PARALLEL_MIN;
+  int single = local_threads != NULL && !BRAZE_PARALLEL(og * hw * k, BRAZE_PAR_MIN_MACS);
   int before = single ? local_threads(1) : 0;
   for (int64_t i = 0; i < n; i++) {
     for (int64_t g = 0; g < groups; g++) {

@@ -68,8 +68,9 @@ def gemm_bias_act(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.n
     else:
         return False
     m = x.size // max(k, 1)
-    lib.gemm_bias_act(gemm, x.ctypes.data, k, w.ctypes.data, ldb, trans_b, out.ctypes.data, m,
-                      n, k, None if bias is None else bias.ctypes.data, act)
+    lib.gemm_bias_act(gemm, blas.local_threads_address(), x.ctypes.data, k, w.ctypes.data, ldb,
+                      trans_b, out.ctypes.data, m, n, k,
+                      None if bias is None else bias.ctypes.data, act)
     return True
 
 

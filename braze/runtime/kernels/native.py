@@ -100,6 +100,7 @@ SOURCE = r"""
 """ + cc.simd_math_decls() + cc.parallel_min_define() + PROB_ROW + ROPE_ROW + r"""
 
 void braze_set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
+int braze_max_threads(void) { return omp_get_max_threads(); }
 
 """ + ACT_SPAN + r"""/* y[r, c] = act(y[r, c] + bias[c]), in place; bias may be NULL. */
 void bias_act(float* y, const float* bias, int64_t rows, int64_t cols, int act) {
@@ -115,18 +116,24 @@ typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float*, int,
    blocks of up to 256 rows x column blocks of n / (4 threads), >= 64 wide) handed out
    dynamically: each thread runs the (then single-threaded) sgemm on a tile and applies the
    epilogue to it while it is in cache, and a thread the OS delays on a busy machine leaves
-   its tiles to the others instead of holding up a static half. bias may be NULL. */
-void gemm_bias_act(void* gemm, const float* a, int64_t lda, const float* b, int64_t ldb,
-                   int trans_b, float* out, int64_t m, int64_t n, int64_t k, const float* bias,
-                   int act) {
+   its tiles to the others instead of holding up a static half. Below BRAZE_PAR_MIN_MACS
+   multiply-adds the calling thread runs every tile alone, MKL too (outside an active region
+   MKL threads even a 16x64x64 GEMM): `local_threads` is MKL_Set_Num_Threads_Local (may be
+   NULL). bias may be NULL. */
+void gemm_bias_act(void* gemm, void* local_threads, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, int trans_b, float* out, int64_t m, int64_t n, int64_t k,
+                   const float* bias, int act) {
   sgemm_fn sgemm = (sgemm_fn)gemm;
+  int (*local)(int) = (int (*)(int))local_threads;
   int64_t nt = omp_get_max_threads();
   int64_t rb = m < 256 ? m : 256;
   int64_t cb = (n / (4 * nt) + 15) / 16 * 16;
   if (cb < 64) cb = 64;
   if (cb > n) cb = n;
   int64_t rows = (m + rb - 1) / rb, cols = (n + cb - 1) / cb;
-  #pragma omp parallel for schedule(dynamic, 1)
+  int parallel = BRAZE_PARALLEL(m * n * k, BRAZE_PAR_MIN_MACS);
+  int before = !parallel && local ? local(1) : 0;
+  #pragma omp parallel for schedule(dynamic, 1) if(parallel && rows * cols > 1)
   for (int64_t tile = 0; tile < rows * cols; tile++) {
     int64_t r0 = tile / cols * rb, j0 = tile % cols * cb;
     int64_t r1 = r0 + rb < m ? r0 + rb : m, j1 = j0 + cb < n ? j0 + cb : n;
@@ -140,6 +147,7 @@ void gemm_bias_act(void* gemm, const float* a, int64_t lda, const float* b, int6
       }
     }
   }
+  if (!parallel && local) local(before);
 }
 
 /* out = act(x) elementwise over n values. */
@@ -210,7 +218,8 @@ void attn_softmax(float* s, int64_t groups, int64_t rows, int64_t block, int64_t
                   const float* mask, int64_t mask_b_stride, int64_t mask_h_stride,
                   int64_t heads_per_batch, int64_t rep, int64_t mask_row_stride,
                   int64_t mask_col_stride) {
-  #pragma omp parallel for collapse(2) schedule(static)
+  #pragma omp parallel for collapse(2) schedule(static) \
+      if(BRAZE_PARALLEL(groups * rows * sk, BRAZE_PAR_MIN))
   for (int64_t g = 0; g < groups; g++) {
     for (int64_t i = 0; i < rows; i++) {
       int64_t qi = q0 + i % block;
@@ -256,8 +265,9 @@ void gated(const float* h, float* out, int64_t rows, int64_t n, int gate_first, 
 _I64, _F32, _INT, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES = {
     "braze_set_threads": [_INT],
+    "braze_max_threads": [],
     "bias_act": [_P, _P, _I64, _I64, _INT],
-    "gemm_bias_act": [_P, _P, _I64, _P, _I64, _INT, _P, _I64, _I64, _I64, _P, _INT],
+    "gemm_bias_act": [_P, _P, _P, _I64, _P, _I64, _INT, _P, _I64, _I64, _I64, _P, _INT],
     "unary_act": [_P, _P, _I64, _INT],
     "row_norm": [_P, _P, _P, _P, _P, _P, _I64, _I64, _F32, _INT],
     "softmax_rows": [_P, _P, _I64, _I64],
@@ -281,6 +291,7 @@ def lib():
         fn = getattr(so, name)
         fn.argtypes = args
         fn.restype = None
+    so.braze_max_threads.restype = _INT
     return so
 
 

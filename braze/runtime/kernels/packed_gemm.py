@@ -38,7 +38,7 @@ SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #include <omp.h>
-""" + cc.simd_math_decls() + native.ACT_SPAN + r"""
+""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + r"""
 #if defined(__AVX512F__)
 #define VW 16
 #define MR 12
@@ -128,7 +128,7 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
   int64_t group = panels * rblocks / (4 * nt);
   group = group > 16 ? 16 : group < 1 ? 1 : group;
   int64_t groups = (panels + group - 1) / group, tiles = rblocks * groups;
-  #pragma omp parallel if(tiles > 1)
+  #pragma omp parallel if(tiles > 1 && BRAZE_PARALLEL(m * n * k, BRAZE_PAR_MIN_MACS))
   {
     float tail[MR * KC], tmp[MR * NR], pad_bias[NR];
     #pragma omp for schedule(dynamic, 1)

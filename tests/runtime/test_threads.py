@@ -1,0 +1,71 @@
+"""The thread rule: `threads=1` and `threads=2` executables agree with the interpreter (small
+bindings take the one-thread paths, large ones the parallel GEMM / attention regions), a call
+caps OpenMP and MKL at its executable's threads and restores the caller's settings, and the
+shared work threshold picks one thread for small work, the same in Python and in C."""
+import ctypes
+
+import numpy as np
+import pytest
+
+import braze as bz
+import braze.models as models
+from braze.runtime.codegen import cc
+from braze.runtime.kernels import blas, native
+from braze.runtime.kernels.threads import ThreadLimit
+
+needs_cc = pytest.mark.skipif(native.lib() is None, reason="no C compiler")
+
+
+def test_team_size_is_one_thread_below_the_bar_and_all_from_it():
+    assert cc.team_size(16 * 64 * 64, cc.PARALLEL_MIN_MACS, 2) == 1
+    assert cc.team_size(cc.PARALLEL_MIN_MACS - 1, cc.PARALLEL_MIN_MACS, 8) == 1
+    assert cc.team_size(cc.PARALLEL_MIN_MACS, cc.PARALLEL_MIN_MACS, 8) == 8
+    assert cc.team_size(4 * cc.PARALLEL_MIN_ELEMENTS, cc.PARALLEL_MIN_ELEMENTS, 2) == 2
+    assert cc.team_size(10 ** 9, cc.PARALLEL_MIN_MACS, 1) == 1
+    assert cc.team_size(10 ** 9, cc.PARALLEL_MIN_MACS, 0) == 1
+
+
+@needs_cc
+def test_the_c_rule_is_team_sizes_rule():
+    src = ("#include <stdint.h>\n" + cc.parallel_min_define()
+           + "int par_macs(int64_t w) { return BRAZE_PARALLEL(w, BRAZE_PAR_MIN_MACS); }\n"
+           + "int par_elems(int64_t w) { return BRAZE_PARALLEL(w, BRAZE_PAR_MIN); }\n")
+    so = cc.compile_c(src, "test_parallel_rule")
+    for fn, bar in ((so.par_macs, cc.PARALLEL_MIN_MACS), (so.par_elems, cc.PARALLEL_MIN_ELEMENTS)):
+        fn.argtypes, fn.restype = [ctypes.c_int64], ctypes.c_int
+        for work in (0, 1024, bar - 1, bar, bar + 1, 50 * bar):
+            assert bool(fn(work)) == (cc.team_size(work, bar, 2) == 2), (work, bar)
+
+
+@needs_cc
+def test_thread_limit_caps_openmp_and_mkl_and_restores_them():
+    lib = native.lib()
+    omp_before = lib.braze_max_threads()
+    mkl_before = blas.set_local_threads(0)  # 0: MKL's global count
+    with ThreadLimit(1):
+        assert lib.braze_max_threads() == 1
+        if blas.local_threads_address() is not None:
+            assert blas.set_local_threads(1) == 1  # the previous setting was the limit
+    assert lib.braze_max_threads() == omp_before
+    assert blas.set_local_threads(mkl_before) == 0
+    with ThreadLimit(None):
+        assert lib.braze_max_threads() == omp_before
+
+
+@pytest.mark.parametrize("sym", [{"batch": 1, "seq": 4}, {"batch": 2, "seq": 64}],
+                         ids=["small", "parallel"])
+def test_threads_1_and_2_agree_with_the_interpreter(sym):
+    g = models.bert_encoder(2, 256, 4, batch="batch", seq="seq", with_mask=True)
+    params = bz.init_params(g, 0)
+    one = bz.compile(g, params=params, threads=1)
+    two = bz.compile(g, params=params, threads=2)
+    feeds = bz.random_feeds(g, 3, sym)
+    want = bz.interpret(g, feeds, params)
+    omp_before = native.lib().braze_max_threads() if native.lib() is not None else None
+    for _ in range(2):  # twice: the arena and the thread settings are reused
+        got_one, got_two = one(feeds), two(feeds)
+        for w, a, b in zip(want, got_one, got_two, strict=True):
+            np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
+            np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
+    if omp_before is not None:  # the calls put the caller's OpenMP setting back
+        assert native.lib().braze_max_threads() == omp_before
