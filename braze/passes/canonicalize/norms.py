@@ -4,10 +4,11 @@
   RMSNorm:   x / sqrt(mean(x^2) + eps)                    (or x * rsqrt(...))  * gamma (+ beta)
 
 over the trailing axes (kept as the op's axis), where x^2 is pow(x, 2) or x * x, the inverse
-square root is rsqrt, reciprocal(sqrt), 1 / sqrt or pow(., -0.5), eps a constant, gamma and beta
-any values shaped like the normalized dims (Gemma's (1 + w) is just a computed gamma: it reads
-only a param, so it is weight preparation), in either operand order, with float casts around
-the statistics (f32 compute) peeled when they are identities for the graph's dtype."""
+square root is rsqrt, reciprocal(sqrt), 1 / sqrt or pow(., -0.5), eps a constant (or absent:
+eps 0), gamma and beta any values shaped like the normalized dims (Gemma's (1 + w) is just a
+computed gamma: it reads only a param, so it is weight preparation), in either operand order,
+with float casts around the statistics (f32 compute) peeled when they are identities for the
+graph's dtype."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -139,10 +140,9 @@ def _core(g, v) -> _Norm | None:
         cands.append((n.inputs[0], sq.inputs[0], [n.id, sq.id]))
     for top, u, sub in cands:
         nodes = list(sub)
-        ve = _variance_plus_eps(g, _strip_casts(g, u, nodes), nodes)
-        if ve is None:
-            continue
-        stat, eps = ve
+        stat_in = _strip_casts(g, u, nodes)
+        # no eps at all is eps 0 (IBert's dynamo export drops its `1e-12 + var` in float32)
+        stat, eps = _variance_plus_eps(g, stat_in, nodes) or (stat_in, 0.0)
         m = _mean_of(g, _strip_casts(g, stat, nodes), nodes)
         if m is None:
             continue

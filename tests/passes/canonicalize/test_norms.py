@@ -13,7 +13,8 @@ def _ln(g, x, form, gamma=None, beta=None, eps=1e-5):
     mean = g.mean(x, -1, keepdims=True)
     d = g.sub(x, mean)
     sq = g.pow(d, 2.0) if form != "mul" else g.mul(d, d)
-    var = g.add(g.mean(sq, -1, keepdims=True), eps)
+    var = g.mean(sq, -1, keepdims=True)
+    var = g.add(var, eps) if eps is not None else var
     if form == "rsqrt":
         y = g.mul(d, g.rsqrt(var))
     elif form == "recip":
@@ -117,4 +118,17 @@ def test_layer_norm_with_an_unmerged_copy_of_x_minus_mean(same):
     out, _ = canonicalize(g)
     assert out.count("layer_norm") == int(same) and out.count("rms_norm") == 0
     assert out.count("reduce_mean") == (0 if same else 3)
+    check_same(g, out)
+
+
+@pytest.mark.parametrize("form", ["div", "rsqrt"])
+def test_a_layer_norm_without_eps_is_eps_zero(form):
+    """IBert's dynamo export drops its `1e-12 + var` (float32 cannot hold it): d / sqrt(var)."""
+    g = bz.Graph("ln0")
+    x = g.input("x", bz.Shape(("b", "s", E)))
+    gamma, beta = g.param("g", bz.Shape((E,))), g.param("bb", bz.Shape((E,)))
+    g.set_outputs([_ln(g, x, form, gamma, beta, eps=None)])
+    out, _ = canonicalize(g)
+    (n,) = [n for n in out.nodes if n.op.kind == "layer_norm"]
+    assert n.op.eps == 0.0 and out.count("reduce_mean") == 0
     check_same(g, out)
