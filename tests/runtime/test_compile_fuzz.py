@@ -275,6 +275,13 @@ def test_elementwise_chains_with_edge_values(g):
     check_compiled(g, feeds_fn=edge_feeds, bindings=({"batch": 1}, {"batch": 2}))
 
 
+@pytest.mark.parametrize("precision", ["bf16", "f16"])
+@settings(max_examples=4, **FUZZ)
+@given(g=view_chains())
+def test_elementwise_chains_over_views_under_low_precision_policies(precision, g):
+    check_compiled(g, precision=precision, bindings=({"batch": 2}, {"batch": 1}))
+
+
 # -- attention ------------------------------------------------------------------------------------
 @st.composite
 def attention_graphs(draw):
