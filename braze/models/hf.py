@@ -109,6 +109,17 @@ _STABLELM_T = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_
                    partial_rotary_factor=0.25, use_qkv_bias=True)
 _OPT_T = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, ffn_dim=128,
               num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=64)
+# held-out encoders: rotary encoder scaling q before the rotation (ESM), GeGLU with alternating
+# local / global attention (ModernBERT), disentangled relative attention (DeBERTa-v2),
+# an own attention module with data-dependent checks (XLM)
+_ESM_T = dict(_BERT_T, position_embedding_type="rotary", pad_token_id=1, mask_token_id=3,
+              token_dropout=False)
+_MODERNBERT_T = dict(_BERT_T, global_attn_every_n_layers=2, local_attention=4, pad_token_id=0,
+                     bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
+_DEBERTA_V2_T = dict(_BERT_T, relative_attention=True, position_buckets=16,
+                     max_relative_positions=32, pos_att_type=["p2c", "c2p"],
+                     norm_rel_ebd="layer_norm", share_att_key=True, position_biased_input=False)
+_XLM_T = dict(vocab_size=VOCAB, emb_dim=64, n_layers=2, n_heads=4, max_position_embeddings=64)
 
 HF_FAMILIES: dict[str, HFFamily] = {
     "bert": HFFamily("bert", "BertModel", _config("BertConfig", _BERT_T, _BERT_B),
@@ -146,6 +157,16 @@ HF_FAMILIES: dict[str, HFFamily] = {
                          _layers("num_hidden_layers", _STABLELM_T), True, gated_mlp=True),
     "opt": HFFamily("opt", "OPTModel", _config("OPTConfig", _OPT_T),
                     _layers("num_hidden_layers", _OPT_T), True),
+    "esm": HFFamily("esm", "EsmModel", _config("EsmConfig", _ESM_T),
+                    _layers("num_hidden_layers", _ESM_T), False),
+    "modernbert": HFFamily("modernbert", "ModernBertModel",
+                           _config("ModernBertConfig", _MODERNBERT_T),
+                           _layers("num_hidden_layers", _MODERNBERT_T), False, gated_mlp=True),
+    "deberta_v2": HFFamily("deberta_v2", "DebertaV2Model",
+                           _config("DebertaV2Config", _DEBERTA_V2_T),
+                           _layers("num_hidden_layers", _DEBERTA_V2_T), False, sdpa=False),
+    "xlm": HFFamily("xlm", "XLMModel", _config("XLMConfig", _XLM_T), _layers("n_layers", _XLM_T),
+                    False, sdpa=False),
 }
 
 

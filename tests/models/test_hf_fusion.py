@@ -9,13 +9,19 @@ import torch
 
 import braze as bz
 from braze.models.hf import HF_FAMILIES, family_variants, hf_inputs, variant_attn
+from braze.rewrite import MissReason
 
 # family -> residual norms fused over its two layers (pre-norm stacks fuse each sublayer's
 # residual add into the next norm; parallel-residual stacks have one residual per layer;
 # RoBERTa's and OPT's embedding sums are batch-shaped, so their embedding norm fuses too)
 RESIDUAL_NORMS = {"bert": 4, "gpt2": 4, "llama": 4, "gemma": 4, "qwen2": 4, "gpt_neox": 2,
                   "phi": 2, "t5": 4, "bloom": 4, "falcon": 2, "mistral": 4, "gptj": 2,
-                  "distilbert": 4, "roberta": 5, "clip_text": 4, "stablelm": 4, "opt": 5}
+                  "distilbert": 4, "roberta": 5, "clip_text": 4, "stablelm": 4, "opt": 5,
+                  "esm": 4, "modernbert": 4, "deberta_v2": 4, "xlm": 5}
+# family -> why its layers' attention ops (each recognized) do not fuse into attention blocks,
+# as the report gives it: DeBERTa's disentangled position bias reads the projected q and k,
+# which a fused block computes inside itself
+BLOCK_NOT_FUSED = {"deberta_v2": MissReason.MULTI_CONSUMER}
 CASES = [(f, v) for f in sorted(HF_FAMILIES) for v in family_variants(f)]
 
 
@@ -30,10 +36,15 @@ def test_every_layer_fuses(hf_zoo, family, variant):
     g, fused, report = _fused(hf_zoo, family, variant)
     fam = HF_FAMILIES[family]
     layers = hf_zoo.module(family).num_layers
-    assert fused.count("fused_attention_block") == layers, report
-    assert fused.count("attention") == 0 and fused.count("softmax") == 0
     attention_misses = [m for m in report.misses if "ttention" in m.pattern]
-    assert not attention_misses, attention_misses
+    if family in BLOCK_NOT_FUSED:
+        assert fused.count("attention") == layers and fused.count("softmax") == 0, report
+        assert len(attention_misses) == layers, attention_misses
+        assert {m.reason for m in attention_misses} == {BLOCK_NOT_FUSED[family]}
+    else:
+        assert fused.count("fused_attention_block") == layers, report
+        assert fused.count("attention") == 0 and fused.count("softmax") == 0
+        assert not attention_misses, attention_misses
     norms = fused.count("fused_residual_ln") + fused.count("fused_residual_rms_norm")
     assert norms == RESIDUAL_NORMS[family], report
     if fam.gated_mlp:
