@@ -155,7 +155,14 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
               bb = pad_bias;
             }
           }
+          /* the weights come from memory in a model (each is read once per call): while this
+             panel's rows compute, fetch the next panel's block (kc lines) into L2, a share
+             per row block */
+          const char* next = (const char*)(bpp + kc * NR);
+          int64_t lines = p + 1 < p1 ? kc : 0, share = (lines * MR + rows - 1) / rows + 1;
           for (int64_t i0 = 0; i0 < rows; i0 += MR) {
+            for (int64_t l = i0 / MR * share; l < (i0 / MR + 1) * share && l < lines; l++)
+              __builtin_prefetch(next + l * 64, 0, 2);
             int64_t h = i0 < full ? MR : mr;
             const float* ai = i0 < full ? a + (r0 + i0) * lda + k0 : tail;
             int64_t ld = i0 < full ? lda : KC;
