@@ -13,7 +13,9 @@ is reused: no state may leak between calls), with threads 1 and 2, then once mor
 Tolerances: float32 within rtol 1e-4 (atol 1e-5 scaled by the output's magnitude). The bf16
 policy (`precision="bf16"`: matmul / conv operands rounded to bf16, f32 accumulation) is checked
 against the interpreter run of the same policy graph (`exe.graph`) within rtol 1e-3 / atol 1e-4
-(only the summation order differs), and against float32 loosely: relative L2 error <= 5e-2."""
+(only the summation order differs), and against float32 loosely: L2 error <= 5e-2 relative to
+the output's L2 norm, taken as at least that of an all-ones output (a norm over 2 features
+of a small output can lose more than 5% to bf16 rounding)."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -84,7 +86,7 @@ def _close_in_l2(want, got, seed) -> None:
         w64, a64 = np.asarray(w, np.float64), np.asarray(a, np.float64)
         ok = np.isfinite(w64)
         assert np.array_equal(ok, np.isfinite(a64)), f"seed {seed}: output {i} non-finite"
-        scale = np.linalg.norm(w64[ok]) or 1.0
+        scale = max(np.linalg.norm(w64[ok]), np.sqrt(ok.sum()), 1.0)  # RMS 1 at least
         err = np.linalg.norm((a64 - w64)[ok]) / scale
         assert err <= BF16_VS_F32, f"seed {seed}: output {i}: bf16 relative L2 error {err:.3g}"
 
