@@ -212,3 +212,20 @@ def test_tile_by_a_symbolic_count(make_model, ort_run):
     g = bz.import_onnx(m)
     assert g.shape_of(g.outputs[0]).dims == ("2*batch", 4)
     check_sizes(g, m, ort_run, lambda b, s: {"x": np.zeros((b, s), np.float32)})
+
+
+def test_range_from_a_symbolic_start(make_model, ort_run):
+    """Funnel's relative positions Range(-seq, seq, 1): an arange of length 2*seq from 0,
+    shifted by -seq at run time."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i1"], ["seq"], name="seq_len", axis=0),
+        helper.make_node("Neg", ["seq"], ["minus_seq"], name="neg"),
+        helper.make_node("Range", ["minus_seq", "seq", "one"], ["pos"], name="positions"),
+        helper.make_node("Cast", ["pos"], ["y"], name="to_float", to=F),
+    ]
+    inits = [ints("i1", 1), ints("one", 1)]
+    m = make_model(nodes, [("x", F, ["batch", "seq"])], [("y", F, None)], inits)
+    g = bz.import_onnx(m)
+    assert g.shape_of(g.outputs[0]).dims == ("2*seq",)
+    check_sizes(g, m, ort_run, lambda b, s: {"x": np.zeros((b, s), np.float32)})

@@ -322,10 +322,13 @@ def range_(ctx, node):
         if n <= CONST_FOLD_ELEMENTS:
             return [Known((start + np.arange(n, dtype=np.float64) * delta).astype(dt.np), dt)]
         return [ctx.g.arange(n, start, delta, dt)]
-    if isinstance(start, SymDim) or isinstance(delta, SymDim) or delta not in (1, -1):
+    if isinstance(delta, SymDim) or delta not in (1, -1):
         raise ctx.fail(node, f"Range({start}, {limit}, {delta}) with symbolic bounds needs a "
-                             "static start and a step of 1 or -1")
+                             "step of 1 or -1")
     length = (SymDim.of(limit) - start) * delta
+    if isinstance(start, SymDim):  # Funnel's Range(-2*seq, 2*seq): from 0, shifted at run time
+        base = ctx.g.arange(length.to_dim(), 0, delta, dt)
+        return [ctx.g.add(base, ctx.g.sym_const([start.to_dim()], (), dt))]
     return [ctx.g.arange(length.to_dim(), start, delta, dt)]
 
 
