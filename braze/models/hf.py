@@ -109,6 +109,18 @@ _STABLELM_T = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_
                    partial_rotary_factor=0.25, use_qkv_bias=True)
 _OPT_T = dict(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, ffn_dim=128,
               num_attention_heads=4, max_position_embeddings=64, word_embed_proj_dim=64)
+# held-out decoders: per-head q/k RMSNorm (Qwen3; after the head transpose in Gemma 3), a q/k
+# norm over the whole projection with post-sublayer norms (OLMo 2), a [B, S, H, 3, D] QKV with
+# q/k LayerNorms and relu^2 (Persimmon), a whole-head rope with an empty pass-through part
+# (Phi-3), attention / residual / embedding multipliers (Granite)
+_QWEN3_T = dict(_LLAMA_T, head_dim=16)
+_GEMMA3_T = dict(_LLAMA_T, head_dim=16, sliding_window=4)
+_OLMO2_T = dict(_LLAMA_T)
+_PERSIMMON_T = dict(_LLAMA_T, num_key_value_heads=4, partial_rotary_factor=0.5,
+                    qk_layernorm=True)
+_PHI3_T = dict(_LLAMA_T, pad_token_id=0)
+_GRANITE_T = dict(_LLAMA_T, embedding_multiplier=2.0, residual_multiplier=0.5,
+                  attention_multiplier=0.3)
 # held-out encoders: rotary encoder scaling q before the rotation (ESM), GeGLU with alternating
 # local / global attention (ModernBERT), disentangled relative attention (DeBERTa-v2),
 # an own attention module with data-dependent checks (XLM)
@@ -157,6 +169,19 @@ HF_FAMILIES: dict[str, HFFamily] = {
                          _layers("num_hidden_layers", _STABLELM_T), True, gated_mlp=True),
     "opt": HFFamily("opt", "OPTModel", _config("OPTConfig", _OPT_T),
                     _layers("num_hidden_layers", _OPT_T), True),
+    "qwen3": HFFamily("qwen3", "Qwen3Model", _config("Qwen3Config", _QWEN3_T),
+                      _layers("num_hidden_layers", _QWEN3_T), True, gated_mlp=True),
+    "gemma3_text": HFFamily("gemma3_text", "Gemma3TextModel",
+                            _config("Gemma3TextConfig", _GEMMA3_T),
+                            _layers("num_hidden_layers", _GEMMA3_T), True, gated_mlp=True),
+    "olmo2": HFFamily("olmo2", "Olmo2Model", _config("Olmo2Config", _OLMO2_T),
+                      _layers("num_hidden_layers", _OLMO2_T), True, gated_mlp=True),
+    "persimmon": HFFamily("persimmon", "PersimmonModel", _config("PersimmonConfig", _PERSIMMON_T),
+                          _layers("num_hidden_layers", _PERSIMMON_T), True),
+    "phi3": HFFamily("phi3", "Phi3Model", _config("Phi3Config", _PHI3_T),
+                     _layers("num_hidden_layers", _PHI3_T), True, gated_mlp=True),
+    "granite": HFFamily("granite", "GraniteModel", _config("GraniteConfig", _GRANITE_T),
+                        _layers("num_hidden_layers", _GRANITE_T), True, gated_mlp=True),
     "esm": HFFamily("esm", "EsmModel", _config("EsmConfig", _ESM_T),
                     _layers("num_hidden_layers", _ESM_T), False),
     "modernbert": HFFamily("modernbert", "ModernBertModel",

@@ -17,6 +17,8 @@ from braze.rewrite import MissReason
 RESIDUAL_NORMS = {"bert": 4, "gpt2": 4, "llama": 4, "gemma": 4, "qwen2": 4, "gpt_neox": 2,
                   "phi": 2, "t5": 4, "bloom": 4, "falcon": 2, "mistral": 4, "gptj": 2,
                   "distilbert": 4, "roberta": 5, "clip_text": 4, "stablelm": 4, "opt": 5,
+                  "qwen3": 4, "gemma3_text": 4, "olmo2": 1, "persimmon": 4, "phi3": 4,
+                  "granite": 4,
                   "esm": 4, "modernbert": 4, "deberta_v2": 4, "xlm": 5}
 # family -> why its layers' attention ops (each recognized) do not fuse into attention blocks,
 # as the report gives it: DeBERTa's disentangled position bias reads the projected q and k,
