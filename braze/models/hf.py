@@ -121,6 +121,10 @@ _PERSIMMON_T = dict(_LLAMA_T, num_key_value_heads=4, partial_rotary_factor=0.5,
 _PHI3_T = dict(_LLAMA_T, pad_token_id=0)
 _GRANITE_T = dict(_LLAMA_T, embedding_multiplier=2.0, residual_multiplier=0.5,
                   attention_multiplier=0.3)
+# a mixture of experts (top-2 of 4) with the dense batched experts: transformers 5's default
+# grouped_mm experts do not export (aten::histc), its eager loop is data-dependent
+_MIXTRAL_T = dict(_LLAMA_T, num_local_experts=4, num_experts_per_tok=2,
+                  experts_implementation="batched_mm")
 # held-out encoders: rotary encoder scaling q before the rotation (ESM), GeGLU with alternating
 # local / global attention (ModernBERT), disentangled relative attention (DeBERTa-v2),
 # an own attention module with data-dependent checks (XLM)
@@ -182,6 +186,8 @@ HF_FAMILIES: dict[str, HFFamily] = {
                      _layers("num_hidden_layers", _PHI3_T), True, gated_mlp=True),
     "granite": HFFamily("granite", "GraniteModel", _config("GraniteConfig", _GRANITE_T),
                         _layers("num_hidden_layers", _GRANITE_T), True, gated_mlp=True),
+    "mixtral": HFFamily("mixtral", "MixtralModel", _config("MixtralConfig", _MIXTRAL_T),
+                        _layers("num_hidden_layers", _MIXTRAL_T), True, gated_mlp=True),
     "esm": HFFamily("esm", "EsmModel", _config("EsmConfig", _ESM_T),
                     _layers("num_hidden_layers", _ESM_T), False),
     "modernbert": HFFamily("modernbert", "ModernBertModel",
