@@ -78,12 +78,6 @@ KNOWN_FAILURES: dict[str, str] = {
              "floored output length) as ONNX's formula does" for name in (
                  "test_resize_downsample_scales_linear_align_corners",
                  "test_resize_downsample_scales_cubic_align_corners")},
-    **{name: "interpreter: the bf16 references of matmul / softmax / where return float32"
-       for name in ("test_attention_4d_causal_bf16_expanded",
-                    "test_attention_4d_padded_kv_bf16_expanded",
-                    "test_attention_4d_causal_padded_kv_bf16_expanded",
-                    "test_attention_4d_attn_mask_causal_bf16_expanded",
-                    "test_attention_3d_causal_bf16_expanded")},
 }
 
 
