@@ -14,7 +14,8 @@ MKL_NUM_THREADS are read when the libraries load).
     python bench/gemm_kernels.py [--threads 1,2] [--repeat 15] [--csv PATH]
 
 `--model bert` (or gpt2, llama, minilm: executor_vs_peers' models) instead runs that model
-end to end at batch 1, seq 128, compiled twice in one process, with the packed GEMM and with
+end to end at seq 128 (batch 1, or `--batch B`), compiled twice in one process, with the packed
+GEMM (the default) and with
 BRAZE_PACKED_GEMM=0 (the previous MKL tiles), calls interleaved; it prints both and the
 process RSS growth of each compile (the packed copies of the weights).
 """
@@ -134,12 +135,12 @@ def _cpu_interleaved_ms(calls: dict, repeat: int) -> dict:
     return {k: (float(np.median(v)) * 1e3, min(v) * 1e3) for k, v in times.items()}
 
 
-def _model_ab(name: str, repeat: int, threads: int, clock: str) -> None:
+def _model_ab(name: str, repeat: int, threads: int, clock: str, batch: int = 1) -> None:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import executor_vs_peers as peers  # noqa: PLC0415 - bench/ sibling
 
     model = peers.load_model(name)
-    feeds = peers.make_feeds(model, 1, 128)
+    feeds = peers.make_feeds(model, batch, 128)
     exes, rss = {}, {}
     for label, flag in (("mkl_tiles", "0"), ("packed", "1")):
         os.environ["BRAZE_PACKED_GEMM"] = flag
@@ -150,7 +151,8 @@ def _model_ab(name: str, repeat: int, threads: int, clock: str) -> None:
         exes[label] = exe
     os.environ.pop("BRAZE_PACKED_GEMM")
     a, b = (exes[k](feeds)[0] for k in ("mkl_tiles", "packed"))
-    print(f"# {name} b1 s128, {threads} threads, {clock} time, load {os.getloadavg()[0]:.2f}, "
+    print(f"# {name} b{batch} s128, {threads} threads, {clock} time, "
+          f"load {os.getloadavg()[0]:.2f}, "
           f"max |packed - mkl_tiles| {float(abs(a - b).max()):.2e}")
     calls = {k: (lambda e=e: e(feeds)) for k, e in exes.items()}
     res = (_cpu_interleaved_ms(calls, repeat) if clock == "cpu"
@@ -169,10 +171,12 @@ def main() -> None:
     ap.add_argument("--csv", default="bench/results/gemm_kernels.csv")
     ap.add_argument("--clock", choices=("wall", "cpu"), default="wall")
     ap.add_argument("--model", default="", help="end-to-end A/B on this model instead")
+    ap.add_argument("--batch", type=int, default=1, help="batch of the --model A/B")
     ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.model:
-        _model_ab(args.model, args.repeat, int(args.threads.split(",")[-1]), args.clock)
+        _model_ab(args.model, args.repeat, int(args.threads.split(",")[-1]), args.clock,
+                  args.batch)
         return
     if args.child:
         _child(args.child, args.repeat, args.csv, args.clock)

@@ -10,7 +10,10 @@ One Executable is called at two bindings of its symbolic dims and twice per bind
 is reused: no state may leak between calls), with threads 1 and 2, then once more after
 `update_weights` with new params.
 
-Tolerances: float32 within rtol 1e-4 (atol 1e-5 scaled by the output's magnitude). The bf16
+Tolerances: float32 within rtol 1e-4 (atol 1e-5 scaled by the output's magnitude), widened
+per element by the problem's own float32 noise where an output is ill-conditioned (a norm
+over 2 nearly equal features amplifies the last bit of its input): 8x the largest change two
+interpreter runs on inputs and params perturbed by ~1 ulp make there. The bf16
 policy (`precision="bf16"`: matmul / conv operands rounded to bf16, f32 accumulation) is checked
 against the interpreter run of the same policy graph (`exe.graph`) within rtol 1e-3 / atol 1e-4
 (only the summation order differs), and against float32 loosely: L2 error <= 5e-2 relative to
@@ -39,11 +42,42 @@ def _scaled_atol(ref: np.ndarray, atol: float) -> float:
     return atol * max(1.0, float(finite.max()) if finite.size else 1.0)
 
 
-def _compare_all(want, got, seed, rtol, atol) -> None:
+def _compare_all(want, got, seed, rtol, atol, noise=None) -> None:
     assert len(want) == len(got)
     for i, (w, a) in enumerate(zip(want, got, strict=True)):
         w, a = np.asarray(w), np.asarray(a)
-        _compare(w, a, i, len(want), seed, rtol, _scaled_atol(w, atol))
+        tol = _scaled_atol(w, atol) if noise is None else _scaled_atol(w, atol) + 8 * noise[i]
+        _compare(w, a, i, len(want), seed, rtol, tol)
+
+
+def _ulp_noise(g: bz.Graph, feeds, params, want) -> list:
+    """Per output element: the largest change that ~1 ulp of relative noise on every float
+    input and param makes in the interpreter's outputs (two draws): the output's own float32
+    sensitivity."""
+    rng = np.random.default_rng(123)
+
+    def jitter(d):
+        return {k: (v * (1 + rng.standard_normal(v.shape) * 2.0 ** -23).astype(v.dtype)
+                    if isinstance(v, np.ndarray) and v.dtype == np.float32 else v)
+                for k, v in d.items()}
+
+    noise = [np.zeros(np.shape(w)) for w in want]
+    for _ in range(2):
+        for i, (w, p) in enumerate(zip(want, bz.interpret(g, jitter(feeds), jitter(params)),
+                                       strict=True)):
+            w, p = np.asarray(w), np.asarray(p)
+            if w.dtype.kind == "f":
+                noise[i] = np.maximum(noise[i], np.nan_to_num(np.abs(p.astype(np.float64) - w)))
+    return noise
+
+
+def _compare_f32(g, feeds, params, want, got, seed) -> None:
+    """Compiled vs interpreted float32 outputs; an element outside the plain tolerance may
+    differ by up to 8x the output's own float32 noise (see _ulp_noise)."""
+    try:
+        _compare_all(want, got, seed, **F32)
+    except AssertionError:
+        _compare_all(want, got, seed, **F32, noise=_ulp_noise(g, feeds, params, want))
 
 
 def check_compiled(g: bz.Graph, **kw) -> Executable:
@@ -67,17 +101,23 @@ def _check_compiled(g: bz.Graph, *, threads: int = 1, bindings=BINDINGS, feeds_f
         want = bz.interpret(ref, feeds, params)
         tol = BF16_POLICY if precision else F32
         for _ in range(2):
-            _compare_all(want, exe(feeds), seed, **tol)
+            if precision:
+                _compare_all(want, exe(feeds), seed, **tol)
+            else:
+                _compare_f32(g, feeds, params, want, exe(feeds), seed)
         if precision:
             _close_in_l2(bz.interpret(g, feeds, params), exe(feeds), seed)
         runs.append((seed, feeds, want, tol))
     for seed, feeds, want, tol in runs:  # again, after the other bindings' programs ran
-        _compare_all(want, exe(feeds), seed, **tol)
+        if precision:
+            _compare_all(want, exe(feeds), seed, **tol)
+        else:
+            _compare_f32(g, feeds, params, want, exe(feeds), seed)
     if params and not precision:  # new weights: prepared (packed, folded) weights are redone
         fresh = bz.init_params(g, 7)
         exe.update_weights(fresh)
         seed, feeds, _, tol = runs[0]
-        _compare_all(bz.interpret(g, feeds, fresh), exe(feeds), seed, **tol)
+        _compare_f32(g, feeds, fresh, bz.interpret(g, feeds, fresh), exe(feeds), seed)
     return exe
 
 

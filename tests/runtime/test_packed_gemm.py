@@ -3,8 +3,8 @@ fused_matmul_bias_act, the attention block's projections and plain matmul are pa
 16-column panels when the program is built, and a register-blocked C kernel computes
 act(x @ w + bias) on them. Checked against float64 NumPy on odd sizes (tails in every
 direction, several K blocks, several row blocks), every activation code, with / without bias,
-and through bz.compile against the reference interpreter. The executor uses it only with
-BRAZE_PACKED_GEMM=1 (opt-in), which the compile tests here set."""
+and through bz.compile against the reference interpreter. The executor uses it by default;
+BRAZE_PACKED_GEMM=0 opts out (the compile tests here set 1 explicitly)."""
 import numpy as np
 import pytest
 
@@ -156,7 +156,7 @@ def test_a_weight_fed_as_input_is_not_packed(packed_on):
 
 
 @pytest.mark.parametrize("flag", [None, "0"])
-def test_without_the_opt_in_the_blas_path_runs(monkeypatch, flag):
+def test_packed_by_default_and_blas_when_opted_out(monkeypatch, flag):
     if flag is None:
         monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
     else:
@@ -165,7 +165,8 @@ def test_without_the_opt_in_the_blas_path_runs(monkeypatch, flag):
     params = bz.init_params(g, 0)
     exe = bz.compile(g, params=params)
     _matches(g, exe, params, 0, {"batch": 2})
-    assert not any("packed" in impl for impl in _impls(exe, "fused_matmul_bias_act"))
+    packed = any("packed" in impl for impl in _impls(exe, "fused_matmul_bias_act"))
+    assert packed == (flag is None)
 
 
 def test_attention_block_and_plain_matmul_pack_their_weights(packed_on):

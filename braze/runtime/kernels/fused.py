@@ -77,11 +77,11 @@ def gemm_bias_act(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.n
 def packed_weight(node, ctx, position: int = 1) -> pg.PackedWeight | None:
     """The static 2-D float32 weight at input `position` of `node` packed once for braze's own
     GEMM (packed_gemm.py; cached in ctx.prepared, which update_weights empties), or None when
-    that input is not static (fed at run time) or can't be packed, or unless BRAZE_PACKED_GEMM=1
-    opts in: on the loaded 2-core dev machine the packed kernel beat the MKL tiles on 1 thread
-    (per GEMM and inside BERT-base: 0.71-0.85x CPU time) but not on 2 (BERT-base 1.08x), and
-    its copy costs ~1.0x the GEMM weights in RSS (bench/gemm_kernels.py --model bert)."""
-    if os.environ.get("BRAZE_PACKED_GEMM", "0") != "1":
+    that input is not static (fed at run time) or can't be packed, or when BRAZE_PACKED_GEMM=0
+    opts out. On a quiet 2-core run the packed kernel took 0.80-0.86x the MKL tiles' time
+    end to end (BERT-base, GPT-2, LLaMA-small, MiniLM at batch 1 and 8, 2 threads); its copy
+    costs ~1.0x the GEMM weights in RSS (bench/gemm_kernels.py --model NAME --batch B)."""
+    if os.environ.get("BRAZE_PACKED_GEMM", "1") == "0":
         return None
     value = node.inputs[position]
     w = ctx.static.get(value)

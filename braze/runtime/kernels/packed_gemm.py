@@ -18,7 +18,7 @@ floats, about 1.0x the weight (MKL's cblas_sgemm_pack took ~4x per tile slab). A
 The kernel is GCC vector extensions (no intrinsics), compiled with codegen.cc's flags
 (-march=native): AVX2 / AVX-512 / plain SSE machines all get a correct build. `lib()` is None
 without a C compiler; callers keep their BLAS path then, and for whatever `gemm` declines.
-The executor uses it only when BRAZE_PACKED_GEMM=1 (see fused.packed_weight for why)."""
+The executor uses it by default; BRAZE_PACKED_GEMM=0 opts out (see fused.packed_weight)."""
 from __future__ import annotations
 
 import ctypes
