@@ -23,9 +23,9 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-__all__ = ["available", "compile_c", "cache_dir", "FLAGS", "PRECISE_FLAGS", "CompileError",
-           "simd_math_decls", "PARALLEL_MIN_ELEMENTS", "PARALLEL_MIN_MACS", "team_size",
-           "parallel_min_define"]
+__all__ = ["available", "compile_c", "set_omp_spin", "cache_dir", "FLAGS", "PRECISE_FLAGS",
+           "CompileError", "simd_math_decls", "PARALLEL_MIN_ELEMENTS", "PARALLEL_MIN_MACS",
+           "team_size", "parallel_min_define"]
 
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11")
 PRECISE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
@@ -131,6 +131,13 @@ def machine_tag() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
+def set_omp_spin() -> None:
+    """GOMP_SPINCOUNT=20000 unless the user chose a spin or wait policy (see compile_c); must
+    run before libgomp loads, so both compile_c and the MKL loader call it."""
+    if "OMP_WAIT_POLICY" not in os.environ:
+        os.environ.setdefault("GOMP_SPINCOUNT", "20000")
+
+
 def compile_c(source: str, name: str = "kernel", flags: tuple[str, ...] = FLAGS
               ) -> ctypes.CDLL:
     """The loaded library built from `source` with `flags` (compiled once per source text,
@@ -142,8 +149,7 @@ def compile_c(source: str, name: str = "kernel", flags: tuple[str, ...] = FLAGS
     holds a core for long. On the shared 2-core machine this kept MiniLM's latency at 47-61 ms
     where sleeping at once (PASSIVE) gave 47-74 ms and the default 300000 spins up to 80 ms;
     unbounded spinning (ACTIVE) was 6x slower under load."""
-    if "OMP_WAIT_POLICY" not in os.environ:
-        os.environ.setdefault("GOMP_SPINCOUNT", "20000")
+    set_omp_spin()
     recipe = "\0".join((" ".join(flags), " ".join(_LINK_FLAGS), machine_tag()))
     key = hashlib.sha256((source + "\0" + recipe).encode()).hexdigest()[:20]
     if key in _LOADED:

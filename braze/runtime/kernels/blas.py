@@ -29,8 +29,7 @@ def _mkl():
     if os.environ.get("BRAZE_BLAS", "").lower() == "numpy":
         return None
     os.environ.setdefault("MKL_THREADING_LAYER", "GNU")
-    if "OMP_WAIT_POLICY" not in os.environ:  # the shared pool's short spin (see codegen.cc)
-        os.environ.setdefault("GOMP_SPINCOUNT", "20000")
+    cc.set_omp_spin()  # the shared pool's short spin
     os.environ.setdefault("MKL_INTERFACE_LAYER", "LP64")
     candidates = sorted(glob.glob(os.path.join(sys.prefix, "lib", "libmkl_rt.so*")))
     for path in candidates:
