@@ -23,9 +23,9 @@ import tempfile
 from functools import cache
 from pathlib import Path
 
-__all__ = ["available", "compile_c", "set_omp_spin", "cache_dir", "FLAGS", "PRECISE_FLAGS",
-           "CompileError", "simd_math_decls", "PARALLEL_MIN_ELEMENTS", "PARALLEL_MIN_MACS",
-           "team_size", "parallel_min_define"]
+__all__ = ["available", "compile_c", "load_library", "set_omp_spin", "cache_dir", "FLAGS",
+           "PRECISE_FLAGS", "CompileError", "simd_math_decls", "PARALLEL_MIN_ELEMENTS",
+           "PARALLEL_MIN_MACS", "team_size", "parallel_min_define"]
 
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11")
 PRECISE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
@@ -129,6 +129,24 @@ def machine_tag() -> str:
     except OSError:
         parts.append(platform.processor())
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
+
+
+def load_library(source: str, name: str, signatures: dict) -> ctypes.CDLL | None:
+    """`compile_c(source, name)` with each function's ctypes signature set, or None when there
+    is no compiler or it rejects the source (callers keep their NumPy paths then).
+    `signatures` maps a function name to its argtypes list (returning void) or to an
+    `(argtypes, restype)` pair."""
+    if not available():
+        return None
+    try:
+        so = compile_c(source, name)
+    except CompileError:
+        return None
+    for fn_name, sig in signatures.items():
+        args, res = sig if isinstance(sig, tuple) else (sig, None)
+        fn = getattr(so, fn_name)
+        fn.argtypes, fn.restype = args, res
+    return so
 
 
 def set_omp_spin() -> None:

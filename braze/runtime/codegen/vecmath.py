@@ -65,14 +65,14 @@ BZ_INLINE float bz_mul_lo(float x, float y, float hi) {
 #endif
 }
 
-/* e^(h + l) * 2^bias for h + l in the range where n + bias (n = round((h + l) / ln 2)) stays
-   within [-126, 127]: callers clamp their arguments so (no clamps or second scale factor
-   here). l is a low part carried beyond float precision (-0.0f when there is none). */
-BZ_INLINE float bz_exp_core(float h, float l, int32_t bias) {
+/* The polynomial part of e^(h + l): returns p with e^(h + l) = p * 2^(*ni - bias), *ni the
+   rounded exponent n = round((h + l) / ln 2) plus `bias`. l is a low part carried beyond
+   float precision (-0.0f when there is none). */
+BZ_INLINE float bz_exp_reduce(float h, float l, int32_t bias, int32_t* ni) {
   const float shift = 12582912.0f;  /* 1.5 * 2^23: adding it rounds to an integer */
   float k = (h + l) * 1.44269504f + shift;
   float n = k - shift;
-  int32_t ni = (int32_t)(bz_bits(k) - bz_bits(shift)) + bias;
+  *ni = (int32_t)(bz_bits(k) - bz_bits(shift)) + bias;
   float r = h - n * 0.693145752f;   /* ln2 high part: n * it is exact */
   r = r - n * 1.42860677e-6f;       /* ln2 low part */
   r = r + l;
@@ -81,7 +81,14 @@ BZ_INLINE float bz_exp_core(float h, float l, int32_t bias) {
   p = p * r + 0.041668262f;
   p = p * r + 0.16666521f;
   p = p * r + 0.49999994f;
-  p = 1.0f + r + r * r * p;
+  return 1.0f + r + r * r * p;
+}
+
+/* e^(h + l) * 2^bias for h + l in the range where n + bias stays within [-126, 127]: callers
+   clamp their arguments so (no clamps or second scale factor here). */
+BZ_INLINE float bz_exp_core(float h, float l, int32_t bias) {
+  int32_t ni;
+  float p = bz_exp_reduce(h, l, bias, &ni);
   return p * bz_float((uint32_t)(ni + 127) << 23);
 }
 
@@ -94,19 +101,8 @@ BZ_INLINE float bz_exp_hl(float hi, float lo, int32_t bias) {
   float h = s < low ? low : (s > 89.0f ? 89.0f : hi);
   float l = s < low ? -0.0f : lo;  /* selects on float compares: an int mask costs */
   l = s > 89.0f ? -0.0f : l;        /* conversions; -0.0f (x + -0 == x) folds away */
-  const float shift = 12582912.0f;  /* 1.5 * 2^23: adding it rounds to an integer */
-  float k = (h + l) * 1.44269504f + shift;
-  float n = k - shift;
-  int32_t ni = (int32_t)(bz_bits(k) - bz_bits(shift)) + bias;
-  float r = h - n * 0.693145752f;   /* ln2 high part: n * it is exact */
-  r = r - n * 1.42860677e-6f;       /* ln2 low part */
-  r = r + l;
-  float p = 0.0013821024f;
-  p = p * r + 0.008368669f;
-  p = p * r + 0.041668262f;
-  p = p * r + 0.16666521f;
-  p = p * r + 0.49999994f;
-  p = 1.0f + r + r * r * p;
+  int32_t ni;
+  float p = bz_exp_reduce(h, l, bias, &ni);
   int32_t n1 = ni >> 1;            /* 2^n as 2^n1 * 2^n2: both factors stay normal */
   int32_t n2 = ni - n1;
   float s1 = bz_float((uint32_t)(n1 + 127) << 23);

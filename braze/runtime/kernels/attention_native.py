@@ -120,15 +120,7 @@ def lib():
     """The compiled attention library, or None (no C compiler, or no cblas_sgemm to call)."""
     if not cc.available() or blas.sgemm_address() is None:
         return None
-    try:
-        so = cc.compile_c(SOURCE, "braze_attention")
-    except cc.CompileError:
-        return None
-    for name, (args, res) in _SIGNATURES.items():
-        fn = getattr(so, name)
-        fn.argtypes = args
-        fn.restype = res
-    return so
+    return cc.load_library(SOURCE, "braze_attention", _SIGNATURES)
 
 
 def head_strides(a: np.ndarray) -> tuple[int, int, int] | None:

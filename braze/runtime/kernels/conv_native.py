@@ -316,18 +316,8 @@ def _packed_wrappers() -> str:
 @cache
 def lib():
     """The compiled conv-family library, or None when no C compiler is available."""
-    if not cc.available():
-        return None
-    try:
-        so = cc.compile_c(SOURCE + _packed_wrappers(), "braze_conv")
-    except cc.CompileError:
-        return None
-    for name, args in _SIGNATURES.items():
-        getattr(so, name).argtypes = args
-        getattr(so, name).restype = None
-        getattr(so, name + "_packed").argtypes = [_P]
-        getattr(so, name + "_packed").restype = None
-    return so
+    packed = {name + "_packed": [_P] for name in _SIGNATURES}
+    return cc.load_library(SOURCE + _packed_wrappers(), "braze_conv", {**_SIGNATURES, **packed})
 
 
 def packed_call(fn, args: tuple):

@@ -265,7 +265,7 @@ void gated(const float* h, float* out, int64_t rows, int64_t n, int gate_first, 
 _I64, _F32, _INT, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES = {
     "braze_set_threads": [_INT],
-    "braze_max_threads": [],
+    "braze_max_threads": ([], _INT),
     "bias_act": [_P, _P, _I64, _I64, _INT],
     "gemm_bias_act": [_P, _P, _P, _I64, _P, _I64, _INT, _P, _I64, _I64, _I64, _P, _INT],
     "unary_act": [_P, _P, _I64, _INT],
@@ -281,18 +281,7 @@ _SIGNATURES = {
 @cache
 def lib():
     """The compiled kernel library, or None when no C compiler is available."""
-    if not cc.available():
-        return None
-    try:
-        so = cc.compile_c(SOURCE, "braze_native")
-    except cc.CompileError:
-        return None
-    for name, args in _SIGNATURES.items():
-        fn = getattr(so, name)
-        fn.argtypes = args
-        fn.restype = None
-    so.braze_max_threads.restype = _INT
-    return so
+    return cc.load_library(SOURCE, "braze_native", _SIGNATURES)
 
 
 def ptr(a: np.ndarray | None):

@@ -198,16 +198,7 @@ _SIGNATURES = {
 @cache
 def lib():
     """The compiled packed-GEMM library, or None without a C compiler."""
-    if not cc.available():
-        return None
-    try:
-        so = cc.compile_c(SOURCE, "braze_packed_gemm")
-    except cc.CompileError:
-        return None
-    for name, (args, res) in _SIGNATURES.items():
-        fn = getattr(so, name)
-        fn.argtypes, fn.restype = args, res
-    return so
+    return cc.load_library(SOURCE, "braze_packed_gemm", _SIGNATURES)
 
 
 class PackedWeight:
