@@ -8,8 +8,10 @@ outside them is exported as its decomposition instead.
 - fused_residual_rms_norm: SkipSimplifiedLayerNormalization
 - rms_norm alone: its decomposition (ORT's SimplifiedLayerNormalization sits in the default
   domain where onnx.checker rejects it; residual RMS norms use the contrib op above)
-- fused_attention_block (no rope, MHA, no softcap/window/qk-norm): Attention (packed QKV weights),
-  then the output projection; attention: MultiHeadAttention; rope: RotaryEmbedding
+- fused_attention_block (no rope, MHA, no softcap/window/qk-norm): Attention (packed QKV weights)
+  for self-attention; cross-attention and a separate value input: their projections, then
+  MultiHeadAttention (separate query, key, value); then the output projection;
+  attention: MultiHeadAttention; rope: RotaryEmbedding
 - fused_conv_bias_act: FusedConv (relu / sigmoid / tanh)
 
 ORT's softmax gives NaN for a query whose keys are all masked with -inf; braze gives zeros, so
@@ -28,6 +30,7 @@ from ...ir.ops.fused import (
     FusedMatMulBiasAct,
     FusedResidualLN,
     FusedResidualRmsNorm,
+    QkvInputs,
     RopeMode,
 )
 from .ops_standard import conv_attrs, scalar, unary_fn
@@ -172,19 +175,58 @@ def attention_block(b, n, ins, target):
     op = n.op
     r = op.named(ins)
     dt = n.outputs[0].dtype
-    width = op.qkv_width
-    bias = r.get("b_qkv") or b.const(np.zeros(width, dt.np))
-    args = [r["x"], r["w_qkv"], bias]
-    if op.mask.takes_input:
-        mask_v = n.inputs[op.input_roles().index("mask")]
-        s = b.g.shape_of(n.inputs[0]).dims[1]
-        args += ["", "", attention_bias(b, mask_v, r["mask"], s, s)]
-    y = b.op1("Attention", *args, domain=MS, num_heads=op.num_heads,
-              scale=float(op.attention_op.score_scale(op.head_dim)),
-              unidirectional=int(op.mask is MaskKind.CAUSAL))
+    if op.qkv_inputs is QkvInputs.SELF:
+        y = _self_attention(b, n, r)
+    else:
+        y = _attention_of_two_inputs(b, n, r)
     y = _nan_guard(b, y, dt, op.mask)
     y = b.op1("MatMul", y, r["w_o"])
     return [b.op1("Add", y, r["b_o"]) if op.has_out_bias else y]
+
+
+def _block_mask(b, n, r, s_kv) -> list[str]:
+    """The optional inputs after q, k, v (Attention: past, bias; MultiHeadAttention: bias,
+    key_padding_mask) and the additive mask, or none."""
+    op = n.op
+    if not op.mask.takes_input:
+        return []
+    mask_v = n.inputs[op.input_roles().index("mask")]
+    s = b.g.shape_of(n.inputs[0]).dims[1]
+    return ["", "", attention_bias(b, mask_v, r["mask"], s, s_kv)]
+
+
+def _self_attention(b, n, r) -> str:
+    """ORT Attention on x with the packed QKV weight: [B, S, Hq*D]."""
+    op = n.op
+    bias = r.get("b_qkv") or b.const(np.zeros(op.qkv_width, n.outputs[0].dtype.np))
+    s = b.g.shape_of(n.inputs[0]).dims[1]
+    args = [r["x"], r["w_qkv"], bias] + _block_mask(b, n, r, s)
+    return b.op1("Attention", *args, domain=MS, num_heads=op.num_heads,
+                 scale=float(op.attention_op.score_scale(op.head_dim)),
+                 unidirectional=int(op.mask is MaskKind.CAUSAL))
+
+
+def _attention_of_two_inputs(b, n, r) -> str:
+    """Cross-attention / a separate value input: each joined projection (+ bias), q, k, v
+    sliced from them, ORT MultiHeadAttention: [B, S, Hq*D]."""
+    op = n.op
+    proj = {}
+    for src, joined in op.qkv_inputs.projections:
+        p = b.op1("MatMul", r[src], r[f"w_{joined}"])
+        proj[joined] = b.op1("Add", p, r[f"b_{joined}"]) if op.has_qkv_bias else p
+    qkv = []
+    for role in "qkv":
+        joined, start, h = op.slices()[role]
+        t = proj[joined]
+        if len(joined) > 1:
+            t = b.op1("Slice", t, b.const(np.asarray([start], np.int64)),
+                      b.const(np.asarray([start + h * op.head_dim], np.int64)),
+                      b.const(np.asarray([-1], np.int64)))
+        qkv.append(t)
+    s_kv = b.g.shape_of(n.inputs[op.input_roles().index("x_kv")]).dims[1]
+    return b.op1("MultiHeadAttention", *qkv, *_block_mask(b, n, r, s_kv), domain=MS,
+                 num_heads=op.num_heads, scale=float(op.attention_op.score_scale(op.head_dim)),
+                 unidirectional=int(op.mask is MaskKind.CAUSAL))
 
 
 def _rope_ok(n, g, target):

@@ -21,6 +21,7 @@ from ..ops.fused import (
     LayerStyle,
     MlpKind,
     NormKind,
+    QkvInputs,
     RopeMode,
 )
 from ..ops.region import ElementwiseRegion
@@ -110,16 +111,31 @@ class FusedBuilder:
         mask_kind: MaskKind | str | None = None, window: int = 0, scale: float | None = None,
         softcap: float | None = None, cos: Value | None = None, sin: Value | None = None,
         rope: RopeMode | str | None = None, n_rot: int | None = None,
+        x_kv: Value | None = None, w_x_kv: Value | None = None, b_x_kv: Value | None = None,
+        qkv_inputs: QkvInputs | str | None = None,
     ) -> Value:
         """One FusedAttentionBlock node (see the op for the meaning).
 
-        `head_dim` defaults to w_o's rows / num_heads, `num_kv_heads` to what w_qkv's width
-        implies; `mask_kind` to CUSTOM when `mask` is given, else NONE; `rope` to rotate-half
-        when cos/sin are given, else NONE."""
+        Self-attention: w_qkv (+ b_qkv) projects x to q, k, v. With `x_kv`, w_qkv (+ b_qkv)
+        projects x to the roles it reads (q for "cross", the default then; q and k for
+        "separate_v") and w_x_kv (+ b_x_kv) projects x_kv to the others.
+        `head_dim` defaults to w_o's rows / num_heads, `num_kv_heads` to what the projection
+        widths imply; `mask_kind` to CUSTOM when `mask` is given, else NONE; `rope` to
+        rotate-half when cos/sin are given, else NONE."""
+        layout = _enum(QkvInputs, qkv_inputs) if qkv_inputs is not None else (
+            QkvInputs.SELF if x_kv is None else QkvInputs.CROSS)
+        if (layout is QkvInputs.SELF) != (x_kv is None) or (x_kv is None) != (w_x_kv is None):
+            raise GraphError(f"fused_attention_block qkv_inputs {layout.value!r} needs x_kv and "
+                             "w_x_kv exactly when it is not 'self'")
+        if (b_qkv is None) != (b_x_kv is None) and x_kv is not None:
+            raise GraphError("fused_attention_block takes projection biases for both inputs or "
+                             "for neither (b_qkv and b_x_kv)")
         hq = int(num_heads)
         d = int(head_dim) if head_dim is not None else self._dim(w_o, 0) // hq
         if num_kv_heads is None:
-            num_kv_heads = (self._dim(w_qkv, -1) // d - hq) // 2
+            num_kv_heads = {QkvInputs.SELF: lambda: (self._dim(w_qkv, -1) // d - hq) // 2,
+                            QkvInputs.CROSS: lambda: self._dim(w_x_kv, -1) // d // 2,
+                            QkvInputs.SEPARATE_V: lambda: self._dim(w_x_kv, -1) // d}[layout]()
         mk = _enum(MaskKind, mask_kind) if mask_kind is not None else (
             MaskKind.CUSTOM if mask is not None else MaskKind.NONE)
         if mk.takes_input != (mask is not None):
@@ -133,8 +149,9 @@ class FusedBuilder:
         op = FusedAttentionBlock(
             hq, int(num_kv_heads), d, mk, int(window), None if scale is None else float(scale),
             None if softcap is None else float(softcap), rm,
-            None if n_rot is None else int(n_rot), b_qkv is not None, b_o is not None)
-        ins = _present(x, w_qkv, b_qkv, w_o, b_o, cos, sin, mask)
+            None if n_rot is None else int(n_rot), b_qkv is not None, b_o is not None,
+            qkv_inputs=layout)
+        ins = _present(x, x_kv, w_qkv, b_qkv, w_x_kv, b_x_kv, w_o, b_o, cos, sin, mask)
         return self.add_node(op, ins)[0]
 
     def fused_transformer_layer(

@@ -7,6 +7,7 @@ from .fused_attention import (
     LayerStyle,
     MlpKind,
     NormKind,
+    QkvInputs,
     RopeMode,
 )
 from .fused_simple import (
@@ -21,6 +22,6 @@ from .fused_simple import (
 
 __all__ = [
     "FusedOp", "FusedMatMulBiasAct", "FusedSwiGLU", "FusedResidualLN", "FusedResidualRmsNorm",
-    "FusedRmsNormReshape", "FusedConvBiasAct", "RopeMode", "FusedAttentionBlock", "LayerStyle",
-    "NormKind", "MlpKind", "FusedTransformerLayer",
+    "FusedRmsNormReshape", "FusedConvBiasAct", "RopeMode", "QkvInputs", "FusedAttentionBlock",
+    "LayerStyle", "NormKind", "MlpKind", "FusedTransformerLayer",
 ]

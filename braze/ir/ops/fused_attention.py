@@ -1,5 +1,7 @@
 """Fused attention block (QKV projection, heads, rope, attention, output projection) and the
 fused transformer layer built on it (post-norm BERT style, pre-norm GPT-2 / LLaMA style).
+The block covers self-attention, encoder-decoder cross-attention and MobileBERT's separate
+value input (`QkvInputs`).
 
 Both are named composites: their meaning is their decomposition (the layer decomposes through
 the block's decomposition), and `input_roles()` says which input is which."""
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
     from ..graph import Graph
 
 __all__ = [
-    "RopeMode", "FusedAttentionBlock", "LayerStyle", "NormKind", "MlpKind",
+    "RopeMode", "QkvInputs", "FusedAttentionBlock", "LayerStyle", "NormKind", "MlpKind",
     "FusedTransformerLayer",
 ]
 
@@ -36,24 +38,67 @@ class RopeMode(enum.Enum):
     INTERLEAVED = "interleaved"
 
 
+class QkvInputs(enum.Enum):
+    """Which input each of q, k, v projects: SELF (x, x, x), CROSS (x, x_kv, x_kv: an
+    encoder-decoder decoder's queries over the encoder output), SEPARATE_V (x, x, x_kv:
+    MobileBERT's values from the layer input while q and k read the bottleneck)."""
+
+    SELF = "self"
+    CROSS = "cross"
+    SEPARATE_V = "separate_v"
+
+    @property
+    def sources(self) -> tuple[str, str, str]:
+        """The input role ("x" or "x_kv") that q, k and v project, in that order."""
+        return _SOURCES[self]
+
+    @property
+    def projections(self) -> tuple[tuple[str, str], ...]:
+        """(input role, the roles it projects joined: "qkv", "q", "kv", "qk", "v") per
+        projection, in input order; each has one weight w_<roles> (and bias b_<roles>)."""
+        groups: dict[str, str] = {}
+        for role, src in zip("qkv", self.sources):
+            groups[src] = groups.get(src, "") + role
+        return tuple(groups.items())
+
+    @classmethod
+    def of(cls, sources: Sequence) -> QkvInputs | None:
+        """The layout whose q, k, v read `sources` (three values compared by identity:
+        equal entries are one input), or None when no layout reads inputs that way."""
+        q, k, v = sources
+        if k == v:
+            return cls.SELF if k == q else cls.CROSS
+        return cls.SEPARATE_V if k == q else None
+
+
+_SOURCES = {QkvInputs.SELF: ("x", "x", "x"), QkvInputs.CROSS: ("x", "x_kv", "x_kv"),
+            QkvInputs.SEPARATE_V: ("x", "x", "x_kv")}
+
+
 # -- attention block ----------------------------------------------------------------------------
 @dataclass(frozen=True)
 class FusedAttentionBlock(FusedOp):
-    """Multi-head self-attention with fused QKV and output projections.
+    """Multi-head attention with fused q/k/v and output projections: self-attention, or q over
+    a second input x_kv (`qkv_inputs`, see QkvInputs).
 
-    Inputs, in order: x [B, S, E], w_qkv [E, (Hq + 2*Hkv) * D], b_qkv (if `has_qkv_bias`),
+    Inputs, in order: x [B, S, E], x_kv [B, S_kv, E_kv] (unless SELF), then per projection of
+    `qkv_inputs.projections` its joined weight w_<roles> [E_in, width] and bias b_<roles>
+    [width] (if `has_qkv_bias`) - self-attention: w_qkv [E, (Hq + 2*Hkv) * D]; cross: w_q
+    [E, Hq*D], w_kv [E_kv, 2*Hkv*D]; separate v: w_qk [E, (Hq + Hkv) * D], w_v [E_kv, Hkv*D] -,
     w_o [Hq*D, E_out], b_o (if `has_out_bias`), the q and k norms' gamma / beta (if `qk_norm`
     has them: q_norm_gamma, q_norm_beta, k_norm_gamma, k_norm_beta, each [D] per head or
     [H*D] over the whole slice), cos and sin [S, n_rot // 2] (if `rope` is not NONE), mask (if
-    `mask` is CUSTOM or BIAS; additive, broadcastable to [B, Hq, S, S]).
-    Output [B, S, E_out]. B and S may be symbolic.
+    `mask` is CUSTOM or BIAS; additive, broadcastable to [B, Hq, S, S_k]).
+    Output [B, S, E_out]. B, S and S_kv may be symbolic.
 
-    Meaning: qkv = x @ w_qkv (+ b_qkv); q, k, v are the consecutive slices of widths Hq*D,
-    Hkv*D, Hkv*D of its last axis; `qk_norm` (a LayerNorm or RmsNorm over the last axis, if
-    any) normalizes q and k, each head alone (`qk_norm_per_head`) or the whole slice; each is
-    reshaped to [B, S, H, D] and transposed to [B, H, S, D]; rope (if any) rotates q and k;
-    attention with `mask` / `window` / `scale` / `softcap` (GQA when Hkv < Hq); the result is
-    transposed back, reshaped to [B, S, Hq*D], and projected by w_o (+ b_o)."""
+    Meaning: each projection is its input @ w (+ b); q, k, v are the consecutive slices of
+    widths Hq*D, Hkv*D, Hkv*D (in q, k, v order) of the last axis of the projection of the
+    input they read; `qk_norm` (a LayerNorm or RmsNorm over the last axis, if any) normalizes
+    q and k, each head alone (`qk_norm_per_head`) or the whole slice; each is reshaped to
+    [B, S_in, H, D] and transposed to [B, H, S_in, D]; rope (if any) rotates q and k (which
+    must read one input); attention with `mask` / `window` / `scale` / `softcap` (GQA when
+    Hkv < Hq; causal and sliding-window masks need k to read x); the result is transposed
+    back, reshaped to [B, S, Hq*D], and projected by w_o (+ b_o)."""
 
     kind = "fused_attention_block"
     num_heads: int
@@ -69,10 +114,13 @@ class FusedAttentionBlock(FusedOp):
     has_out_bias: bool = True
     qk_norm: LayerNorm | RmsNorm | None = None
     qk_norm_per_head: bool = True
+    qkv_inputs: QkvInputs = QkvInputs.SELF
 
     def input_roles(self) -> tuple[str, ...]:
-        roles = ["x", "w_qkv"] + ["b_qkv"] * self.has_qkv_bias + ["w_o"]
-        roles += ["b_o"] * self.has_out_bias
+        roles = ["x"] + ["x_kv"] * (self.qkv_inputs is not QkvInputs.SELF)
+        for _, joined in self.qkv_inputs.projections:
+            roles += [f"w_{joined}"] + [f"b_{joined}"] * self.has_qkv_bias
+        roles += ["w_o"] + ["b_o"] * self.has_out_bias
         if self.qk_norm is not None:
             for t in ("q", "k"):
                 roles += [f"{t}_norm_gamma"] * self.qk_norm.has_gamma
@@ -83,9 +131,25 @@ class FusedAttentionBlock(FusedOp):
             roles.append("mask")
         return tuple(roles)
 
+    def role_width(self, roles: str) -> int:
+        """Columns of the projection slices of `roles` together ("q" -> Hq*D, "kv" ->
+        2*Hkv*D, ...)."""
+        heads = {"q": self.num_heads, "k": self.num_kv_heads, "v": self.num_kv_heads}
+        return sum(heads[r] for r in roles) * self.head_dim
+
+    def slices(self) -> dict[str, tuple[str, int, int]]:
+        """role -> (joined roles of its projection, start column, heads) for q, k and v."""
+        out = {}
+        for _, joined in self.qkv_inputs.projections:
+            for i, role in enumerate(joined):
+                out[role] = (joined, self.role_width(joined[:i]), self.role_width(role)
+                             // self.head_dim)
+        return out
+
     @property
     def qkv_width(self) -> int:
-        return (self.num_heads + 2 * self.num_kv_heads) * self.head_dim
+        """Columns of q, k and v together ((Hq + 2*Hkv) * D; w_qkv's width when SELF)."""
+        return self.role_width("qkv")
 
     @property
     def attention_op(self) -> Attention:
@@ -99,7 +163,7 @@ class FusedAttentionBlock(FusedOp):
 
     def infer(self, ins):
         r = self.named(ins)
-        x, w_qkv, w_o = r["x"], r["w_qkv"], r["w_o"]
+        x, w_o = r["x"], r["w_o"]
         same_dtype(self, ins)
         hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
         require(hq > 0 and hkv > 0 and d > 0,
@@ -107,33 +171,50 @@ class FusedAttentionBlock(FusedOp):
         require(hq % hkv == 0, f"{self.kind} kv heads {hkv} must divide query heads {hq}")
         require(self.rope is not RopeMode.NONE or self.n_rot is None,
                 f"{self.kind} n_rot={self.n_rot} needs a rope mode")
+        sources = self.qkv_inputs.sources
+        require(self.rope is RopeMode.NONE or sources[0] == sources[1],
+                f"{self.kind} rope rotates q and k by their positions in one input; with "
+                f"qkv_inputs={self.qkv_inputs.value} they read different inputs (set rope "
+                "'none')")
+        require(sources[1] == "x" or not self.mask.is_causal,
+                f"{self.kind} mask {self.mask.value} orders keys by the queries' positions, "
+                f"but with qkv_inputs={self.qkv_inputs.value} the keys come from x_kv; use "
+                "mask 'none', 'custom' or 'bias'")
         require(x.rank == 3, f"{self.kind} x must be [B, S, E], got {x}")
-        b, s, e = x.dims
-        require(w_qkv.dims == (e, self.qkv_width), f"{self.kind} w_qkv must be [{e}, "
-                f"(Hq + 2*Hkv) * D = {self.qkv_width}], got {w_qkv}")
-        if self.has_qkv_bias:
-            _check_vector(self.kind, "b_qkv", r["b_qkv"], self.qkv_width, x.dtype)
+        b, s, _ = x.dims
+        if "x_kv" in r:
+            require(r["x_kv"].rank == 3 and r["x_kv"].dims[0] == b,
+                    f"{self.kind} x_kv must be [B = {b}, S_kv, E_kv], got {r['x_kv']}")
+        for src, joined in self.qkv_inputs.projections:
+            width = self.role_width(joined)
+            w, e = r[f"w_{joined}"], r[src].dims[-1]
+            require(w.dims == (e, width), f"{self.kind} w_{joined} must be [{e}, {width}] "
+                    f"({joined} of {hq} query / {hkv} kv heads x {d}), got {w}")
+            if self.has_qkv_bias:
+                _check_vector(self.kind, f"b_{joined}", r[f"b_{joined}"], width, x.dtype)
         require(w_o.rank == 2 and w_o.dims[0] == hq * d,
                 f"{self.kind} w_o must be [Hq*D = {hq * d}, E_out], got {w_o}")
         e_out = w_o.dims[1]
         if self.has_out_bias:
             _check_vector(self.kind, "b_o", r["b_o"], e_out, x.dtype)
-        q = Shape((b, hq, s, d), x.dtype)
-        kv = Shape((b, hkv, s, d), x.dtype)
+        seq = {src: r[src].dims[1] for src in set(sources)}
+        q, k, v = (Shape((b, h, seq[src], d), x.dtype)
+                   for h, src in zip((hq, hkv, hkv), sources))
         if self.qk_norm is not None:
-            self._infer_qk_norm(r, b, s)
+            self._infer_qk_norm(r, b, seq)
         if self.rope_op is not None:
             self.rope_op.infer((q, r["cos"], r["sin"]))
-            self.rope_op.infer((kv, r["cos"], r["sin"]))
+            self.rope_op.infer((k, r["cos"], r["sin"]))
         extra = (r["mask"],) if self.mask.takes_input else ()
-        self.attention_op.infer((q, kv, kv) + extra)
+        self.attention_op.infer((q, k, v) + extra)
         return Shape((b, s, e_out), x.dtype)
 
-    def _infer_qk_norm(self, r: dict, b, s) -> None:
+    def _infer_qk_norm(self, r: dict, b, seq: dict) -> None:
         norm, d = self.qk_norm, self.head_dim
         require(isinstance(norm, (LayerNorm, RmsNorm)) and norm.axis == -1,
                 f"{self.kind} qk_norm must be a LayerNorm or RmsNorm over axis -1, got {norm}")
-        for t, h in (("q", self.num_heads), ("k", self.num_kv_heads)):
+        for t, h, src in zip("qk", (self.num_heads, self.num_kv_heads), self.qkv_inputs.sources):
+            s = seq[src]
             dims = (b, s, h, d) if self.qk_norm_per_head else (b, s, h * d)
             params = tuple(r[k] for k in (f"{t}_norm_gamma", f"{t}_norm_beta") if k in r)
             norm.infer((Shape(dims, r["x"].dtype),) + params)
@@ -144,25 +225,27 @@ class FusedAttentionBlock(FusedOp):
 
     def decompose(self, g: Graph, ins: Sequence[Value]) -> Value:
         r = self.named(ins)
-        x = r["x"]
-        b, s, _ = g.shape_of(x).dims
-        hq, hkv, d = self.num_heads, self.num_kv_heads, self.head_dim
-        qkv = g.matmul(x, r["w_qkv"])
-        if self.has_qkv_bias:
-            qkv = g.add(qkv, r["b_qkv"])
+        b, s, _ = g.shape_of(r["x"]).dims
+        hq, d = self.num_heads, self.head_dim
+        proj = {}
+        for src, joined in self.qkv_inputs.projections:
+            p = g.matmul(r[src], r[f"w_{joined}"])
+            proj[joined] = g.add(p, r[f"b_{joined}"]) if self.has_qkv_bias else p
 
-        def heads(start: int, h: int, role: str) -> Value:
-            t = g.narrow(qkv, -1, start, h * d)
+        def heads(role: str, src: str) -> Value:
+            joined, start, h = self.slices()[role]
+            t = proj[joined]
+            if len(joined) > 1:
+                t = g.narrow(t, -1, start, h * d)
             normed = self.qk_norm is not None and role != "v"
             if normed and not self.qk_norm_per_head:
                 t = self._normed(g, t, r, role)
-            t = g.reshape(t, (b, s, h, d))
+            t = g.reshape(t, (b, g.shape_of(r[src]).dims[1], h, d))
             if normed and self.qk_norm_per_head:
                 t = self._normed(g, t, r, role)
             return g.transpose(t, (0, 2, 1, 3))
 
-        q, k = heads(0, hq, "q"), heads(hq * d, hkv, "k")
-        v = heads((hq + hkv) * d, hkv, "v")
+        q, k, v = (heads(role, src) for role, src in zip("qkv", self.qkv_inputs.sources))
         if self.rope is not RopeMode.NONE:
             inter = self.rope is RopeMode.INTERLEAVED
             q = g.rope(q, r["cos"], r["sin"], interleaved=inter, n_rot=self.n_rot)

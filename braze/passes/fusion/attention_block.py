@@ -2,7 +2,9 @@
 and k, per head before or after the head transpose, or over the whole projection) -> optional
 rope on q and k -> attention -> head merge -> output projection, into one FusedAttentionBlock.
 The QKV projection is one matmul narrowed three ways (GPT-2 c_attn, shared-input fusion) or
-three matmuls of one input."""
+three matmuls: of one input (self-attention), or q of x and k, v of a second input x_kv
+(encoder-decoder cross-attention), or q, k of x and v of x_kv (MobileBERT); the projections
+of one input are joined into one weight (`QkvInputs`)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -10,7 +12,7 @@ from dataclasses import replace
 import numpy as np
 
 from ...ir.ops.attention import Attention
-from ...ir.ops.fused import FusedAttentionBlock, FusedMatMulBiasAct, RopeMode
+from ...ir.ops.fused import FusedAttentionBlock, FusedMatMulBiasAct, QkvInputs, RopeMode
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.shape import Narrow, Reshape, Transpose
 from ...rewrite import Miss, MissReason, P, Rule, V, fail
@@ -73,16 +75,39 @@ def _x_name(m) -> str:
     return "x" if "qkv" in m.nodes else "x_q"
 
 
-def reads_one_input(m, ctx) -> Miss | None:
-    """Separate q/k/v projections all read the same x (self-attention)."""
+def _source_name(m, role: str) -> str:
+    """The capture holding the input `role` projects."""
+    return "x" if "qkv" in m.nodes else f"x_{role}"
+
+
+def _layout(m) -> QkvInputs | None:
     if "qkv" in m.nodes:
-        return None
-    xs = [m.values[f"x_{r}"] for r in ROLES]
-    if len(set(xs)) > 1:
+        return QkvInputs.SELF
+    return QkvInputs.of([m.values[f"x_{r}"] for r in ROLES])
+
+
+def reads_supported_inputs(m, ctx) -> Miss | None:
+    """q, k and v project one input (self-attention), or q one and k, v another
+    (cross-attention), or q, k one and v another (MobileBERT); masks and rope fit that layout:
+    causal / sliding-window masks and rope need q and k from one input."""
+    layout = _layout(m)
+    if layout is None:
+        xs = [m.values[f"x_{r}"] for r in ROLES]
         return fail(MissReason.NOT_SHARED_INPUT,
-                    hint="FusedAttentionBlock is self-attention: q, k and v must project one "
-                         "input; cross-attention stays unfused.",
+                    hint="FusedAttentionBlock reads q from x and k, v each from x or one second "
+                         "input x_kv, with k from x whenever v is; this layout stays unfused.",
                     detail="q, k, v read " + ", ".join(repr(x) for x in xs))
+    if layout.sources[1] == "x":
+        return None
+    if m.op("attn").mask.is_causal:
+        return fail(MissReason.PATTERN_MISMATCH,
+                    hint="a causal mask orders keys by the queries' positions; cross-attention "
+                         "keys come from another input.",
+                    detail=f"{m.op('attn').mask.value} attention over keys of another input")
+    if "rope_q" in m.nodes or "rope_k" in m.nodes:
+        return fail(MissReason.PATTERN_MISMATCH,
+                    hint="FusedAttentionBlock rotates q and k by positions of one input.",
+                    detail="rope on a cross-attention's q or k")
     return None
 
 
@@ -115,17 +140,22 @@ def head_split_perms(m, ctx) -> Miss | None:
 
 
 def head_shapes(m, ctx) -> Miss | None:
-    """x is [B, S, E]; q/k/v reshape to [B, S, H, D] with one D and Hkv dividing Hq; the narrows
-    are consecutive q, k, v slices of the whole last axis; the merge gives [B, S, Hq*D]."""
+    """x is [B, S, E] (and x_kv [B, S_kv, E_kv]); q/k/v reshape to [B, S_in, H, D] of the input
+    they project, with one D and Hkv dividing Hq; the narrows are consecutive q, k, v slices of
+    the whole last axis; the merge gives [B, S, Hq*D]."""
     x = m.shape(_x_name(m))
     if x.rank != 3:
         return fail(MissReason.SHAPE_MISMATCH, detail=f"x must be [B, S, E], got {x}")
     b, s, _ = x.dims
     dims = {r: m.op(f"reshape_{r}").dims for r in ROLES}
     for r, d in dims.items():
-        if len(d) != 4 or tuple(d[:2]) != (b, s):
+        src = m.shape(_source_name(m, r))
+        if src.rank != 3 or src.dims[0] != b:
             return fail(MissReason.SHAPE_MISMATCH,
-                        detail=f"{r} heads reshape to {d}, not [{b}, {s}, H, D]")
+                        detail=f"{r} projects {src}, not [{b}, S, E] like the queries' x")
+        if len(d) != 4 or tuple(d[:2]) != src.dims[:2]:
+            return fail(MissReason.SHAPE_MISMATCH,
+                        detail=f"{r} heads reshape to {d}, not [{b}, {src.dims[1]}, H, D]")
     (hq, d), (hk, dk), (hv, dv) = (dims[r][2:] for r in ROLES)
     if not all(isinstance(n, int) for n in (hq, d, hk, dk, hv, dv)):
         return fail(MissReason.DYNAMIC_SHAPE, detail="head count or head dim is symbolic")
@@ -213,7 +243,10 @@ def _per_head(m, role: str) -> bool:
 def concat_projections(b, m, weights, biases, widths):
     """One projection from several of one input: weights side by side on their output columns
     (`shared_matmul.concat_weights`: stored values are joined once into a new param), biases
-    likewise, zeros standing in for a missing one (None when none has a bias)."""
+    likewise, zeros standing in for a missing one (None when none has a bias). One projection
+    is kept as it is."""
+    if len(weights) == 1:
+        return m.new(weights[0]), None if biases[0] is None else m.new(biases[0])
     w = concat_weights(b, m, weights)
     if all(x is not None for x in biases):
         return w, concat_weights(b, m, biases)
@@ -241,13 +274,21 @@ def _build(b, m):
     def get(name):  # resolve only what the block reads (old q/k/v weights may be joined away)
         return m.v(name) if name in m.values else None
 
+    layout = _layout(m)
     if "qkv" in m.nodes:
         ins = {"x": get("x"), "w_qkv": get("w_qkv"), "b_qkv": get("b_qkv")}
     else:
-        widths = (hq * d, hkv * d, hkv * d)
-        w, bias = concat_projections(b, m, [m.values[f"w_{r}"] for r in ROLES],
-                                     [m.values.get(f"b_{r}") for r in ROLES], widths)
-        ins = {"x": get("x_q"), "w_qkv": w, "b_qkv": bias}
+        ins = {"x": get("x_q"), "x_kv": get("x_v")}
+        has_bias = any(f"b_{r}" in m.values for r in ROLES)
+        widths = {"q": hq * d, "k": hkv * d, "v": hkv * d}
+        for _, joined in layout.projections:
+            w, bias = concat_projections(b, m, [m.values[f"w_{r}"] for r in joined],
+                                         [m.values.get(f"b_{r}") for r in joined],
+                                         [widths[r] for r in joined])
+            if bias is None and has_bias:  # biases on the other input's projection only
+                dt = m.graph.shape_of(m.values[f"w_{joined[0]}"]).dtype.np
+                bias = b.constant(np.zeros(sum(widths[r] for r in joined), dt))
+            ins.update({f"w_{joined}": w, f"b_{joined}": bias})
     ins.update(w_o=get("w_o"), b_o=get("b_o"), cos=get("cos_q"), sin=get("sin_q"),
                mask=get("mask"))
     attn, rope = m.op("attn"), m.nodes.get("rope_q")
@@ -260,16 +301,18 @@ def _build(b, m):
     op = FusedAttentionBlock(
         num_heads=hq, num_kv_heads=hkv, head_dim=d, mask=attn.mask, window=attn.window,
         scale=attn.scale, softcap=attn.softcap, rope=_rope_mode(rope),
-        n_rot=None if rope is None else rope.op.n_rot, has_qkv_bias=ins["b_qkv"] is not None,
+        n_rot=None if rope is None else rope.op.n_rot,
+        has_qkv_bias=ins[f"b_{layout.projections[0][1]}"] is not None,
         has_out_bias=ins["b_o"] is not None,
         qk_norm=None if norm is None else replace(norm.op, axis=-1),
-        qk_norm_per_head=norm is None or _per_head(m, "q"))
+        qk_norm_per_head=norm is None or _per_head(m, "q"), qkv_inputs=layout)
     return b.add_node(op, [ins[r] for r in op.input_roles()])[0]
 
 
 def _explain_attention(g, node, ctx) -> Miss | None:
     """An attention left alone: name the first part of the block that does not fit (the
-    output merge and projection, then each of q, k, v), or cross-attention."""
+    output merge and projection, then each of q, k, v), or inputs read in no supported
+    layout."""
     miss = _explain_output(g, node)
     if miss is not None:
         return miss
@@ -279,11 +322,12 @@ def _explain_attention(g, node, ctx) -> Miss | None:
         if isinstance(found, Miss):
             return found
         sources[role] = found
-    if len({sources[r] for r in ROLES}) > 1:
+    if QkvInputs.of([sources[r] for r in ROLES]) is None:
         names = ", ".join(f"{r} projects {g.nodes[sources[r].node].label}" for r in ROLES)
         return fail(MissReason.NOT_SHARED_INPUT, detail=names,
-                    hint="FusedAttentionBlock is self-attention (q, k and v project one input);"
-                         " cross-attention stays an attention op with its projections")
+                    hint="FusedAttentionBlock reads q from x and k, v each from x or one "
+                         "second input x_kv, with k from x whenever v is; this layout stays an "
+                         "attention op with its projections")
     return fail(MissReason.PATTERN_MISMATCH,
                 detail="q, k, v and the output are head splits and a merge of projections of "
                        "one input, but their shapes or layout do not fit one block")
@@ -352,7 +396,7 @@ FUSE_ATTENTION_BLOCK = Rule(
     "FuseAttentionBlock",
     _build,
     pattern=_pattern,
-    checks=(target_claims("fused_attention_block"), reads_one_input, projections_fit,
+    checks=(target_claims("fused_attention_block"), reads_supported_inputs, projections_fit,
             head_split_perms, head_shapes, rope_on_q_and_k, qk_norms_match),
     anchor=lambda op: op.kind == "attention",
     explain=_explain_attention,

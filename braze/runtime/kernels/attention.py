@@ -3,9 +3,10 @@ in one native pass over the scores, in query blocks so the scores of a long sequ
 all in memory at once (flash-style tiling: at most BLOCK_BYTES of scores per block). GQA runs
 without copying k and v: the query heads of one kv head are stacked as rows of one matmul.
 
-FusedAttentionBlock builds on it: one GEMM for the packed QKV projection (+ bias), heads
-split (and rotated, for rope) into contiguous scratch, attention, heads merged, the output
-projection GEMM (+ bias)."""
+FusedAttentionBlock builds on it: one GEMM per joined projection (+ bias) - the packed QKV of
+self-attention, or q of x and k/v of x_kv for cross-attention (S_kv may differ from S) -, heads
+read in place from those buffers (rotated first, for rope), attention, heads merged, the
+output projection GEMM (+ bias)."""
 from __future__ import annotations
 
 import numpy as np
@@ -141,17 +142,63 @@ class _Heads:
                            self.softcap, self.causal, self.window, m, tuple(mst), scratch)
 
 
-def _qk_norm_in_place(op: FusedAttentionBlock, qkv: np.ndarray, r: dict) -> None:
-    """Normalize the q and k slices of the packed [B, S, width] projection in place (per head
-    or over each whole slice), with the op's own norm reference."""
-    b, s, _ = qkv.shape
+def _qk_norm_in_place(op: FusedAttentionBlock, proj: dict, r: dict) -> None:
+    """Normalize the q and k slices of their packed [B, S_in, width] projections (`proj`:
+    joined roles -> buffer) in place (per head or over each whole slice), with the op's own
+    norm reference."""
     d = op.head_dim
-    for role, start, h in (("q", 0, op.num_heads), ("k", op.num_heads * d, op.num_kv_heads)):
-        part = qkv[:, :, start:start + h * d]
+    for role in "qk":
+        joined, start, h = op.slices()[role]
+        buf = proj[joined]
+        part = buf[:, :, start:start + h * d]
         if op.qk_norm_per_head:
-            part = part.reshape(b, s, h, d)  # splits the unit-stride axis: still a view
+            part = part.reshape(buf.shape[:2] + (h, d))  # splits the unit-stride axis: a view
         params = [r[k] for k in (f"{role}_norm_gamma", f"{role}_norm_beta") if k in r]
         part[...] = op.qk_norm.reference(part, *params)
+
+
+class _BlockShape:
+    """Sizes of one FusedAttentionBlock call: per projection (input role, joined roles, rows
+    S_in, width), and each of q, k, v's (joined roles, start column, heads, S_in)."""
+
+    def __init__(self, op: FusedAttentionBlock, ins: tuple):
+        roles = op.input_roles()
+        dims = {src: tuple(int(n) for n in ins[roles.index(src)].dims) for src in ("x", "x_kv")
+                if src in roles}
+        self.b, self.s, self.e = dims["x"]
+        self.projections = [(src, joined, dims[src][1], op.role_width(joined), dims[src][2])
+                            for src, joined in op.qkv_inputs.projections]
+        seq = {src: dims[src][1] for src in dims}
+        self.heads = {role: sl + (seq[src],) for (role, sl), src in
+                      zip(op.slices().items(), op.qkv_inputs.sources)}
+        self.sk = self.heads["k"][3]
+
+    def buffers(self) -> tuple:
+        """Scratch (shape, dtype) of each projection's output."""
+        return tuple(((self.b, rows, width), np.float32)
+                     for _, _, rows, width, _ in self.projections)
+
+    def flops(self, op: FusedAttentionBlock, e_out: int) -> int:
+        hq, d = op.num_heads, op.head_dim
+        proj = sum(rows * e_in * width for _, _, rows, width, e_in in self.projections)
+        return 2 * self.b * (proj + self.s * hq * d * e_out) + 4 * self.b * hq * self.s * \
+            self.sk * d
+
+
+def _project_all(lib, op, shape: _BlockShape, r: dict, bufs, packed, rope: bool) -> dict:
+    """Run every joined projection into its buffer, then the q/k norm (and rope, if `rope`)
+    in place; returns joined roles -> buffer."""
+    proj = {}
+    for (src, joined, *_), buf, pw in zip(shape.projections, bufs, packed):
+        _projection(lib, _c(r[src]), r[f"w_{joined}"], buf, r.get(f"b_{joined}"), pw)
+        proj[joined] = buf
+    if op.qk_norm is not None:
+        _qk_norm_in_place(op, proj, r)
+    if rope and op.rope is not RopeMode.NONE:  # q and k lead one projection (infer checks)
+        heads_c.rope_packed(proj[shape.projections[0][1]], _c(r["cos"]), _c(r["sin"]),
+                            op.num_heads + op.num_kv_heads, op.head_dim, op.n_rot or op.head_dim,
+                            op.rope is RopeMode.INTERLEAVED)
+    return proj
 
 
 @register_kernel(FusedAttentionBlock)
@@ -161,10 +208,9 @@ def attention_block(node, ins, outs, ctx):
     if lib is None or not is_f32(*ins):
         return None
     roles = op.input_roles()
-    x_s = ins[0]
-    b, s, e = (int(x) for x in x_s.dims)
+    shape = _BlockShape(op, ins)
+    b, s, sk = shape.b, shape.s, shape.sk
     hq, hkv, d = op.num_heads, op.num_kv_heads, op.head_dim
-    width = op.qkv_width
     if op.rope is not RopeMode.NONE:
         cos = ins[roles.index("cos")]
         if cos.rank < 2 or any(x != 1 for x in cos.dims[:-2]) or cos.dims[-2] != s:
@@ -172,68 +218,59 @@ def attention_block(node, ins, outs, ctx):
     n_rot = op.n_rot or d
     inter = int(op.rope is RopeMode.INTERLEAVED)
     e_out = int(outs[0].dims[-1])
-    cost = dict(flops=2 * b * s * (e * width + hq * d * e_out) + 4 * b * hq * s * s * d,
-                bytes=nbytes(ins) + nbytes(outs))
+    cost = dict(flops=shape.flops(op, e_out), bytes=nbytes(ins) + nbytes(outs))
+    n_proj = len(shape.projections)
+    merged_w = hq * d
     if heads_c.lib() is not None:
-        heads = _Heads(op.attention_op, (b, hq, hkv, s, s, d, d))
-        merged_w = hq * d
-        strides = (s * width, d, width) * 3 + (s * merged_w, d, merged_w)
-        packed_qkv = packed_weight(node, ctx, roles.index("w_qkv"))
+        heads = _Heads(op.attention_op, (b, hq, hkv, s, sk, d, d))
+        widths = {joined: (rows, width) for _, joined, rows, width, _ in shape.projections}
+        views = [shape.heads[role] for role in "qkv"]
+        strides = sum(((widths[j][0] * widths[j][1], d, widths[j][1]) for j, *_ in views), ())
+        strides += (s * merged_w, d, merged_w)
+        packed = [packed_weight(node, ctx, roles.index(f"w_{joined}"))
+                  for _, joined, *_ in shape.projections]
         packed_o = packed_weight(node, ctx, roles.index("w_o"))
 
         def run_packed(*arrays):
             r = dict(zip(roles, arrays[:len(roles)]))
             out = arrays[len(roles)]
-            qkv, merged, scratch = arrays[len(roles) + 1:]
-            _projection(lib, _c(r["x"]), r["w_qkv"], qkv, r.get("b_qkv"), packed_qkv)
-            if op.qk_norm is not None:
-                _qk_norm_in_place(op, qkv, r)
-            if op.rope is not RopeMode.NONE:
-                heads_c.rope_packed(qkv, _c(r["cos"]), _c(r["sin"]), hq + hkv, d, n_rot,
-                                    bool(inter))
-            q, k, v = (qkv[:, :, start:] for start in (0, hq * d, (hq + hkv) * d))
+            bufs = arrays[len(roles) + 1:len(roles) + 1 + n_proj]
+            merged, scratch = arrays[len(roles) + 1 + n_proj:]
+            proj = _project_all(lib, op, shape, r, bufs, packed, True)
+            q, k, v = (proj[joined][:, :, start:] for joined, start, *_ in views)
             heads(q, k, v, merged, strides, r.get("mask"), scratch)
             _projection(lib, merged, r["w_o"], out, r.get("b_o"), packed_o)
 
-        scratch = (((b, s, width), np.float32), ((b, s, merged_w), np.float32),
-                   (heads.plan.scratch_shape, np.float32))
-        how = "braze packed-weight GEMM" if packed_qkv is not None and packed_o is not None \
+        scratch = shape.buffers() + (((b, s, merged_w), np.float32),
+                                     (heads.plan.scratch_shape, np.float32))
+        how = "braze packed-weight GEMM" if None not in packed and packed_o is not None \
             else "MKL"
         return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads, "
                       "no head copies)", scratch=scratch, **cost)
-    core = AttentionCore(op.attention_op, b, hq, hkv, s, s, d)
-    scratch = (((b, s, width), np.float32), ((b, hq, s, d), np.float32),
-               ((b, hkv, s, d), np.float32), ((b, hkv, s, d), np.float32),
-               ((b, hq, s, d), np.float32), ((b, s, hq * d), np.float32),
-               (core.scores_shape, np.float32))
+    core = AttentionCore(op.attention_op, b, hq, hkv, s, sk, d)
+    scratch = shape.buffers() + (
+        ((b, hq, s, d), np.float32), ((b, hkv, sk, d), np.float32),
+        ((b, hkv, sk, d), np.float32), ((b, hq, s, d), np.float32),
+        ((b, s, merged_w), np.float32), (core.scores_shape, np.float32))
 
     def run(*arrays):
         r = dict(zip(roles, arrays[:len(roles)]))
         out = arrays[len(roles)]
-        qkv, q, k, v, att, merged, scores = arrays[len(roles) + 1:]
-        blas.matmul(r["x"], r["w_qkv"], qkv)
-        if op.has_qkv_bias:
-            b_qkv = _c(r["b_qkv"])
-            lib.bias_act(qkv.ctypes.data, b_qkv.ctypes.data,
-                         b * s, width, 0)
-        if op.qk_norm is not None:
-            _qk_norm_in_place(op, qkv, r)
-        heads = [(q, 0, hq), (k, hq * d, hkv), (v, (hq + hkv) * d, hkv)]
-        for dst, start, h in heads:
-            np.copyto(dst, qkv[:, :, start:start + h * d].reshape(b, s, h, d)
+        bufs = arrays[len(roles) + 1:len(roles) + 1 + n_proj]
+        q, k, v, att, merged, scores = arrays[len(roles) + 1 + n_proj:]
+        proj = _project_all(lib, op, shape, r, bufs, (None,) * n_proj, False)
+        for dst, role in zip((q, k, v), "qkv"):
+            joined, start, h, rows = shape.heads[role]
+            np.copyto(dst, proj[joined][:, :, start:start + h * d].reshape(b, rows, h, d)
                       .transpose(0, 2, 1, 3))
         if op.rope is not RopeMode.NONE:
-            c = np.ascontiguousarray(r["cos"])
-            sn = np.ascontiguousarray(r["sin"])
+            c, sn = _c(r["cos"]), _c(r["sin"])
             for t, h in ((q, hq), (k, hkv)):
                 lib.rope(t.ctypes.data, c.ctypes.data, sn.ctypes.data, t.ctypes.data, b * h, s,
                          d, n_rot, inter)
         core(lib, q, k, v, r.get("mask"), att, scores)
         np.copyto(merged.reshape(b, s, hq, d), att.transpose(0, 2, 1, 3))
-        blas.matmul(merged, r["w_o"], out)
-        if op.has_out_bias:
-            b_o = _c(r["b_o"])
-            lib.bias_act(out.ctypes.data, b_o.ctypes.data, b * s, e_out, 0)
+        _projection(lib, merged, r["w_o"], out, r.get("b_o"))
 
     return Kernel(run, Dispatch.NATIVE, "fused attention block (BLAS + C)", scratch=scratch,
                   **cost)
