@@ -121,10 +121,9 @@ BZ_INLINE float bz_tanhf(float x) {  /* odd: computed for |x|, the sign put back
   p = p * z + 0.13331415f;
   p = p * z - 0.3333328f;
   float small = ax + ax * z * p;
-  float e = bz_exp_core(2.0f * (ax < 10.0f ? ax : 10.0f), -0.0f, 0);  /* tanh(10) rounds to 1 */
-  float big = 1.0f - 2.0f / (e + 1.0f);
-  float r = __builtin_copysignf(ax < 0.625f ? small : big, x);
-  return x != x ? x : r;
+  float e = bz_exp_core(2.0f * (ax > 10.0f ? 10.0f : ax), -0.0f, 0);  /* tanh(10) rounds to 1; */
+  float big = 1.0f - 2.0f / (e + 1.0f);                /* a NaN passes the clamp and the exp */
+  return __builtin_copysignf(ax < 0.625f ? small : big, x);
 }
 
 /* log(erfc(z) / t) + z^2 as a polynomial in t - 0.5, t = 1 / (1 + z/2), for z >= 0. */
@@ -176,14 +175,12 @@ BZ_INLINE float bz_erff(float x) {
    full relative accuracy and 1 - Phi(-|x|) >= 1/2 loses none, so one formula covers all x. */
 BZ_INLINE float bz_geluf(float x) {
   float ax = __builtin_fabsf(x);
-  float axc = ax < 17.5f ? ax : 17.5f;
-  float z = axc * 0.707106781f;
+  float axc = ax > 17.5f ? 17.5f : ax;        /* a NaN passes, and fails `ax < 17.5f` below */
   float x2 = axc * axc;                       /* z^2 = x^2 / 2, exactly as hi + lo */
-  float t = 1.0f / (1.0f + 0.5f * z);
-  float e = bz_exp_core(-0.5f * x2, bz_erfc_q(t) - 0.5f * bz_mul_lo(axc, axc, x2), 100);
-  float tail = ax < 17.5f ? 0.5f * t * e : 0.0f;  /* Phi(-|x|) * 2^100; beyond, 0 */
-  float r = x < 0.0f ? (x * tail) * 0x1p-100f : x * (1.0f - tail * 0x1p-100f);
-  return x != x ? x : r;
+  float t = 1.0f / (1.0f + axc * 0.353553391f);  /* z / 2 = |x| / (2 sqrt 2) */
+  float e = bz_exp_core(-0.5f * x2, bz_erfc_q(t) - 0.5f * bz_mul_lo(axc, axc, x2), 99);
+  float tail = ax < 17.5f ? t * e : 0.0f;     /* Phi(-|x|) * 2^100; beyond (and NaN), 0 */
+  return x < 0.0f ? (x * tail) * 0x1p-100f : x * (1.0f - tail * 0x1p-100f);
 }
 
 /* num / (1 + e^-|u|) with num chosen per side, so neither tail overflows or cancels:
