@@ -25,12 +25,11 @@ CASES = ([(f, "torchscript") for f in FAMILIES] + [(f, "dynamo") for f in DYNAMO
 
 # family -> (attention blocks fused, residual LayerNorms fused); the other families have none
 FUSED = {"vit": (2, 4), "deit": (2, 4), "dinov2": (2, 4), "beit": (2, 4), "clip_vision": (2, 3),
-         "swin": (3, 5), "mobilevit": (9, 18), "segformer": (1, 4)}
-# attention kept unfused, with the reason the report gives: SegFormer's reduced keys / values
-# (sr_ratio > 1) are not the queries' input; LeViT applies Hardswish to the merged heads
-# before the projection
-ATTENTION_KEPT = {"segformer": (1, MissReason.NOT_SHARED_INPUT),
-                  "levit": (5, MissReason.PATTERN_MISMATCH)}
+         "swin": (3, 5), "mobilevit": (9, 18), "segformer": (2, 4)}
+# attention kept unfused, with the reason the report gives: LeViT applies Hardswish to the
+# merged heads before the projection (SegFormer's reduced keys / values, sr_ratio > 1, fuse as
+# cross-attention over the reduced input)
+ATTENTION_KEPT = {"levit": (5, MissReason.PATTERN_MISMATCH)}
 # convs left as conv2d: bias-free 1x1 / patch convs with no activation (nothing to fuse)
 PLAIN_CONVS = {"clip_vision": 1, "mobilevit": 3}
 

@@ -8,7 +8,11 @@ writes the layer's second add as the *next* norm with the sum exposed (its secon
 the match is rooted there: the layer replaces it and the replacement re-applies that next norm
 to the layer's output. norm1 is a plain norm of x (first layer) or the previous layer's exposed
 residual norm (x is its sum); in that case norm1 stays outside the match, and its normalized
-output, no longer read, is left for dead-code elimination."""
+output, no longer read, is left for dead-code elimination.
+
+In an encoder-decoder decoder layer the cross-attention block (reading the self-attention's
+residual and the encoder output) and the MLP form the layer; the self-attention stays a
+FusedAttentionBlock, and the report says why."""
 from __future__ import annotations
 
 from ...ir.ops.elementwise import Unary, UnaryFn
@@ -22,6 +26,7 @@ from ...ir.ops.fused import (
     LayerStyle,
     MlpKind,
     NormKind,
+    QkvInputs,
 )
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...rewrite import Alt, Miss, MissReason, P, Pat, Rule, V, fail
@@ -31,7 +36,7 @@ _RES_NORMS = (FusedResidualLN, FusedResidualRmsNorm)
 _PLAIN_NORMS = (LayerNorm, RmsNorm)
 _MLP_ACTS = {UnaryFn.GELU: MlpKind.GELU, UnaryFn.GELU_APPROX: MlpKind.GELU_APPROX,
              UnaryFn.RELU: MlpKind.RELU}
-_MAX_ATTN_INPUTS = 8  # x, w_qkv, b_qkv, w_o, b_o, cos, sin, mask
+_MAX_ATTN_INPUTS = 9  # x, [x_kv], w_qkv, b_qkv (or two weights, biases), w_o, b_o, mask; rope
 
 
 def _is_vector(g, v) -> bool:
@@ -242,6 +247,14 @@ def _explain_attention_block(g, node, ctx) -> Miss | None:
         return fail(MissReason.PATTERN_MISMATCH,
                     hint="run the residual norm fusion before FuseTransformerLayer.",
                     detail="the attention block's output is not read by one fused residual norm")
+    cross = [u for u in g.users(users[0].values[0]) if isinstance(u.op, FusedAttentionBlock)
+             and u.op.qkv_inputs is not QkvInputs.SELF and u.inputs[0] == users[0].values[0]]
+    if cross:
+        return fail(MissReason.PATTERN_MISMATCH,
+                    hint="nothing to do: the self-attention stays a fused attention block.",
+                    detail=f"the attention residual feeds the cross-attention {cross[0].label} "
+                           "(an encoder-decoder decoder layer); FusedTransformerLayer holds one "
+                           "attention block, and the cross-attention fuses with the MLP")
     return fail(MissReason.PATTERN_MISMATCH,
                 hint="run the SwiGLU, residual norm and matmul-bias-act fusions first.",
                 detail="the MLP after the attention residual is not a GELU/ReLU two-matmul or "
