@@ -34,7 +34,8 @@ class PrecisionPolicy:
     compute: DType = bf16
     ops: tuple[type, ...] = _LOWERED
     skip_roles: frozenset[str] = field(default_factory=lambda: frozenset(
-        {"b", "b_qkv", "b_o", "cos", "sin", "mask"}))  # biases / tables stay f32
+        {"b", "b_qkv", "b_q", "b_kv", "b_qk", "b_v", "b_o", "cos", "sin", "mask"}))
+    # biases (the attention block's per input projection too) and tables stay f32
 
     def lowers(self, op) -> bool:
         return isinstance(op, self.ops)

@@ -11,6 +11,7 @@ import braze as bz
 from braze.ir.ops.fused import QkvInputs
 from braze.passes.base import RulePass
 from braze.passes.fusion.attention_block import RULES
+from braze.passes.precision import apply_precision
 from braze.passes.targets import TARGETS
 from braze.passes.unfuse import unfuse_fused_for_autodiff
 from braze.rewrite import MissReason, RewriteContext
@@ -35,11 +36,11 @@ def reasons(res):
 
 
 def two_input_graph(layout="cross", *, heads=4, kv_heads=4, dim=8, v_dim=None, bias="qkv",
-                    mask=None, kind=None, reads_k=False, sources=None):
+                    mask=None, kind=None, reads_k=False, sources=None, loss=False):
     """Attention of x [B, S, E] over x_kv [B, S_kv, E_KV] written as primitives: each of q, k, v
     projects the input `sources` names ("x" or "k" per role); `bias` names the roles with a
-    projection bias; `mask` "padding" adds a [B, 1, 1, S_kv] additive mask input. S_kv is
-    S_KV != S when k and v read x_kv, else S."""
+    projection bias; `mask` "padding" adds a [B, 1, 1, S_kv] additive mask input; `loss`
+    returns mean(y * y) instead of y. S_kv is S_KV != S when k and v read x_kv, else S."""
     g = bz.Graph("two_inputs")
     src = dict(zip("qkv", sources or SOURCES[layout]))
     s_kv = S_KV if src["k"] == src["v"] == "k" else S  # k and v have one length
@@ -59,6 +60,8 @@ def two_input_graph(layout="cross", *, heads=4, kv_heads=4, dim=8, v_dim=None, b
     y = g.mm(g.reshape(g.transpose(ctx, (0, 2, 1, 3)), (B, S, heads * ds["v"])),
              g.param("w_o", bz.Shape((heads * ds["v"], E))))
     y = g.add(y, g.param("b_o", bz.Shape((E,))))
+    if loss:
+        y = g.mean(g.mul(y, y))
     g.set_outputs([y, g.mul(t["k"], 2.0)] if reads_k else [y])
     return g
 
@@ -174,14 +177,10 @@ def test_fuse_unfuse_round_trip(layout):
 
 @pytest.mark.parametrize("layout", ["cross", "separate_v"])
 @pytest.mark.parametrize("mask", [None, "padding"])
-@pytest.mark.parametrize("path", ["c_heads", "blas_blocks"])
-def test_compiled_executor_matches_the_interpreter(layout, mask, path, monkeypatch):
-    """Both kernel paths: C heads read in place from the projections, and the BLAS +
-    query-blocked softmax path taken without MKL's cblas_sgemm."""
-    if path == "blas_blocks":
-        monkeypatch.setattr(attention_native, "lib", lambda: None)
-    elif attention_native.lib() is None:
-        pytest.skip("no MKL cblas_sgemm for the C attention kernel")
+def test_compiled_executor_matches_the_interpreter(layout, mask):
+    """The C attention kernel reads the heads in place from the projections."""
+    if attention_native.lib() is None:
+        pytest.skip("no C compiler for the attention kernel")
     g = two_input_graph(layout, mask=mask)
     fused, report = bz.fuse(g, "cpu")
     assert fused.count("fused_attention_block") == 1, report
@@ -189,7 +188,7 @@ def test_compiled_executor_matches_the_interpreter(layout, mask, path, monkeypat
     exe = bz.compile(fused, target="cpu", params=params)
     assert_same_outputs(g, None, params, run_other=exe, tol=1e-4)
     (row,) = [r for r in exe.dispatch_report().rows if r[1] == "fused_attention_block"]
-    assert row[2] == Dispatch.NATIVE and ("C heads" in row[3]) == (path == "c_heads")
+    assert row[2] == Dispatch.NATIVE and "C heads" in row[3]
 
 
 @pytest.mark.parametrize("layout", ["cross", "separate_v"])
@@ -208,3 +207,22 @@ def test_onnx_export_runs_in_onnxruntime(layout, target, tmp_path):
         return sess.run(None, feeds)
 
     assert_same_outputs(g, None, params, run_other=run, tol=1e-4)
+
+
+@pytest.mark.parametrize("layout", ["cross", "separate_v"])
+def test_gradients_through_the_fused_block_match_the_primitives(layout):
+    g = two_input_graph(layout, mask="padding", loss=True)
+    fused = fuse(g).graph
+    assert len(blocks(fused)) == 1
+    wrt = ["w_q", "w_k", "b_v", "x", "x_kv"]
+    assert_same_outputs(bz.grad_with_loss(g, wrt), bz.grad_with_loss(fused, wrt),
+                        bz.init_params(g, seed=11))
+
+
+def test_bf16_precision_rounds_weights_and_inputs_not_biases():
+    fused = fuse(two_input_graph("cross")).graph
+    low, count = apply_precision(fused, "bf16")
+    (node,) = blocks(low)
+    rounded = {role for role, v in zip(node.op.input_roles(), node.inputs)
+               if low.nodes[v.node].op.kind == "cast"}
+    assert count == 1 and rounded == {"x", "x_kv", "w_q", "w_kv", "w_o"}
