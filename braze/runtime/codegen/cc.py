@@ -131,15 +131,16 @@ def machine_tag() -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:16]
 
 
-def load_library(source: str, name: str, signatures: dict) -> ctypes.CDLL | None:
-    """`compile_c(source, name)` with each function's ctypes signature set, or None when there
-    is no compiler or it rejects the source (callers keep their NumPy paths then).
+def load_library(source: str, name: str, signatures: dict,
+                 flags: tuple[str, ...] = FLAGS) -> ctypes.CDLL | None:
+    """`compile_c(source, name, flags)` with each function's ctypes signature set, or None
+    when there is no compiler or it rejects the source (callers keep their NumPy paths then).
     `signatures` maps a function name to its argtypes list (returning void) or to an
     `(argtypes, restype)` pair."""
     if not available():
         return None
     try:
-        so = compile_c(source, name)
+        so = compile_c(source, name, flags)
     except CompileError:
         return None
     for fn_name, sig in signatures.items():

@@ -1,12 +1,11 @@
-"""Attention kernels: q @ k^T and p @ v on BLAS, the scale / softcap / mask / safe-softmax step
-in one native pass over the scores, in query blocks so the scores of a long sequence are never
-all in memory at once (flash-style tiling: at most BLOCK_BYTES of scores per block). GQA runs
-without copying k and v: the query heads of one kv head are stacked as rows of one matmul.
+"""Attention kernels on attention_native's flash-style C kernel (per (batch, kv head, query
+block): scores, online softmax and p @ v in cache, GQA without copying k and v). Without a C
+compiler they return None (the reference kernels run).
 
 FusedAttentionBlock builds on it: one GEMM per joined projection (+ bias) - the packed QKV of
-self-attention, or q of x and k/v of x_kv for cross-attention (S_kv may differ from S) -, heads
-read in place from those buffers (rotated first, for rope), attention, heads merged, the
-output projection GEMM (+ bias)."""
+self-attention, or q of x and k/v of x_kv for cross-attention (S_kv may differ from S) -, q / k
+normalized and rotated in place, the kernel reading the heads straight out of those buffers and
+writing them merged, the output projection GEMM (+ bias)."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,8 +17,6 @@ from . import blas, native
 from . import packed_gemm as pg
 from .fused import _c, gemm_bias_act, is_f32, packed_weight
 from .registry import Dispatch, Kernel, nbytes, register_kernel
-
-BLOCK_BYTES = 8 << 20  # scores per query block
 
 
 def _mask_strides(mask: np.ndarray | None, b: int, hq: int, sq: int, sk: int):
@@ -33,47 +30,9 @@ def _mask_strides(mask: np.ndarray | None, b: int, hq: int, sq: int, sk: int):
     return m, strides[0], strides[1], strides[2], strides[3]
 
 
-class AttentionCore:
-    """softmax(mask(softcap(q @ k^T * scale))) @ v for contiguous q [B, Hq, Sq, D],
-    k [B, Hkv, Sk, D], v [B, Hkv, Sk, Dv] into out [B, Hq, Sq, Dv]."""
-
-    def __init__(self, op: Attention, b: int, hq: int, hkv: int, sq: int, sk: int, d: int):
-        self.op, self.b, self.hq, self.hkv, self.sq, self.sk = op, b, hq, hkv, sq, sk
-        self.rep = hq // hkv
-        self.scale = float(op.score_scale(d))
-        per_query = sk * 4 * b * hkv * self.rep  # bytes of scores per query position
-        self.block = max(1, min(sq, BLOCK_BYTES // max(per_query, 1)))
-        self.scores_shape = (b, hkv, self.rep * self.block, sk)
-
-    def __call__(self, lib, q, k, v, mask, out, scores):
-        op = self.op
-        b, hkv, rep, sq, sk = self.b, self.hkv, self.rep, self.sq, self.sk
-        d, dv = q.shape[-1], v.shape[-1]
-        m, mb, mh, mr, mc = _mask_strides(mask, b, self.hq, sq, sk)
-        qg = q.reshape(b, hkv, rep, sq, d)
-        og = out.reshape(b, hkv, rep, sq, dv)
-        kt = k.transpose(0, 1, 3, 2)
-        causal = int(op.mask.is_causal)
-        window = op.window if op.mask is MaskKind.SLIDING_WINDOW else 0
-        softcap = float(op.softcap or 0.0)
-        for q0 in range(0, sq, self.block):
-            n = min(self.block, sq - q0)
-            qb = qg[:, :, :, q0:q0 + n].reshape(b, hkv, rep * n, d)
-            s = scores[:, :, :rep * n] if n == self.block else \
-                np.empty((b, hkv, rep * n, sk), np.float32)
-            blas.matmul(qb, kt, s)
-            sc = np.ascontiguousarray(s)
-            lib.attn_softmax(sc.ctypes.data, b * hkv, rep * n, n, sq, sk, q0, self.scale,
-                             softcap, causal, window, None if m is None else m.ctypes.data, mb,
-                             mh, hkv, rep, mr, mc)
-            ob = blas.matmul(sc, v, np.empty(sc.shape[:-1] + v.shape[-1:], np.float32))
-            og[:, :, :, q0:q0 + n] = ob.reshape(b, hkv, rep, n, dv)
-
-
 @register_kernel(Attention)
 def attention(node, ins, outs, ctx):
-    lib = native.lib()
-    if lib is None or not is_f32(*ins):
+    if heads_c.lib() is None or not is_f32(*ins):
         return None
     q, k, v = ins[:3]
     b, hq, sq, d = (int(x) for x in q.dims)
@@ -81,28 +40,18 @@ def attention(node, ins, outs, ctx):
     has_mask = node.op.mask.takes_input
     flops = 2 * b * hq * sq * sk * (d + dv)
     cost = dict(flops=flops, bytes=nbytes(ins) + nbytes(outs))
-    if heads_c.lib() is not None:
-        heads = _Heads(node.op, (b, hq, hkv, sq, sk, d, dv))
+    heads = _Heads(node.op, (b, hq, hkv, sq, sk, d, dv))
 
-        def run_heads(*arrays):
-            qa, ka, va = (_rows_contiguous(a) for a in arrays[:3])
-            out, scratch = arrays[-2], arrays[-1]
-            views = (qa, ka, va, out)
-            strides = sum((heads_c.head_strides(a) for a in views), ())
-            heads(qa, ka, va, out, strides, arrays[3] if has_mask else None, scratch)
+    def run_heads(*arrays):
+        qa, ka, va = (_rows_contiguous(a) for a in arrays[:3])
+        out, scratch = arrays[-2], arrays[-1]
+        views = (qa, ka, va, out)
+        strides = sum((heads_c.head_strides(a) for a in views), ())
+        heads(qa, ka, va, out, strides, arrays[3] if has_mask else None, scratch)
 
-        return Kernel(run_heads, Dispatch.NATIVE, "C attention per (batch, head), MKL sgemm",
-                      scratch=((heads.plan.scratch_shape, np.float32),), **cost)
-    core = AttentionCore(node.op, b, hq, hkv, sq, sk, d)
-
-    def run(*arrays):
-        qa, ka, va = (np.ascontiguousarray(a) for a in arrays[:3])
-        mask = arrays[3] if has_mask else None
-        out, scores = arrays[-2], arrays[-1]
-        core(lib, qa, ka, va, mask, out, scores)
-
-    return Kernel(run, Dispatch.NATIVE, "BLAS + C attention (query-blocked)",
-                  scratch=((core.scores_shape, np.float32),), **cost)
+    return Kernel(run_heads, Dispatch.NATIVE,
+                  "C attention per (batch, kv head, query block), braze micro-kernels",
+                  scratch=((heads.plan.scratch_shape, np.float32),), **cost)
 
 
 def _rows_contiguous(a: np.ndarray) -> np.ndarray:
@@ -133,13 +82,13 @@ class _Heads:
         self.softcap = float(op.softcap or 0.0)
         self.causal = bool(op.mask.is_causal)
         self.window = op.window if op.mask is MaskKind.SLIDING_WINDOW else 0
-        self.plan = heads_c.HeadsPlan(sq, sk, self.causal)
+        self.plan = heads_c.HeadsPlan(shape)
 
     def __call__(self, q, k, v, out, strides, mask, scratch) -> None:
         b, hq = self.shape[:2]
         m, *mst = _mask_strides(mask, b, hq, self.shape[3], self.shape[4])
-        heads_c.attn_heads(self.plan, q, k, v, out, strides, self.shape, self.scale,
-                           self.softcap, self.causal, self.window, m, tuple(mst), scratch)
+        heads_c.attn_heads(self.plan, q, k, v, out, strides, self.scale, self.softcap,
+                           self.causal, self.window, m, tuple(mst), scratch)
 
 
 def _qk_norm_in_place(op: FusedAttentionBlock, proj: dict, r: dict) -> None:
@@ -185,16 +134,16 @@ class _BlockShape:
             self.sk * d
 
 
-def _project_all(lib, op, shape: _BlockShape, r: dict, bufs, packed, rope: bool) -> dict:
-    """Run every joined projection into its buffer, then the q/k norm (and rope, if `rope`)
-    in place; returns joined roles -> buffer."""
+def _project_all(lib, op, shape: _BlockShape, r: dict, bufs, packed) -> dict:
+    """Run every joined projection into its buffer, then the q/k norm and rope in place;
+    returns joined roles -> buffer."""
     proj = {}
     for (src, joined, *_), buf, pw in zip(shape.projections, bufs, packed):
         _projection(lib, _c(r[src]), r[f"w_{joined}"], buf, r.get(f"b_{joined}"), pw)
         proj[joined] = buf
     if op.qk_norm is not None:
         _qk_norm_in_place(op, proj, r)
-    if rope and op.rope is not RopeMode.NONE:  # q and k lead one projection (infer checks)
+    if op.rope is not RopeMode.NONE:  # q and k lead one projection (infer checks)
         heads_c.rope_packed(proj[shape.projections[0][1]], _c(r["cos"]), _c(r["sin"]),
                             op.num_heads + op.num_kv_heads, op.head_dim, op.n_rot or op.head_dim,
                             op.rope is RopeMode.INTERLEAVED)
@@ -205,7 +154,7 @@ def _project_all(lib, op, shape: _BlockShape, r: dict, bufs, packed, rope: bool)
 def attention_block(node, ins, outs, ctx):
     lib = native.lib()
     op = node.op
-    if lib is None or not is_f32(*ins):
+    if lib is None or heads_c.lib() is None or not is_f32(*ins):
         return None
     roles = op.input_roles()
     shape = _BlockShape(op, ins)
@@ -215,62 +164,32 @@ def attention_block(node, ins, outs, ctx):
         cos = ins[roles.index("cos")]
         if cos.rank < 2 or any(x != 1 for x in cos.dims[:-2]) or cos.dims[-2] != s:
             return None
-    n_rot = op.n_rot or d
-    inter = int(op.rope is RopeMode.INTERLEAVED)
     e_out = int(outs[0].dims[-1])
     cost = dict(flops=shape.flops(op, e_out), bytes=nbytes(ins) + nbytes(outs))
     n_proj = len(shape.projections)
     merged_w = hq * d
-    if heads_c.lib() is not None:
-        heads = _Heads(op.attention_op, (b, hq, hkv, s, sk, d, d))
-        widths = {joined: (rows, width) for _, joined, rows, width, _ in shape.projections}
-        views = [shape.heads[role] for role in "qkv"]
-        strides = sum(((widths[j][0] * widths[j][1], d, widths[j][1]) for j, *_ in views), ())
-        strides += (s * merged_w, d, merged_w)
-        packed = [packed_weight(node, ctx, roles.index(f"w_{joined}"))
-                  for _, joined, *_ in shape.projections]
-        packed_o = packed_weight(node, ctx, roles.index("w_o"))
+    heads = _Heads(op.attention_op, (b, hq, hkv, s, sk, d, d))
+    widths = {joined: (rows, width) for _, joined, rows, width, _ in shape.projections}
+    views = [shape.heads[role] for role in "qkv"]
+    strides = sum(((widths[j][0] * widths[j][1], d, widths[j][1]) for j, *_ in views), ())
+    strides += (s * merged_w, d, merged_w)
+    packed = [packed_weight(node, ctx, roles.index(f"w_{joined}"))
+              for _, joined, *_ in shape.projections]
+    packed_o = packed_weight(node, ctx, roles.index("w_o"))
 
-        def run_packed(*arrays):
-            r = dict(zip(roles, arrays[:len(roles)]))
-            out = arrays[len(roles)]
-            bufs = arrays[len(roles) + 1:len(roles) + 1 + n_proj]
-            merged, scratch = arrays[len(roles) + 1 + n_proj:]
-            proj = _project_all(lib, op, shape, r, bufs, packed, True)
-            q, k, v = (proj[joined][:, :, start:] for joined, start, *_ in views)
-            heads(q, k, v, merged, strides, r.get("mask"), scratch)
-            _projection(lib, merged, r["w_o"], out, r.get("b_o"), packed_o)
-
-        scratch = shape.buffers() + (((b, s, merged_w), np.float32),
-                                     (heads.plan.scratch_shape, np.float32))
-        how = "braze packed-weight GEMM" if None not in packed and packed_o is not None \
-            else "MKL"
-        return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads, "
-                      "no head copies)", scratch=scratch, **cost)
-    core = AttentionCore(op.attention_op, b, hq, hkv, s, sk, d)
-    scratch = shape.buffers() + (
-        ((b, hq, s, d), np.float32), ((b, hkv, sk, d), np.float32),
-        ((b, hkv, sk, d), np.float32), ((b, hq, s, d), np.float32),
-        ((b, s, merged_w), np.float32), (core.scores_shape, np.float32))
-
-    def run(*arrays):
+    def run_packed(*arrays):
         r = dict(zip(roles, arrays[:len(roles)]))
         out = arrays[len(roles)]
         bufs = arrays[len(roles) + 1:len(roles) + 1 + n_proj]
-        q, k, v, att, merged, scores = arrays[len(roles) + 1 + n_proj:]
-        proj = _project_all(lib, op, shape, r, bufs, (None,) * n_proj, False)
-        for dst, role in zip((q, k, v), "qkv"):
-            joined, start, h, rows = shape.heads[role]
-            np.copyto(dst, proj[joined][:, :, start:start + h * d].reshape(b, rows, h, d)
-                      .transpose(0, 2, 1, 3))
-        if op.rope is not RopeMode.NONE:
-            c, sn = _c(r["cos"]), _c(r["sin"])
-            for t, h in ((q, hq), (k, hkv)):
-                lib.rope(t.ctypes.data, c.ctypes.data, sn.ctypes.data, t.ctypes.data, b * h, s,
-                         d, n_rot, inter)
-        core(lib, q, k, v, r.get("mask"), att, scores)
-        np.copyto(merged.reshape(b, s, hq, d), att.transpose(0, 2, 1, 3))
-        _projection(lib, merged, r["w_o"], out, r.get("b_o"))
+        merged, scratch = arrays[len(roles) + 1 + n_proj:]
+        proj = _project_all(lib, op, shape, r, bufs, packed)
+        q, k, v = (proj[joined][:, :, start:] for joined, start, *_ in views)
+        heads(q, k, v, merged, strides, r.get("mask"), scratch)
+        _projection(lib, merged, r["w_o"], out, r.get("b_o"), packed_o)
 
-    return Kernel(run, Dispatch.NATIVE, "fused attention block (BLAS + C)", scratch=scratch,
-                  **cost)
+    scratch = shape.buffers() + (((b, s, merged_w), np.float32),
+                                 (heads.plan.scratch_shape, np.float32))
+    how = "braze packed-weight GEMM" if None not in packed and packed_o is not None \
+        else "MKL"
+    return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads, "
+                  "no head copies)", scratch=scratch, **cost)

@@ -1,20 +1,24 @@
-"""Attention in one C call, one (batch, query head) block per OpenMP task: for a block of query
-rows, scores = q @ k^T (cblas_sgemm), then scale / softcap / mask / safe softmax in place, then
-out = p @ v (cblas_sgemm) written straight into the output rows. q, k, v and the output are
-strided views (batch, head and row strides in elements; rows contiguous), so a packed QKV
-projection [B, S, (Hq + 2 Hkv) D] is read in place and the heads are written merged [B, S, Hq D]:
-no head split or merge copies. Each thread has its own scores scratch (block rows x Sk, sized to
-stay in L2); causal and sliding-window blocks stop the GEMMs at the last key any row of the
-block sees. (batch, head) blocks are handed out dynamically: a thread the OS delays on a busy
-machine does not hold up a static share. MKL runs single-threaded inside the parallel region
-(MKL_DYNAMIC), so the two levels of threading never oversubscribe the cores. The team is at
-most the caller's thread limit (Executable threads), and a call of fewer than
-BRAZE_PAR_MIN_MACS multiply-adds runs on the calling thread alone, MKL sequential too (through
-MKL_Set_Num_Threads_Local: outside an active region MKL would start a team of its own).
+"""Attention in one C call, flash-style, with braze's own register-blocked micro-kernels (no
+BLAS): the work is cut into units of (batch, kv head, block of query rows), handed out
+dynamically over the OpenMP threads (the query blocks that see the most keys first). A unit
+walks the keys its rows see in chunks; per chunk it
 
-The GEMM is the process's cblas_sgemm (blas.sgemm_address(), MKL); without it `lib()` is None
-and the executor keeps the NumPy path of attention.py. Also here: RoPE applied in place to the
-q and k heads of a packed QKV buffer."""
+- packs the chunk's k into panels of NR keys ([d][NR]: the scores micro-kernel's operand, zero
+  padded) and its v into rows of dv padded to NR, once for all the query heads of the group
+  (GQA shares them: a kv head's rep query heads run in the same unit);
+- per query head: scores = q @ k^T over MR x NR register tiles, skipping the tiles a causal or
+  sliding-window mask hides wholly; scale, softcap, mask and the online (running max) softmax
+  over each row's visible keys (exp: codegen.vecmath's vector exp), probabilities left in the
+  scores scratch; out += p @ v over MR x NR tiles, each row tile only over the keys its rows
+  see. The scores never leave L1 / L2.
+
+The running sums are divided out when the unit writes its rows (a row that sees no key, or only
+-inf, gives zeros). q, k, v and the output are strided views (batch, head and row strides in
+elements; rows contiguous), so a packed QKV projection [B, S, (Hq + 2 Hkv) D] is read in place
+and the heads are written merged [B, S, Hq D]: no head split or merge copies. A call of fewer
+than BRAZE_PAR_MIN_MACS multiply-adds runs on the calling thread alone. The library is built
+with cc.PRECISE_FLAGS (IEEE inf / NaN, as the vector exp assumes). Also here: RoPE applied in
+place to the q and k heads of a packed QKV buffer."""
 from __future__ import annotations
 
 import ctypes
@@ -23,66 +27,304 @@ from functools import cache
 import numpy as np
 
 from ..codegen import cc
-from . import blas
-from .native import PROB_ROW, ROPE_ROW
+from ..codegen.vecmath import VECMATH_C
+from .native import ROPE_ROW
 
 __all__ = ["lib", "attn_heads", "rope_packed", "head_strides", "HeadsPlan"]
 
 SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
-#include <float.h>
+#include <string.h>
 #include <omp.h>
+""" + VECMATH_C + cc.parallel_min_define() + ROPE_ROW + r"""
+#if defined(__AVX512F__)
+#define VW 16
+#define MR 12
+#else
+#define VW 8
+#define MR 6
+#endif
+#define NR 16
+#define NV (NR / VW)
 
-typedef void (*sgemm_t)(int, int, int, int, int, int, float, const float*, int, const float*,
-                        int, float, float*, int);
+typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
 
 int attn_max_threads(void) { return omp_get_max_threads(); }
 
-""" + cc.parallel_min_define() + PROB_ROW + ROPE_ROW + r"""
-/* st: element strides (batch, head, row) of q, k, v, out; mst: (batch, head, row, col) of the
-   additive mask (0 to broadcast; mask may be NULL). scratch: slots x block x sk floats. */
-void attn_heads(void* gemm, void* local_threads, const float* q, const float* k,
-                const float* v, float* o,
-                const int64_t* st, int64_t nb, int64_t hq, int64_t hkv, int64_t sq,
-                int64_t sk, int64_t d, int64_t dv, float scale, float softcap, int causal,
-                int64_t window, const float* mask, const int64_t* mst, float* scratch,
-                int64_t block, int slots) {
-  sgemm_t sgemm = (sgemm_t)gemm;
-  int64_t rep = hq / hkv;
-  int (*local)(int) = (int (*)(int))local_threads;
-  int team = omp_get_max_threads() < slots ? omp_get_max_threads() : slots;
-  int parallel = team > 1 && BRAZE_PARALLEL(nb * hq * sq * sk * (d + dv), BRAZE_PAR_MIN_MACS);
-  int before = !parallel && local ? local(1) : 0;
-  #pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(team) if(parallel)
-  for (int64_t b = 0; b < nb; b++) {
-    for (int64_t h = 0; h < hq; h++) {
-      float* s = scratch + (int64_t)omp_get_thread_num() * block * sk;
-      const float* qh = q + b * st[0] + h * st[1];
-      const float* kh = k + b * st[3] + (h / rep) * st[4];
-      const float* vh = v + b * st[6] + (h / rep) * st[7];
-      float* oh = o + b * st[9] + h * st[10];
-      const float* mh = mask ? mask + b * mst[0] + h * mst[1] : 0;
-      for (int64_t q0 = 0; q0 < sq; q0 += block) {
-        int64_t n = sq - q0 < block ? sq - q0 : block;
-        int64_t cols = sk;
-        if (causal && sk >= sq) {  /* the block's last row sees keys <= q0 + n - 1 + sk - sq */
-          int64_t seen = q0 + n + sk - sq;
-          cols = seen < sk ? seen : sk;
-        }
-        sgemm(101, 111, 112, (int)n, (int)cols, (int)d, 1.0f, qh + q0 * st[2], (int)st[2],
-              kh, (int)st[5], 0.0f, s, (int)sk);
-        for (int64_t i = 0; i < n; i++) {
-          int64_t qi = q0 + i;
-          prob_row(s + i * sk, cols, qi + sk - sq, scale, softcap, causal, window,
-                   mh ? mh + qi * mst[2] : 0, mst[3]);
-        }
-        sgemm(101, 111, 111, (int)n, (int)dv, (int)cols, 1.0f, s, (int)sk, vh, (int)st[8],
-              0.0f, oh + q0 * st[11], (int)st[11]);
+/* c[MR, NR] (row stride ldc) = (acc ? c : 0) + a[MR, kc] (row stride lda) @ b[kc, NR] (row
+   stride ldb): q @ k^T on a k panel (ldb = NR) and p @ v on padded v rows alike. */
+static inline void tile_mm(int64_t kc, const float* restrict a, int64_t lda,
+                           const float* restrict b, int64_t ldb, float* restrict c,
+                           int64_t ldc, int acc) {
+  const float* a_top = a;             /* rows 0-2 and 3.. from two bases: both stay in */
+  const float* a_low = a + 3 * lda;   /* registers with lda (base + lda * {0, 1, 2}) */
+  vf s[MR][NV];
+  #pragma GCC unroll 16
+  for (int r = 0; r < MR; r++) {
+    #pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) s[r][v] = acc ? *(const vf*)(c + r * ldc + v * VW) : (vf){0};
+  }
+  #pragma GCC unroll 4
+  for (int64_t t = 0; t < kc; t++) {
+    const vf* row = (const vf*)(b + t * ldb);
+    #pragma GCC unroll 16
+    for (int r = 0; r < MR; r++) {
+      float x = r < 3 ? a_top[t + r * lda] : a_low[t + (r - 3) * lda];
+      #pragma GCC unroll 4
+      for (int v = 0; v < NV; v++) s[r][v] += x * row[v];
+    }
+  }
+  #pragma GCC unroll 16
+  for (int r = 0; r < MR; r++) {
+    #pragma GCC unroll 4
+    for (int v = 0; v < NV; v++) *(vf*)(c + r * ldc + v * VW) = s[r][v];
+  }
+}
+
+typedef float v8 __attribute__((vector_size(32), aligned(4)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+
+/* kp[j / NR][t][j % NR] = key[j * ld + t] for keys j < kc, 0 for kc <= j < kcp: k^T in the
+   panels the scores tiles read. 8 x 8 blocks are transposed in registers (unpack, shuffle,
+   128-bit permute), the rest element by element. */
+static void pack_keys(const float* key, int64_t ld, int64_t kc, int64_t kcp, int64_t d,
+                      float* kp) {
+  const v8i lo2 = {0, 8, 1, 9, 4, 12, 5, 13}, hi2 = {2, 10, 3, 11, 6, 14, 7, 15};
+  const v8i lo4 = {0, 1, 8, 9, 4, 5, 12, 13}, hi4 = {2, 3, 10, 11, 6, 7, 14, 15};
+  const v8i lo8 = {0, 1, 2, 3, 8, 9, 10, 11}, hi8 = {4, 5, 6, 7, 12, 13, 14, 15};
+  int64_t j = 0;
+  for (; d % 8 == 0 && j + 8 <= kc; j += 8) {
+    float* dst = kp + j / NR * d * NR + j % NR;
+    for (int64_t t = 0; t < d; t += 8) {
+      v8 r[8], u[8], w[8];
+      for (int i = 0; i < 8; i++) r[i] = *(const v8*)(key + (j + i) * ld + t);
+      for (int i = 0; i < 8; i += 2) {
+        u[i] = __builtin_shuffle(r[i], r[i + 1], lo2);
+        u[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi2);
+      }
+      for (int i = 0; i < 8; i += 4) {
+        w[i] = __builtin_shuffle(u[i], u[i + 2], lo4);
+        w[i + 1] = __builtin_shuffle(u[i], u[i + 2], hi4);
+        w[i + 2] = __builtin_shuffle(u[i + 1], u[i + 3], lo4);
+        w[i + 3] = __builtin_shuffle(u[i + 1], u[i + 3], hi4);
+      }
+      for (int i = 0; i < 4; i++) {
+        *(v8*)(dst + (t + i) * NR) = __builtin_shuffle(w[i], w[i + 4], lo8);
+        *(v8*)(dst + (t + i + 4) * NR) = __builtin_shuffle(w[i], w[i + 4], hi8);
       }
     }
   }
-  if (!parallel && local) local(before);
+  for (; j < kcp; j++) {
+    float* dst = kp + j / NR * d * NR + j % NR;
+    for (int64_t t = 0; t < d; t++) dst[t * NR] = j < kc ? key[j * ld + t] : 0.0f;
+  }
+}
+
+/* e^x for x <= 0 (NaN-free: x is a score minus its row's running max, or -inf); 0 below
+   -87, where e^x would leave the normal range. */
+static inline float exp_nonpos(float x) {
+  float e = bz_exp_core(x < -87.0f ? -87.0f : x, -0.0f, 0);
+  return x < -87.0f ? 0.0f : e;
+}
+
+/* The keys [lo, hi) query row `row` (of the whole query axis) sees. */
+static inline void row_keys(int64_t row, int64_t off, int64_t sk, int causal, int64_t window,
+                            int64_t* lo, int64_t* hi) {
+  int64_t last = row + off;   /* the last query sees the last key */
+  *hi = causal ? (last + 1 < sk ? last + 1 : sk) : sk;
+  *lo = causal && window > 0 ? (last - window + 1 > 0 ? last - window + 1 : 0) : 0;
+  if (*hi < *lo) *hi = *lo;
+}
+
+/* out[dv] = the mean of v's first n rows (row stride ld): a query a causal mask hides every key
+   from (fewer keys than queries) has all its scores at the same finite stand-in for -inf. */
+static void mean_rows(const float* v, int64_t ld, int64_t n, int64_t dv, float* out) {
+  for (int64_t t = 0; t < dv; t++) out[t] = 0.0f;
+  for (int64_t j = 0; j < n; j++) {
+    #pragma omp simd
+    for (int64_t t = 0; t < dv; t++) out[t] += v[j * ld + t];
+  }
+  float inv = n > 0 ? 1.0f / (float)n : 0.0f;
+  for (int64_t t = 0; t < dv; t++) out[t] *= inv;
+}
+
+/* The keys [c0 + *a, c0 + *z) of chunk [c0, c0 + kc) that some query row in [first, last]
+   sees (*z <= *a: none). */
+static inline void tile_keys(int64_t first, int64_t last, int64_t c0, int64_t kc, int64_t off,
+                             int64_t sk, int causal, int64_t window, int64_t* a, int64_t* z) {
+  int64_t lo, hi, unused;
+  row_keys(first, off, sk, causal, window, &lo, &unused);
+  row_keys(last, off, sk, causal, window, &unused, &hi);
+  *a = lo - c0 > 0 ? lo - c0 : 0;
+  *z = hi - c0 < kc ? hi - c0 : kc;
+}
+
+/* One row of a key chunk [c0, c0 + kc): scores -> scale, softcap, + mask, then the online
+   softmax step against the row's running max *m and sum *l; keys outside [lo, hi) get p = 0.
+   Returns the factor the row's output accumulator must be multiplied by (1: none). */
+static inline float softmax_step(float* s, int64_t kc, int64_t c0, int64_t lo, int64_t hi,
+                                 float scale, float softcap, const float* mrow, int64_t mc,
+                                 float* m, float* l) {
+  int64_t a = lo - c0 > 0 ? (lo - c0 < kc ? lo - c0 : kc) : 0, z = hi - c0 < kc ? hi - c0 : kc;
+  for (int64_t j = 0; j < a; j++) s[j] = 0.0f;
+  for (int64_t j = z > a ? z : a; j < kc; j++) s[j] = 0.0f;
+  if (z <= a) return 1.0f;
+  float mx = -INFINITY;
+  if (softcap > 0.0f) {
+    float inv_cap = 1.0f / softcap;
+    #pragma omp simd
+    for (int64_t j = a; j < z; j++) s[j] = softcap * bz_tanhf(s[j] * scale * inv_cap);
+    scale = 1.0f;
+  }
+  if (mrow && mc == 1) {   /* scale, + mask and the row max in one pass */
+    const float* mr = mrow + c0;
+    #pragma omp simd reduction(max:mx)
+    for (int64_t j = a; j < z; j++) {
+      float x = s[j] * scale + mr[j];
+      s[j] = x;
+      mx = x > mx ? x : mx;
+    }
+  } else if (mrow) {
+    for (int64_t j = a; j < z; j++) {
+      float x = s[j] * scale + mrow[(c0 + j) * mc];
+      s[j] = x;
+      mx = x > mx ? x : mx;
+    }
+  } else {
+    #pragma omp simd reduction(max:mx)
+    for (int64_t j = a; j < z; j++) {
+      float x = s[j] * scale;
+      s[j] = x;
+      mx = x > mx ? x : mx;
+    }
+  }
+  float m_new = mx > *m ? mx : *m;
+  if (m_new == -INFINITY) {   /* nothing seen yet but -inf */
+    for (int64_t j = a; j < z; j++) s[j] = 0.0f;
+    return 1.0f;
+  }
+  float alpha = exp_nonpos(*m - m_new);
+  float total = 0.0f;
+  #pragma omp simd reduction(+:total)
+  for (int64_t j = a; j < z; j++) {
+    float p = exp_nonpos(s[j] - m_new);
+    s[j] = p;
+    total += p;
+  }
+  *l = *l * alpha + total;
+  *m = m_new;
+  return alpha;
+}
+
+/* st: element strides (batch, head, row) of q, k, v, out; mst: (batch, head, row, col) of the
+   additive mask (0 to broadcast; mask may be NULL). scratch: slots x per_thread floats (see
+   HeadsPlan). bq: query rows per unit (a multiple of MR), kb: keys per chunk (of NR). */
+void attn_heads(const float* q, const float* k, const float* v, float* o, const int64_t* st,
+                int64_t nb, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d,
+                int64_t dv, float scale, float softcap, int causal, int64_t window,
+                const float* mask, const int64_t* mst, float* scratch, int64_t per_thread,
+                int64_t bq, int64_t kb, int slots) {
+  int64_t rep = hq / hkv, off = sk - sq, dvp = (dv + NR - 1) / NR * NR;
+  int64_t blocks = (sq + bq - 1) / bq, units = blocks * nb * hkv;
+  int team = omp_get_max_threads() < slots ? omp_get_max_threads() : slots;
+  int parallel = team > 1 && units > 1
+      && BRAZE_PARALLEL(nb * hq * sq * sk * (d + dv), BRAZE_PAR_MIN_MACS);
+  #pragma omp parallel for schedule(dynamic, 1) num_threads(team) if(parallel)
+  for (int64_t u = 0; u < units; u++) {
+    int64_t blk = blocks - 1 - u / (nb * hkv);  /* the blocks that see the most keys first */
+    int64_t b = u % (nb * hkv) / hkv, g = u % hkv;
+    int64_t q0 = blk * bq, n = sq - q0 < bq ? sq - q0 : bq, np = (n + MR - 1) / MR * MR;
+    float* w = scratch + (int64_t)omp_get_thread_num() * per_thread;
+    float* qt = w;                      /* rep x MR x d: a short last row tile, padded */
+    float* kp = qt + rep * MR * d;      /* kb x d: the chunk's keys in [d][NR] panels */
+    float* vp = kp + kb * d;            /* kb x dvp: the chunk's values, rows padded (when
+                                           dv is not a multiple of NR; else read in place) */
+    float* sc = vp + (dv == dvp ? 0 : kb * dvp);  /* bq x kb: scores, then probabilities */
+    float* acc = sc + bq * kb;          /* rep x bq x dvp: output sums */
+    float* mx = acc + rep * bq * dvp;   /* rep x bq: running max */
+    float* sum = mx + rep * bq;         /* rep x bq: running sum */
+    int64_t lo_all, hi_all, lo_last, hi_last, full = n / MR * MR;
+    row_keys(q0, off, sk, causal, window, &lo_all, &hi_last);
+    row_keys(q0 + n - 1, off, sk, causal, window, &lo_last, &hi_all);
+    for (int64_t r = 0; r < rep; r++) {
+      const float* qh = q + b * st[0] + (g * rep + r) * st[1] + q0 * st[2];
+      for (int64_t i = full; i < np; i++) {
+        float* dst = qt + (r * MR + i - full) * d;
+        if (i < n) memcpy(dst, qh + i * st[2], d * sizeof(float));
+        else memset(dst, 0, d * sizeof(float));
+      }
+      memset(acc + r * bq * dvp, 0, np * dvp * sizeof(float));
+      for (int64_t i = 0; i < np; i++) { mx[r * bq + i] = -INFINITY; sum[r * bq + i] = 0.0f; }
+    }
+    const float* kh = k + b * st[3] + g * st[4];
+    const float* vh = v + b * st[6] + g * st[7];
+    for (int64_t c0 = lo_all; c0 < hi_all; c0 += kb) {
+      int64_t kc = hi_all - c0 < kb ? hi_all - c0 : kb;
+      pack_keys(kh + c0 * st[5], st[5], kc, (kc + NR - 1) / NR * NR, d, kp);
+      const float* vs = vh + c0 * st[8];
+      int64_t ldv = st[8];
+      if (dv != dvp) {
+        for (int64_t j = 0; j < kc; j++) {
+          memcpy(vp + j * dvp, vs + j * st[8], dv * sizeof(float));
+          memset(vp + j * dvp + dv, 0, (dvp - dv) * sizeof(float));
+        }
+        vs = vp;
+        ldv = dvp;
+      }
+      for (int64_t r = 0; r < rep; r++) {
+        int64_t h = g * rep + r;
+        const float* mh = mask ? mask + b * mst[0] + h * mst[1] : 0;
+        const float* qh = q + b * st[0] + h * st[1] + q0 * st[2];
+        for (int64_t i0 = 0; i0 < np; i0 += MR) {   /* scores, only the tiles rows see */
+          int64_t a, z;
+          tile_keys(q0 + i0, q0 + (i0 + MR < n ? i0 + MR : n) - 1, c0, kc, off, sk, causal,
+                    window, &a, &z);
+          const float* qa = i0 < full ? qh + i0 * st[2] : qt + r * MR * d;
+          for (int64_t j0 = a / NR * NR; j0 < z; j0 += NR)
+            tile_mm(d, qa, i0 < full ? st[2] : d, kp + j0 * d, NR, sc + i0 * kb + j0, kb, 0);
+        }
+        for (int64_t i = 0; i < n; i++) {
+          int64_t lo, hi;
+          row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
+          float* m_i = mx + r * bq + i;
+          float alpha = softmax_step(sc + i * kb, kc, c0, lo, hi, scale, softcap,
+                                     mh ? mh + (q0 + i) * mst[2] : 0, mst[3], m_i,
+                                     sum + r * bq + i);
+          if (alpha != 1.0f) {
+            float* a_i = acc + (r * bq + i) * dvp;
+            #pragma omp simd
+            for (int64_t t = 0; t < dvp; t++) a_i[t] *= alpha;
+          }
+        }
+        for (int64_t i0 = 0; i0 < np; i0 += MR) {   /* out += p @ v over the keys rows see */
+          int64_t a, z;
+          tile_keys(q0 + i0, q0 + (i0 + MR < n ? i0 + MR : n) - 1, c0, kc, off, sk, causal,
+                    window, &a, &z);
+          for (int64_t j0 = 0; z > a && j0 < dvp; j0 += NR)
+            tile_mm(z - a, sc + i0 * kb + a, kb, vs + a * ldv + j0, ldv,
+                    acc + (r * bq + i0) * dvp + j0, dvp, 1);
+        }
+      }
+    }
+    for (int64_t r = 0; r < rep; r++) {
+      float* oh = o + b * st[9] + (g * rep + r) * st[10] + q0 * st[11];
+      for (int64_t i = 0; i < n; i++) {
+        int64_t lo, hi;
+        row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
+        float* out = oh + i * st[11];
+        if (hi == lo) {   /* every key masked to the same finite value: their mean */
+          mean_rows(vh, st[8], sk, dv, out);
+          continue;
+        }
+        float total = sum[r * bq + i];
+        float inv = total > 0.0f ? 1.0f / total : 0.0f;
+        const float* a_i = acc + (r * bq + i) * dvp;
+        #pragma omp simd
+        for (int64_t t = 0; t < dv; t++) out[t] = a_i[t] * inv;
+      }
+    }
+  }
 }
 
 /* RoPE in place on heads [0, heads) of x [nb, s, row] (head h at h * d of a row), cos / sin
@@ -107,58 +349,66 @@ void rope_packed(float* x, const float* cosv, const float* sinv, int64_t nb, int
 _I64, _F32, _INT, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES = {
     "attn_max_threads": ([], _INT),
-    "attn_heads": ([_P, _P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _F32,
-                    _F32, _INT, _I64, _P, _P, _P, _I64, _INT], None),
+    "attn_heads": ([_P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _F32, _F32,
+                    _INT, _I64, _P, _P, _P, _I64, _I64, _I64, _INT], None),
     "rope_packed": ([_P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _INT], None),
 }
-SCRATCH_BYTES = 256 << 10   # scores per thread: stays in L2
-CAUSAL_BLOCK = 32           # causal rows per block: the GEMMs skip the keys no row sees
+MR = 6        # query rows per register tile (AVX2; the C side uses 12 under AVX-512)
+NR = 16       # keys / output columns per register tile
+QUERY_BLOCK = 192  # query rows per unit at most
+KEY_BLOCK = 256    # keys per online-softmax chunk
+UNITS_PER_THREAD = 4  # query blocks shrink (to MR rows) until each thread has this many units
 
 
 @cache
 def lib():
-    """The compiled attention library, or None (no C compiler, or no cblas_sgemm to call)."""
-    if not cc.available() or blas.sgemm_address() is None:
-        return None
-    return cc.load_library(SOURCE, "braze_attention", _SIGNATURES)
+    """The compiled attention library, or None (no C compiler)."""
+    return cc.load_library(SOURCE, "braze_attention", _SIGNATURES, cc.PRECISE_FLAGS)
 
 
 def head_strides(a: np.ndarray) -> tuple[int, int, int] | None:
     """(batch, head, row) element strides of a float32 [B, H, S, D] view whose rows are
-    contiguous and do not overlap (the row stride is the GEMM's leading dimension: BLAS takes
-    none below D, so a view broadcast along S, stride 0, is not one), or None."""
+    contiguous, or None."""
     if a.dtype != np.float32 or a.ndim != 4 or (a.shape[-1] > 1 and a.strides[-1] != 4):
         return None
-    if a.strides[2] < 4 * max(1, a.shape[-1]) or any(st % 4 for st in a.strides[:3]):
+    if any(st % 4 for st in a.strides[:3]):
         return None
     return tuple(st // 4 for st in a.strides[:3])
 
 
-class HeadsPlan:
-    """Block size and scratch for attn_heads on [B, Hq, Sq, D] x [B, Hkv, Sk, D]."""
+def _round_up(x: int, m: int) -> int:
+    return -(-x // m) * m
 
-    def __init__(self, sq: int, sk: int, causal: bool):
+
+class HeadsPlan:
+    """Unit sizes and per-thread scratch for attn_heads on q [B, Hq, Sq, D], k [B, Hkv, Sk, D],
+    v [B, Hkv, Sk, Dv]: `shape` = (B, Hq, Hkv, Sq, Sk, D, Dv)."""
+
+    def __init__(self, shape: tuple[int, ...]):
+        b, hq, hkv, sq, sk, d, dv = shape
+        self.shape = shape
         self.slots = max(1, int(lib().attn_max_threads()))
-        rows = max(1, SCRATCH_BYTES // (4 * max(sk, 1)))
-        self.block = min(sq, CAUSAL_BLOCK if causal else rows, rows)
-        self.sk = sk
-        self.scratch_shape = (self.slots, self.block, sk)
+        mr = 2 * MR  # room for the AVX-512 build's 12-row tiles
+        blocks = -(-UNITS_PER_THREAD * self.slots // max(1, b * hkv))
+        self.bq = max(mr, min(_round_up(QUERY_BLOCK, mr), _round_up(-(-sq // blocks), mr)))
+        self.kb = min(_round_up(KEY_BLOCK, NR), _round_up(max(sk, 1), NR))
+        rep, dvp = hq // hkv, _round_up(dv, NR)
+        self.per_thread = (rep * 2 * MR * d + self.kb * d + (0 if dv == dvp else self.kb * dvp)
+                           + self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq)
+        self.scratch_shape = (self.slots, self.per_thread)
 
 
 def attn_heads(plan: HeadsPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray,
-               strides: tuple[int, ...], shape: tuple[int, ...], scale: float, softcap: float,
-               causal: bool, window: int, mask, mask_strides: tuple[int, ...],
-               scratch: np.ndarray) -> None:
+               strides: tuple[int, ...], scale: float, softcap: float, causal: bool,
+               window: int, mask, mask_strides: tuple[int, ...], scratch: np.ndarray) -> None:
     """Run the C kernel. `strides`: 12 element strides (batch, head, row of q, k, v, out);
-    `shape`: (B, Hq, Hkv, Sq, Sk, D, Dv); `mask` a float32 array or None with its 4 element
-    strides (0 where it broadcasts)."""
+    `mask` a float32 array or None with its 4 element strides (0 where it broadcasts)."""
     st = np.asarray(strides, np.int64)
     mst = np.asarray(mask_strides, np.int64)
-    lib().attn_heads(blas.sgemm_address(), blas.local_threads_address(), q.ctypes.data,
-                     k.ctypes.data, v.ctypes.data, out.ctypes.data, st.ctypes.data, *shape,
-                     scale, softcap, int(causal),
-                     window, None if mask is None else mask.ctypes.data, mst.ctypes.data,
-                     scratch.ctypes.data, plan.block, plan.slots)
+    lib().attn_heads(q.ctypes.data, k.ctypes.data, v.ctypes.data, out.ctypes.data,
+                     st.ctypes.data, *plan.shape, scale, softcap, int(causal), window,
+                     None if mask is None else mask.ctypes.data, mst.ctypes.data,
+                     scratch.ctypes.data, plan.per_thread, plan.bq, plan.kb, plan.slots)
 
 
 def rope_packed(qkv: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int, d: int,

@@ -1,8 +1,8 @@
 """Hand-written C kernels (float32) for what BLAS does not do: matmul epilogues (bias +
 activation in place), row norms (LayerNorm / RMSNorm, with a residual add and its sum exposed),
-safe softmax rows with attention masking (scale, softcap, causal / sliding window, additive
-mask), RoPE, gated activations. Compiled once per machine by codegen.cc (OpenMP across rows,
-libmvec for expf / tanhf / erff: max error a few ulp, tested against the interpreter).
+safe softmax rows, RoPE, gated activations. Compiled once per machine by codegen.cc (OpenMP
+across rows, libmvec for expf / tanhf / erff: max error a few ulp, tested against the
+interpreter).
 `lib()` is None without a C compiler; the kernels then fall back to NumPy."""
 from __future__ import annotations
 
@@ -13,36 +13,10 @@ import numpy as np
 
 from ..codegen import cc
 
-__all__ = ["lib", "ACT_CODES", "ACT_SPAN", "ptr", "fptr", "PROB_ROW", "ROPE_ROW"]
+__all__ = ["lib", "ACT_CODES", "ACT_SPAN", "ptr", "fptr", "ROPE_ROW"]
 
 ACT_CODES = {None: 0, "gelu": 1, "gelu_approx": 2, "silu": 3, "relu": 4, "sigmoid": 5,
              "tanh": 6, "quick_gelu": 7}
-
-PROB_ROW = r"""
-/* One row of attention scores -> probabilities over its first `cols` keys: s = s * scale;
-   softcap; causal / sliding window (keys after `last`, or `window` or more before it, are
-   masked); + mrow[j * mc] (mrow may be NULL); safe softmax (a row of only -inf gives zeros). */
-static void prob_row(float* row, int64_t cols, int64_t last, float scale, float softcap,
-                     int causal, int64_t window, const float* mrow, int64_t mc) {
-  const float lowest = -FLT_MAX;
-  float mx = -INFINITY;
-  for (int64_t j = 0; j < cols; j++) {
-    float v = row[j] * scale;
-    if (softcap > 0.0f) v = softcap * tanhf(v / softcap);
-    if (causal && (j > last || (window > 0 && j <= last - window))) v = lowest;
-    if (mrow) v += mrow[j * mc];
-    row[j] = v;
-    mx = v > mx ? v : mx;
-  }
-  if (mx == -INFINITY) { for (int64_t j = 0; j < cols; j++) row[j] = 0.0f; return; }
-  float total = 0.0f;
-  #pragma omp simd reduction(+:total)
-  for (int64_t j = 0; j < cols; j++) { float e = expf(row[j] - mx); row[j] = e; total += e; }
-  float inv = 1.0f / total;
-  #pragma omp simd
-  for (int64_t j = 0; j < cols; j++) row[j] *= inv;
-}
-"""
 
 ROPE_ROW = r"""
 /* The first 2 * half values of a row rotated by cos / sin [half] (y may be x). */
@@ -97,7 +71,7 @@ SOURCE = r"""
 #include <stdint.h>
 #include <float.h>
 #include <omp.h>
-""" + cc.simd_math_decls() + cc.parallel_min_define() + PROB_ROW + ROPE_ROW + r"""
+""" + cc.simd_math_decls() + cc.parallel_min_define() + ROPE_ROW + r"""
 
 void braze_set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
 int braze_max_threads(void) { return omp_get_max_threads(); }
@@ -207,32 +181,6 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {
   }
 }
 
-/* Attention scores -> probabilities, in place, for `groups` (batch x kv head) blocks of
-   [rows, sk]: row i holds query q0 + i % block of query head (g % heads_per_batch) * rep +
-   i / block. s = s * scale; softcap; causal / sliding window (the last query sees the last
-   key: query q sees keys j <= q + sk - sq); + mask[b, head, q, j] (mask may be NULL; element
-   strides, 0 to broadcast); safe softmax. */
-void attn_softmax(float* s, int64_t groups, int64_t rows, int64_t block, int64_t sq,
-                  int64_t sk, int64_t q0,
-                  float scale, float softcap, int causal, int64_t window,
-                  const float* mask, int64_t mask_b_stride, int64_t mask_h_stride,
-                  int64_t heads_per_batch, int64_t rep, int64_t mask_row_stride,
-                  int64_t mask_col_stride) {
-  #pragma omp parallel for collapse(2) schedule(static) \
-      if(BRAZE_PARALLEL(groups * rows * sk, BRAZE_PAR_MIN))
-  for (int64_t g = 0; g < groups; g++) {
-    for (int64_t i = 0; i < rows; i++) {
-      int64_t qi = q0 + i % block;
-      int64_t head = (g % heads_per_batch) * rep + i / block;
-      int64_t b = g / heads_per_batch;
-      const float* mrow = mask ? mask + b * mask_b_stride + head * mask_h_stride
-                                 + qi * mask_row_stride : 0;
-      prob_row(s + (g * rows + i) * sk, sk, qi + (sk - sq), scale, softcap, causal, window,
-               mrow, mask_col_stride);
-    }
-  }
-}
-
 /* RoPE on x viewed as [outer, s, d] rows (outer = batch * heads), cos / sin [s, n_rot / 2]. */
 void rope(const float* x, const float* cosv, const float* sinv, float* y, int64_t outer,
           int64_t s, int64_t d, int64_t n_rot, int interleaved) {
@@ -271,8 +219,6 @@ _SIGNATURES = {
     "unary_act": [_P, _P, _I64, _INT],
     "row_norm": [_P, _P, _P, _P, _P, _P, _I64, _I64, _F32, _INT],
     "softmax_rows": [_P, _P, _I64, _I64],
-    "attn_softmax": [_P, _I64, _I64, _I64, _I64, _I64, _I64, _F32, _F32, _INT, _I64, _P, _I64,
-                     _I64, _I64, _I64, _I64, _I64],
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
     "gated": [_P, _P, _I64, _I64, _INT, _INT],
 }
