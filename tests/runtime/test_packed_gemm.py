@@ -85,6 +85,61 @@ def test_leading_dims_are_rows_and_threads_do_not_change_the_result():
     np.testing.assert_array_equal(out, single)  # each element's sum has one order
 
 
+@pytest.mark.parametrize("m", [2, 4, 8, 10, 14, 16, 22, 128, 130, 1000])
+def test_every_row_rest_matches_float64_on_one_and_two_threads(m):
+    # rows split into 6-row blocks (AVX2), a rest of 4 or 2 as 4-row blocks, others padded
+    x, w, bias = _operands(m, 300, 40, m)
+    packed = pg.pack(w)
+    outs = []
+    for threads in (2, 1):
+        native.lib().braze_set_threads(threads)
+        try:
+            out = np.full((m, 40), np.nan, np.float32)
+            assert pg.gemm(x, packed, out, bias, 0)
+            outs.append(out)
+        finally:
+            native.lib().braze_set_threads(2)
+    want = x.astype("f8") @ w.astype("f8") + bias
+    np.testing.assert_allclose(outs[0], want, rtol=1e-4, atol=2e-5)
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_tanh_gelu_epilogue_keeps_its_tails():
+    # out = gelu_approx(v) for v from -40 to 40 (x = v, w = identity): the right tail is v,
+    # the left tail keeps its relative accuracy down to the denormals (0.5 v (1 + tanh u) in
+    # float is 0 below about v = -5), no NaN past expf's range
+    v = np.linspace(-40, 40, 801, dtype=np.float32)
+    out = np.empty((1, v.size), np.float32)
+    gelu = native.ACT_CODES["gelu_approx"]
+    assert pg.gemm(v.reshape(1, -1), pg.pack(np.eye(v.size, dtype=np.float32)), out, None, gelu)
+    v64 = v.astype("f8")
+    with np.errstate(over="ignore"):
+        want = v64 / (1.0 + np.exp(-1.5957691216057308 * (v64 + 0.044715 * v64 ** 3)))
+    assert np.isfinite(out).all()
+    np.testing.assert_allclose(out[0], want, rtol=1e-5, atol=2e-38)
+
+
+def test_python_threads_each_get_their_own_scratch():
+    import threading
+    x, w, bias = _operands(130, 400, 300, 11)
+    packed = pg.pack(w)
+    want = np.empty((130, 300), np.float32)
+    assert pg.gemm(x, packed, want, bias, 0)
+    results = [np.full_like(want, np.nan) for _ in range(4)]
+
+    def work(i):
+        for _ in range(5):
+            assert pg.gemm(x, packed, results[i], bias, 0)
+
+    workers = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    for got in results:
+        np.testing.assert_array_equal(got, want)
+
+
 def test_declines_what_it_cannot_take():
     w = np.ones((6, 5), np.float32)
     assert pg.pack(np.ones((6, 10), np.float32)[::-1]) is None       # negative stride

@@ -5,15 +5,20 @@ the program is built, into panels of NR = 16 columns (rows of 16 contiguous floa
 of 256 rows outermost, the panels within), the last panel zero padded: ceil(n / 16) * 16 * k
 floats, about 1.0x the weight (MKL's cblas_sgemm_pack took ~4x per tile slab). A call then
 
-- cuts the output into tiles (a block of rows x a group of panels) handed out dynamically over
-  the OpenMP threads (a thread the OS delays on a busy machine leaves its tiles to the others);
-- per tile and K block of KC = 256 rows runs the register-blocked micro-kernel over the tile:
-  MR x 16 accumulators (6 x two 8-float vectors under AVX2, 12 x one 16-float vector under
-  AVX-512) fed by one broadcast of x (read in place; a short last row block is copied, zero
-  padded) and the 16 weights of the panel per k;
-- starts the accumulators from the bias, and applies the activation to the finished tile while
-  it is in cache, with the executor's activation code (native.ACT_SPAN: the same exp / erf /
-  tanh the other kernels use and the tests check).
+- cuts the output into tiles (a block of rows x a group of panels, the panels split evenly and
+  the tile count a multiple of the threads) handed out dynamically over the OpenMP threads (a
+  thread the OS delays on a busy machine leaves its tiles to the others);
+- per tile and K block of KC = 256 rows copies the tile's rows of x into the thread's scratch
+  and runs the register-blocked micro-kernel down them, panel by panel, into the tile's output
+  in scratch: MR x 16 accumulators (6 x two 8-float vectors under AVX2, 12 x one 16-float
+  vector under AVX-512; a rest of rows as H2 = 4 / 8-row blocks where that covers it) fed by one
+  broadcast of x and the 16 weights of the panel per k. Both scratch blocks have padded rows:
+  in place, rows of 2048-4096 floats put a micro block's rows on one L1 set (~10% lost);
+- starts the accumulators from the bias, and applies the activation while the finished tile
+  goes from scratch to `out`, with the executor's activation code (native.ACT_SPAN: the same
+  exp / erf / tanh the other kernels use and the tests check), except the tanh GELU, computed
+  as x sigmoid(2u) (the same function, half the cost of libmvec's tanhf, no left-tail
+  cancellation).
 
 The kernel is GCC vector extensions (no intrinsics), compiled with codegen.cc's flags
 (-march=native): AVX2 / AVX-512 / plain SSE machines all get a correct build. `lib()` is None
@@ -22,6 +27,7 @@ The executor uses it by default; BRAZE_PACKED_GEMM=0 opts out (see fused.packed_
 from __future__ import annotations
 
 import ctypes
+import threading
 from functools import cache
 
 import numpy as np
@@ -42,30 +48,34 @@ SOURCE = r"""
 #if defined(__AVX512F__)
 #define VW 16
 #define MR 12
+#define H2 8
 #else
 #define VW 8
 #define MR 6
+#define H2 4
 #endif
 #define NR 16
 #define NV (NR / VW)
 #define KC 256
 #define MC 144  /* rows per tile at most (balanced over the row blocks) */
+#define GELU_APPROX """ + str(native.ACT_CODES["gelu_approx"]) + r"""
 
 typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
 
-/* c[MR, NR] (row stride ldc) = (load ? c : bias row or 0) + a @ bp over kc: a is MR rows of x
-   (row stride lda, read in place: packing x cost ~10% when every tile repacked it), bp a panel
-   slice [kc][NR] of the packed weight. Rows are addressed from two bases, so the compiler keeps
-   them in registers (base + lda * {0, 1, 2}). */
-static void micro(int64_t kc, const float* restrict a, int64_t lda, const float* restrict bp,
-                  float* c, int64_t ldc, int load, const float* bias) {
+/* c[h, NR] (row stride ldc) = (load ? c : bias row or 0) + a @ bp over kc, for h = MR or
+   H2 rows (a constant in each caller, so the loops unroll into registers): a is h rows of x
+   (row stride lda), bp a panel slice [kc][NR] of the packed weight. Rows are addressed from
+   two bases, so the compiler keeps them in registers (base + lda * {0, 1, 2}). */
+static inline __attribute__((always_inline)) void micro_h(
+    int h, int64_t kc, const float* restrict a, int64_t lda, const float* restrict bp, float* c,
+    int64_t ldc, int load, const float* bias) {
   const float* a0 = a;
   const float* a3 = a + 3 * lda;
   vf acc[MR][NV], b0[NV];
   #pragma GCC unroll 4
   for (int v = 0; v < NV; v++) b0[v] = bias ? *(const vf*)(bias + v * VW) : (vf){0};
   #pragma GCC unroll 16
-  for (int i = 0; i < MR; i++) {
+  for (int i = 0; i < h; i++) {
     #pragma GCC unroll 4
     for (int v = 0; v < NV; v++) acc[i][v] = load ? *(const vf*)(c + i * ldc + v * VW) : b0[v];
   }
@@ -75,17 +85,27 @@ static void micro(int64_t kc, const float* restrict a, int64_t lda, const float*
     #pragma GCC unroll 4
     for (int v = 0; v < NV; v++) b[v] = *(const vf*)(bp + k * NR + v * VW);
     #pragma GCC unroll 16
-    for (int i = 0; i < MR; i++) {
+    for (int i = 0; i < h; i++) {
       float x = i < 3 ? a0[k + i * lda] : a3[k + (i - 3) * lda];
       #pragma GCC unroll 4
       for (int v = 0; v < NV; v++) acc[i][v] += x * b[v];
     }
   }
   #pragma GCC unroll 16
-  for (int i = 0; i < MR; i++) {
+  for (int i = 0; i < h; i++) {
     #pragma GCC unroll 4
     for (int v = 0; v < NV; v++) *(vf*)(c + i * ldc + v * VW) = acc[i][v];
   }
+}
+
+static void micro(int64_t kc, const float* restrict a, int64_t lda, const float* restrict bp,
+                  float* c, int64_t ldc, int load, const float* bias) {
+  micro_h(MR, kc, a, lda, bp, c, ldc, load, bias);
+}
+
+static void micro2(int64_t kc, const float* restrict a, int64_t lda, const float* restrict bp,
+                   float* c, int64_t ldc, int load, const float* bias) {
+  micro_h(H2, kc, a, lda, bp, c, ldc, load, bias);
 }
 
 int64_t pg_packed_floats(int64_t k, int64_t n) { return (n + NR - 1) / NR * NR * k; }
@@ -116,33 +136,71 @@ void pg_pack(const float* w, int64_t s0, int64_t s1, int64_t k, int64_t n, float
   }
 }
 
+/* Scratch per thread (pg_gemm's `scratch`: this times the threads): a tile's x rows for one K
+   block and its output, on rows padded so that no two rows of a micro block share an L1 set
+   (rows of 3072 or 4096 floats in place all did: the micro-kernel lost ~10%). */
+#define LDA_T (KC + 16)
+#define LDC_T (16 * NR + 16)
+#define SCRATCH_FLOATS ((MC + MR) * (LDA_T + LDC_T))
+
+int64_t pg_scratch_floats(void) { return SCRATCH_FLOATS * (int64_t)omp_get_max_threads(); }
+
+/* dst = act(src) over n values: act_span, but for the tanh GELU x sigmoid(2u), which is the
+   same function at half the cost of libmvec's tanhf and keeps full relative accuracy in the
+   left tail (under -ffast-math expf must stay below its overflow: 88). */
+static void tile_act(const float* src, float* dst, int64_t n, int act) {
+  if (act != GELU_APPROX) {
+    act_span(src, 0, dst, n, act);
+    return;
+  }
+  #pragma omp simd
+  for (int64_t i = 0; i < n; i++) {
+    float v = src[i], t = -1.59576912160573072f * (v + 0.044715f * v * v * v);
+    dst[i] = v / (1.0f + expf(t < 88.0f ? t : 88.0f));
+  }
+}
+
 /* out[m, n] (C-contiguous) = act(a[m, k] (row stride lda) @ w + bias), w packed by pg_pack;
-   bias may be NULL. Tiles of up to MC rows (balanced, a multiple of MR) x `group` panels,
-   about 4 per thread, at most 16 panels wide. */
+   bias may be NULL; scratch holds pg_scratch_floats() floats (64-byte aligned). The output is
+   cut into tiles of up to MC rows (balanced over the row blocks) x a group of at most 16
+   panels (the panels split evenly into groups, the tile count a multiple of the threads), about
+   4 per thread, handed out dynamically (a thread the OS delays on a busy machine leaves its
+   tiles to the others). Per tile and K block the tile's rows of x are copied into scratch,
+   then each panel runs the micro-kernel down the rows (MR-row blocks; a rest of H2 or
+   2 H2 - MR rows as H2-row blocks, any other rest zero padded) into the tile's scratch output,
+   which goes to `out` through the activation when the tile is done. */
 void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m, int64_t n,
-             int64_t k, const float* bias, int act) {
+             int64_t k, const float* bias, int act, float* scratch) {
   int64_t panels = (n + NR - 1) / NR, nt = omp_get_max_threads();
   int64_t rblocks = (m + MC - 1) / MC;
   int64_t rb = ((m + rblocks - 1) / rblocks + MR - 1) / MR * MR;
   rblocks = (m + rb - 1) / rb;
-  int64_t group = panels * rblocks / (4 * nt);
-  group = group > 16 ? 16 : group < 1 ? 1 : group;
-  int64_t groups = (panels + group - 1) / group, tiles = rblocks * groups;
+  int64_t groups = (4 * nt + rblocks - 1) / rblocks;
+  if (groups < (panels + 15) / 16) groups = (panels + 15) / 16;
+  if (groups > panels) groups = panels;
+  if (groups * rblocks % nt && groups + nt - groups * rblocks % nt <= panels)
+    groups += nt - groups * rblocks % nt;
+  int64_t tiles = rblocks * groups;
   #pragma omp parallel if(tiles > 1 && BRAZE_PARALLEL(m * n * k, BRAZE_PAR_MIN_MACS))
   {
-    float tail[MR * KC], tmp[MR * NR], pad_bias[NR];
+    float* at = scratch + SCRATCH_FLOATS * (int64_t)omp_get_thread_num();
+    float* ct = at + (MC + MR) * LDA_T;
+    float pad_bias[NR];
     #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tiles; t++) {
-      int64_t r0 = t / groups * rb, p0 = t % groups * group;
-      int64_t rows = m - r0 < rb ? m - r0 : rb, p1 = p0 + group < panels ? p0 + group : panels;
-      int64_t full = rows / MR * MR, mr = rows - full;  /* the last mr rows: a short block */
+      int64_t g = t % groups, r0 = t / groups * rb;
+      int64_t p0 = g * panels / groups, p1 = (g + 1) * panels / groups;
+      int64_t rows = m - r0 < rb ? m - r0 : rb;
+      int64_t n_mr = rows / MR, rest = rows % MR, n_h2 = 0;
+      if (rest == H2) n_h2 = 1;
+      if (rest == 2 * H2 - MR && n_mr > 0) n_h2 = 2, n_mr--;
+      rest = rows - n_mr * MR - n_h2 * H2;       /* 0, or a zero-padded block of H2 or MR */
+      int64_t pad = rest == 0 ? 0 : rest <= H2 ? H2 : MR, blocks = n_mr + n_h2 + (pad > 0);
       for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC;
-        if (mr) {  /* copied once per K block, zero padded to MR rows */
-          memset(tail, 0, sizeof tail);
-          for (int64_t i = 0; i < mr; i++)
-            memcpy(tail + i * KC, a + (r0 + full + i) * lda + k0, kc * sizeof(float));
-        }
+        for (int64_t i = 0; i < rows; i++)
+          memcpy(at + i * LDA_T, a + (r0 + i) * lda + k0, kc * sizeof(float));
+        if (k0 == 0) memset(at + rows * LDA_T, 0, (pad - rest) * LDA_T * sizeof(float));
         for (int64_t p = p0; p < p1; p++) {
           int64_t j0 = p * NR, nr = n - j0 < NR ? n - j0 : NR;
           const float* bpp = bp + panel_at(p, k0, k, n);
@@ -159,29 +217,25 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
              panel's rows compute, fetch the next panel's block (kc lines) into L2, a share
              per row block */
           const char* next = (const char*)(bpp + kc * NR);
-          int64_t lines = p + 1 < p1 ? kc : 0, share = (lines * MR + rows - 1) / rows + 1;
-          for (int64_t i0 = 0; i0 < rows; i0 += MR) {
-            for (int64_t l = i0 / MR * share; l < (i0 / MR + 1) * share && l < lines; l++)
+          int64_t lines = p + 1 < p1 ? kc : 0, share = (lines + blocks - 1) / blocks;
+          float* cp = ct + (p - p0) * NR;
+          int64_t i0 = 0;
+          for (int64_t blk = 0; blk < blocks; blk++) {
+            for (int64_t l = blk * share; l < (blk + 1) * share && l < lines; l++)
               __builtin_prefetch(next + l * 64, 0, 2);
-            int64_t h = i0 < full ? MR : mr;
-            const float* ai = i0 < full ? a + (r0 + i0) * lda + k0 : tail;
-            int64_t ld = i0 < full ? lda : KC;
-            float* c = out + (r0 + i0) * n + j0;
-            if (h == MR && nr == NR) {
-              micro(kc, ai, ld, bpp, c, n, k0 > 0, bb);
-              continue;
+            if (blk < n_mr || (blk == blocks - 1 && pad == MR)) {
+              micro(kc, at + i0 * LDA_T, LDA_T, bpp, cp + i0 * LDC_T, LDC_T, k0 > 0, bb);
+              i0 += MR;
+            } else {
+              micro2(kc, at + i0 * LDA_T, LDA_T, bpp, cp + i0 * LDC_T, LDC_T, k0 > 0, bb);
+              i0 += H2;
             }
-            if (k0 > 0) for (int64_t i = 0; i < h; i++) memcpy(tmp + i * NR, c + i * n, nr * 4);
-            micro(kc, ai, ld, bpp, tmp, NR, k0 > 0, bb);
-            for (int64_t i = 0; i < h; i++) memcpy(c + i * n, tmp + i * NR, nr * 4);
           }
         }
       }
-      if (act) {
-        int64_t j0 = p0 * NR, j1 = p1 * NR < n ? p1 * NR : n;
-        for (int64_t r = r0; r < r0 + rows; r++)
-          act_span(out + r * n + j0, 0, out + r * n + j0, j1 - j0, act);
-      }
+      int64_t j0 = p0 * NR, j1 = p1 * NR < n ? p1 * NR : n;
+      for (int64_t i = 0; i < rows; i++)
+        tile_act(ct + i * LDC_T, out + (r0 + i) * n + j0, j1 - j0, act);
     }
   }
 }
@@ -191,7 +245,8 @@ _I64, _INT, _P = ctypes.c_int64, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES = {
     "pg_packed_floats": ([_I64, _I64], _I64),
     "pg_pack": ([_P, _I64, _I64, _I64, _I64, _P], None),
-    "pg_gemm": ([_P, _I64, _P, _P, _I64, _I64, _I64, _P, _INT], None),
+    "pg_scratch_floats": ([], _I64),
+    "pg_gemm": ([_P, _I64, _P, _P, _I64, _I64, _I64, _P, _INT, _P], None),
 }
 
 
@@ -251,5 +306,20 @@ def gemm(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.ndarray 
         return False
     if m:
         so.pg_gemm(x.ctypes.data, packed.k, packed.panels.ctypes.data, out.ctypes.data, m,
-                   packed.n, packed.k, None if bias is None else bias.ctypes.data, act)
+                   packed.n, packed.k, None if bias is None else bias.ctypes.data, act,
+                   _scratch(int(so.pg_scratch_floats())).ctypes.data)
     return True
+
+
+_SCRATCH = threading.local()
+
+
+def _scratch(floats: int) -> np.ndarray:
+    """The calling thread's kernel scratch (64-byte aligned, at least `floats` long), kept for
+    its next call: two Python threads may run GEMMs at once, each with its own."""
+    buf = getattr(_SCRATCH, "buf", None)
+    if buf is None or buf.size < floats:
+        raw = np.empty(floats + 16, np.float32)
+        start = (-raw.ctypes.data % 64) // 4
+        buf = _SCRATCH.buf = raw[start:start + floats]
+    return buf
