@@ -6,6 +6,7 @@ combines them with this core."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import sys
 from collections.abc import Iterable, Sequence
@@ -61,6 +62,45 @@ def infer_cached(op: Op, in_shapes: tuple[Shape, ...]):
             _INFER_CACHE.clear()
         _INFER_CACHE[key] = hit
     return hit
+
+
+_FIRST_VALUES: list[tuple[Value]] = []
+
+
+def first_values(nid: int) -> tuple[Value]:
+    """`(Value(nid, 0),)`, shared: values are immutable handles compared by field, and graph
+    rebuilds make one per copied node (a frozen dataclass is slow to construct)."""
+    try:
+        return _FIRST_VALUES[nid]
+    except IndexError:
+        _FIRST_VALUES.extend((Value(i, 0),) for i in range(len(_FIRST_VALUES), 2 * nid + 64))
+        return _FIRST_VALUES[nid]
+
+
+def _node_maker():
+    """A constructor for `Node` that sets its slots directly: the same object as `Node(...)`
+    (checked in tests/ir), without the frozen dataclass's per-field `object.__setattr__`."""
+    fields = ("id", "op", "inputs", "outputs", "name", "provenance")
+    if tuple(f.name for f in dataclasses.fields(Node)) != fields:  # Node changed: play safe
+        return Node
+    setters = [getattr(Node, f).__set__ for f in fields]
+    s_id, s_op, s_in, s_out, s_name, s_prov = setters
+    new = object.__new__
+
+    def make(nid: int, op: Op, inputs: tuple[Value, ...], outputs: tuple[Shape, ...],
+             name: str | None, provenance: str | None) -> Node:
+        n = new(Node)
+        s_id(n, nid)
+        s_op(n, op)
+        s_in(n, inputs)
+        s_out(n, outputs)
+        s_name(n, name)
+        s_prov(n, provenance)
+        return n
+    return make
+
+
+_new_node = _node_maker()
 
 
 class GraphCore:
@@ -187,7 +227,8 @@ class GraphCore:
                 name = None
             else:
                 self._names[name] = nid
-        self.nodes.append(Node(nid, node.op, inputs, node.outputs, name, node.provenance))
+        op = node.op
+        self.nodes.append(_new_node(nid, op, inputs, node.outputs, name, node.provenance))
         self._users.append([])
         users = self._users
         if len(inputs) == 1:
@@ -197,15 +238,39 @@ class GraphCore:
             for i, v in enumerate(inputs):
                 if i == 0 or v not in inputs[:i]:
                     users[v.node].append((nid, v.index))
-        if node.op.source:
-            kind = node.op.kind
+        if op.source:
+            kind = op.kind
             if kind == "input":
                 self.input_ids.append(nid)
             elif kind == "param":
                 self.param_ids.append(nid)
         if len(node.outputs) == 1:
-            return (Value(nid, 0),)
+            return first_values(nid)
         return tuple(Value(nid, i) for i in range(len(node.outputs)))
+
+    def copy_prefix(self, source: GraphCore, k: int) -> list[tuple[Value, ...]]:
+        """Make this empty graph's first `k` nodes those of `source` (a prefix of a topological
+        order reads only itself), sharing the immutable Node objects: what `copy_node` would
+        make of them one by one, without the per-node work. Returns their output values."""
+        if self.nodes:
+            raise GraphError(f"copy_prefix needs an empty graph; {self.name!r} has nodes")
+        nodes = source.nodes[:k]
+        self.nodes = nodes
+        self._users = [[u for u in us if u[0] < k] for us in source._users[:k]]
+        names = self._names
+        for n in nodes:
+            if n.name is not None:
+                if n.name in names:  # a clash copy_node would resolve by dropping the name
+                    nodes[n.id] = _new_node(n.id, n.op, n.inputs, n.outputs, None, n.provenance)
+                else:
+                    names[n.name] = n.id
+            if n.op.source:  # registered as copy_node does
+                kind = n.op.kind
+                if kind == "input":
+                    self.input_ids.append(n.id)
+                elif kind == "param":
+                    self.param_ids.append(n.id)
+        return [first_values(n.id) if len(n.outputs) == 1 else n.values for n in nodes]
 
     def _same_types(self, new: tuple[Value, ...], old: tuple[Value, ...], source: GraphCore
                     ) -> bool:

@@ -25,11 +25,14 @@ def dead_code_elimination(g: Graph, ctx: RewriteContext | None = None) -> tuple[
                 live[v.node] = True
         elif isinstance(node.op, Input):
             live[node.id] = True
-    if all(live):
+    try:
+        first = live.index(False)
+    except ValueError:
         return g, False
     new = Graph(g.name, record_provenance=False)
     outs_of: list = [None] * len(g.nodes)  # old node id -> its copy's values
-    for node in g.nodes:
+    outs_of[:first] = new.copy_prefix(g, first)  # nodes before the first dead one stay as they are
+    for node in g.nodes[first:]:
         if live[node.id]:  # copies of copies: the types are the old ones
             ins = tuple([outs_of[v.node][v.index] for v in node.inputs])
             outs_of[node.id] = new.copy_node(node, ins)
@@ -51,7 +54,9 @@ def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None
         return g, False
     new = Graph(g.name, record_provenance=False)
     outs_of: list = [None] * len(g.nodes)  # old node id -> the new values it maps onto
-    for node in g.nodes:
+    start = min(merged)
+    outs_of[:start] = new.copy_prefix(g, start)  # before the first duplicate: as they are
+    for node in g.nodes[start:]:
         first = merged.get(node.id)
         if first is not None:
             outs_of[node.id] = outs_of[first]

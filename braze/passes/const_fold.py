@@ -198,7 +198,10 @@ def _rebuild(g: Graph, actions: list[str], values: dict[Value, np.ndarray],
              sources: list[tuple[str, ...]]) -> Graph:
     new = Graph(g.name, record_provenance=False)
     vmap: dict[Value, Value] = {}
-    for n in g.nodes:
+    first = next((i for i, a in enumerate(actions) if a != "keep"), len(actions))
+    for n, outs in zip(g.nodes, new.copy_prefix(g, first)):  # kept as they are
+        vmap.update(zip(n.values, outs))
+    for n in g.nodes[first:]:
         action = actions[n.id]
         if action == "keep":
             vmap.update(zip(n.values, new.clone_node(n, [vmap[v] for v in n.inputs], g)))

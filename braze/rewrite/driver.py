@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,6 +61,7 @@ class RewriteResult:
     stats: dict[str, RuleStats] = field(default_factory=dict)
     misses: list[MissedFusion] = field(default_factory=list)
     node_map: dict[int, int] = field(default_factory=dict)  # old node id -> new (copied nodes)
+    made: list[int] = field(default_factory=list)  # ids of the nodes replacements built
 
 
 def _carry_misses(misses: dict[tuple, MissedFusion], node_map: dict[int, int], new: Graph
@@ -85,9 +87,9 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
     changed = False
     cur = g
     misses: dict[tuple, MissedFusion] = {}
-    dispatches = {len(rules): RootDispatch(rules)}
+    kinds = KindsPresent.of(g)
     for _ in range(max_sweeps):
-        res = rewrite_once(cur, rules, ctx, _dispatch_for(cur, rules, dispatches))
+        res = rewrite_once(cur, rules, ctx, _dispatch_for(kinds, rules))
         for k, s in res.stats.items():
             total[k].merge(s)
         for m in res.misses:  # a near miss seen in any sweep is reported once
@@ -96,30 +98,86 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
             return RewriteResult(cur, changed, total, list(misses.values()))
         misses = _carry_misses(misses, res.node_map, res.graph)
         changed = True
+        # the kinds of the new graph: those of the old (a superset is safe: a rule tried where
+        # it cannot match finds nothing) and those of the replacements' nodes
+        kinds = kinds.copy()
+        kinds.add_nodes(res.graph.nodes[i] for i in res.made)
+        KindsPresent.remember(res.graph, kinds)
         cur = res.graph
     raise PassError(f"rules {[r.name for r in rules]} still matched after {max_sweeps} sweeps: "
                     "a rule's replacement matches its own pattern")
 
 
-def _dispatch_for(g: Graph, rules: Sequence[Rule], memo: dict[int, RootDispatch]
-                  ) -> RootDispatch:
-    """The RootDispatch of the rules that can match in `g` (see `Rule.requires`); a rule left
-    out could not have matched anything there, so its stats and misses are the same."""
-    present = KindsPresent(g)
+_DISPATCHES: dict[tuple[Rule, ...], RootDispatch] = {}
+_MAX_CACHED = 256  # dispatch tables and graphs' kinds kept between calls
+_MAX_OPS_SEEN = 1 << 14  # ops a dispatch table remembers by identity
+
+
+def _dispatch_for(present: KindsPresent, rules: Sequence[Rule]) -> RootDispatch:
+    """The RootDispatch of the rules that can match in a graph holding `present` (see
+    `Rule.requires`); a rule left out could not have matched anything there, so its stats and
+    misses are the same. Tables are kept per rule tuple (rules are long-lived; the key holds
+    them, so an id is never reused for other rules)."""
     active = tuple(r for r in rules if present.meets(r.requires))
-    key = len(active) if len(active) == len(rules) else tuple(id(r) for r in active)
-    hit = memo.get(key)
+    hit = _DISPATCHES.get(active)
     if hit is None:
-        hit = memo[key] = RootDispatch(active)
+        if len(_DISPATCHES) >= _MAX_CACHED:
+            _DISPATCHES.clear()
+        hit = _DISPATCHES[active] = RootDispatch(active)
     return hit
 
 
 class KindsPresent:
-    """The op kinds a graph holds (one op per class and label), to test `Rule.requires`."""
+    """The op kinds a graph holds (one op per class and label), to test `Rule.requires`.
+    `of(g)` keeps the answer per graph (passes that change nothing hand the same graph on;
+    graphs only grow, so new nodes are added when one has)."""
 
-    def __init__(self, g: GraphCore):
-        self._ops = list({(type(n.op), n.op.label): n.op for n in g.nodes}.values())
+    _by_graph: dict[int, tuple[weakref.ref, int, KindsPresent]] = {}
+
+    def __init__(self, g: GraphCore | None = None):
+        self._keys: set[tuple] = set()
+        self._ops: list = []
         self._memo: dict[tuple, bool] = {}
+        if g is not None:
+            self.add_nodes(g.nodes)
+
+    @classmethod
+    def of(cls, g: GraphCore) -> KindsPresent:
+        seen = cls._by_graph.get(id(g))
+        if seen is not None and seen[0]() is g:
+            kinds = seen[2]
+            if seen[1] != len(g.nodes):
+                kinds = kinds.copy()
+                kinds.add_nodes(g.nodes[seen[1]:])
+                cls.remember(g, kinds)
+            return kinds
+        kinds = cls(g)
+        cls.remember(g, kinds)
+        return kinds
+
+    @classmethod
+    def remember(cls, g: GraphCore, kinds: KindsPresent) -> None:
+        if len(cls._by_graph) >= _MAX_CACHED:
+            cls._by_graph.clear()
+        cls._by_graph[id(g)] = (weakref.ref(g), len(g.nodes), kinds)
+
+    def copy(self) -> KindsPresent:
+        out = KindsPresent()
+        out._keys = set(self._keys)
+        out._ops = list(self._ops)
+        return out
+
+    def add_nodes(self, nodes) -> None:
+        keys, ops = self._keys, self._ops
+        n0 = len(ops)
+        for n in nodes:
+            op = n.op
+            key = (type(op), op.label)
+            if key not in keys:
+                keys.add(key)
+                ops.append(op)
+        if len(ops) != n0:
+            self._memo.clear()
 
     def meets(self, requires: frozenset[tuple]) -> bool:
         """Whether, for each requirement, some op of the graph is one of its kinds."""
@@ -165,6 +223,8 @@ class RootDispatch:
         hit = self._memo.get(key)
         if hit is None:
             hit = self._memo[key] = tuple(r for r in self.rules if _admits(r.root_kinds, op))
+        if len(self._by_op) >= _MAX_OPS_SEEN:  # the table outlives graphs: do not hoard ops
+            self._by_op.clear()
         self._by_op[id(op)] = (op, hit)
         return hit
 
@@ -189,11 +249,15 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
     near_cover: dict[str, set[int]] = {}  # per rule: nodes inside matches already reported
     explained: set[int] = set()
     outputs = set(g.outputs)
+    by_op, candidates = dispatch._by_op, dispatch.candidates
     for node in reversed(g.nodes) if dispatch.rules else ():
-        if node.id in claimed or node.op.source:
+        op = node.op
+        if op.source or node.id in claimed:
             continue
-        for rule in dispatch.candidates(node.op):
-            if not rule.root_test(node.op):
+        seen = by_op.get(id(op))  # candidates(op), inlined: this loop visits every node
+        here = seen[1] if seen is not None and seen[0] is op else candidates(op)
+        for rule in here:
+            if not rule.root_test(op):
                 continue
             st = stats[rule.name]
             t0 = time.perf_counter()
@@ -226,8 +290,8 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
                 misses.append(_missed(rule, node, miss))
     if not accepted:
         return RewriteResult(g, False, stats, misses)
-    new, node_map = _rebuild(g, claimed, accepted, outputs)
-    return RewriteResult(new, True, stats, misses, node_map)
+    new, node_map, made = _rebuild(g, claimed, accepted, outputs)
+    return RewriteResult(new, True, stats, misses, node_map, made)
 
 
 def _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed):
@@ -326,8 +390,11 @@ class _MatchCycle(Exception):
 
 
 def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs: set[Value]
-             ) -> tuple[Graph, dict[int, int]]:
+             ) -> tuple[Graph, dict[int, int], list[int]]:
+    """The new graph, old node id -> new for copied nodes, and the ids of the nodes the
+    replacements built."""
     new = Graph(g.name, record_provenance=False)
+    made_ids: list[int] = []
     # old node id -> the new values of all its outputs (a copy, or a match providing them all);
     # a match providing only some outputs of a node puts them in `partial`
     outs_of: list[tuple[Value, ...] | None] = [None] * len(g.nodes)
@@ -385,15 +452,29 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
                             f"from its trial build: {problem.detail}")
         _record(m, result, outs_of, partial)
         _stamp(new, start, m)
+        made_ids.extend(range(start, len(new.nodes)))
         in_progress.pop()
         done_matches.add(key)
 
+    # nodes before the first claimed one are read and made unchanged: shared as they are
+    first = min(claimed)
+    outs_of[:first] = new.copy_prefix(g, first)
+    copy = new.copy_node
     try:
-        for node in g.nodes:
-            emit(node)
+        for node in g.nodes[first:]:
+            nid = node.id
+            if outs_of[nid] is not None or nid in claimed or partial:
+                emit(node)
+                continue
+            try:
+                ins = tuple([outs_of[v.node][v.index] for v in node.inputs])
+            except TypeError:  # an input not made yet, or only partly provided
+                emit(node)
+                continue
+            outs_of[nid] = copy(node, ins)
         outs = [resolve(v) for v in g.outputs]
     finally:  # the closures refer to each other: free them now, not in a GC pass
-        emit = emit_match = resolve = made = None
+        emit = emit_match = resolve = made = copy = None
     made_weights = new.weights  # values of params that replacements created (e.g. joined)
     kept = {new.nodes[i].op.name for i in new.param_ids}
     new.weights = g.weights.carry(kept)  # deferred (joined) weights stay deferred
@@ -403,7 +484,7 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
                 if vals is not None and i not in claimed}
     node_map.update((v.node, nv.node) for v, nv in partial.items()
                     if v.index == 0 and v.node not in claimed)
-    return new, node_map
+    return new, node_map, made_ids
 
 
 def _record(m: Match, result, outs_of: list, partial: dict[Value, Value]) -> None:
