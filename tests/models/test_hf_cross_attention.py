@@ -1,8 +1,8 @@
-"""Hugging Face encoder-decoders (BART, Marian, T5: decoder over the encoder output) and MobileBERT
-(values from the layer input, queries and keys from the bottleneck), from small configs with
-random weights, imported from ONNX (TorchScript exporter, eager and sdpa attention) and through
-`bz.import_torch`: every self- and cross-attention fuses into a FusedAttentionBlock, no
-attention miss is left, and the fused graph reproduces PyTorch (padded source, S_kv != S) in
+"""Hugging Face encoder-decoders (BART, Marian, T5, Whisper: a decoder over the encoder output)
+and MobileBERT (values from the layer input, queries and keys from the bottleneck), from small
+configs with random weights, imported from ONNX (TorchScript exporter, eager and sdpa attention)
+and through `bz.import_torch`: every self- and cross-attention fuses into a FusedAttentionBlock,
+no attention miss is left, and the fused graph reproduces PyTorch (padded source, S_kv != S) in
 the interpreter, the compiled executor and ONNX Runtime."""
 import functools
 import warnings
@@ -51,6 +51,18 @@ class Seq2SeqHidden(torch.nn.Module):
     def forward(self, input_ids, attention_mask, decoder_input_ids):
         return self.model(input_ids=input_ids, attention_mask=attention_mask,
                           decoder_input_ids=decoder_input_ids, use_cache=False).last_hidden_state
+
+
+class AudioSeq2SeqHidden(torch.nn.Module):
+    """(input_features, decoder_input_ids) -> the decoder's last hidden state (Whisper)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_features, decoder_input_ids):
+        return self.model(input_features=input_features, decoder_input_ids=decoder_input_ids,
+                          use_cache=False).last_hidden_state
 
 
 class EncoderHidden(torch.nn.Module):
@@ -179,3 +191,31 @@ def test_bart_whole_layers_take_the_cross_attention_and_say_why_not_the_self_att
     f = feeds("bart", 2, SRC, TGT, seed=7)
     (got,) = bz.interpret(fused, f)
     np.testing.assert_allclose(got, _want(m, f), rtol=1e-4, atol=1e-4)
+
+
+def test_whisper_decoder_over_the_audio_encoder_fuses_through_import_torch():
+    """Whisper through bz.import_torch (its TorchScript ONNX export fails in torch itself:
+    aten::diff has no ONNX symbolic at opset 17)."""
+    import transformers
+
+    torch.manual_seed(0)
+    kw = {k: v for k, v in _SEQ2SEQ.items() if k != "max_position_embeddings"}
+    cfg = transformers.WhisperConfig(**kw, num_mel_bins=16, max_source_positions=8,
+                                     max_target_positions=16)
+    cfg._attn_implementation = "sdpa"
+    model = transformers.WhisperModel(cfg).eval()
+    _perturb(model, 0)
+    m = AudioSeq2SeqHidden(model).eval()
+    rng = np.random.default_rng(2)
+    f = {"input_features": rng.standard_normal((2, 16, 16)).astype(np.float32),
+         "decoder_input_ids": rng.integers(3, VOCAB, (2, TGT))}
+    args = tuple(torch.from_numpy(v) for v in f.values())
+    g = bz.import_torch(m, args)
+    fused, report = bz.fuse(g, "cpu")
+    layouts = sorted(n.op.qkv_inputs.value for n in fused.nodes
+                     if n.op.kind == "fused_attention_block")
+    assert layouts == ["cross"] * 2 + ["self"] * 4 and fused.count("attention") == 0, report
+    assert not [x for x in report.misses if "ttention" in x.pattern], report.misses
+    (got,) = bz.interpret(fused, _by_position(g, f))
+    want = _want(m, f)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
