@@ -226,3 +226,13 @@ def test_bf16_precision_rounds_weights_and_inputs_not_biases():
     rounded = {role for role, v in zip(node.op.input_roles(), node.inputs)
                if low.nodes[v.node].op.kind == "cast"}
     assert count == 1 and rounded == {"x", "x_kv", "w_q", "w_kv", "w_o"}
+
+
+@pytest.mark.parametrize("layout", ["cross", "separate_v"])
+def test_text_ir_and_json_keep_the_layout(layout, tmp_path):
+    fused = fuse(two_input_graph(layout, mask="padding")).graph
+    assert f"qkv_inputs={layout}" in str(fused)
+    assert str(bz.Graph.parse(str(fused))) == str(fused)
+    bz.save(fused, tmp_path / "m.json")
+    assert str(bz.load(tmp_path / "m.json")) == str(fused)
+    assert "qkv_inputs" not in str(fuse(two_input_graph(sources="xxx")).graph)  # self: default
