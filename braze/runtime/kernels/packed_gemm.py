@@ -173,7 +173,7 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
              int64_t k, const float* bias, int act, float* scratch) {
   int64_t panels = (n + NR - 1) / NR, nt = omp_get_max_threads();
   int64_t rblocks = (m + MC - 1) / MC;
-  int64_t rb = ((m + rblocks - 1) / rblocks + MR - 1) / MR * MR;
+  int64_t rb = ((m + rblocks - 1) / rblocks + 1) / 2 * 2;  /* even: H2 blocks take 2 or 4 */
   rblocks = (m + rb - 1) / rb;
   int64_t groups = (4 * nt + rblocks - 1) / rblocks;
   if (groups < (panels + 15) / 16) groups = (panels + 15) / 16;
