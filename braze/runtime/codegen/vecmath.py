@@ -175,7 +175,10 @@ BZ_INLINE float bz_erff(float x) {
    full relative accuracy and 1 - Phi(-|x|) >= 1/2 loses none, so one formula covers all x. */
 BZ_INLINE float bz_geluf(float x) {
   float ax = __builtin_fabsf(x);
-  float axc = ax > 17.5f ? 17.5f : ax;        /* a NaN passes, and fails `ax < 17.5f` below */
+  uint32_t cap = bz_bits(17.5f);  /* min on the bits of |x| (ordered as the floats are): a float
+     select here, GCC pushes below every use (five blends); a NaN becomes 17.5, and fails
+     `ax < 17.5f` below */
+  float axc = bz_float(bz_bits(ax) < cap ? bz_bits(ax) : cap);
   float x2 = axc * axc;                       /* z^2 = x^2 / 2, exactly as hi + lo */
   float t = 1.0f / (1.0f + axc * 0.353553391f);  /* z / 2 = |x| / (2 sqrt 2) */
   float e = bz_exp_core(-0.5f * x2, bz_erfc_q(t) - 0.5f * bz_mul_lo(axc, axc, x2), 99);
