@@ -179,8 +179,9 @@ def test_compiled_executor_and_onnxruntime_match_pytorch(family, tmp):
     np.testing.assert_allclose(sess.run(None, f)[0], want, rtol=1e-4, atol=1e-4)
 
 
-def test_bart_whole_layers_take_the_cross_attention_and_say_why_not_the_self_attention(tmp):
-    m, g, _, _ = imported("bart", "eager", tmp)
+@pytest.mark.parametrize("family", ["bart", "t5"])  # post-norm and pre-norm layers
+def test_whole_layers_take_the_cross_attention_and_say_why_not_the_self_attention(family, tmp):
+    m, g, _, _ = imported(family, "eager", tmp)
     fused, report = bz.fuse(g, "cpu", transformer_layer=True)
     layers = [n.op for n in fused.nodes if n.op.kind == "fused_transformer_layer"]
     assert sorted(op.attn.qkv_inputs.value for op in layers) == ["cross"] * 2 + ["self"] * 2
@@ -188,7 +189,7 @@ def test_bart_whole_layers_take_the_cross_attention_and_say_why_not_the_self_att
     assert [op.qkv_inputs for op in blocks] == [QkvInputs.SELF] * 2  # the decoder's
     why = [x for x in report.misses if x.pattern == "FuseTransformerLayer"]
     assert len(why) == 2 and all("cross-attention" in x.detail for x in why), why
-    f = feeds("bart", 2, SRC, TGT, seed=7)
+    f = feeds(family, 2, SRC, TGT, seed=7)
     (got,) = bz.interpret(fused, f)
     np.testing.assert_allclose(got, _want(m, f), rtol=1e-4, atol=1e-4)
 

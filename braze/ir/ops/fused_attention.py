@@ -292,7 +292,8 @@ class FusedTransformerLayer(FusedOp):
 
     Inputs, in order (see `input_roles()`):
       x [B, S, E];
-      the attention block's inputs after x (w_qkv, [b_qkv], w_o, [b_o], [cos, sin], [mask]);
+      the attention block's inputs after x ([x_kv], w_qkv, [b_qkv], w_o, [b_o], [cos, sin],
+        [mask]; a cross-attention block reads x_kv and its two projections);
       norm1_gamma [E], norm1_beta [E] (if `has_norm_beta`);
       MLP: w1 [E, F], b1 [F], w2 [F, E], b2 [E] (biases if `has_mlp_bias`), or for SWIGLU
         w_gate_up [E, 2F] (gate half first) and w_down [F, E], never biases;
