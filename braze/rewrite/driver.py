@@ -61,7 +61,8 @@ class RewriteResult:
     stats: dict[str, RuleStats] = field(default_factory=dict)
     misses: list[MissedFusion] = field(default_factory=list)
     node_map: dict[int, int] = field(default_factory=dict)  # old node id -> new (copied nodes)
-    made: list[int] = field(default_factory=list)  # ids of the nodes replacements built
+    made: list[int] = field(default_factory=list)  # new ids made while building replacements
+    claimed: list[int] = field(default_factory=list)  # old ids the matches replaced
 
 
 def _carry_misses(misses: dict[tuple, MissedFusion], node_map: dict[int, int], new: Graph
@@ -98,10 +99,7 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
             return RewriteResult(cur, changed, total, list(misses.values()))
         misses = _carry_misses(misses, res.node_map, res.graph)
         changed = True
-        # the kinds of the new graph: those of the old (a superset is safe: a rule tried where
-        # it cannot match finds nothing) and those of the replacements' nodes
-        kinds = kinds.copy()
-        kinds.add_nodes(res.graph.nodes[i] for i in res.made)
+        kinds = kinds.after_rewrite(cur, res)
         KindsPresent.remember(res.graph, kinds)
         cur = res.graph
     raise PassError(f"rules {[r.name for r in rules]} still matched after {max_sweeps} sweeps: "
@@ -128,15 +126,17 @@ def _dispatch_for(present: KindsPresent, rules: Sequence[Rule]) -> RootDispatch:
 
 
 class KindsPresent:
-    """The op kinds a graph holds (one op per class and label), to test `Rule.requires`.
-    `of(g)` keeps the answer per graph (passes that change nothing hand the same graph on;
-    graphs only grow, so new nodes are added when one has)."""
+    """The op kinds a graph holds (how many nodes of each op class and label, and one op of
+    each), to test `Rule.requires`. `of(g)` keeps the answer per graph (passes that change
+    nothing hand the same graph on; graphs only grow, so nodes added since are counted), and
+    the rewrite driver derives a rebuilt graph's from its source's and the nodes it replaced
+    and made."""
 
     _by_graph: dict[int, tuple[weakref.ref, int, KindsPresent]] = {}
 
     def __init__(self, g: GraphCore | None = None):
-        self._keys: set[tuple] = set()
-        self._ops: list = []
+        self._count: dict[tuple, int] = {}
+        self._ops: dict[tuple, object] = {}
         self._memo: dict[tuple, bool] = {}
         if g is not None:
             self.add_nodes(g.nodes)
@@ -163,28 +163,43 @@ class KindsPresent:
 
     def copy(self) -> KindsPresent:
         out = KindsPresent()
-        out._keys = set(self._keys)
-        out._ops = list(self._ops)
+        out._count = dict(self._count)
+        out._ops = dict(self._ops)
+        out._memo = dict(self._memo)
         return out
 
-    def add_nodes(self, nodes) -> None:
-        keys, ops = self._keys, self._ops
-        n0 = len(ops)
+    def add_nodes(self, nodes, sign: int = 1) -> None:
+        """Count `nodes` in (or, with sign -1, out)."""
+        count, ops = self._count, self._ops
         for n in nodes:
             op = n.op
             key = (type(op), op.label)
-            if key not in keys:
-                keys.add(key)
-                ops.append(op)
-        if len(ops) != n0:
-            self._memo.clear()
+            c = count.get(key, 0) + sign
+            if c > 0:
+                count[key] = c
+                if key not in ops:
+                    ops[key] = op
+                    self._memo.clear()
+            else:
+                del count[key]
+                del ops[key]
+                self._memo.clear()
+
+    def after_rewrite(self, old: GraphCore, res: RewriteResult) -> KindsPresent:
+        """The kinds of `res.graph`, rebuilt from `old`: the nodes its matches claimed are gone
+        (every other node is copied), the nodes their replacements built are new."""
+        out = self.copy()
+        copies = set(res.node_map.values())
+        out.add_nodes((old.nodes[i] for i in res.claimed), -1)
+        out.add_nodes(res.graph.nodes[i] for i in res.made if i not in copies)
+        return out
 
     def meets(self, requires: frozenset[tuple]) -> bool:
         """Whether, for each requirement, some op of the graph is one of its kinds."""
         for kinds in requires:
             hit = self._memo.get(kinds)
             if hit is None:
-                hit = self._memo[kinds] = any(_admits(kinds, op) for op in self._ops)
+                hit = self._memo[kinds] = any(_admits(kinds, op) for op in self._ops.values())
             if not hit:
                 return False
         return True
@@ -291,7 +306,7 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
     if not accepted:
         return RewriteResult(g, False, stats, misses)
     new, node_map, made = _rebuild(g, claimed, accepted, outputs)
-    return RewriteResult(new, True, stats, misses, node_map, made)
+    return RewriteResult(new, True, stats, misses, node_map, made, list(claimed))
 
 
 def _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed):

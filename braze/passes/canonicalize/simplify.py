@@ -63,6 +63,7 @@ def _constant_where(test: Callable[[np.ndarray], np.ndarray]):
                 seen.clear()
             hit = seen[id(op)] = (op, op.value.size > 0 and bool(np.all(test(op.value))))
         return hit[1]
+    where.constant_only = True  # `_rule` skips roots that read no constant at all
     return where
 
 
@@ -201,7 +202,12 @@ def _rule(name: str, pattern, result: str | Callable, *checks, when=None) -> Rul
     rule = Rule(name, build, pattern=pattern, checks=tuple(checks), source=source,
                 root_test=_root_test(pattern))
 
+    needs_constant = _reads_a_constant_directly(pattern)
+
     def root_only(g, node, ctx):
+        if needs_constant and not any(isinstance(g.nodes[v.node].op, Constant)
+                                      for v in node.inputs):
+            return
         for bound, _ in pattern.match_node(g, node, {}, ()):
             if when is not None and not when(g, node, bound):
                 continue
@@ -211,6 +217,14 @@ def _rule(name: str, pattern, result: str | Callable, *checks, when=None) -> Rul
 
     rule.matcher = root_only
     return rule
+
+
+def _reads_a_constant_directly(pattern) -> bool:
+    """Whether an operand of the root is captured only when a constant computes it (ONE, ZERO,
+    TRUE, FALSE): a root none of whose inputs is a constant cannot match, and most nodes are
+    such roots."""
+    return any(isinstance(p, V) and getattr(p.where, "constant_only", False)
+               for p in getattr(pattern, "inputs", None) or ())
 
 
 def _empty_along_axis(g, node) -> list[bool]:
