@@ -1,14 +1,17 @@
 """FuseAttentionBlock on attention over two inputs: encoder-decoder cross-attention (q of x; k, v
 of x_kv, S_kv != S) and MobileBERT's separate value input (q, k of x; v of x_kv). It fires
 (one block, projections joined per input), refuses layouts and masks no block reads (with the
-reason), and keeps the numbers: interpreter, fuse -> unfuse, compiled executor, ONNX Runtime."""
+reason), and keeps the numbers: interpreter, fuse -> unfuse, autodiff, compiled executor, ONNX
+Runtime."""
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
 import braze as bz
-from braze.ir.ops.fused import QkvInputs
+from braze.ir.ops.attention import MaskKind, rope_tables
+from braze.ir.ops.fused import FusedAttentionBlock, QkvInputs, RopeMode
+from braze.ir.ops.norm import RmsNorm
 from braze.passes.base import RulePass
 from braze.passes.fusion.attention_block import RULES
 from braze.passes.precision import apply_precision
@@ -236,3 +239,39 @@ def test_text_ir_and_json_keep_the_layout(layout, tmp_path):
     bz.save(fused, tmp_path / "m.json")
     assert str(bz.load(tmp_path / "m.json")) == str(fused)
     assert "qkv_inputs" not in str(fuse(two_input_graph(sources="xxx")).graph)  # self: default
+
+
+def _block_graph(op: FusedAttentionBlock, s: int, s_kv: int) -> bz.Graph:
+    """One `op` node on x [B, s, E] and x_kv [B, s_kv, E_KV], a param per other role."""
+    g = bz.Graph("block")
+    x = g.input("x", bz.Shape((B, s, E)))
+    x_kv = g.input("x_kv", bz.Shape((B, s_kv, E_KV)))
+    d, hq = op.head_dim, op.num_heads
+    cos, sin = rope_tables(s, op.n_rot or d)
+    dims = {"w_o": (hq * d, E), "b_o": (E,), "q_norm_gamma": (d,), "k_norm_gamma": (d,),
+            "mask": (B, 1, 1, s_kv)}
+    for src, joined in op.qkv_inputs.projections:
+        e_in = E if src == "x" else E_KV
+        dims.update({f"w_{joined}": (e_in, op.role_width(joined)),
+                     f"b_{joined}": (op.role_width(joined),)})
+    made = {"x": x, "x_kv": x_kv, "cos": g.constant(cos), "sin": g.constant(sin)}
+    ins = [made[r] if r in made else g.param(r, bz.Shape(dims[r])) for r in op.input_roles()]
+    g.set_outputs([g.add_node(op, ins)[0]])
+    return g
+
+
+@pytest.mark.parametrize("op, s_kv", [
+    (FusedAttentionBlock(4, 2, 8, MaskKind.CUSTOM, qk_norm=RmsNorm(1e-6, -1, True),
+                         qkv_inputs=QkvInputs.CROSS), S_KV),          # GQA, per-head q/k norm
+    (FusedAttentionBlock(4, 4, 8, MaskKind.CAUSAL, rope=RopeMode.INTERLEAVED, n_rot=4,
+                         has_qkv_bias=False, qkv_inputs=QkvInputs.SEPARATE_V), S),  # rope
+], ids=["cross_gqa_qk_norm", "separate_v_causal_rope"])
+def test_block_kernel_variants_match_the_interpreter(op, s_kv):
+    if attention_native.lib() is None:
+        pytest.skip("no C compiler for the attention kernel")
+    g = _block_graph(op, S, s_kv)
+    params = bz.init_params(g, seed=13)
+    exe = bz.compile(g, target="cpu", params=params, fuse=False)
+    assert_same_outputs(g, None, params, run_other=exe, tol=1e-4)
+    (row,) = exe.dispatch_report().rows
+    assert row[2] == Dispatch.NATIVE
