@@ -63,8 +63,9 @@ class QkvInputs(enum.Enum):
 
     @classmethod
     def of(cls, sources: Sequence) -> QkvInputs | None:
-        """The layout whose q, k, v read `sources` (three values compared by identity:
-        equal entries are one input), or None when no layout reads inputs that way."""
+        """The layout whose q, k, v read `sources` (three values; equal entries are one
+        input), or None when no layout reads inputs that way (q and v of one, k of another;
+        three inputs)."""
         q, k, v = sources
         if k == v:
             return cls.SELF if k == q else cls.CROSS
