@@ -10,12 +10,20 @@ from ..ir.ops.io import Input, Param
 from ..rewrite import RewriteContext
 from .base import FunctionPass
 
-__all__ = ["dead_code_elimination", "common_subexpression_elimination", "DCE_PASS", "CSE_PASS"]
+__all__ = ["dead_code_elimination", "eliminate_dead_code", "common_subexpression_elimination",
+           "DCE_PASS", "CSE_PASS"]
 
 
 def dead_code_elimination(g: Graph, ctx: RewriteContext | None = None) -> tuple[Graph, bool]:
     """Drop every node the outputs do not need. Graph inputs are always kept (they are the
     graph's signature); unused params are dropped together with their weights."""
+    new, _ = eliminate_dead_code(g)
+    return new, new is not g
+
+
+def eliminate_dead_code(g: Graph) -> tuple[Graph, list[int | None]]:
+    """`dead_code_elimination`, also giving each old node's id in the new graph (None when it
+    was dropped). Returns `g` itself when nothing is dead."""
     live = [False] * len(g.nodes)
     for v in g.outputs:
         live[v.node] = True
@@ -28,7 +36,7 @@ def dead_code_elimination(g: Graph, ctx: RewriteContext | None = None) -> tuple[
     try:
         first = live.index(False)
     except ValueError:
-        return g, False
+        return g, list(range(len(g.nodes)))
     new = Graph(g.name, record_provenance=False)
     outs_of: list = [None] * len(g.nodes)  # old node id -> its copy's values
     outs_of[:first] = new.copy_prefix(g, first)  # nodes before the first dead one stay as they are
@@ -39,7 +47,7 @@ def dead_code_elimination(g: Graph, ctx: RewriteContext | None = None) -> tuple[
     kept = {n.op.name for n in new.params}
     new.weights = g.weights.carry(kept)
     new.set_outputs([outs_of[v.node][v.index] for v in g.outputs])
-    return new, True
+    return new, [None if vals is None else vals[0].node for vals in outs_of]
 
 
 def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None

@@ -63,6 +63,7 @@ class RewriteResult:
     node_map: dict[int, int] = field(default_factory=dict)  # old node id -> new (copied nodes)
     made: list[int] = field(default_factory=list)  # new ids made while building replacements
     claimed: list[int] = field(default_factory=list)  # old ids the matches replaced
+    tried: list[int] = field(default_factory=list)  # old ids of roots of matches not taken
 
 
 def _carry_misses(misses: dict[tuple, MissedFusion], node_map: dict[int, int], new: Graph
@@ -80,9 +81,12 @@ def _carry_misses(misses: dict[tuple, MissedFusion], node_map: dict[int, int], n
 
 
 def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
-            *, max_sweeps: int = 8) -> RewriteResult:
+            *, max_sweeps: int = 8, roots: set[int] | None = None) -> RewriteResult:
     """Apply `rules` until no rule matches (at most `max_sweeps` sweeps; more means a runaway
-    rule and raises PassError). Returns the new graph, stats and the near misses of all sweeps."""
+    rule and raises PassError). Returns the new graph, stats and the near misses of all sweeps.
+    `roots` limits the first sweep to those nodes (a caller that knows where nothing can match,
+    see `Rule.depth`); `tried` of the result lists the roots of matches the last sweep did not
+    take."""
     ctx = ctx or RewriteContext()
     total: dict[str, RuleStats] = {r.name: RuleStats(r.name, r.source) for r in rules}
     changed = False
@@ -90,17 +94,19 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
     misses: dict[tuple, MissedFusion] = {}
     kinds = KindsPresent.of(g)
     for _ in range(max_sweeps):
-        res = rewrite_once(cur, rules, ctx, _dispatch_for(kinds, rules))
+        dispatch = _dispatch_for(kinds, rules)
+        res = rewrite_once(cur, rules, ctx, dispatch, roots=roots)
         for k, s in res.stats.items():
             total[k].merge(s)
         for m in res.misses:  # a near miss seen in any sweep is reported once
             misses.setdefault((m.pattern, m.node_id, m.reason), m)
         if not res.changed:
-            return RewriteResult(cur, changed, total, list(misses.values()))
+            return RewriteResult(cur, changed, total, list(misses.values()), tried=res.tried)
         misses = _carry_misses(misses, res.node_map, res.graph)
         changed = True
         kinds = kinds.after_rewrite(cur, res)
         KindsPresent.remember(res.graph, kinds)
+        roots = _roots_to_retry(cur, res, _dispatch_for(kinds, rules).rules)
         cur = res.graph
     raise PassError(f"rules {[r.name for r in rules]} still matched after {max_sweeps} sweeps: "
                     "a rule's replacement matches its own pattern")
@@ -109,6 +115,34 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
 _DISPATCHES: dict[tuple[Rule, ...], RootDispatch] = {}
 _MAX_CACHED = 256  # dispatch tables and graphs' kinds kept between calls
 _MAX_OPS_SEEN = 1 << 14  # ops a dispatch table remembers by identity
+
+
+def _roots_to_retry(old: Graph, res: RewriteResult, rules: Sequence[Rule]) -> set[int] | None:
+    """The nodes of `res.graph` (rebuilt from `old`) where the next sweep can find what the
+    last did not: those a replacement built or rewired (reading a replaced node), every node
+    up to the largest `Rule.depth` below them, and the roots of matches not taken (their checks
+    and safety may read anything). Elsewhere the graph above each root, as far as any rule
+    reads, is what the last sweep saw there, and it found no match. None (every node) when a
+    rule has no depth."""
+    depths = [r.depth for r in rules]
+    if None in depths:
+        return None
+    new, node_map = res.graph, res.node_map
+    copies = set(node_map.values())
+    frontier = {i for i in res.made if i not in copies}
+    claimed = set(res.claimed)
+    for nid in claimed:
+        for user in old.users(nid):
+            if user.id not in claimed:
+                frontier.add(node_map[user.id])
+    roots = set(frontier)
+    for _ in range(max(depths, default=0)):
+        frontier = {u.id for nid in frontier for u in new.users(nid)} - roots
+        if not frontier:
+            break
+        roots |= frontier
+    roots.update(node_map[i] for i in res.tried if i in node_map)
+    return roots
 
 
 def _dispatch_for(present: KindsPresent, rules: Sequence[Rule]) -> RootDispatch:
@@ -206,15 +240,16 @@ class KindsPresent:
 
 
 def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext,
-                 dispatch: RootDispatch | None = None) -> RewriteResult:
-    """One sweep: match everywhere, then rebuild. When the accepted matches of a sweep would
-    read each other's results in a cycle, the lowest-priority one in the cycle is refused
-    (WOULD_CYCLE) and the sweep is redone without it."""
+                 dispatch: RootDispatch | None = None, *, roots: set[int] | None = None
+                 ) -> RewriteResult:
+    """One sweep: match everywhere (or at `roots` only), then rebuild. When the accepted
+    matches of a sweep would read each other's results in a cycle, the lowest-priority one in
+    the cycle is refused (WOULD_CYCLE) and the sweep is redone without it."""
     vetoed: dict[tuple, Miss] = {}
     dispatch = dispatch or RootDispatch(rules)
     while True:
         try:
-            return _sweep(g, rules, ctx, vetoed, dispatch)
+            return _sweep(g, rules, ctx, vetoed, dispatch, roots)
         except _MatchCycle as c:
             vetoed[_key(c.match)] = c.miss
 
@@ -256,7 +291,7 @@ def _key(m: Match) -> tuple:
 
 
 def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tuple, Miss],
-           dispatch: RootDispatch) -> RewriteResult:
+           dispatch: RootDispatch, roots: set[int] | None) -> RewriteResult:
     stats = {r.name: RuleStats(r.name, r.source) for r in rules}
     claimed: dict[int, Match] = {}
     accepted: list[Match] = []
@@ -265,7 +300,14 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
     explained: set[int] = set()
     outputs = set(g.outputs)
     by_op, candidates = dispatch._by_op, dispatch.candidates
-    for node in reversed(g.nodes) if dispatch.rules else ():
+    tried: list[int] = []
+    if not dispatch.rules:
+        order = ()
+    elif roots is None:
+        order = reversed(g.nodes)
+    else:  # the same order as a whole sweep, over fewer nodes
+        order = [g.nodes[i] for i in sorted(roots, reverse=True)]
+    for node in order:
         op = node.op
         if op.source or node.id in claimed:
             continue
@@ -275,7 +317,7 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
             if not rule.root_test(op):
                 continue
             st = stats[rule.name]
-            t0 = time.perf_counter()
+            t0, attempts = time.perf_counter(), st.attempts
             verdict = _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed)
             st.seconds += time.perf_counter() - t0
             if isinstance(verdict, Match):
@@ -284,6 +326,8 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
                 for nid in verdict.consumed:
                     claimed[nid] = verdict
                 break
+            if st.attempts != attempts:
+                tried.append(node.id)
             if isinstance(verdict, tuple):
                 nid, missed, consumed = verdict
                 cover = near_cover.setdefault(rule.name, set())
@@ -304,9 +348,9 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
                 stats[rule.name].near_misses += 1
                 misses.append(_missed(rule, node, miss))
     if not accepted:
-        return RewriteResult(g, False, stats, misses)
+        return RewriteResult(g, False, stats, misses, tried=tried)
     new, node_map, made = _rebuild(g, claimed, accepted, outputs)
-    return RewriteResult(new, True, stats, misses, node_map, made, list(claimed))
+    return RewriteResult(new, True, stats, misses, node_map, made, list(claimed), tried)
 
 
 def _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed):

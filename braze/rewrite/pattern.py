@@ -46,6 +46,11 @@ class Pattern:
         A rule whose requirement no node of a graph meets cannot match there."""
         return frozenset()
 
+    def height(self) -> int:
+        """How far above the root (in edges) matching reads: the deepest op pattern's inputs
+        are read (a captured value's producer, for a `where` test), nothing above them."""
+        return 0
+
 
 @dataclass(frozen=True)
 class Var(Pattern):
@@ -115,6 +120,9 @@ class Pat(Pattern):
         own = frozenset({self.op if isinstance(self.op, tuple) else (self.op,)})
         return own.union(*(p.required_kinds() for p in self.inputs or ()))
 
+    def height(self) -> int:
+        return 1 + max((p.height() for p in self.inputs), default=0) if self.inputs else 0
+
     def match_value(self, g, v, b, consumed):
         if self.out is not None and v.index != self.out:
             return
@@ -171,6 +179,9 @@ class Alt(Pattern):
     def match_node(self, g, node, b, consumed):
         for p in self.options:
             yield from p.match_node(g, node, b, consumed)
+
+    def height(self) -> int:
+        return max(p.height() for p in self.options)
 
     def root_test(self):
         tests = [p.root_test() for p in self.options]

@@ -122,7 +122,16 @@ class Rule:
     then `root_test` decides. A matcher assigned after construction must match the pattern at
     the root (as `pattern.match_node` does) or reset `root_kinds` to None. `requires` (from the
     pattern likewise) lists what any match needs in the graph (`Pattern.required_kinds`): the
-    driver skips the rule on a graph where some requirement holds for no node."""
+    driver skips the rule on a graph where some requirement holds for no node.
+
+    `depth` bounds how far above the root (in edges) finding a match reads the graph: ops,
+    attributes, inputs and types, never who else reads a node (`Pattern.height` for a
+    pattern; a matcher may declare one).
+    After a sweep changed the graph, the driver tries a rule with a depth again only at roots
+    that far below a changed node, and at roots where it found a match it did not take; a rule
+    without one (None, a matcher's default) is tried everywhere again. Checks may read
+    anything: they run only on matches. A matcher assigned after construction must honour the
+    pattern's depth or reset `depth` to None."""
 
     name: str
     rewrite: Callable[[GraphCore, Match], Any]
@@ -135,6 +144,7 @@ class Rule:
     explain: Callable[[GraphCore, Node, RewriteContext], Miss | None] | None = None
     produces: str | None = None
     source: str = field(default="")
+    depth: int | None = None
     root_kinds: frozenset | None = field(default=None, init=False)
     requires: frozenset[tuple] = field(default=frozenset(), init=False)
 
@@ -144,6 +154,8 @@ class Rule:
         # what the root of a pattern-matched rule can be (None: anything; root_test decides)
         self.root_kinds = self.pattern.root_kinds() if self.matcher is None else None
         self.requires = self.pattern.required_kinds() if self.matcher is None else frozenset()
+        if self.matcher is None:
+            self.depth = self.pattern.height()
         if self.root_test is None:
             self.root_test = self.pattern.root_test() if self.pattern else (lambda op: True)
         self.may_expose = frozenset(self.may_expose)

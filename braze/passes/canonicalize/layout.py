@@ -66,7 +66,7 @@ def _build_transpose(b, m):
 
 
 COMPOSE_TRANSPOSES = Rule("ComposeTransposes", _build_transpose, matcher=_compose_transposes,
-                          root_test=lambda op: isinstance(op, Transpose))
+                          root_test=lambda op: isinstance(op, Transpose), depth=2)
 
 
 def _compose_reshapes(g, node, ctx):
@@ -82,7 +82,7 @@ def _build_reshape(b, m):
 
 
 COMPOSE_RESHAPES = Rule("ComposeReshapes", _build_reshape, matcher=_compose_reshapes,
-                        root_test=lambda op: isinstance(op, Reshape))
+                        root_test=lambda op: isinstance(op, Reshape), depth=2)
 
 
 def _identity(g, node, ctx):
@@ -96,7 +96,8 @@ def _identity(g, node, ctx):
 
 
 DROP_IDENTITY = Rule("DropIdentityLayout", lambda b, m: m.v("x"), matcher=_identity,
-                     root_test=lambda op: isinstance(op, (Transpose, Reshape, Expand, Cast)))
+                     root_test=lambda op: isinstance(op, (Transpose, Reshape, Expand, Cast)),
+                     depth=1)
 
 
 # -- reshape / transpose / reshape ----------------------------------------------------------------

@@ -38,7 +38,7 @@ from ...ir.shapes import normalize_axis
 from ...rewrite import Match, MissReason, P, Rule, RuleStats, V, fail, rewrite
 from ...rewrite.driver import RewriteContext
 from ..base import PassResult
-from ..cleanup import common_subexpression_elimination, dead_code_elimination
+from ..cleanup import common_subexpression_elimination, eliminate_dead_code
 from ..const_fold import DEFAULT_MAX_ELEMENTS, ConstantFolding
 from .layout import COMPOSE_RESHAPES, COMPOSE_TRANSPOSES, DROP_IDENTITY
 
@@ -304,6 +304,7 @@ class AlgebraicSimplify:
         cur, changed = g, False
         if self.cse:
             cur, changed = common_subexpression_elimination(cur)
+        roots = None  # where this round's rewrite looks (None: everywhere)
         for _ in range(self.max_rounds):
             fold_misses, folded_any = [], False
             if self.fold is not None:
@@ -315,10 +316,12 @@ class AlgebraicSimplify:
                     stats[k].near_misses = s.near_misses  # what is still over the cap
             # the driver sweeps to its own fixed point (a chain of n reshapes or transposes
             # halves per sweep); only a fold or a CSE merge can expose a new match after that
-            res = rewrite(cur, SIMPLIFY_RULES, ctx, max_sweeps=_MAX_SWEEPS)
+            res = rewrite(cur, SIMPLIFY_RULES, ctx, max_sweeps=_MAX_SWEEPS,
+                          roots=None if folded_any else roots)
             for k, s in res.stats.items():
                 stats[k].merge(s)
-            cur, dropped = dead_code_elimination(res.graph)
+            cur, new_id = eliminate_dead_code(res.graph)
+            dropped = cur is not res.graph
             changed = changed or res.changed or dropped
             merged = False
             if self.cse and (res.changed or folded_any):
@@ -327,12 +330,18 @@ class AlgebraicSimplify:
             if not merged and not (self.fold is not None and res.changed):
                 return PassResult(self.name, cur, changed, stats, fold_misses + res.misses,
                                   time.perf_counter() - t0)
+            # the rules read only above their root (`Rule.depth`) and DCE keeps what is above
+            # every live node: unless a fold or a CSE merge changes the graph, only the roots
+            # of matches the last sweep did not take (checks may read anything) can match now
+            roots = None if merged or not _ALL_BOUNDED else {
+                new_id[i] for i in res.tried if new_id[i] is not None}
         busy = [k for k, s in stats.items() if s.matches]
         raise PassError(f"{self.name} found no fixed point in {self.max_rounds} rounds on graph "
                         f"{g.name!r}; rules still matching: {busy}")
 
 
 _MAX_SWEEPS = 32
+_ALL_BOUNDED = all(r.depth is not None for r in SIMPLIFY_RULES)
 
 
 def simplify_with_stats(g: Graph, *, max_elements: int = DEFAULT_MAX_ELEMENTS
