@@ -195,7 +195,10 @@ BZ_INLINE float bz_sigmoid_parts(float u_hi, float u_lo, float pos, float neg) {
   float es = bz_exp_core(ac, u_hi < 0.0f ? u_lo : -u_lo, 64);
   es = a < -131.0f ? 0.0f : es;   /* so -inf * sigmoid(-inf) is NaN, as x * 0 */
   float e = es * 0x1p-64f;                                        /* e^-|u| */
-  return (u_hi < 0.0f ? neg * es : pos) / (1.0f + e) * (u_hi < 0.0f ? 0x1p-64f : 1.0f);
+  uint32_t left = -(uint32_t)(u_hi < 0.0f);  /* the numerator chosen on the bits: a float
+     select GCC moves below the division, which then runs twice */
+  float num = bz_float((bz_bits(neg * es) & left) | (bz_bits(pos) & ~left));
+  return num / (1.0f + e) * (u_hi < 0.0f ? 0x1p-64f : 1.0f);
 }
 
 BZ_INLINE float bz_sigmoidf(float x) { return bz_sigmoid_parts(x, -0.0f, 1.0f, 1.0f); }
