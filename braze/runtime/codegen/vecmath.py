@@ -27,8 +27,15 @@ ulp, tanh 1.4, erf 2.4, sigmoid 2.6, SiLU 2.9, quick GELU 3.5, GELU 5.7 (the erf
 float32 evaluation), counting denormal results in steps of 2^-149; tanh-GELU 4 ulp plus the
 float rounding of its cubic argument (|2u| 2^-22 relative, in the far left tail only). As in
 the reference formulas, x-times-sigmoid forms give NaN at x = -inf. Cost per element on the
-dev machine, one thread, in cache: exp ~0.8 ns, sigmoid / SiLU ~0.9, tanh ~1.3, GELU ~1.9
-(glibc's libmvec, accurate only in absolute terms in GELU's tail: expf ~0.6, erff GELU ~1.1).
+dev machine, one thread, a 4096-element loop in cache (CPU time): exp ~0.5 ns, sigmoid / SiLU
+~0.85, tanh ~0.75, GELU ~1.7 (glibc's libmvec, accurate only in absolute terms in GELU's tail:
+expf ~0.6, erff GELU ~1.1, timed earlier in larger loops).
+
+GCC sinks a float select below the operations that use it (each is then computed for both
+arms and blended): a clamp feeding several uses cost GELU five blends, a numerator chosen
+before a division two divisions. Such selects are made on the bits (an unsigned min, a mask)
+and NaN is carried through the arithmetic rather than tested at the end.
+
 libm's log / sin / cos / pow stay calls, vectorized through glibc's libmvec where it has them
 (declared below for x86-64 glibc)."""
 from __future__ import annotations
