@@ -83,30 +83,27 @@ def _duplicates(g: Graph) -> dict[int, int]:
     merged: dict[int, int] = {}
     rep: dict[Value, Value] = {}  # a merged node's values -> the surviving node's
     for node in g.nodes:
-        if isinstance(node.op, (Input, Param)):
+        op = node.op
+        if op.source and isinstance(op, (Input, Param)):
             continue
-        ins = tuple(rep.get(v, v) for v in node.inputs) if rep else node.inputs
-        key = _key(node.op, ins)
-        if key is None:
+        ins = tuple([rep.get(v, v) for v in node.inputs]) if rep else node.inputs
+        try:  # one hash of the op (an op with an unhashable attribute is never merged)
+            first = seen.setdefault(_key(op, ins), node.id)
+        except TypeError:
             continue
-        first = seen.setdefault(key, node.id)
         if first != node.id:
             merged[node.id] = first
             rep.update(zip(node.values, g.nodes[first].values))
     return merged
 
 
-def _key(op, ins: tuple[Value, ...]) -> tuple | None:
-    """A hashable identity of `op(ins)` (commutative binaries in operand-independent order),
-    or None for an op that cannot be hashed."""
-    if isinstance(op, Binary) and op.fn.commutative:
-        ins = tuple(sorted(ins, key=lambda v: (v.node, v.index)))
-    key = (op, ins)
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+def _key(op, ins: tuple[Value, ...]) -> tuple:
+    """The identity of `op(ins)` (commutative binaries in operand-independent order)."""
+    if isinstance(op, Binary) and op.fn.commutative and len(ins) == 2:
+        a, b = ins
+        if (b.node, b.index) < (a.node, a.index):
+            ins = (b, a)
+    return (op, ins)
 
 
 DCE_PASS = FunctionPass("DeadCodeElimination", dead_code_elimination)
