@@ -12,11 +12,16 @@ walks the keys its rows see in chunks; per chunk it
   scores scratch; out += p @ v over MR x NR tiles, each row tile only over the keys its rows
   see. The scores never leave L1 / L2.
 
-The running sums are divided out when the unit writes its rows (a row that sees no key, or only
--inf, gives zeros). q, k, v and the output are strided views (batch, head and row strides in
-elements; rows contiguous), so a packed QKV projection [B, S, (Hq + 2 Hkv) D] is read in place
-and the heads are written merged [B, S, Hq D]: no head split or merge copies. A call of fewer
-than BRAZE_PAR_MIN_MACS multiply-adds runs on the calling thread alone. The library is built
+A row whose keys all fall in one chunk (every row, for up to KEY_BLOCK keys) has its
+probabilities divided by their sum before p @ v, in the reference's order (dividing afterwards
+changed the last bits, which Gemma 3 under the bf16 policy amplified to a 5e-3 output change
+by flipping a bf16 rounding); other rows' running sums are divided out when the unit writes
+them. A row whose keys are all -inf gives zeros; a causal row that sees no key (fewer keys than
+queries) the mean of v, as the reference's finite masked value does. q, k, v and the output
+are strided views (batch, head and row strides in elements; rows contiguous), so a packed QKV
+projection [B, S, (Hq + 2 Hkv) D] is read in place and the heads are written merged
+[B, S, Hq D]: no head split or merge copies. A call of fewer than BRAZE_PAR_MIN_MACS
+multiply-adds runs on the calling thread alone. The library is built
 with cc.PRECISE_FLAGS (IEEE inf / NaN, as the vector exp assumes). Also here: RoPE applied in
 place to the q and k heads of a packed QKV buffer."""
 from __future__ import annotations
@@ -212,7 +217,13 @@ static inline float softmax_step(float* s, int64_t kc, int64_t c0, int64_t lo, i
     s[j] = p;
     total += p;
   }
-  *l = *l * alpha + total;
+  if (lo >= c0 && hi <= c0 + kc) {   /* the row's only chunk: normalize now, as the reference */
+    #pragma omp simd
+    for (int64_t j = a; j < z; j++) s[j] /= total;
+    *l = 1.0f;
+  } else {
+    *l = *l * alpha + total;
+  }
   *m = m_new;
   return alpha;
 }
