@@ -358,7 +358,8 @@ def _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed):
     Checks run cheapest first: claims, safety, the rule's checks, cycles, then the trial
     build of the replacement."""
     first_miss = None
-    for m in rule.matches_at(g, node, ctx):
+    matcher = rule.matcher  # a matcher called directly: one generator less per try
+    for m in (matcher(g, node, ctx) if matcher is not None else rule.matches_at(g, node, ctx)):
         st.attempts += 1
         if any(nid in claimed for nid in m.consumed):
             continue

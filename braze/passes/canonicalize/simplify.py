@@ -204,16 +204,18 @@ def _rule(name: str, pattern, result: str | Callable, *checks, when=None) -> Rul
 
     needs_constant = _reads_a_constant_directly(pattern)
 
-    def root_only(g, node, ctx):
+    def root_only(g, node, ctx) -> list[Match]:  # a list: most roots have none, built fast
         if needs_constant and not any(isinstance(g.nodes[v.node].op, Constant)
                                       for v in node.inputs):
-            return
+            return []
+        found = []
         for bound, _ in pattern.match_node(g, node, {}, ()):
             if when is not None and not when(g, node, bound):
                 continue
             nodes = {k: x for k, x in bound.items() if isinstance(x, Node)}
             values = {k: x for k, x in bound.items() if isinstance(x, Value)}
-            yield Match(rule, g, node, nodes, values, (node.id,))
+            found.append(Match(rule, g, node, nodes, values, (node.id,)))
+        return found
 
     rule.matcher = root_only
     return rule
