@@ -209,7 +209,7 @@ static inline float softmax_step(float* s, int64_t kc, int64_t c0, int64_t lo, i
     for (int64_t j = a; j < z; j++) s[j] = 0.0f;
     return 1.0f;
   }
-  float alpha = exp_nonpos(*m - m_new);
+  float alpha = *m == -INFINITY ? 1.0f : exp_nonpos(*m - m_new);  /* nothing to rescale yet */
   float total = 0.0f;
   #pragma omp simd reduction(+:total)
   for (int64_t j = a; j < z; j++) {
@@ -255,9 +255,9 @@ void attn_heads(const float* q, const float* k, const float* v, float* o, const 
     float* acc = sc + bq * kb;          /* rep x bq x dvp: output sums */
     float* mx = acc + rep * bq * dvp;   /* rep x bq: running max */
     float* sum = mx + rep * bq;         /* rep x bq: running sum */
-    int64_t lo_all, hi_all, lo_last, hi_last, full = n / MR * MR;
-    row_keys(q0, off, sk, causal, window, &lo_all, &hi_last);
-    row_keys(q0 + n - 1, off, sk, causal, window, &lo_last, &hi_all);
+    int64_t lo_all, hi_all, unused, full = n / MR * MR;   /* keys some row of the unit sees */
+    row_keys(q0, off, sk, causal, window, &lo_all, &unused);
+    row_keys(q0 + n - 1, off, sk, causal, window, &unused, &hi_all);
     for (int64_t r = 0; r < rep; r++) {
       const float* qh = q + b * st[0] + (g * rep + r) * st[1] + q0 * st[2];
       for (int64_t i = full; i < np; i++) {
