@@ -8,12 +8,13 @@ floats, about 1.0x the weight (MKL's cblas_sgemm_pack took ~4x per tile slab). A
 - cuts the output into tiles (a block of rows x a group of panels, the panels split evenly and
   the tile count a multiple of the threads) handed out dynamically over the OpenMP threads (a
   thread the OS delays on a busy machine leaves its tiles to the others);
-- per tile and K block of KC = 256 rows copies the tile's rows of x into the thread's scratch
-  and runs the register-blocked micro-kernel down them, panel by panel, into the tile's output
-  in scratch: MR x 16 accumulators (6 x two 8-float vectors under AVX2, 12 x one 16-float
-  vector under AVX-512; a rest of rows as H2 = 4 / 8-row blocks where that covers it) fed by one
-  broadcast of x and the 16 weights of the panel per k. Both scratch blocks have padded rows:
-  in place, rows of 2048-4096 floats put a micro block's rows on one L1 set (~10% lost);
+- per tile and K block of KC = 256 rows runs the register-blocked micro-kernel down the
+  tile's rows of x, panel by panel, into the tile's output in the thread's scratch: MR x 16
+  accumulators (6 x two 8-float vectors under AVX2, 12 x one 16-float vector under AVX-512; a
+  rest of rows as H2 = 4 / 8-row blocks where that covers it) fed by one broadcast of x and the
+  16 weights of the panel per k. The scratch has padded rows, and x is copied there when its
+  rows are a multiple of 2 KB apart (K = 2048, 3072): rows of 2048-4096 floats in place put a
+  micro block's rows on one L1 set (~10% lost);
 - starts the accumulators from the bias, and applies the activation while the finished tile
   goes from scratch to `out`, with the executor's activation code (native.ACT_SPAN: the same
   exp / erf / tanh the other kernels use and the tests check), except the tanh GELU, computed
@@ -165,10 +166,10 @@ static void tile_act(const float* src, float* dst, int64_t n, int act) {
    cut into tiles of up to MC rows (balanced over the row blocks) x a group of at most 16
    panels (the panels split evenly into groups, the tile count a multiple of the threads), about
    4 per thread, handed out dynamically (a thread the OS delays on a busy machine leaves its
-   tiles to the others). Per tile and K block the tile's rows of x are copied into scratch,
-   then each panel runs the micro-kernel down the rows (MR-row blocks; a rest of H2 or
-   2 H2 - MR rows as H2-row blocks, any other rest zero padded) into the tile's scratch output,
-   which goes to `out` through the activation when the tile is done. */
+   tiles to the others). Per tile and K block each panel runs the micro-kernel down the rows
+   (MR-row blocks; a rest of H2 or 2 H2 - MR rows as H2-row blocks, any other rest zero
+   padded) into the tile's scratch output, which goes to `out` through the activation when the
+   tile is done. */
 void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m, int64_t n,
              int64_t k, const float* bias, int act, float* scratch) {
   int64_t panels = (n + NR - 1) / NR, nt = omp_get_max_threads();
@@ -196,9 +197,12 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
       if (rest == 2 * H2 - MR && n_mr > 0) n_h2 = 2, n_mr--;
       rest = rows - n_mr * MR - n_h2 * H2;       /* 0, or a zero-padded block of H2 or MR */
       int64_t pad = rest == 0 ? 0 : rest <= H2 ? H2 : MR, blocks = n_mr + n_h2 + (pad > 0);
+      /* x is read in place unless its rows are a multiple of 2 KB apart (3 or more of a
+         micro block's rows on one L1 set); the zero-padded last block is always copied */
+      int in_place = (lda * 4) % 2048 != 0;
       for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC;
-        for (int64_t i = 0; i < rows; i++)
+        for (int64_t i = in_place ? rows - rest : 0; i < rows; i++)
           memcpy(at + i * LDA_T, a + (r0 + i) * lda + k0, kc * sizeof(float));
         if (k0 == 0) memset(at + rows * LDA_T, 0, (pad - rest) * LDA_T * sizeof(float));
         for (int64_t p = p0; p < p1; p++) {
@@ -223,11 +227,14 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
           for (int64_t blk = 0; blk < blocks; blk++) {
             for (int64_t l = blk * share; l < (blk + 1) * share && l < lines; l++)
               __builtin_prefetch(next + l * 64, 0, 2);
-            if (blk < n_mr || (blk == blocks - 1 && pad == MR)) {
-              micro(kc, at + i0 * LDA_T, LDA_T, bpp, cp + i0 * LDC_T, LDC_T, k0 > 0, bb);
+            int pad_block = pad && blk == blocks - 1, here = in_place && !pad_block;
+            const float* ai = here ? a + (r0 + i0) * lda + k0 : at + i0 * LDA_T;
+            int64_t ld = here ? lda : LDA_T;
+            if (blk < n_mr || (pad_block && pad == MR)) {
+              micro(kc, ai, ld, bpp, cp + i0 * LDC_T, LDC_T, k0 > 0, bb);
               i0 += MR;
             } else {
-              micro2(kc, at + i0 * LDA_T, LDA_T, bpp, cp + i0 * LDC_T, LDC_T, k0 > 0, bb);
+              micro2(kc, ai, ld, bpp, cp + i0 * LDC_T, LDC_T, k0 > 0, bb);
               i0 += H2;
             }
           }
