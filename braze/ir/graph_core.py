@@ -184,15 +184,16 @@ class GraphCore:
             if name in self._names:
                 raise GraphError(f"node name {name!r} is already used in graph {self.name!r}")
             self._names[name] = nid
-        node = Node(nid, op, inputs, outs, name, provenance)
-        self.nodes.append(node)
+        self.nodes.append(_new_node(nid, op, inputs, outs, name, provenance))
         self._users.append([])
         seen = set()
         for v in inputs:
             if (v.node, v.index) not in seen:
                 seen.add((v.node, v.index))
                 self._users[v.node].append((nid, v.index))
-        return node.values
+        if len(outs) == 1:
+            return first_values(nid)
+        return tuple(Value(nid, i) for i in range(len(outs)))
 
     def clone_node(self, node: Node, inputs: Sequence[Value], source: GraphCore | None = None
                    ) -> tuple[Value, ...]:
@@ -291,14 +292,14 @@ class GraphCore:
         nid = len(self.nodes)
         if name is not None:
             self._names[name] = nid
-        node = Node(nid, op, inputs, outs, name, provenance)
-        self.nodes.append(node)
-        users: list[tuple[int, int]] = []
-        self._users.append(users)
+        self.nodes.append(_new_node(nid, op, inputs, outs, name, provenance))
+        self._users.append([])
         for i, v in enumerate(inputs):
             if v not in inputs[:i]:
                 self._users[v.node].append((nid, v.index))
-        return node.values
+        if len(outs) == 1:
+            return first_values(nid)
+        return tuple(Value(nid, i) for i in range(len(outs)))
 
     def set_outputs(self, outputs: Iterable[Value]) -> None:
         """Declare the graph's results (order matters)."""
