@@ -4,7 +4,8 @@ the conditions (a mask kind ORT lacks, a softcap, GQA for the packed Attention o
 outside them is exported as its decomposition instead.
 
 - fused_matmul_bias_act: MatMul + BiasGelu (gelu), MatMul + FastGelu with bias (gelu_approx)
-- fused_residual_ln: SkipLayerNormalization (4th output: the exposed sum)
+- fused_residual_ln: SkipLayerNormalization (4th output: the exposed sum); the skip may be
+  [B, S, D], [1, S, D] or [S, D] (ViT's position embeddings)
 - fused_residual_rms_norm: SkipSimplifiedLayerNormalization
 - rms_norm alone: its decomposition (ORT's SimplifiedLayerNormalization sits in the default
   domain where onnx.checker rejects it; residual RMS norms use the contrib op above)
@@ -75,7 +76,10 @@ def _skip_ok(n, g, target, allow_beta: bool):
     if not _ort(target) or not n.op.has_gamma or (n.op.has_beta and not allow_beta):
         return False
     x, r = (g.shape_of(v) for v in n.inputs[:2])
-    return x == r and x.rank == 3 and _last_axis(n, g)
+    # ORT's skip may also be [1, S, D] or [S, D] against a [B, S, D] input (its
+    # skip_layer_norm_helper checks the last two dims); other broadcasts decompose
+    skip_ok = r.dims == x.dims or (x.rank == 3 and r.dims in ((1, *x.dims[1:]), x.dims[1:]))
+    return skip_ok and r.dtype == x.dtype and x.rank == 3 and _last_axis(n, g)
 
 
 def _skip(b, n, ins, op_type):

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "FusedOp", "FusedMatMulBiasAct", "FusedSwiGLU", "FusedResidualLN", "FusedResidualRmsNorm",
-    "FusedRmsNormReshape", "FusedConvBiasAct",
+    "FusedRmsNormReshape", "FusedConvBiasAct", "leading_broadcast_axes",
 ]
 
 
@@ -157,9 +157,25 @@ def norm_op(rms: bool, eps: float, axis: int, has_gamma: bool, has_beta: bool) -
     return (RmsNorm if rms else LayerNorm)(eps, axis, has_gamma, has_beta)
 
 
+def leading_broadcast_axes(full: Sequence[Dim], res: Sequence[Dim]) -> int | None:
+    """How many leading axes of `full` a residual with dims `res` repeats over: 0 for equal
+    dims, k when `res` (left-padded with 1s) is 1 on the first k axes of `full` and equal to it
+    on the rest ([1, S, D] or [S, D] against [B, S, D]: 1), None for any other broadcast
+    ([B, 1, D], [B, S, 1], or a residual larger than `full`)."""
+    if len(res) > len(full):
+        return None
+    padded = (1,) * (len(full) - len(res)) + tuple(res)
+    k = len(full)
+    while k > 0 and padded[k - 1] == full[k - 1]:
+        k -= 1
+    return k if all(d == 1 for d in padded[:k]) else None
+
+
 @dataclass(frozen=True)
 class _ResidualNorm(FusedOp):
-    """Shared body of FusedResidualLN and FusedResidualRmsNorm."""
+    """Shared body of FusedResidualLN and FusedResidualRmsNorm. `x` carries the sum's full
+    shape; `residual` broadcasts onto it (ViT's [1, S, D] position embeddings against the
+    [B, S, D] patch embeddings), so the exposed sum always has x's shape."""
 
     rms: ClassVar[bool] = False
     eps: float = 1e-5
@@ -180,6 +196,8 @@ class _ResidualNorm(FusedOp):
         x, res, *affine = ins
         same_dtype(self, (x, res))
         s = x.with_dims(broadcast_dims(x.dims, res.dims))
+        require(s.dims == x.dims, f"{self.kind} residual {res} would enlarge x {x}: x must "
+                                  f"carry the sum's full shape (swap the operands)")
         y = self.norm.infer((s, *affine))
         return (y, s) if self.expose_sum else y
 
@@ -201,16 +219,18 @@ class _ResidualNorm(FusedOp):
 
 @dataclass(frozen=True)
 class FusedResidualLN(_ResidualNorm):
-    """`LayerNorm(x + residual)` over `axis`: inputs (x, residual[, gamma][, beta]). With
-    `expose_sum` a second output is the sum itself (pre-norm transformers reuse it)."""
+    """`LayerNorm(x + residual)` over `axis`: inputs (x, residual[, gamma][, beta]); residual
+    broadcasts onto x. With `expose_sum` a second output is the sum itself (pre-norm
+    transformers reuse it)."""
 
     kind = "fused_residual_ln"
 
 
 @dataclass(frozen=True)
 class FusedResidualRmsNorm(_ResidualNorm):
-    """`RMSNorm(x + residual)` over `axis`: inputs (x, residual[, gamma][, beta]). With
-    `expose_sum` a second output is the sum itself (pre-norm transformers reuse it)."""
+    """`RMSNorm(x + residual)` over `axis`: inputs (x, residual[, gamma][, beta]); residual
+    broadcasts onto x. With `expose_sum` a second output is the sum itself (pre-norm
+    transformers reuse it)."""
 
     kind = "fused_residual_rms_norm"
     rms: ClassVar[bool] = True
