@@ -70,11 +70,15 @@ _FIRST_VALUES: list[tuple[Value]] = []
 def first_values(nid: int) -> tuple[Value]:
     """`(Value(nid, 0),)`, shared: values are immutable handles compared by field, and graph
     rebuilds make one per copied node (a frozen dataclass is slow to construct)."""
-    try:
-        return _FIRST_VALUES[nid]
-    except IndexError:
-        _FIRST_VALUES.extend((Value(i, 0),) for i in range(len(_FIRST_VALUES), 2 * nid + 64))
-        return _FIRST_VALUES[nid]
+    global _FIRST_VALUES
+    table = _FIRST_VALUES
+    if nid < len(table):
+        return table[nid]
+    # a longer table replaces the old one, which is never changed: readers in other threads
+    # always see entry i holding Value(i, 0)
+    table = table + [(Value(i, 0),) for i in range(len(table), 2 * nid + 64)]
+    _FIRST_VALUES = table
+    return table[nid]
 
 
 def _node_maker():

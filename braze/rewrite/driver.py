@@ -114,7 +114,7 @@ def rewrite(g: Graph, rules: Sequence[Rule], ctx: RewriteContext | None = None,
 
 _DISPATCHES: dict[tuple[Rule, ...], RootDispatch] = {}
 _MAX_CACHED = 256  # dispatch tables and graphs' kinds kept between calls
-_MAX_OPS_SEEN = 1 << 14  # ops a dispatch table remembers by identity
+_MAX_OPS_SEEN = 1 << 12  # ops a dispatch table remembers by identity (compute ops only)
 
 
 def _roots_to_retry(old: Graph, res: RewriteResult, rules: Sequence[Rule]) -> set[int] | None:
