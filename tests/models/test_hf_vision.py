@@ -23,9 +23,15 @@ TORCH = ("beit", "efficientnet", "swin")
 CASES = ([(f, "torchscript") for f in FAMILIES] + [(f, "dynamo") for f in DYNAMO]
          + [(f, "torch") for f in TORCH])
 
-# family -> (attention blocks fused, residual LayerNorms fused); the other families have none
-FUSED = {"vit": (2, 4), "deit": (2, 4), "dinov2": (2, 4), "beit": (2, 4), "clip_vision": (2, 3),
+# family -> (attention blocks fused, residual LayerNorms fused); the other families have none.
+# ViT / DeiT / DINOv2 / CLIP's first norm reads patches + [1, S, D] position embeddings: a
+# residual repeated over the batch, which fuses like any other
+FUSED = {"vit": (2, 5), "deit": (2, 5), "dinov2": (2, 5), "beit": (2, 4), "clip_vision": (2, 4),
          "swin": (3, 5), "mobilevit": (9, 18), "segformer": (2, 4)}
+# LayerNorms left plain in the ViT-like families, none of them after an add (no residual to
+# fuse): BEiT's first layer norm reads the concatenated tokens (relative position bias, no
+# absolute position embeddings), CLIP's first layer norm reads pre_layrnorm's output
+PLAIN_NORMS = {"vit": 0, "deit": 0, "dinov2": 0, "beit": 1, "clip_vision": 1}
 # attention kept unfused, with the reason the report gives: LeViT applies Hardswish to the
 # merged heads before the projection (SegFormer's reduced keys / values, sr_ratio > 1, fuse as
 # cross-attention over the reduced input)
@@ -79,6 +85,9 @@ def test_what_should_fuse_fuses_and_misses_say_why(hf_vision_zoo, family, varian
     blocks, norms = FUSED.get(family, (0, 0))
     assert fused.count("fused_attention_block") == blocks, report
     assert fused.count("fused_residual_ln") == norms, report
+    if family in PLAIN_NORMS:
+        assert fused.count("layer_norm") == PLAIN_NORMS[family], report
+        assert not [x for x in report.misses if x.pattern == "FuseResidualLN"], report
     kept, reason = ATTENTION_KEPT.get(family, (0, None))
     assert fused.count("attention") == kept
     attention_misses = [x for x in report.misses if x.pattern == "FuseAttentionBlock"]
