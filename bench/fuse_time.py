@@ -91,7 +91,7 @@ def main() -> None:
 
     sides: dict[str, ModuleType] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        if os.path.isdir(os.path.join(args.baseline, "braze")):  # an unpacked tree
+        if args.baseline and os.path.isdir(os.path.join(args.baseline, "braze")):  # a tree
             label = os.path.basename(os.path.normpath(args.baseline))
             sides[label] = load_braze(args.baseline, "braze_baseline")
         elif args.baseline:
@@ -119,13 +119,25 @@ def main() -> None:
                          "cpu_median_ms": round(cpu[1], 2), "wall_min_ms": round(wall[0], 2),
                          "wall_median_ms": round(wall[1], 2),
                          "cpu_ratio_to_baseline": round(ratio, 3), "load1": round(load, 2)})
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    new = not os.path.exists(args.out)
-    with open(args.out, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+    append_csv(args.out, rows)
+
+
+def append_csv(path: str, rows: list[dict]) -> None:
+    """Append `rows` under the file's header; a file whose header names other columns is left
+    alone (the run stops saying so) rather than mixed into."""
+    fields = list(rows[0])
+    have = None
+    if os.path.exists(path):
+        with open(path, newline="") as f:
+            have = next(csv.reader(f), None)
+        if have and have != fields:
+            sys.exit(f"{path} has columns {have}; this run writes {fields}: pass --out")
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(path, "a", newline="") as f:
+        out = csv.writer(f)
+        if not have:
+            out.writerow(fields)
+        out.writerows([r[k] for k in fields] for r in rows)
 
 
 if __name__ == "__main__":
