@@ -4,10 +4,11 @@ ops (issue 7's region targets: >= 80% of copy bandwidth in effective bytes, >= 8
 Each case is a chain of elementwise ops on float32 tensors of `--mb` MiB that `bz.fuse` turns
 into one region; braze runs it compiled (`bz.compile`, one generated kernel, one pass over
 memory). Three braze timings: `kernel` is the generated kernel alone (the program's step, its
-arguments bound), `run` is `exe(feeds, copy=False)` (kernel plus the run loop; the output stays
-in the arena) and `call` the default `exe(feeds)`, which also copies the output out of the arena
-into a fresh array (page faults included). The NumPy side is the chain of ufuncs a user would
-write (`np.tanh(x * 0.5 + y * 0.25)`; for GELU `scipy.special.erf`, NumPy having no erf).
+arguments bound), `run` is `exe(feeds, copy=False)` (kernel plus the run loop, which reads the
+contiguous feeds in place; the output stays in the arena) and `call` the default `exe(feeds)`,
+which also copies the output out of the arena into a fresh array (page faults included). The
+NumPy side is the chain of ufuncs a user would write (`np.tanh(x * 0.5 + y * 0.25)`; for GELU
+`scipy.special.erf`, NumPy having no erf).
 Effective bytes = every region input read once + the output written once. Copy bandwidth is
 `np.copyto` of one input into a warm buffer (read + write), timed in the same rounds as the
 kernel. All timings are taken round-robin, `--repeat` rounds; medians (min in the CSV too).
