@@ -10,9 +10,9 @@ A feed that the steps only read (no step writes its buffer in place, no output i
 of it) is not copied in when the caller's array can stand in for the buffer: C-contiguous,
 aligned to its element size and outside the arena (an earlier `copy=False` output is copied).
 Then the few steps that read it, and the views of it they read, are re-bound to the caller's
-array for that call only (`Program.bound_calls`; no shared state changes, so the program stays
-usable from several threads as before); any other feed is copied into its buffer. Copying two
-64 MiB feeds cost 18-21 ms per call on the dev VM."""
+array for that call only (`Program.bound_calls`: the call's bindings are its own, the program
+is not changed); any other feed is copied into its buffer. Copying two 64 MiB feeds cost 18-21
+ms per call on the dev VM."""
 from __future__ import annotations
 
 import time
