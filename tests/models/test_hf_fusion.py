@@ -13,10 +13,12 @@ from braze.rewrite import MissReason
 
 # family -> residual norms fused over its two layers (pre-norm stacks fuse each sublayer's
 # residual add into the next norm; parallel-residual stacks have one residual per layer;
-# RoBERTa's and OPT's embedding sums are batch-shaped, so their embedding norm fuses too)
-RESIDUAL_NORMS = {"bert": 4, "gpt2": 4, "llama": 4, "gemma": 4, "qwen2": 4, "gpt_neox": 2,
+# RoBERTa's and OPT's embedding sums are batch-shaped, and BERT's, GPT-2's, DistilBERT's and
+# CLIP's add [1, S, D] / [S, D] position embeddings (a residual repeated over the batch), so
+# their embedding norm fuses too)
+RESIDUAL_NORMS = {"bert": 5, "gpt2": 5, "llama": 4, "gemma": 4, "qwen2": 4, "gpt_neox": 2,
                   "phi": 2, "t5": 4, "bloom": 4, "falcon": 2, "mistral": 4, "gptj": 2,
-                  "distilbert": 4, "roberta": 5, "clip_text": 4, "stablelm": 4, "opt": 5,
+                  "distilbert": 5, "roberta": 5, "clip_text": 5, "stablelm": 4, "opt": 5,
                   "qwen3": 4, "gemma3_text": 4, "olmo2": 1, "persimmon": 4, "phi3": 4,
                   "granite": 4, "mixtral": 4,
                   "esm": 4, "modernbert": 4, "deberta_v2": 4, "xlm": 5}

@@ -90,8 +90,11 @@ def _cos(e, pair) -> float:
 def test_every_layer_fuses(minilm_onnx, variant):
     fused, report = _fused(minilm_onnx(variant))
     assert fused.count("fused_attention_block") == LAYERS, report
-    # post-norm BERT: attention output and FFN output each add the residual into a LayerNorm
-    assert fused.count("fused_residual_ln") == 2 * LAYERS, report
+    # post-norm BERT: attention output and FFN output each add the residual into a LayerNorm;
+    # the embeddings' LayerNorm reads word + token-type + [1, S, D] position embeddings, a
+    # residual repeated over the batch, and fuses too
+    assert fused.count("fused_residual_ln") == 2 * LAYERS + 1, report
+    assert fused.count("layer_norm") == 0, report
     acts = [n.op.act for n in fused.nodes if n.op.kind == "fused_matmul_bias_act"]
     assert [a.value for a in acts if a] == ["gelu"] * LAYERS, acts
     assert len(acts) == 2 * LAYERS  # FFN up (+gelu) and down projections
