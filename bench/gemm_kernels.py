@@ -74,7 +74,6 @@ def packed_kernel(mod):
 def _ort_matmul(w, threads: int):
     """(session, binder factory) for y = x @ w in ONNX Runtime (w an initializer), or None."""
     try:
-        import onnx  # noqa: PLC0415
         import onnxruntime as ort  # noqa: PLC0415
         from onnx import TensorProto, helper, numpy_helper  # noqa: PLC0415
     except ImportError:
@@ -89,7 +88,8 @@ def _ort_matmul(w, threads: int):
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
-    return ort.InferenceSession(onnx._serialize(model), so,  # noqa: SLF001
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")  # see main()
+    return ort.InferenceSession(model.SerializeToString(), so,
                                 providers=["CPUExecutionProvider"])
 
 
@@ -184,8 +184,9 @@ def _child(threads: int, args) -> None:
             err[name] = float(np.abs(out - want).max())
         times = {name: [] for name in methods}
         order = list(methods)
-        for r in range(repeat * len(ws)):  # rotated order: no method always runs first
-            for name in order[r % len(order):] + order[:r % len(order)]:
+        for r in range(repeat * len(ws)):  # a new order each round: no method always runs
+            rng.shuffle(order)               # first, or right after the same other one
+            for name in order:
                 t0 = now()
                 methods[name](r)
                 times[name].append(now() - t0)
@@ -319,8 +320,11 @@ def main() -> None:
         _child(args.child, args)
         return
     for t in (int(v) for v in args.threads.split(",")):
+        # idle pool threads sleep at once (OpenBLAS spins 2^28 cycles by default, ONNX Runtime
+        # spins too): a pool still spinning after its own call took a core from the method
+        # timed next (2 threads: the packed kernel lost 15-40% when it ran after OpenBLAS)
         env = dict(os.environ, OMP_NUM_THREADS=str(t), OPENBLAS_NUM_THREADS=str(t),
-                   MKL_NUM_THREADS=str(t))
+                   MKL_NUM_THREADS=str(t), OPENBLAS_THREAD_TIMEOUT="4")
         print(f"# {t} thread(s), load {os.getloadavg()[0]:.2f}", flush=True)
         subprocess.run([sys.executable, __file__, "--child", str(t), *sys.argv[1:]], env=env,
                        check=True)

@@ -13,7 +13,7 @@ floats, about 1.0x the weight (MKL's cblas_sgemm_pack took ~4x per tile slab). A
   accumulators (6 x two 8-float vectors under AVX2, 12 x one 16-float vector under AVX-512; a
   rest of rows as H2 = 4 / 8-row blocks where that covers it) fed by one broadcast of x and the
   16 weights of the panel per k. The scratch has padded rows, and x is copied there when its
-  rows are a multiple of 2 KB apart (K = 2048, 3072): rows of 2048-4096 floats in place put a
+  rows are a multiple of 4 KB apart (K = 2048, 3072): rows of 2048-4096 floats in place put a
   micro block's rows on one L1 set (~10% lost);
 - starts the accumulators from the bias, and applies the activation while the finished tile
   goes from scratch to `out`, with the executor's activation code (native.ACT_SPAN: the same
@@ -197,9 +197,10 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
       if (rest == 2 * H2 - MR && n_mr > 0) n_h2 = 2, n_mr--;
       rest = rows - n_mr * MR - n_h2 * H2;       /* 0, or a zero-padded block of H2 or MR */
       int64_t pad = rest == 0 ? 0 : rest <= H2 ? H2 : MR, blocks = n_mr + n_h2 + (pad > 0);
-      /* x is read in place unless its rows are a multiple of 2 KB apart (3 or more of a
-         micro block's rows on one L1 set); the zero-padded last block is always copied */
-      int in_place = (lda * 4) % 2048 != 0;
+      /* x is read in place unless its rows are a multiple of 4 KB apart (a micro block's rows
+         all on one L1 set, with 4 lines of the panel: past its 8 ways); the zero-padded last
+         block is always copied */
+      int in_place = (lda * 4) % 4096 != 0;
       for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC;
         for (int64_t i = in_place ? rows - rest : 0; i < rows; i++)
