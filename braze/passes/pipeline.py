@@ -147,7 +147,7 @@ class Pipeline:
 
     def run(self, g: Graph, *, verify: bool = False, check_numerics: bool = False):
         """Fuse `g`; returns (graph, FusionReport)."""
-        out, _, report = self.run_traced(g, verify=verify, check_numerics=check_numerics)
+        out, _, report = self._run(g, verify, check_numerics, keep_results=False)
         return out, report
 
     def run_traced(self, g: Graph, *, verify: bool = False, check_numerics: bool = False
@@ -156,6 +156,10 @@ class Pipeline:
         it produced, FusionReport). Python's cyclic GC is paused meanwhile: the passes allocate
         many small acyclic objects, and its full-heap scans would otherwise make large graphs
         fuse superlinearly (measured in bench/fusion_speed.py)."""
+        return self._run(g, verify, check_numerics, keep_results=True)
+
+    def _run(self, g: Graph, verify: bool, check_numerics: bool, keep_results: bool
+             ) -> tuple[Graph, list[PassResult] | None, object]:
         from ..report import FusionReport
 
         ctx = RewriteContext(target=self.target, options=self.options)
@@ -164,10 +168,13 @@ class Pipeline:
         try:
             out, results = run_passes(g, self.passes, ctx, verify=verify,
                                       check_numerics=check_numerics)
+            report = FusionReport.analyze(g, out, results, target=self.target.name)
+            if not keep_results:  # the passes' graphs go while the GC is off: the collection
+                results = None    # that follows then scans only what survives
         finally:
             if was_enabled:
                 gc.enable()
-        return out, results, FusionReport.analyze(g, out, results, target=self.target.name)
+        return out, results, report
 
 
 def compile_pipeline(target: str | Target = "cpu", **options) -> Pipeline:
