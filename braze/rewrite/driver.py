@@ -256,8 +256,10 @@ def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext,
 
 class RootDispatch:
     """The rules worth trying at a node, in rule order: those whose `root_kinds` admit the
-    node's op class and label (or that have none), memoized per (op class, label), so a sweep
-    does not run every rule's root test on every node."""
+    node's op class and label (or that have none), memoized per (op class, label), and whose
+    `root_test` accepts the op, memoized per op object (a root test reads only the op, and ops
+    are immutable and shared by rebuilt graphs), so a sweep runs no rule's root test again on
+    an op it has seen."""
 
     def __init__(self, rules: Sequence[Rule]):
         self.rules = tuple(rules)
@@ -273,6 +275,7 @@ class RootDispatch:
         hit = self._memo.get(key)
         if hit is None:
             hit = self._memo[key] = tuple(r for r in self.rules if _admits(r.root_kinds, op))
+        hit = tuple(r for r in hit if r.root_test(op))
         if len(self._by_op) >= _MAX_OPS_SEEN:  # the table outlives graphs: do not hoard ops
             self._by_op.clear()
         self._by_op[id(op)] = (op, hit)
@@ -313,9 +316,7 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
             continue
         seen = by_op.get(id(op))  # candidates(op), inlined: this loop visits every node
         here = seen[1] if seen is not None and seen[0] is op else candidates(op)
-        for rule in here:
-            if not rule.root_test(op):
-                continue
+        for rule in here:  # each passed its root test (see RootDispatch)
             st = stats[rule.name]
             t0, attempts = time.perf_counter(), st.attempts
             verdict = _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed)

@@ -53,16 +53,17 @@ def _is_max(n) -> bool:
 def _region(g, root) -> set[int]:
     """Every smooth elementwise node above root (same shape), up to MAX_CONE of them."""
     members, stack = set(), [root.id]
+    out, nodes = root.outputs[0], g.nodes
     while stack and len(members) < MAX_CONE:
         nid = stack.pop()
         if nid in members:
             continue
         members.add(nid)
-        for v in g.nodes[nid].inputs:
-            p = g.nodes[v.node]
-            if not _scalar_const(g, v) and _member(p) and v.index == 0 and \
-                    p.outputs[0] == root.outputs[0]:
-                stack.append(p.id)
+        for v in nodes[nid].inputs:  # cheapest tests first; a member again would be skipped
+            if v.index == 0 and v.node not in members:
+                p = nodes[v.node]
+                if _member(p) and p.outputs[0] == out and not _scalar_const(g, v):
+                    stack.append(p.id)
     return members
 
 
@@ -218,11 +219,18 @@ def _on_probes(fn: UnaryFn) -> np.ndarray:
     return want
 
 
+def _root_test(op) -> bool:
+    """A smooth elementwise op that is not already a canonical activation."""
+    if op.elementwise is False:
+        return False
+    if isinstance(op, Unary):
+        return op.fn in _SMOOTH_UNARY and op.fn not in _TARGETS
+    return isinstance(op, Binary) and op.fn in _BINARY
+
+
 def _matcher(g, node, ctx):
-    if node.op.elementwise is False or not _member(node):
+    if not _root_test(node.op):
         return
-    if isinstance(node.op, Unary) and node.op.fn in _TARGETS:
-        return  # already canonical
     if not node.outputs[0].dtype.is_float:
         return
     near = None
@@ -251,5 +259,5 @@ def recognized(m, ctx):
 
 CANONICALIZE_ACTIVATION = Rule(
     "CanonicalizeActivation", lambda b, m: b.activation(m.v("x"), m.data["fn"]),
-    matcher=_matcher, checks=(recognized,), root_test=lambda op: isinstance(op, (Unary, Binary)),
+    matcher=_matcher, checks=(recognized,), root_test=_root_test,
     produces="activation")

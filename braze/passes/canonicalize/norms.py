@@ -236,6 +236,14 @@ def recognized(m, ctx):
     return m.data.get("miss")
 
 
+def _root_test(op) -> bool:
+    """What `_parse` can start from: a beta add, a gamma mul, or the core's mul or div (any
+    other root, a cast included, parses to nothing and reports no near miss)."""
+    return isinstance(op, Binary) and op.fn in _ROOT_FNS
+
+
+_ROOT_FNS = frozenset({BinaryFn.ADD, BinaryFn.MUL, BinaryFn.DIV})
+
 CANONICALIZE_NORM = Rule(
     "CanonicalizeNorm", _build, matcher=_matcher, checks=(recognized,),
-    root_test=lambda op: isinstance(op, (Binary, Cast)), produces="norm")
+    root_test=_root_test, produces="norm")
