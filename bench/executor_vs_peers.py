@@ -6,7 +6,7 @@ output's difference from PyTorch eager fp32, and braze's compile time (warm and 
 cache). Appends rows to bench/results/executor_vs_peers.csv.
 
     python bench/executor_vs_peers.py [--models bert,gpt2,llama,minilm] [--batches 1,8]
-        [--seq 128] [--repeat 10] [--threads 2] [--label before]
+        [--seq 128] [--repeat 10] [--settle 0.2] [--threads 2] [--label before]
         [--tools braze,braze_bf16,ort,ov,ov_default,torch,torch_bf16[,compile]]
         [--profile 12] [--no-compile-times]
 
@@ -66,11 +66,14 @@ class Model:
     vocab: int
 
 
-def interleaved_ms(calls: dict, repeat: int, warmup: int = 2) -> dict:
+def interleaved_ms(calls: dict, repeat: int, warmup: int = 2, settle: float = 0.2) -> dict:
     """{tool: (median, fastest) ms}: every round times one call of every tool, in an order
     rotated each round, so load that comes and goes on a shared machine hits all tools alike;
-    on a loaded machine the fastest call shows what a tool does when it gets the cores. A tool
-    over 10x slower than the fastest after 3 rounds stops there (its median is of 3 calls)."""
+    on a loaded machine the fastest call shows what a tool does when it gets the cores. Each
+    call starts `settle` seconds after the previous one ended: thread pools (ORT's, OpenVINO's,
+    OpenMP's, OpenBLAS's) spin for a while after a call, and on 2 cores a pool still spinning
+    would slow whichever tool runs next. A tool over 10x slower than the fastest after 3 rounds
+    stops there (its median is of 3 calls)."""
     for fn in calls.values():
         for _ in range(warmup):
             fn()
@@ -81,6 +84,7 @@ def interleaved_ms(calls: dict, repeat: int, warmup: int = 2) -> dict:
             best = min(statistics.median(v) for v in times.values())
             order = [t for t in order if statistics.median(times[t]) < 10 * best]
         for tool in order[r % len(order):] + order[:r % len(order)]:
+            time.sleep(settle)
             t0 = time.perf_counter()
             calls[tool]()
             times[tool].append(time.perf_counter() - t0)
@@ -244,7 +248,7 @@ def bench_model(model: Model, batch: int, args, compile_times: dict) -> list[dic
         except Exception as e:  # noqa: BLE001 - a tool failing is a result, reported
             print(f"  {tool} failed: {type(e).__name__}: {str(e)[:200]}", flush=True)
     load = f"{os.getloadavg()[0]:.2f}"
-    timed = interleaved_ms(calls, args.repeat)
+    timed = interleaved_ms(calls, args.repeat, settle=args.settle)
     load = f"{load}-{os.getloadavg()[0]:.2f}"
     gflop = ""
     for tool, exe in exes.items():
@@ -297,6 +301,8 @@ def main() -> None:
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=10)
+    ap.add_argument("--settle", type=float, default=0.2,
+                    help="seconds of idle before each timed call (spinning pools settle)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tools", default="braze,braze_bf16,ort,ov,ov_default,torch,torch_bf16",
                     help="add 'compile' for torch.compile (minutes of compiling per model)")
