@@ -192,10 +192,12 @@ def _columns(g, chain, src) -> tuple[np.ndarray, bool] | None:
 
 
 def _matcher(g, node, ctx):
-    if node.outputs[0].rank != 4 or not _feeds_attention(g, node):
+    if node.outputs[0].rank != 4:
         return
-    chain = _chain(g, node)
+    chain = _chain(g, node)  # before the readers: most head layouts select nothing
     if not chain or not any(isinstance(c.op, _SELECT) for c in chain):
+        return
+    if not _feeds_attention(g, node):
         return
     src = chain[-1].inputs[0]
     if g.shape_of(src).rank != 3 or _projection(g, src) is None:
