@@ -436,7 +436,8 @@ def _build(b, m):
     for i, (kind, val, post, rank) in enumerate(parse.masks):
         if kind == "add":
             term = m.v(f"mask{i}")
-            bias = bias or _uses_params(m.graph, m.values[f"mask{i}"])
+            bias = bias or m.memo(("uses_params", i),  # the trial build asked already
+                                  lambda i=i: _uses_params(m.graph, m.values[f"mask{i}"]))
         else:
             _, fill, keep_when = val
             zero = b.constant(np.zeros((), dt.np))
