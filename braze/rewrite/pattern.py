@@ -117,11 +117,15 @@ class Pat(Pattern):
         return frozenset(self.op if isinstance(self.op, tuple) else (self.op,))
 
     def required_kinds(self) -> frozenset[tuple]:
+        return _memo(self, "_required", self._required_kinds)
+
+    def _required_kinds(self) -> frozenset[tuple]:
         own = frozenset({self.op if isinstance(self.op, tuple) else (self.op,)})
         return own.union(*(p.required_kinds() for p in self.inputs or ()))
 
     def height(self) -> int:
-        return 1 + max((p.height() for p in self.inputs), default=0) if self.inputs else 0
+        return _memo(self, "_height", lambda: 1 + max((p.height() for p in self.inputs),
+                                                      default=0) if self.inputs else 0)
 
     def match_value(self, g, v, b, consumed):
         if self.out is not None and v.index != self.out:
@@ -181,7 +185,7 @@ class Alt(Pattern):
             yield from p.match_node(g, node, b, consumed)
 
     def height(self) -> int:
-        return max(p.height() for p in self.options)
+        return _memo(self, "_height", lambda: max(p.height() for p in self.options))
 
     def root_test(self):
         tests = [p.root_test() for p in self.options]
@@ -195,6 +199,9 @@ class Alt(Pattern):
         """A match of some option meets one requirement of each option, so it meets their
         union: every such union (when there are few), else the requirements all options
         share."""
+        return _memo(self, "_required", self._required_kinds)
+
+    def _required_kinds(self) -> frozenset[tuple]:
         sets = [p.required_kinds() for p in self.options]
         if not all(sets):
             return frozenset()
@@ -202,6 +209,16 @@ class Alt(Pattern):
             return sets[0].intersection(*sets[1:])
         return frozenset(tuple(dict.fromkeys(k for r in choice for k in r))
                          for choice in itertools.product(*sets))
+
+
+def _memo(pattern: Pattern, attr: str, compute: Callable[[], Any]) -> Any:
+    """A pattern's derived fact, computed once: sub-patterns are shared (the same `heads(...)`
+    under every alternative), so an uncached walk of a large pattern repeats exponentially."""
+    hit = pattern.__dict__.get(attr)
+    if hit is None:
+        hit = compute()
+        object.__setattr__(pattern, attr, hit)  # not a field: eq / hash are unchanged
+    return hit
 
 
 class _PatternBuilder:
