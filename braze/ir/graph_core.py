@@ -81,6 +81,13 @@ def first_values(nid: int) -> tuple[Value]:
     return table[nid]
 
 
+def _values_of(nid: int, n_outputs: int) -> tuple[Value, ...]:
+    """The output values of node `nid` (the shared tuple for a single output)."""
+    if n_outputs == 1:
+        return first_values(nid)
+    return tuple(Value(nid, i) for i in range(n_outputs))
+
+
 def _node_maker():
     """A constructor for `Node` that sets its slots directly: the same object as `Node(...)`
     (checked in tests/ir), without the frozen dataclass's per-field `object.__setattr__`."""
@@ -195,9 +202,7 @@ class GraphCore:
             if (v.node, v.index) not in seen:
                 seen.add((v.node, v.index))
                 self._users[v.node].append((nid, v.index))
-        if len(outs) == 1:
-            return first_values(nid)
-        return tuple(Value(nid, i) for i in range(len(outs)))
+        return _values_of(nid, len(outs))
 
     def clone_node(self, node: Node, inputs: Sequence[Value], source: GraphCore | None = None
                    ) -> tuple[Value, ...]:
@@ -211,14 +216,8 @@ class GraphCore:
             vals = self._append(node.op, inputs, node.outputs, name, node.provenance)
         else:
             vals = self.add_node(node.op, inputs, name=name, provenance=node.provenance)
-        if not node.op.source:
-            return vals
-        from .ops.io import Input, Param
-
-        if isinstance(node.op, Input):
-            self.input_ids.append(vals[0].node)
-        elif isinstance(node.op, Param):
-            self.param_ids.append(vals[0].node)
+        if node.op.source:
+            self._list_source(vals[0].node, node.op)
         return vals
 
     def copy_node(self, node: Node, inputs: tuple[Value, ...]) -> tuple[Value, ...]:
@@ -244,14 +243,15 @@ class GraphCore:
                 if i == 0 or v not in inputs[:i]:
                     users[v.node].append((nid, v.index))
         if op.source:
-            kind = op.kind
-            if kind == "input":
-                self.input_ids.append(nid)
-            elif kind == "param":
-                self.param_ids.append(nid)
-        if len(node.outputs) == 1:
-            return first_values(nid)
-        return tuple(Value(nid, i) for i in range(len(node.outputs)))
+            self._list_source(nid, op)
+        return _values_of(nid, len(node.outputs))
+
+    def _list_source(self, nid: int, op: Op) -> None:
+        """A copied input or param joins the graph's input / param lists."""
+        if op.kind == "input":
+            self.input_ids.append(nid)
+        elif op.kind == "param":
+            self.param_ids.append(nid)
 
     def copy_prefix(self, source: GraphCore, k: int) -> list[tuple[Value, ...]]:
         """Make this empty graph's first `k` nodes those of `source` (a prefix of a topological
@@ -269,13 +269,9 @@ class GraphCore:
                     nodes[n.id] = _new_node(n.id, n.op, n.inputs, n.outputs, None, n.provenance)
                 else:
                     names[n.name] = n.id
-            if n.op.source:  # registered as copy_node does
-                kind = n.op.kind
-                if kind == "input":
-                    self.input_ids.append(n.id)
-                elif kind == "param":
-                    self.param_ids.append(n.id)
-        return [first_values(n.id) if len(n.outputs) == 1 else n.values for n in nodes]
+            if n.op.source:
+                self._list_source(n.id, n.op)
+        return [_values_of(n.id, len(n.outputs)) for n in nodes]
 
     def _same_types(self, new: tuple[Value, ...], old: tuple[Value, ...], source: GraphCore
                     ) -> bool:
@@ -301,9 +297,7 @@ class GraphCore:
         for i, v in enumerate(inputs):
             if v not in inputs[:i]:
                 self._users[v.node].append((nid, v.index))
-        if len(outs) == 1:
-            return first_values(nid)
-        return tuple(Value(nid, i) for i in range(len(outs)))
+        return _values_of(nid, len(outs))
 
     def set_outputs(self, outputs: Iterable[Value]) -> None:
         """Declare the graph's results (order matters)."""

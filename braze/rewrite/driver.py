@@ -302,7 +302,7 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
     near_cover: dict[str, set[int]] = {}  # per rule: nodes inside matches already reported
     explained: set[int] = set()
     outputs = set(g.outputs)
-    by_op, candidates = dispatch._by_op, dispatch.candidates
+    candidates = dispatch.candidates
     tried: list[int] = []
     if not dispatch.rules:
         order = ()
@@ -314,9 +314,7 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
         op = node.op
         if op.source or node.id in claimed:
             continue
-        seen = by_op.get(id(op))  # candidates(op), inlined: this loop visits every node
-        here = seen[1] if seen is not None and seen[0] is op else candidates(op)
-        for rule in here:  # each passed its root test (see RootDispatch)
+        for rule in candidates(op):  # each passed its root test (see RootDispatch)
             st = stats[rule.name]
             t0, attempts = time.perf_counter(), st.attempts
             verdict = _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed)
@@ -520,22 +518,12 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
     # nodes before the first claimed one are read and made unchanged: shared as they are
     first = min(claimed)
     outs_of[:first] = new.copy_prefix(g, first)
-    copy = new.copy_node
     try:
         for node in g.nodes[first:]:
-            nid = node.id
-            if outs_of[nid] is not None or nid in claimed or partial:
-                emit(node)
-                continue
-            try:
-                ins = tuple([outs_of[v.node][v.index] for v in node.inputs])
-            except TypeError:  # an input not made yet, or only partly provided
-                emit(node)
-                continue
-            outs_of[nid] = copy(node, ins)
+            emit(node)
         outs = [resolve(v) for v in g.outputs]
     finally:  # the closures refer to each other: free them now, not in a GC pass
-        emit = emit_match = resolve = made = copy = None
+        emit = emit_match = resolve = made = None
     made_weights = new.weights  # values of params that replacements created (e.g. joined)
     kept = {new.nodes[i].op.name for i in new.param_ids}
     new.weights = g.weights.carry(kept)  # deferred (joined) weights stay deferred

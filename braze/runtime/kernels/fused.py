@@ -145,16 +145,24 @@ def _norm_kernel(node, ins, outs, rms: bool, residual: bool, expose: bool):
     cols = int(np.prod(x.dims[axis:], dtype=np.int64))
     rows = _numel(outs[0]) // max(cols, 1)
     name = ("residual " if residual else "") + ("RMSNorm" if rms else "LayerNorm")
+    res_rows = rows
     if residual and ins[1].dims != x.dims:
-        return _broadcast_residual_norm(lib, node, ins, outs, rms, expose, axis, rows, cols)
-    run = _row_norm_run(lib, op, len(ins), rms, residual, expose, rows, cols)
+        # a residual repeated over leading axes ([1, S, D] or [S, D] against [B, S, D]): row r
+        # of the sum reads residual row r % res_rows; any other broadcast runs the reference
+        lead = leading_broadcast_axes(x.dims, ins[1].dims)
+        res_rows = _numel(ins[1]) // max(cols, 1)
+        if lead is None or lead > axis or res_rows == 0 or rows % res_rows:
+            return None
+        name += f", residual repeated over {rows // res_rows} row blocks"
+    run = _row_norm_run(lib, op, len(ins), rms, residual, expose, rows, cols, res_rows)
     return Kernel(run, Dispatch.NATIVE, f"C row {name}", bytes=nbytes(ins) + nbytes(outs),
                   flops=6 * _numel(outs[0]))
 
 
 def _row_norm_run(lib, op, n_in: int, rms: bool, residual: bool, expose: bool, rows: int,
-                  cols: int):
-    """The run function of one native row-norm call over `rows` rows of `cols` values."""
+                  cols: int, res_rows: int):
+    """The run function of one native row-norm call over `rows` rows of `cols` values (row r
+    reading residual row r % res_rows)."""
     first_affine = 2 if residual else 1
     has_gamma, has_beta = op.has_gamma, op.has_beta
     eps = float(op.eps)
@@ -170,46 +178,9 @@ def _row_norm_run(lib, op, n_in: int, rms: bool, residual: bool, expose: bool, r
         lib.row_norm(x_a.ctypes.data, None if r_a is None else r_a.ctypes.data,
                      None if gamma is None else gamma.ctypes.data,
                      None if beta is None else beta.ctypes.data, y.ctypes.data,
-                     None if s is None else s.ctypes.data, rows, cols, eps, int(rms))
+                     None if s is None else s.ctypes.data, rows, cols, res_rows, eps, int(rms))
 
     return run
-
-
-# above this many blocks the broadcast residual is materialized once and one call covers all rows
-_MAX_RESIDUAL_BLOCKS = 64
-
-
-def _broadcast_residual_norm(lib, node, ins, outs, rms: bool, expose: bool, axis: int,
-                             rows: int, cols: int):
-    """A residual norm whose residual repeats over leading axes ([1, S, D] or [S, D] against
-    x [B, S, D]): row r of the sum reads residual row r % res_rows. The row kernel runs once
-    per block of res_rows rows of x, each block reading the same residual rows; with more than
-    _MAX_RESIDUAL_BLOCKS blocks the residual is expanded to x's shape and one call runs. Any
-    other broadcast declines (the node runs its reference)."""
-    lead = leading_broadcast_axes(ins[0].dims, ins[1].dims)
-    res_rows = _numel(ins[1]) // max(cols, 1)
-    if lead is None or lead > axis or res_rows == 0 or rows % res_rows:
-        return None
-    n_in, blocks = len(ins), rows // res_rows
-    per_block = _row_norm_run(lib, node.op, n_in, rms, True, expose, res_rows, cols)
-    whole = _row_norm_run(lib, node.op, n_in, rms, True, expose, rows, cols)
-
-    def run(*arrays):
-        x_a, r_a, rest = arrays[0], arrays[1], arrays[2:n_in]
-        out_arrays = arrays[n_in:]
-        if blocks > _MAX_RESIDUAL_BLOCKS:
-            whole(x_a, np.broadcast_to(r_a, x_a.shape), *rest, *out_arrays)
-            return
-        x_blocks = x_a.reshape(blocks, -1)
-        out_blocks = [o.reshape(blocks, -1) for o in out_arrays]  # views: outputs are C order
-        for i in range(blocks):
-            per_block(x_blocks[i], r_a, *rest, *(o[i] for o in out_blocks))
-
-    name = "RMSNorm" if rms else "LayerNorm"
-    how = ("residual expanded, one call" if blocks > _MAX_RESIDUAL_BLOCKS
-           else f"residual repeated over {blocks} row blocks")
-    return Kernel(run, Dispatch.NATIVE, f"C row residual {name}, {how}",
-                  bytes=nbytes(ins) + nbytes(outs), flops=6 * _numel(outs[0]))
 
 
 @register_kernel(LayerNorm)

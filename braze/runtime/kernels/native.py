@@ -133,9 +133,11 @@ void unary_act(const float* x, float* out, int64_t n, int act) {
 }
 
 /* Row norm over `cols` values: s = x (+ res); LayerNorm (rms = 0) or RMSNorm (rms = 1);
-   y = norm(s) * gamma + beta (gamma / beta may be NULL); sum_out (may be NULL) gets s. */
+   y = norm(s) * gamma + beta (gamma / beta may be NULL); sum_out (may be NULL) gets s. Row r
+   reads residual row r % res_rows (a residual repeated over leading axes: res_rows < rows). */
 void row_norm(const float* x, const float* res, const float* gamma, const float* beta,
-              float* y, float* sum_out, int64_t rows, int64_t cols, float eps, int rms) {
+              float* y, float* sum_out, int64_t rows, int64_t cols, int64_t res_rows,
+              float eps, int rms) {
   #pragma omp parallel for schedule(static) if(rows * cols > BRAZE_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
     const float* xr = x + r * cols;
@@ -143,7 +145,7 @@ void row_norm(const float* x, const float* res, const float* gamma, const float*
     float* sr = sum_out ? sum_out + r * cols : yr;
     double mean = 0.0, sq = 0.0;
     if (res) {
-      const float* rr = res + r * cols;
+      const float* rr = res + (r % res_rows) * cols;
       for (int64_t c = 0; c < cols; c++) { float s = xr[c] + rr[c]; sr[c] = s; mean += s; }
       xr = sr;
     } else {
@@ -217,7 +219,7 @@ _SIGNATURES = {
     "bias_act": [_P, _P, _I64, _I64, _INT],
     "gemm_bias_act": [_P, _P, _P, _I64, _P, _I64, _INT, _P, _I64, _I64, _I64, _P, _INT],
     "unary_act": [_P, _P, _I64, _INT],
-    "row_norm": [_P, _P, _P, _P, _P, _P, _I64, _I64, _F32, _INT],
+    "row_norm": [_P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _F32, _INT],
     "softmax_rows": [_P, _P, _I64, _I64],
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
     "gated": [_P, _P, _I64, _I64, _INT, _INT],
