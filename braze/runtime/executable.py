@@ -198,6 +198,7 @@ class Executable:
         if prog is None:
             prog = self._any_program()
         stepped = {s.node.id: s for s in prog.steps}
+        epilogue = {s.into.id: s for s in prog.steps if s.into is not None}
         rows = []
         for n in self.graph.nodes:
             if n.op.source:
@@ -208,6 +209,10 @@ class Executable:
             if n.id in stepped:
                 k = stepped[n.id].kernel
                 rows.append((who, n.op.label, k.dispatch, k.name))
+            elif n.id in epilogue:
+                host = epilogue[n.id]
+                rows.append((who, n.op.label, host.kernel.dispatch,
+                             f"in the epilogue of %{host.node.id} ({host.kernel.name})"))
             elif n.id in prog.view_ids:
                 rows.append((who, n.op.label, Dispatch.VIEW, "view of its input"))
             elif n.id in prog.static_ids:

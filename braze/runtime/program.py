@@ -4,7 +4,9 @@ step (kernel, argument slots) over arrays that are views of one preallocated are
 has a planned arena buffer too, so every step's arguments are fixed when the program is built:
 each step is bound once to a zero-argument call (the kernel's own `bind`, precomputing pointers
 and views, or the kernel's `run` over its fixed arrays), and running is a flat loop of those
-calls that does no planning, allocation or lookup.
+calls that does no planning, allocation or lookup. A GEMM on a static weight whose product only
+a fused_swiglu reads (and no output is) runs with it as one step when fused.gated_gemm takes
+the pair: the gated product comes out of the GEMM's epilogue, the product gets no buffer.
 
 A feed that the steps only read (no step writes its buffer in place, no output is it or a view
 of it) is not copied in when the caller's array can stand in for the buffer: C-contiguous,
@@ -27,11 +29,14 @@ from ..ir.analysis import weight_prep_nodes
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.op import Value
+from ..ir.ops.fused_simple import FusedMatMulBiasAct, FusedSwiGLU
 from ..ir.ops.io import Constant, Input, Param
+from ..ir.ops.linalg import MatMul
 from ..ir.ops.shape import Expand, Narrow, Reshape
 from ..ir.shapes import Shape
 from ..ir.symbolic import eval_dim
 from .kernels import Kernel, KernelContext, kernel_for, reference_kernel
+from .kernels.fused import gated_gemm
 from .plan import Buffer, MemoryPlan, SharedArena, aligned_arena, plan_memory
 
 __all__ = ["Program", "Step", "DirectFeeds", "build_program"]
@@ -43,12 +48,19 @@ _PREPARED = "kernel preparations"  # static_cache entry: KernelContext.prepared
 @dataclass
 class Step:
     """One kernel call: `kernel.run(*[env[s] for s in slots])` (inputs, then outputs), bound
-    once as `call()` over the program's fixed arrays."""
+    once as `call()` over the program's fixed arrays. `into`, when set, is a node whose work
+    the kernel does too, in its epilogue (a gated MLP after its GEMM): the step reads `node`'s
+    inputs and writes `into`'s outputs, and `node`'s own output has no buffer."""
 
     node: Node
     kernel: Kernel
     slots: tuple[int, ...]
     call: Callable[[], None] | None = None
+    into: Node | None = None
+
+    @property
+    def writes(self) -> tuple[Value, ...]:
+        return (self.into or self.node).values
 
 
 @dataclass
@@ -207,8 +219,10 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     writer: dict[Value, int] = {}     # value -> step index that writes it
     last_use: dict[Value, int] = {}   # buffer value -> last step index reading it
     alias: dict[Value, Value] = {}    # view value -> the buffer value it looks into
+    epilogues = _gated_epilogues(g, static)
+    absorbed: set[int] = set()        # nodes run in an earlier step's epilogue
     for n in g.nodes:
-        if static[n.id] or isinstance(n.op, Input):
+        if static[n.id] or isinstance(n.op, Input) or n.id in absorbed:
             continue
         ins = [g.shape_of(v) for v in n.inputs]
         in_shapes = [Shape(shapes[v], s.dtype) for v, s in zip(n.inputs, ins)]
@@ -223,11 +237,20 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             view_ids.add(n.id)
             views.append((slot(n.value), fn, slot(src)))
             continue
-        k = kernel_for(n, in_shapes, out_shapes, ctx) or reference_kernel(n, symbols)
+        into = epilogues.get(n.id)
+        k = None
+        if into is not None:
+            k = gated_gemm(n, into, in_shapes, [Shape(shapes[v], s.dtype)
+                                                for v, s in zip(into.values, into.outputs)], ctx)
+            into = into if k is not None else None
+        if into is not None:
+            absorbed.add(into.id)
+        k = k or kernel_for(n, in_shapes, out_shapes, ctx) or reference_kernel(n, symbols)
+        writes = (into or n).values
         idx = len(steps)
         for v in n.inputs:
             last_use[alias.get(v, v)] = idx
-        for v in n.values:
+        for v in writes:
             writer[v] = idx
         scratch = []
         for i, (dims, dt) in enumerate(k.scratch):
@@ -236,7 +259,7 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             scratch_types[key] = np.dtype(dt)
             scratch.append(slot(key))
         steps.append(Step(n, k, tuple(slot(v) for v in n.inputs) +
-                          tuple(slot(v) for v in n.values) + tuple(scratch)))
+                          tuple(slot(v) for v in writes) + tuple(scratch), into=into))
     end = len(steps)
     outputs = {alias.get(v, v) for v in g.outputs}
     for v in outputs:
@@ -269,6 +292,21 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     direct = _direct_feeds(g, plan, outputs, alias, slot_of, views, steps)
     return Program(g, symbols, env, input_slots, steps,
                    [slot_of[v] for v in g.outputs], plan, static_ids, view_ids, arena, direct)
+
+
+def _gated_epilogues(g: Graph, static: list[bool]) -> dict[int, Node]:
+    """GEMM node id -> the FusedSwiGLU node that is the only reader of its product, where the
+    product is no graph output: the two may run as one step (fused.gated_gemm decides)."""
+    out = {}
+    for n in g.nodes:
+        if not isinstance(n.op, FusedSwiGLU) or static[n.id]:
+            continue
+        h = n.inputs[0]
+        gemm = g.nodes[h.node]
+        if (isinstance(gemm.op, (MatMul, FusedMatMulBiasAct)) and not static[gemm.id] and
+                len(g.users(h)) == 1 and not g.is_output(h)):
+            out[gemm.id] = n
+    return out
 
 
 def _direct_feeds(g: Graph, plan: MemoryPlan, outputs: set, alias: dict, slot_of: dict,
@@ -387,8 +425,7 @@ def _buffers(g, steps, last_use, shapes, outputs, alias) -> list[Buffer]:
     buffers: dict[Value, Buffer] = {}
     owner: dict[Value, Value] = {}
     for idx, step in enumerate(steps):
-        n = step.node
-        for pos, v in enumerate(n.values):
+        for pos, v in enumerate(step.writes):
             nbytes = int(np.prod(shapes[v], dtype=np.int64)) * g.shape_of(v).dtype.itemsize
             host = _inplace_host(step, pos, idx, last_use, outputs, alias, owner, shapes, g)
             if host is not None:
@@ -406,7 +443,7 @@ def _inplace_host(step, pos, idx, last_use, outputs, alias, owner, shapes, g):
     """The buffer an output may reuse: a same-shaped input buffer that dies at this step."""
     if pos != 0 or not step.kernel.inplace:
         return None
-    out = step.node.values[0]
+    out = step.writes[0]
     for i in step.kernel.inplace:
         v = step.node.inputs[i]
         if v in alias or v not in owner or v in outputs or last_use.get(v) != idx:

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from ...errors import InterpretError
 from ...ir.ops.attention import Rope
 from ...ir.ops.elementwise import Unary
 from ...ir.ops.fused import (
@@ -17,13 +18,14 @@ from ...ir.ops.fused import (
     FusedSwiGLU,
 )
 from ...ir.ops.fused_simple import leading_broadcast_axes
+from ...ir.ops.linalg import MatMul
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.reduce import Softmax
 from . import blas, native
 from . import packed_gemm as pg
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
-__all__ = ["is_f32", "gemm_bias_act", "packed_weight"]
+__all__ = ["is_f32", "gemm_bias_act", "packed_weight", "gated_gemm"]
 
 
 def is_f32(*shapes) -> bool:
@@ -75,23 +77,77 @@ def gemm_bias_act(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.n
     return True
 
 
-def packed_weight(node, ctx, position: int = 1) -> pg.PackedWeight | None:
+def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None
+                  ) -> pg.PackedWeight | None:
     """The static 2-D float32 weight at input `position` of `node` packed once for braze's own
     GEMM (packed_gemm.py; cached in ctx.prepared, which update_weights empties), or None when
     that input is not static (fed at run time) or can't be packed, or when BRAZE_PACKED_GEMM=0
-    opts out. On a quiet 2-core run the packed kernel took 0.80-0.86x the MKL tiles' time
-    end to end (BERT-base, GPT-2, LLaMA-small, MiniLM at batch 1 and 8, 2 threads); its copy
-    costs ~1.0x the GEMM weights in RSS (bench/gemm_kernels.py --model NAME --batch B)."""
+    opts out. With `gate_first` set, packed for the gated epilogue (pg.pack_gated). On a quiet
+    2-core run the packed kernel took 0.80-0.86x the MKL tiles' time end to end (BERT-base,
+    GPT-2, LLaMA-small, MiniLM at batch 1 and 8, 2 threads); its copy costs ~1.0x the GEMM
+    weights in RSS (bench/gemm_kernels.py --model NAME --batch B)."""
     if os.environ.get("BRAZE_PACKED_GEMM", "1") == "0":
         return None
     value = node.inputs[position]
     w = ctx.static.get(value)
     if w is None or w.ndim != 2 or w.dtype != np.float32:
         return None
-    key = ("packed_gemm", value, w.shape, w.strides)
+    key = ("packed_gemm", value, w.shape, w.strides, gate_first)
     if key not in ctx.prepared:
-        ctx.prepared[key] = pg.pack(w)
+        ctx.prepared[key] = pg.pack(w) if gate_first is None else pg.pack_gated(w, gate_first)
     return ctx.prepared[key]
+
+
+def gated_gemm(node, gated_node, ins, outs, ctx) -> Kernel | None:
+    """One kernel for a matmul (or a FusedMatMulBiasAct with no activation) and the
+    FusedSwiGLU `gated_node` reading its product: braze's packed-weight GEMM on the weight
+    packed in gate / up panel pairs, writing act(gate) * up from each finished tile
+    (pg.gemm_gated), so the [..., 2F] product never reaches memory. `ins` are the GEMM node's
+    input types, `outs` the gated node's output types. None when that does not apply: no
+    static float32 2-D weight, an activation the native kernels lack, no C compiler,
+    BRAZE_PACKED_GEMM=0, or BRAZE_GATED_GEMM=0 (the two nodes then run as two steps)."""
+    op = node.op
+    if isinstance(op, FusedMatMulBiasAct):
+        if op.act is not None:
+            return None
+        has_bias = op.has_bias
+    elif isinstance(op, MatMul):
+        has_bias = False
+    else:
+        return None
+    act = _act_code(gated_node.op.act)
+    if os.environ.get("BRAZE_GATED_GEMM", "1") == "0" or not act or not is_f32(*ins, *outs):
+        return None
+    if ins[0].rank < 1 or ins[1].rank != 2:
+        return None
+    cols = int(ins[1].dims[-1])
+    if has_bias and tuple(ins[2].dims) not in ((cols,), ()):
+        return None
+    packed = packed_weight(node, ctx, gate_first=bool(gated_node.op.gate_first))
+    if packed is None:
+        return None
+    static_bias = ctx.static.get(node.inputs[2]) if has_bias else None
+    paired = None if static_bias is None else _gate_up_bias(static_bias, packed)
+
+    def run(x, w, *rest):
+        out = rest[-1]
+        b = paired if paired is not None or not has_bias else _gate_up_bias(rest[0], packed)
+        x = _c(x)  # held in a name: a temporary copy would be freed before the call
+        if not pg.gemm_gated(x, packed, out, b, act):  # the types were checked above
+            raise InterpretError(f"gated GEMM at node {node.label}: x {x.shape} / out "
+                                 f"{out.shape} do not fit the packed weight {w.shape}")
+
+    rows = _numel(outs[0]) // max(packed.out_cols, 1)
+    what = ("bias + " if has_bias else "") + f"gated {gated_node.op.act.value}"
+    return Kernel(run, Dispatch.NATIVE, f"braze packed-weight GEMM + {what}",
+                  flops=2 * rows * cols * int(ins[1].dims[0]) + 4 * rows * packed.out_cols,
+                  bytes=nbytes(ins) + nbytes(outs))
+
+
+def _gate_up_bias(bias: np.ndarray, packed: pg.PackedWeight) -> np.ndarray:
+    """A bias [2F] (or a scalar) in the gated weight's gate / up panel layout."""
+    full = np.broadcast_to(np.asarray(bias, np.float32), (2 * packed.out_cols,))
+    return pg.gate_up_pairs(full, packed.gate_first)
 
 
 @register_kernel(FusedMatMulBiasAct)

@@ -21,6 +21,13 @@ floats, about 1.0x the weight (MKL's cblas_sgemm_pack took ~4x per tile slab). A
   as x sigmoid(2u) (the same function, half the cost of libmvec's tanhf, no left-tail
   cancellation).
 
+Gated mode (a gated MLP's gate / up GEMM, executor step "braze packed-weight GEMM + gated
+silu"): `pack_gated` takes the [k, 2F] weight whose product fused_swiglu splits into gate and
+up halves (either first) and packs gate panel j next to up panel j (gate_up_pairs, each half
+zero padded to a multiple of 16 columns), the tiles split over those pairs, so a tile always
+holds matching gate and up columns; its epilogue writes act(gate) * up for them (tile_act's
+activation, then the product) into out [m, F]. The [m, 2F] product never leaves the scratch.
+
 The kernel is GCC vector extensions (no intrinsics), compiled with codegen.cc's flags
 (-march=native): AVX2 / AVX-512 / plain SSE machines all get a correct build. `lib()` is None
 without a C compiler; callers keep their BLAS path then, and for whatever `gemm` declines.
@@ -36,7 +43,8 @@ import numpy as np
 from ..codegen import cc
 from . import native
 
-__all__ = ["PackedWeight", "lib", "pack", "gemm", "PANEL"]
+__all__ = ["PackedWeight", "lib", "pack", "gemm", "pack_gated", "gemm_gated", "gate_up_pairs",
+           "PANEL"]
 
 PANEL = 16  # columns per packed panel (NR)
 
@@ -161,25 +169,50 @@ static void tile_act(const float* src, float* dst, int64_t n, int act) {
   }
 }
 
-/* out[m, n] (C-contiguous) = act(a[m, k] (row stride lda) @ w + bias), w packed by pg_pack;
-   bias may be NULL; scratch holds pg_scratch_floats() floats (64-byte aligned). The output is
-   cut into tiles of up to MC rows (balanced over the row blocks) x a group of at most 16
-   panels (the panels split evenly into groups, the tile count a multiple of the threads), about
-   4 per thread, handed out dynamically (a thread the OS delays on a busy machine leaves its
-   tiles to the others). Per tile and K block each panel runs the micro-kernel down the rows
-   (MR-row blocks; a rest of H2 or 2 H2 - MR rows as H2-row blocks, any other rest zero
-   padded) into the tile's scratch output, which goes to `out` through the activation when the
-   tile is done. */
-void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m, int64_t n,
-             int64_t k, const float* bias, int act, float* scratch) {
-  int64_t panels = (n + NR - 1) / NR, nt = omp_get_max_threads();
+/* The gated epilogue of a tile: its scratch rows (row stride LDC_T) hold `pairs` pairs of
+   panels, gate then up; out row i (row stride ldo) gets act(gate) * up for its first `cols`
+   columns (the pairs' columns but the zero padding past the last). */
+static void gated_epilogue(const float* ct, int64_t rows, int64_t pairs, float* out,
+                           int64_t cols, int64_t ldo, int act) {
+  float gate[8 * NR];  /* a tile has at most 16 panels */
+  int64_t width = pairs * NR < cols ? pairs * NR : cols;
+  for (int64_t i = 0; i < rows; i++) {
+    const float* row = ct + i * LDC_T;
+    for (int64_t q = 0; q < pairs; q++) memcpy(gate + q * NR, row + 2 * q * NR, NR * 4);
+    tile_act(gate, gate, width, act);
+    float* o = out + i * ldo;
+    for (int64_t q = 0; q < pairs; q++) {
+      const float* up = row + (2 * q + 1) * NR;
+      int64_t c0 = q * NR, c1 = c0 + NR < width ? c0 + NR : width;
+      #pragma omp simd
+      for (int64_t c = c0; c < c1; c++) o[c] = gate[c] * up[c - c0];
+    }
+  }
+}
+
+/* out = act(a[m, k] (row stride lda) @ w + bias) (gated = 0: out [m, n]), or act(gate) * up
+   (gated = 1: out [m, n_out], w packed by pg_pack from gate / up column blocks of NR side by
+   side, n = 2 * ceil(n_out / NR) * NR, bias in the same layout); w packed by pg_pack; bias may
+   be NULL; scratch holds pg_scratch_floats() floats (64-byte aligned). The output is cut into
+   tiles of up to MC rows (balanced over the row blocks) x a group of at most 16 panels (the
+   panels, or gated the gate / up pairs, split evenly into groups, the tile count a multiple
+   of the threads), about 4 per thread, handed out dynamically (a thread the OS delays on a
+   busy machine leaves its tiles to the others). Per tile and K block each panel runs the
+   micro-kernel down the rows (MR-row blocks; a rest of H2 or 2 H2 - MR rows as H2-row blocks,
+   any other rest zero padded) into the tile's scratch output, which goes to `out` through the
+   epilogue when the tile is done. */
+static void gemm_tiles(const float* a, int64_t lda, const float* bp, float* out, int64_t m,
+                       int64_t n, int64_t k, const float* bias, int act, float* scratch,
+                       int gated, int64_t n_out) {
+  int64_t span = gated ? 2 : 1;  /* panels a tile must keep together */
+  int64_t panels = (n + NR - 1) / NR, units = panels / span, nt = omp_get_max_threads();
   int64_t rblocks = (m + MC - 1) / MC;
   int64_t rb = ((m + rblocks - 1) / rblocks + 1) / 2 * 2;  /* even: H2 blocks take 2 or 4 */
   rblocks = (m + rb - 1) / rb;
-  int64_t groups = (4 * nt + rblocks - 1) / rblocks;
-  if (groups < (panels + 15) / 16) groups = (panels + 15) / 16;
-  if (groups > panels) groups = panels;
-  if (groups * rblocks % nt && groups + nt - groups * rblocks % nt <= panels)
+  int64_t groups = (4 * nt + rblocks - 1) / rblocks, per_group = 16 / span;
+  if (groups < (units + per_group - 1) / per_group) groups = (units + per_group - 1) / per_group;
+  if (groups > units) groups = units;
+  if (groups * rblocks % nt && groups + nt - groups * rblocks % nt <= units)
     groups += nt - groups * rblocks % nt;
   int64_t tiles = rblocks * groups;
   #pragma omp parallel if(tiles > 1 && BRAZE_PARALLEL(m * n * k, BRAZE_PAR_MIN_MACS))
@@ -190,7 +223,7 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
     #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tiles; t++) {
       int64_t g = t % groups, r0 = t / groups * rb;
-      int64_t p0 = g * panels / groups, p1 = (g + 1) * panels / groups;
+      int64_t p0 = g * units / groups * span, p1 = (g + 1) * units / groups * span;
       int64_t rows = m - r0 < rb ? m - r0 : rb;
       int64_t n_mr = rows / MR, rest = rows % MR, n_h2 = 0;
       if (rest == H2) n_h2 = 1;
@@ -241,11 +274,28 @@ void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m
           }
         }
       }
+      if (gated) {
+        gated_epilogue(ct, rows, (p1 - p0) / 2, out + r0 * n_out + p0 / 2 * NR,
+                       n_out - p0 / 2 * NR, n_out, act);
+        continue;
+      }
       int64_t j0 = p0 * NR, j1 = p1 * NR < n ? p1 * NR : n;
       for (int64_t i = 0; i < rows; i++)
         tile_act(ct + i * LDC_T, out + (r0 + i) * n + j0, j1 - j0, act);
     }
   }
+}
+
+void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m, int64_t n,
+             int64_t k, const float* bias, int act, float* scratch) {
+  gemm_tiles(a, lda, bp, out, m, n, k, bias, act, scratch, 0, n);
+}
+
+/* out[m, n_out] = act(gate) * up on a weight packed in gate / up pairs (see gemm_tiles). */
+void pg_gemm_gated(const float* a, int64_t lda, const float* bp, float* out, int64_t m,
+                   int64_t n, int64_t k, const float* bias, int act, float* scratch,
+                   int64_t n_out) {
+  gemm_tiles(a, lda, bp, out, m, n, k, bias, act, scratch, 1, n_out);
 }
 """
 
@@ -255,6 +305,7 @@ _SIGNATURES = {
     "pg_pack": ([_P, _I64, _I64, _I64, _I64, _P], None),
     "pg_scratch_floats": ([], _I64),
     "pg_gemm": ([_P, _I64, _P, _P, _I64, _I64, _I64, _P, _INT, _P], None),
+    "pg_gemm_gated": ([_P, _I64, _P, _P, _I64, _I64, _I64, _P, _INT, _P, _I64], None),
 }
 
 
@@ -267,10 +318,15 @@ def lib():
 class PackedWeight:
     """A float32 weight [k, n] in braze's panel layout (see the module docstring). `panels`
     is the buffer (ceil(n / 16) * 16 * k floats); it does not follow later writes to the
-    source weight: pack again."""
+    source weight: pack again. A gated weight (`pack_gated`) holds the gate and up halves of
+    a [k, 2 * out_cols] weight as pairs of panels (n = 2 * ceil(out_cols / 16) * 16)."""
 
-    def __init__(self, panels: np.ndarray, k: int, n: int):
+    def __init__(self, panels: np.ndarray, k: int, n: int, out_cols: int | None = None,
+                 gate_first: bool = True):
         self.panels, self.k, self.n = panels, k, n
+        self.out_cols = n if out_cols is None else out_cols
+        self.gated = out_cols is not None
+        self.gate_first = gate_first
 
     @property
     def nbytes(self) -> int:
@@ -294,29 +350,81 @@ def pack(w: np.ndarray) -> PackedWeight | None:
     return PackedWeight(panels, k, n)
 
 
+def gate_up_pairs(w: np.ndarray, gate_first: bool) -> np.ndarray:
+    """The columns of w [..., 2 F] (gate half first when `gate_first`, else up first) as
+    [..., 2 ceil(F / 16) * 16]: gate columns 16 j .. 16 j + 15, then the same up columns, for
+    each j, zero padded past F. The layout pack_gated packs and gemm_gated's bias takes."""
+    f = w.shape[-1] // 2
+    fp = -(-f // PANEL) * PANEL
+    halves = (w[..., :f], w[..., f:]) if gate_first else (w[..., f:], w[..., :f])
+    lead = w.shape[:-1]
+    out = np.zeros(lead + (fp // PANEL, 2, PANEL), np.float32)
+    padded = np.zeros(lead + (fp,), np.float32)
+    for i, half in enumerate(halves):
+        padded[..., :f] = half
+        out[..., i, :] = padded.reshape(lead + (fp // PANEL, PANEL))
+    return out.reshape(lead + (2 * fp,))
+
+
+def pack_gated(w: np.ndarray, gate_first: bool = True) -> PackedWeight | None:
+    """w (float32 [k, 2 F]: the gate and up projections side by side, gate first or second)
+    packed once for gemm_gated, each gate panel next to its up panel; None as `pack`, or when
+    w's last dim is odd."""
+    if not isinstance(w, np.ndarray) or w.ndim != 2 or w.shape[1] % 2:
+        return None
+    packed = pack(gate_up_pairs(w, gate_first)) if w.dtype == np.float32 else None
+    if packed is None:
+        return None
+    return PackedWeight(packed.panels, packed.k, packed.n, w.shape[1] // 2, gate_first)
+
+
 def gemm(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.ndarray | None,
          act: int) -> bool:
     """out = act(x @ w + bias) for x [..., k] and out [..., n] (float32, C-contiguous; bias
     [n] contiguous or None; act a native.ACT_CODES value) on a weight packed by `pack`.
     False, with nothing written, when the operands don't fit."""
     so = lib()
-    if so is None or x.dtype != np.float32 or out.dtype != np.float32:
-        return False
-    if not x.flags.c_contiguous or not out.flags.c_contiguous:
-        return False
-    if x.shape[-1] != packed.k or out.shape[-1] != packed.n or x.ndim < 1:
+    if so is None or packed.gated or not _fits(x, packed, out, bias):
         return False
     m = x.size // packed.k
-    if out.size != m * packed.n:
-        return False
-    if bias is not None and (bias.dtype != np.float32 or bias.shape != (packed.n,) or
-                             not bias.flags.c_contiguous):
-        return False
     if m:
         so.pg_gemm(x.ctypes.data, packed.k, packed.panels.ctypes.data, out.ctypes.data, m,
                    packed.n, packed.k, None if bias is None else bias.ctypes.data, act,
                    _scratch(int(so.pg_scratch_floats())).ctypes.data)
     return True
+
+
+def gemm_gated(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.ndarray | None,
+               act: int) -> bool:
+    """out = act(gate) * up for x [..., k] and out [..., F] on a weight packed by pack_gated,
+    where [gate | up] = x @ w + bias (float32, C-contiguous; bias laid out by gate_up_pairs,
+    [2 ceil(F / 16) * 16], or None; act a nonzero native.ACT_CODES value). False, with nothing
+    written, when the operands don't fit."""
+    so = lib()
+    if so is None or not packed.gated or not act or not _fits(x, packed, out, bias):
+        return False
+    m = x.size // packed.k
+    if m:
+        so.pg_gemm_gated(x.ctypes.data, packed.k, packed.panels.ctypes.data, out.ctypes.data, m,
+                         packed.n, packed.k, None if bias is None else bias.ctypes.data, act,
+                         _scratch(int(so.pg_scratch_floats())).ctypes.data, packed.out_cols)
+    return True
+
+
+def _fits(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.ndarray | None
+          ) -> bool:
+    """x [..., k], out [..., out_cols] with as many rows, bias [n] or None: float32,
+    C-contiguous."""
+    if x.dtype != np.float32 or out.dtype != np.float32:
+        return False
+    if not x.flags.c_contiguous or not out.flags.c_contiguous:
+        return False
+    if x.ndim < 1 or x.shape[-1] != packed.k or out.shape[-1] != packed.out_cols:
+        return False
+    if out.size != x.size // packed.k * packed.out_cols:
+        return False
+    return bias is None or (bias.dtype == np.float32 and bias.shape == (packed.n,) and
+                            bias.flags.c_contiguous)
 
 
 _SCRATCH = threading.local()
