@@ -340,6 +340,10 @@ class GraphCore:
     def _output_set(self) -> set[Value]:
         return set(self.outputs)
 
+    def has_name(self, name: str) -> bool:
+        """Whether a node of this graph is named `name`."""
+        return name in self._names
+
     def node_by_name(self, name: str) -> Node:
         try:
             return self.nodes[self._names[name]]

@@ -5,7 +5,8 @@ graph in topological order. The input graph is never mutated.
 Safety: a match never removes a value that anything outside it reads, or that the graph
 returns, unless its rule provides that value in the replacement. Before it is accepted, a
 match's replacement is built on trial (see `trial`): one that reads its own intermediates,
-fails to build, or would change a value's shape or dtype is refused. A match whose inputs are
+fails to build, or would change a value's shape or dtype is refused; an accepted match's
+trial is what the rebuild puts in the new graph (`trial.replay`). A match whose inputs are
 computed from its own interior (alone, or through other matches of the same sweep) would make a
 cycle and is refused too. Every refusal is a `MissedFusion` with a reason, so a rule and its
 diagnostics can never disagree, and a valid graph never makes the driver raise."""
@@ -25,7 +26,7 @@ from ..ir.node import Node
 from ..ir.op import Value
 from .miss import Miss, MissedFusion, MissReason, fail
 from .rule import Match, Rule
-from .trial import check_provided, trial_build
+from .trial import check_provided, replay, trial_build
 
 
 @dataclass
@@ -499,12 +500,15 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
             cycle = in_progress[next(i for i, p in enumerate(in_progress) if p is m):]
             raise _MatchCycle(max(cycle, key=lambda c: order[id(c)]), cycle)
         in_progress.append(m)
-        m._resolve = resolve
         start = len(new.nodes)
-        try:
-            result = m.rule.rewrite(new, m)
-        finally:
-            m._resolve = None
+        trial, m.trial = m.trial, None  # the scratch graph is not needed after this
+        result = replay(trial, new, resolve) if trial is not None else None
+        if result is None:  # a name the trial took is taken here: build it again
+            m._resolve = resolve
+            try:
+                result = m.rule.rewrite(new, m)
+            finally:
+                m._resolve = None
         problem = check_provided(m, result, new, outputs)
         if problem is not None:  # the trial build passed with the same input types
             raise PassError(f"rule {m.rule.name} at {m.describe()}: its replacement differs "

@@ -60,6 +60,7 @@ class Match:
         self._escaping: frozenset[str] = frozenset()
         self._resolve: Callable[[Value], Value] | None = None
         self._memo: dict[Any, Any] = {}
+        self.trial: Any = None  # the replacement built on trial, once it passed (trial.Trial)
 
     # -- reading the old graph ------------------------------------------------------------------
     def node(self, name: str) -> Node:
@@ -93,10 +94,10 @@ class Match:
         return self._resolve(old)
 
     def memo(self, key: Any, compute: Callable[[], Any]) -> Any:
-        """`compute()`, once per match and `key`: the driver builds a replacement twice (on
-        trial, then for real), and work that depends only on the old graph - joining stored
-        weights, say - should not be done twice. The result must not refer to either new
-        graph."""
+        """`compute()`, once per match and `key`: work that depends only on the old graph -
+        joining stored weights, say - done once even when the driver builds the replacement
+        twice (on trial, then for real when replaying the trial is not possible, see
+        `trial.replay`). The result must not refer to either new graph."""
         if key not in self._memo:
             self._memo[key] = compute()
         return self._memo[key]
