@@ -31,6 +31,7 @@ _TARGETS = (UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.QUICK_GELU, UnaryFn.SILU,
             UnaryFn.SIGMOID, UnaryFn.RELU)
 PROBES = np.concatenate([np.linspace(-10.0, 10.0, 401), [-60.0, -25.0, 25.0, 60.0]])
 MAX_CONE = 24
+_TRANSCENDENTAL = frozenset({UnaryFn.ERF, UnaryFn.TANH, UnaryFn.SIGMOID, UnaryFn.EXP})
 TOLERANCE = 2e-7
 
 
@@ -50,21 +51,51 @@ def _is_max(n) -> bool:
     return isinstance(n.op, Binary) and n.op.fn is BinaryFn.MAX
 
 
-def _region(g, root) -> set[int]:
-    """Every smooth elementwise node above root (same shape), up to MAX_CONE of them."""
+def _region(g, root) -> tuple[set[int], bool, set | None]:
+    """One walk up from root over the smooth elementwise nodes of its shape, up to MAX_CONE of
+    them: (their ids, whether one is transcendental, the values a cone of root can stop at;
+    None: any). A cone is a function of x alone: the walk `_cone_to` makes stops only at x and
+    scalar constants, so each input it cannot walk through (another shape, a producer outside
+    the smooth ops) must be x or lie beyond x: x is on every path from root to it, in
+    particular on the first one this walk found. Any other x gives no cone."""
     members, stack = set(), [root.id]
+    reader = {root.id: -1}  # member id -> the member that first read it (the path back)
     out, nodes = root.outputs[0], g.nodes
+    transcendental = False
+    blocked = []  # (input the cone walk cannot pass, the member reading it)
     while stack and len(members) < MAX_CONE:
         nid = stack.pop()
         if nid in members:
             continue
         members.add(nid)
-        for v in nodes[nid].inputs:  # cheapest tests first; a member again would be skipped
-            if v.index == 0 and v.node not in members:
-                p = nodes[v.node]
-                if _member(p) and p.outputs[0] == out and not _scalar_const(g, v):
-                    stack.append(p.id)
-    return members
+        n = nodes[nid]
+        op = n.op
+        if isinstance(op, Unary) and op.fn in _TRANSCENDENTAL:
+            transcendental = True
+        for v in n.inputs:  # cheapest tests first; a member again would be skipped
+            if v.node in members:
+                continue
+            p = nodes[v.node]
+            if v.index == 0 and _member(p) and p.outputs[0] == out:
+                stack.append(p.id)
+                reader.setdefault(p.id, nid)
+            elif not _scalar_const(g, v):
+                blocked.append((v, nid))
+    return members, transcendental, _stops(nodes, blocked, reader)
+
+
+def _stops(nodes, blocked, reader) -> set | None:
+    """The values on every recorded path from the root to a blocked input (see `_region`)."""
+    allowed = None
+    for v, nid in blocked:
+        path = {v}
+        while nid != -1:
+            path.add(nodes[nid].value)
+            nid = reader[nid]
+        allowed = path if allowed is None else allowed & path
+        if not allowed:
+            break
+    return allowed
 
 
 def _cone_to(g, root, x) -> set[int] | None:
@@ -90,9 +121,6 @@ def _cone_to(g, root, x) -> set[int] | None:
     return members
 
 
-_TRANSCENDENTAL = frozenset({UnaryFn.ERF, UnaryFn.TANH, UnaryFn.SIGMOID, UnaryFn.EXP})
-
-
 def _has_transcendental(g, members: set[int]) -> bool:
     ops = [g.nodes[i].op for i in members]
     return any(isinstance(op, Unary) and op.fn in _TRANSCENDENTAL for op in ops)
@@ -105,9 +133,11 @@ def _worth_probing(g, members: set[int], root) -> bool:
 def _cones(g, root):
     """Candidate (members, x) cones under root, the largest first: x is an input of the
     smooth region (farthest first) such that the cone is a function of x alone."""
-    region = _region(g, root)
-    if len(region) < MAX_CONE and not _is_max(root) and not _has_transcendental(g, region):
+    region, transcendental, allowed = _region(g, root)
+    if len(region) < MAX_CONE and not _is_max(root) and not transcendental:
         return  # the whole region is seen: no cone in it is worth probing
+    if allowed is not None and not allowed:
+        return  # two inputs no single x lies before: no cone at all
     leaves = []
     for nid in sorted(region):
         for v in g.nodes[nid].inputs:
@@ -115,6 +145,8 @@ def _cones(g, root):
                 leaves.append(v)
     inner = [g.nodes[i].value for i in sorted(region) if i != root.id]
     for x in leaves + inner:
+        if allowed is not None and x not in allowed:
+            continue  # `_cone_to` would meet an input that is not x
         if g.shape_of(x) != root.outputs[0]:
             continue
         members = _cone_to(g, root, x)
@@ -261,3 +293,7 @@ CANONICALIZE_ACTIVATION = Rule(
     "CanonicalizeActivation", lambda b, m: b.activation(m.v("x"), m.data["fn"]),
     matcher=_matcher, checks=(recognized,), root_test=_root_test,
     produces="activation")
+# a cone worth probing holds a transcendental op or is a max: a graph without one has no match
+# and no near miss, and the driver skips the rule there
+CANONICALIZE_ACTIVATION.requires = frozenset(
+    {tuple(sorted(f.value for f in _TRANSCENDENTAL)) + (BinaryFn.MAX.value,)})

@@ -11,6 +11,7 @@ with float casts around the statistics (f32 compute) peeled when they are identi
 graph's dtype."""
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field
 
 from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Unary, UnaryFn
@@ -202,7 +203,55 @@ def _casts_between(g, v) -> list[int]:
     return out
 
 
+_INV_SQRT_PARTS = frozenset({UnaryFn.RSQRT, UnaryFn.RECIPROCAL, BinaryFn.POW, BinaryFn.DIV})
+
+
+def _core_shaped(g, n) -> bool:
+    """Whether `_core` can start at n: a mul with an operand made by an op an inverse square
+    root is written with (rsqrt, reciprocal, pow, div), or a div by a sqrt."""
+    op = n.op
+    if not isinstance(op, Binary):
+        return False
+    if op.fn is BinaryFn.MUL:
+        for v in n.inputs:
+            p = g.nodes[v.node].op
+            if isinstance(p, (Unary, Binary)) and p.fn in _INV_SQRT_PARTS:
+                return True
+        return False
+    return op.fn is BinaryFn.DIV and len(n.inputs) == 2 and \
+        _is(g.nodes[n.inputs[1].node], Unary, UnaryFn.SQRT)
+
+
+_ROOTS_BY_GRAPH: dict[int, tuple[weakref.ref, int, frozenset[int]]] = {}
+
+
+def _roots_near_a_core(g) -> frozenset[int]:
+    """The nodes `_parse` can find a norm (or a near miss) at: a core (`_core_shaped`), or at
+    most two ops below one (the gamma mul and the beta add; casts between are free). Found once
+    per graph by one scan (graphs only grow: a longer one is scanned again), so the matcher
+    skips every other add, mul and div of the graph without parsing it."""
+    hit = _ROOTS_BY_GRAPH.get(id(g))
+    if hit is not None and hit[0]() is g and hit[1] == len(g.nodes):
+        return hit[2]
+    depth = {n.id: 0 for n in g.nodes if _core_shaped(g, n)}
+    todo = list(depth)
+    while todo:
+        nid = todo.pop()
+        for u in g.users(nid):
+            d = depth[nid] + (not isinstance(u.op, Cast))
+            if d <= 2 and d < depth.get(u.id, 3):
+                depth[u.id] = d
+                todo.append(u.id)
+    roots = frozenset(depth)
+    if len(_ROOTS_BY_GRAPH) >= 64:
+        _ROOTS_BY_GRAPH.clear()
+    _ROOTS_BY_GRAPH[id(g)] = (weakref.ref(g), len(g.nodes), roots)
+    return roots
+
+
 def _matcher(g, node, ctx):
+    if node.id not in _roots_near_a_core(g):
+        return
     _NEAR.clear()
     found = _parse(g, node)
     if found is None and _NEAR and _is(node, Binary, BinaryFn.MUL):
@@ -247,3 +296,6 @@ _ROOT_FNS = frozenset({BinaryFn.ADD, BinaryFn.MUL, BinaryFn.DIV})
 CANONICALIZE_NORM = Rule(
     "CanonicalizeNorm", _build, matcher=_matcher, checks=(recognized,),
     root_test=_root_test, produces="norm")
+# every norm (and every near miss) reduces with a mean: a graph without one has no match, and
+# the driver skips the rule there
+CANONICALIZE_NORM.requires = frozenset({(Reduce(ReduceFn.MEAN, (0,)).label,)})
