@@ -118,32 +118,75 @@ _MAX_CACHED = 256  # dispatch tables and graphs' kinds kept between calls
 _MAX_OPS_SEEN = 1 << 12  # ops a dispatch table remembers by identity (compute ops only)
 
 
-def _roots_to_retry(old: Graph, res: RewriteResult, rules: Sequence[Rule]) -> set[int] | None:
-    """The nodes of `res.graph` (rebuilt from `old`) where the next sweep can find what the
-    last did not: those a replacement built or rewired (reading a replaced node), every node
-    up to the largest `Rule.depth` below them, and the roots of matches not taken (their checks
-    and safety may read anything). Elsewhere the graph above each root, as far as any rule
-    reads, is what the last sweep saw there, and it found no match. None (every node) when a
-    rule has no depth."""
-    depths = [r.depth for r in rules]
-    if None in depths:
+def _roots_to_retry(old: Graph, res: RewriteResult, rules: Sequence[Rule]) -> Retry | None:
+    """Per rule, the nodes of `res.graph` (rebuilt from `old`) where the next sweep can find
+    what the last did not (see `Rule.depth` and `Rule.reads_users`), or None (every node, for
+    every rule) when no rule has a depth.
+
+    A node differs from the one the last sweep saw when a replacement built it or rewired it
+    (it reads a replaced node), or, for a rule that reads readers, when its readers changed:
+    a replaced node read it, or a new node reads it. A rule with depth h that reads readers
+    k levels down is retried at every node up to h edges below a node that is up to k edges
+    above a changed one: elsewhere all it reads is what the last sweep saw, and it found no
+    match there. Every rule is also retried at the roots of matches not taken (their checks and
+    safety may read anything)."""
+    reaches = {(r.depth, r.reads_users) for r in rules if r.depth is not None}
+    if not reaches:
         return None
     new, node_map = res.graph, res.node_map
     copies = set(node_map.values())
-    frontier = {i for i in res.made if i not in copies}
+    made = [i for i in res.made if i not in copies]
     claimed = set(res.claimed)
+    rebuilt = set(made)  # built, or rewired to read what a replacement built
     for nid in claimed:
         for user in old.users(nid):
             if user.id not in claimed:
-                frontier.add(node_map[user.id])
-    roots = set(frontier)
-    for _ in range(max(depths, default=0)):
-        frontier = {u.id for nid in frontier for u in new.users(nid)} - roots
+                rebuilt.add(node_map[user.id])
+    tried = {node_map[i] for i in res.tried if i in node_map}
+    changed = rebuilt
+    if any(k for _, k in reaches):  # and nodes whose readers changed
+        changed = set(rebuilt)
+        for nid in claimed:
+            changed.update(node_map[v.node] for v in old.nodes[nid].inputs
+                           if v.node not in claimed and v.node in node_map)
+        nodes = new.nodes
+        for nid in made:
+            changed.update(v.node for v in nodes[nid].inputs)
+    by_reach: dict[tuple[int, int], set[int]] = {}
+    for depth, reads_users in reaches:
+        seeds = _walk(new, changed, reads_users, up=True) if reads_users else rebuilt
+        by_reach[(depth, reads_users)] = _walk(new, seeds, depth, up=False) | tried
+    return Retry({r: None if r.depth is None else by_reach[(r.depth, r.reads_users)]
+                  for r in rules})
+
+
+def _walk(g: GraphCore, start: set[int], steps: int, *, up: bool) -> set[int]:
+    """`start` and every node up to `steps` edges above it (`up`: producers) or below it
+    (readers)."""
+    seen = set(start)
+    frontier = seen
+    nodes = g.nodes
+    for _ in range(steps):
+        if up:
+            frontier = {v.node for nid in frontier for v in nodes[nid].inputs} - seen
+        else:
+            frontier = {u.id for nid in frontier for u in g.users(nid)} - seen
         if not frontier:
             break
-        roots |= frontier
-    roots.update(node_map[i] for i in res.tried if i in node_map)
-    return roots
+        seen |= frontier
+    return seen
+
+
+class Retry:
+    """Where a sweep after the first tries each rule: a set of node ids per rule (None: every
+    node), from `_roots_to_retry`."""
+
+    def __init__(self, by_rule: dict[Rule, set[int] | None]):
+        self.by_rule = by_rule
+        sets = list(by_rule.values())
+        self.union: set[int] | None = None if None in sets else set().union(*sets)
+        # when every rule has the same set, the sweep needs no per-rule test
+        self.uniform = all(x is sets[0] for x in sets)
 
 
 def _dispatch_for(present: KindsPresent, rules: Sequence[Rule]) -> RootDispatch:
@@ -241,9 +284,10 @@ class KindsPresent:
 
 
 def rewrite_once(g: Graph, rules: Sequence[Rule], ctx: RewriteContext,
-                 dispatch: RootDispatch | None = None, *, roots: set[int] | None = None
+                 dispatch: RootDispatch | None = None, *, roots: set[int] | Retry | None = None
                  ) -> RewriteResult:
-    """One sweep: match everywhere (or at `roots` only), then rebuild. When the accepted
+    """One sweep: match everywhere (or at `roots` only: a set for every rule, or a `Retry`
+    with a set per rule), then rebuild. When the accepted
     matches of a sweep would read each other's results in a cycle, the lowest-priority one in
     the cycle is refused (WOULD_CYCLE) and the sweep is redone without it."""
     vetoed: dict[tuple, Miss] = {}
@@ -295,7 +339,7 @@ def _key(m: Match) -> tuple:
 
 
 def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tuple, Miss],
-           dispatch: RootDispatch, roots: set[int] | None) -> RewriteResult:
+           dispatch: RootDispatch, roots: set[int] | Retry | None) -> RewriteResult:
     stats = {r.name: RuleStats(r.name, r.source) for r in rules}
     claimed: dict[int, Match] = {}
     accepted: list[Match] = []
@@ -305,6 +349,10 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
     outputs = set(g.outputs)
     candidates = dispatch.candidates
     tried: list[int] = []
+    by_rule = None  # per rule: the nodes to try it at (None: every node the sweep visits)
+    if isinstance(roots, Retry):
+        by_rule = None if roots.uniform else roots.by_rule
+        roots = roots.union
     if not dispatch.rules:
         order = ()
     elif roots is None:
@@ -316,6 +364,10 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
         if op.source or node.id in claimed:
             continue
         for rule in candidates(op):  # each passed its root test (see RootDispatch)
+            if by_rule is not None:
+                only = by_rule.get(rule)
+                if only is not None and node.id not in only:
+                    continue
             st = stats[rule.name]
             t0, attempts = time.perf_counter(), st.attempts
             verdict = _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed)

@@ -126,13 +126,15 @@ class Rule:
     driver skips the rule on a graph where some requirement holds for no node.
 
     `depth` bounds how far above the root (in edges) finding a match reads the graph: ops,
-    attributes, inputs and types, never who else reads a node (`Pattern.height` for a
-    pattern; a matcher may declare one).
-    After a sweep changed the graph, the driver tries a rule with a depth again only at roots
-    that far below a changed node, and at roots where it found a match it did not take; a rule
-    without one (None, a matcher's default) is tried everywhere again. Checks may read
-    anything: they run only on matches. A matcher assigned after construction must honour the
-    pattern's depth or reset `depth` to None."""
+    attributes, inputs and types (`Pattern.height` for a pattern; a matcher may declare one).
+    It reads who else reads a node only when `reads_users` says how far: for the nodes up to
+    `depth` above the root, a matcher may look at their readers (and whether they are graph
+    outputs), and at what lies up to `reads_users` edges below them (ops, inputs, types,
+    readers). After a sweep changed the graph, the driver tries a rule with a depth again only
+    at roots that far from a changed node (see `driver._roots_to_retry`), and at roots where it
+    found a match it did not take; a rule without one (None, a matcher's default) is tried
+    everywhere again. Checks may read anything: they run only on matches. A matcher assigned
+    after construction must honour the pattern's depth or reset `depth` to None."""
 
     name: str
     rewrite: Callable[[GraphCore, Match], Any]
@@ -146,6 +148,7 @@ class Rule:
     produces: str | None = None
     source: str = field(default="")
     depth: int | None = None
+    reads_users: int = 0
     root_kinds: frozenset | None = field(default=None, init=False)
     requires: frozenset[tuple] = field(default=frozenset(), init=False)
 

@@ -515,7 +515,8 @@ def _without_unit_axis(dims):
 
 
 FOLD_REPEAT_KV = Rule("FoldRepeatKV", _build_fold, matcher=_repeat_kv_matcher,
-                      root_test=lambda op: isinstance(op, Attention))
+                      root_test=lambda op: isinstance(op, Attention),
+                      depth=3)  # attention <- reshape <- expand <- y's type
 
 
 # -- constant scales of q and k fold into the attention's score scale ----------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 from ...ir.ops.attention import Rope
 from ...ir.ops.shape import Transpose
 from ...rewrite import Match, Rule
-from .layout import live_users
+from .layout import LIVE_READS, live_users
 
 __all__ = ["ROPE_BEFORE_TRANSPOSE", "HEAD_LAYOUT_RULES"]
 
@@ -45,6 +45,7 @@ def _build(b, m):
 
 
 ROPE_BEFORE_TRANSPOSE = Rule("RopeAfterHeadTranspose", _build, matcher=_matcher,
-                             root_test=lambda op: isinstance(op, Transpose))
+                             root_test=lambda op: isinstance(op, Transpose),
+                             depth=2, reads_users=LIVE_READS)  # transpose <- rope <- x, tables
 
 HEAD_LAYOUT_RULES = (ROPE_BEFORE_TRANSPOSE,)

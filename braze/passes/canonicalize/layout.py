@@ -27,11 +27,15 @@ from ...ir.shapes import normalize_axis
 from ...ir.symbolic import SymDim
 from ...rewrite import Match, Rule
 
-__all__ = ["LAYOUT_RULES", "merge_groups", "live_users"]
+__all__ = ["LAYOUT_RULES", "merge_groups", "live_users", "LIVE_READS"]
 
 
 def _producer(g, v):
     return g.nodes[v.node]
+
+
+_LIVE_DEPTH = 4  # how far below a reader `live_users` looks for a use
+LIVE_READS = _LIVE_DEPTH + 1  # `Rule.reads_users` of a rule calling live_users on its nodes
 
 
 def _live(g, node, depth: int) -> bool:
@@ -40,9 +44,11 @@ def _live(g, node, depth: int) -> bool:
     return any(_live(g, u, depth - 1) for u in g.users(node.value))
 
 
-def live_users(g, v, depth: int = 4) -> list:
+def live_users(g, v, depth: int = _LIVE_DEPTH) -> list:
     """The readers of v whose results are used (nodes a rewrite made dead stay in the graph
-    until the pass's sweeps end; a chain longer than `depth` counts as used)."""
+    until the pass's sweeps end; a chain longer than `depth` counts as used). It reads the
+    graph up to `depth` + 1 edges below v: a rule calling it declares `reads_users` (see
+    `Rule`)."""
     return [u for u in g.users(v) if _live(g, u, depth)]
 
 
@@ -151,7 +157,8 @@ def _collapse(g, node, ctx):
 
 
 COLLAPSE_RESHAPE_TRANSPOSE = Rule("CollapseReshapeTranspose", _build_transpose,
-                                  matcher=_collapse, root_test=lambda op: isinstance(op, Reshape))
+                                  matcher=_collapse, root_test=lambda op: isinstance(op, Reshape),
+                                  depth=3)  # reshape <- transpose <- reshape <- x's type
 
 
 def _transpose_of_merge(g, node, ctx):
@@ -180,7 +187,8 @@ def _build_transpose_before_merge(b, m):
 
 TRANSPOSE_BEFORE_MERGE = Rule("TransposeBeforeMerge", _build_transpose_before_merge,
                               matcher=_transpose_of_merge,
-                              root_test=lambda op: isinstance(op, Transpose))
+                              root_test=lambda op: isinstance(op, Transpose),
+                              depth=2)  # transpose <- reshape <- x's type
 
 
 def _unit_axes_reshape(g, node, ctx):
@@ -202,7 +210,8 @@ def _unit_axes_reshape(g, node, ctx):
 
 UNIT_AXES_AS_TRANSPOSE = Rule("UnitAxesReshapeAsTranspose", _build_transpose,
                               matcher=_unit_axes_reshape,
-                              root_test=lambda op: isinstance(op, Reshape))
+                              root_test=lambda op: isinstance(op, Reshape),
+                              depth=1)  # the reshape and its input's type
 
 
 # -- row-wise ops on flattened rows ---------------------------------------------------------------
@@ -237,7 +246,10 @@ def _row_inputs(g, node) -> list[int] | None:
     return None
 
 
-def _unflatten_rows(g, node, ctx, limit: int = 64):
+_ROWS_LIMIT = 64  # row-wise nodes UnflattenRows walks through (a chain at most this long)
+
+
+def _unflatten_rows(g, node, ctx, limit: int = _ROWS_LIMIT):
     """reshape(F(reshape(x, [prod(L), E]), ...), [L..., N]) where F is a small graph of
     row-wise ops (elementwise with vectors, last-axis norms, x @ w) on the flattened rows: F
     runs on the [L..., E] rows themselves (OPT flattens [B, S, E] to [B*S, E] around its MLP),
@@ -302,7 +314,8 @@ def _build_unflattened(b, m):
 
 
 UNFLATTEN_ROWS = Rule("UnflattenRows", _build_unflattened, matcher=_unflatten_rows,
-                      root_test=lambda op: isinstance(op, Reshape))
+                      root_test=lambda op: isinstance(op, Reshape),
+                      depth=_ROWS_LIMIT + 2, reads_users=LIVE_READS)
 
 
 # -- a linear layer applied to flattened rows -----------------------------------------------------
@@ -356,7 +369,8 @@ def _build_linear(b, m):
 
 
 UNFLATTEN_LINEAR = Rule("UnflattenLinear", _build_linear, matcher=_unflatten_linear,
-                        root_test=lambda op: isinstance(op, Reshape))
+                        root_test=lambda op: isinstance(op, Reshape),
+                        depth=4, reads_users=1)  # reshape <- add <- matmul <- reshape <- x
 
 # -- split into pieces ---------------------------------------------------------------------------
 def _split(g, node, ctx):
@@ -374,7 +388,7 @@ def _build_narrows(b, m):
 
 
 SPLIT_AS_NARROWS = Rule("SplitAsNarrows", _build_narrows, matcher=_split,
-                        root_test=lambda op: isinstance(op, Split))
+                        root_test=lambda op: isinstance(op, Split), depth=1)
 
 LAYOUT_RULES = (SPLIT_AS_NARROWS, COMPOSE_TRANSPOSES, COMPOSE_RESHAPES, DROP_IDENTITY,
                 COLLAPSE_RESHAPE_TRANSPOSE, TRANSPOSE_BEFORE_MERGE, UNIT_AXES_AS_TRANSPOSE,
