@@ -15,7 +15,7 @@ from ...ir.ops.attention import Attention
 from ...ir.ops.fused import FusedAttentionBlock, FusedMatMulBiasAct, QkvInputs, RopeMode
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.shape import Narrow, Reshape, Transpose
-from ...rewrite import Miss, MissReason, P, Rule, V, fail
+from ...rewrite import Miss, MissReason, P, Pattern, Rule, V, fail
 from .checks import target_claims
 from .shared_matmul import concat_weights
 
@@ -68,6 +68,63 @@ _separate_qkv = _attention(*(heads(projection(V(f"x_{r}"), r), r, r != "v")
 _merged = P.of(Reshape, P.of(Transpose, _fused_qkv | _separate_qkv, name="merge_t"),
                name="merge_r")                                   # [B, H, S, D] -> [B, S, H*D]
 _pattern = projection(_merged, "o")                              # ... @ w_o (+ b_o)
+
+
+def _merges_heads(g, v) -> bool:
+    """v = reshape(transpose(an attention's output)): what `_merged` can match."""
+    n = g.nodes[v.node]
+    if v.index or not isinstance(n.op, Reshape) or not n.inputs:
+        return False
+    t = g.nodes[n.inputs[0].node]
+    if n.inputs[0].index or not isinstance(t.op, Transpose) or not t.inputs:
+        return False
+    return t.inputs[0].index == 0 and isinstance(g.nodes[t.inputs[0].node].op, Attention)
+
+
+def _may_project_merged_heads(g, node) -> bool:
+    """A cheap test every root `_pattern` matches passes: it projects merged heads (they are
+    its first input), or adds a vector to a product of merged heads (in either order)."""
+    ins = node.inputs
+    if ins and _merges_heads(g, ins[0]):
+        return True
+    if len(ins) != 2:
+        return False
+    for p, bias in (ins, ins[::-1]):
+        product = g.nodes[p.node]
+        if p.index == 0 and product.inputs and _merges_heads(g, product.inputs[0]) \
+                and g.shape_of(bias).rank == 1:
+            return True
+    return False
+
+
+class _Guarded(Pattern):
+    """`inner`, matched only at roots that pass `guard(g, node)`: a test every match of
+    `inner` passes, which most roots fail at once (most adds and matmuls of a model read no
+    attention), so the deep pattern is not walked there. Everything the driver reads of a
+    pattern (root kinds and test, requirements, height) is `inner`'s."""
+
+    def __init__(self, inner: Pattern, guard):
+        self.inner, self.guard = inner, guard
+
+    def match_node(self, g, node, b, consumed):
+        if self.guard(g, node):
+            yield from self.inner.match_node(g, node, b, consumed)
+
+    def match_value(self, g, v, b, consumed):
+        if self.guard(g, g.nodes[v.node]):
+            yield from self.inner.match_value(g, v, b, consumed)
+
+    def root_test(self):
+        return self.inner.root_test()
+
+    def root_kinds(self):
+        return self.inner.root_kinds()
+
+    def required_kinds(self):
+        return self.inner.required_kinds()
+
+    def height(self) -> int:
+        return self.inner.height()
 
 
 # -- checks -------------------------------------------------------------------------------------
@@ -395,7 +452,7 @@ def _explain_input(g, role: str, v):
 FUSE_ATTENTION_BLOCK = Rule(
     "FuseAttentionBlock",
     _build,
-    pattern=_pattern,
+    pattern=_Guarded(_pattern, _may_project_merged_heads),
     checks=(target_claims("fused_attention_block"), reads_supported_inputs, projections_fit,
             head_split_perms, head_shapes, rope_on_q_and_k, qk_norms_match),
     anchor=lambda op: op.kind == "attention",
