@@ -31,16 +31,17 @@ from ...ir.graph import Graph
 from ...ir.node import Node
 from ...ir.op import Value, op_class
 from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Unary, UnaryFn
-from ...ir.ops.io import Constant
+from ...ir.ops.io import Constant, Param
 from ...ir.ops.reduce import Softmax
 from ...ir.ops.shape import Concat
 from ...ir.shapes import normalize_axis
 from ...rewrite import Match, MissReason, P, Rule, RuleStats, V, fail, rewrite
-from ...rewrite.driver import RewriteContext
+from ...rewrite.driver import KindsPresent, RewriteContext
 from ..base import PassResult
 from ..cleanup import common_subexpression_elimination, eliminate_dead_code
 from ..const_fold import DEFAULT_MAX_ELEMENTS, ConstantFolding
 from .layout import COMPOSE_RESHAPES, COMPOSE_TRANSPOSES, DROP_IDENTITY
+from .sweep_in_place import rewrite_in_place
 
 __all__ = ["SIMPLIFY_RULES", "AlgebraicSimplify", "simplify", "simplify_with_stats",
            "exact_cast"]
@@ -307,22 +308,27 @@ class AlgebraicSimplify:
         if self.cse:
             cur, changed = common_subexpression_elimination(cur)
         roots = None  # where this round's rewrite looks (None: everywhere)
+        settled = False  # the last fold found nothing to try, and no rewrite made anything new
         for _ in range(self.max_rounds):
             fold_misses, folded_any = [], False
-            if self.fold is not None:
+            if self.fold is not None and not settled:
                 folded = self.fold.run(cur, ctx)
                 cur, changed = folded.graph, changed or folded.changed
                 fold_misses, folded_any = folded.misses, folded.changed
+                tried_none = not folded.stats["ConstantFolding"].attempts
                 for k, s in folded.stats.items():
                     stats.setdefault(k, RuleStats(s.rule, s.source)).merge(s)
                     stats[k].near_misses = s.near_misses  # what is still over the cap
-            # the driver sweeps to its own fixed point (a chain of n reshapes or transposes
+            # the sweeps run to their own fixed point (a chain of n reshapes or transposes
             # halves per sweep); only a fold or a CSE merge can expose a new match after that
-            res = rewrite(cur, SIMPLIFY_RULES, ctx, max_sweeps=_MAX_SWEEPS,
-                          roots=None if folded_any else roots)
+            look = None if folded_any else roots
+            if look is not None and not look:  # nowhere to look, and `cur` had its DCE
+                return PassResult(self.name, cur, changed, stats, fold_misses,
+                                  time.perf_counter() - t0)
+            res = _rewrite_round(cur, ctx, look)
             for k, s in res.stats.items():
                 stats[k].merge(s)
-            cur, new_id = eliminate_dead_code(res.graph)
+            cur, new_id = _dead_code_eliminated(res)
             dropped = cur is not res.graph
             changed = changed or res.changed or dropped
             merged = False
@@ -337,12 +343,60 @@ class AlgebraicSimplify:
             # of matches the last sweep did not take (checks may read anything) can match now
             roots = None if merged or not _ALL_BOUNDED else {
                 new_id[i] for i in res.tried if new_id[i] is not None}
+            settled = self.fold is not None and not merged and tried_none and \
+                not _may_fold(res, self.fold.fold_weights)
         busy = [k for k, s in stats.items() if s.matches]
         raise PassError(f"{self.name} found no fixed point in {self.max_rounds} rounds on graph "
                         f"{g.name!r}; rules still matching: {busy}")
 
 
 _MAX_SWEEPS = 32
+
+
+def _may_fold(res, fold_weights: bool) -> bool:
+    """Whether constant folding may find something to try after `res` (an in-place rewrite),
+    when it found nothing before: only a node the rewrite built or rewired can have come to
+    read known values alone (the first such node in the graph reads only known sources; any
+    other node reads what it read before). Always True after the driver's rewrite."""
+    touched = getattr(res, "touched", None)
+    if touched is None:
+        return res.changed
+    g = res.graph
+    nodes, weights = g.nodes, g.weights
+    for nid in touched:
+        for v in nodes[nid].inputs:
+            op = nodes[v.node].op
+            if not (isinstance(op, Constant) or (
+                    fold_weights and isinstance(op, Param) and op.name in weights)):
+                break
+        else:
+            return True
+    return False
+
+
+def _dead_code_eliminated(res) -> tuple[Graph, list[int | None]]:
+    """DCE of the rewrite's graph, keeping the op kinds an in-place rewrite tracked for the
+    result (the next rule pass then does not count them again)."""
+    out, new_id = eliminate_dead_code(res.graph)
+    kinds = getattr(res, "kinds", None)
+    if kinds is not None and out is not res.graph:
+        dead = res.dead
+        kinds = kinds.copy()
+        kinds.add_nodes((n for n, i in zip(res.graph.nodes, new_id)
+                         if i is None and n.id not in dead), -1)
+        KindsPresent.remember(out, kinds)
+    return out, new_id
+
+
+def _rewrite_round(g: Graph, ctx: RewriteContext, roots: set[int] | None):
+    """The rewrite of one round: SIMPLIFY_RULES replace only their roots, so the sweeps patch
+    one working copy (sweep_in_place.py) and only the DCE after them emits a new graph; the
+    driver (a rebuild per sweep) where a match does not fit in place. The result's graph
+    still holds the dead nodes and `tried` its ids, as the driver's."""
+    res = rewrite_in_place(g, SIMPLIFY_RULES, ctx, max_sweeps=_MAX_SWEEPS, roots=roots)
+    if res is None:
+        return rewrite(g, SIMPLIFY_RULES, ctx, max_sweeps=_MAX_SWEEPS, roots=roots)
+    return res
 _ALL_BOUNDED = all(r.depth is not None for r in SIMPLIFY_RULES)
 
 
