@@ -51,13 +51,11 @@ def _is_max(n) -> bool:
     return isinstance(n.op, Binary) and n.op.fn is BinaryFn.MAX
 
 
-def _region(g, root) -> tuple[set[int], bool, set | None]:
+def _region(g, root) -> tuple[set[int], bool, list, dict]:
     """One walk up from root over the smooth elementwise nodes of its shape, up to MAX_CONE of
-    them: (their ids, whether one is transcendental, the values a cone of root can stop at;
-    None: any). A cone is a function of x alone: the walk `_cone_to` makes stops only at x and
-    scalar constants, so each input it cannot walk through (another shape, a producer outside
-    the smooth ops) must be x or lie beyond x: x is on every path from root to it, in
-    particular on the first one this walk found. Any other x gives no cone."""
+    them: (their ids, whether one is transcendental, the inputs of members a cone cannot walk
+    through (another shape, a producer outside the smooth ops, not a scalar constant) with the
+    member reading each, and which member first read each member: see `_stops`)."""
     members, stack = set(), [root.id]
     reader = {root.id: -1}  # member id -> the member that first read it (the path back)
     out, nodes = root.outputs[0], g.nodes
@@ -81,20 +79,33 @@ def _region(g, root) -> tuple[set[int], bool, set | None]:
                 reader.setdefault(p.id, nid)
             elif not _scalar_const(g, v):
                 blocked.append((v, nid))
-    return members, transcendental, _stops(nodes, blocked, reader)
+    return members, transcendental, blocked, reader
 
 
 def _stops(nodes, blocked, reader) -> set | None:
-    """The values on every recorded path from the root to a blocked input (see `_region`)."""
-    allowed = None
-    for v, nid in blocked:
-        path = {v}
-        while nid != -1:
-            path.add(nodes[nid].value)
+    """The values a cone of the root can stop at (None: any). The walk `_cone_to` makes stops
+    only at x and scalar constants, so each blocked input (`_region`) must be x or lie beyond
+    x: x is on every path from the root to it, in particular on the one the region walk took
+    (back through `reader`). Those paths share the members from their last common one up to
+    the root, and a blocked input itself when all are one value; any other x gives no cone."""
+    if not blocked:
+        return None
+    first, nid = blocked[0]
+    chain = []  # members from the first blocked input's reader up to the root
+    while nid != -1:
+        chain.append(nid)
+        nid = reader[nid]
+    at = {m: i for i, m in enumerate(chain)}
+    start = 0  # the members all paths share: chain[start:]
+    one_value = True
+    for v, nid in blocked[1:]:
+        one_value = one_value and v == first
+        while nid not in at:
             nid = reader[nid]
-        allowed = path if allowed is None else allowed & path
-        if not allowed:
-            break
+        start = max(start, at[nid])
+    allowed = {nodes[m].value for m in chain[start:]}
+    if one_value:
+        allowed.add(first)
     return allowed
 
 
@@ -133,11 +144,10 @@ def _worth_probing(g, members: set[int], root) -> bool:
 def _cones(g, root):
     """Candidate (members, x) cones under root, the largest first: x is an input of the
     smooth region (farthest first) such that the cone is a function of x alone."""
-    region, transcendental, allowed = _region(g, root)
+    region, transcendental, blocked, reader = _region(g, root)
     if len(region) < MAX_CONE and not _is_max(root) and not transcendental:
         return  # the whole region is seen: no cone in it is worth probing
-    if allowed is not None and not allowed:
-        return  # two inputs no single x lies before: no cone at all
+    allowed = _stops(g.nodes, blocked, reader)
     leaves = []
     for nid in sorted(region):
         for v in g.nodes[nid].inputs:
