@@ -20,13 +20,14 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from ...errors import PassError
+from ...errors import BrazeError, PassError
 from ...ir.graph import Graph
 from ...ir.node import Node
 from ...ir.op import Value
 from ...rewrite import Match, MissedFusion, Rule, RuleStats
-from ...rewrite.driver import KindsPresent, RewriteContext, _dispatch_for, _try_rule
-from ...rewrite.trial import check_provided
+from ...rewrite.driver import KindsPresent, RewriteContext, _dispatch_for, _missed
+from ...rewrite.miss import Miss
+from ...rewrite.trial import check_provided, trial_build
 
 __all__ = ["InPlaceResult", "rewrite_in_place"]
 
@@ -63,6 +64,25 @@ def rewrite_in_place(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, *,
         return None
 
 
+def _same_value(v: Value) -> Value:
+    return v
+
+
+def _take_off(g: Graph, start: int) -> None:
+    """Remove the nodes from `start` on (just appended) from `g` and its users index."""
+    made = g.nodes[start:]
+    if not made:
+        return
+    del g.nodes[start:]
+    del g._users[start:]
+    for n in made:
+        for v in n.inputs:
+            if v.node < start:
+                g._users[v.node] = [u for u in g._users[v.node] if u[0] < start]
+        if n.name is not None and g._names.get(n.name, -1) >= start:
+            del g._names[n.name]
+
+
 def _working_copy(g: Graph) -> Graph:
     work = Graph(g.name, record_provenance=False)
     work.nodes = list(g.nodes)
@@ -77,9 +97,11 @@ def _working_copy(g: Graph) -> Graph:
 
 class _Sweeps:
     def __init__(self, g: Graph, rules: Sequence[Rule], ctx: RewriteContext):
-        # sweeps only read: the first runs on `g`, the working copy is made for the first patch
+        # sweeps only read `work`: the first runs on `g` itself; replacements are built at the
+        # end of the working copy (made for the first one) and taken off again
         self.work, self.rules, self.ctx = g, tuple(rules), ctx
-        self.copied = False
+        self.copy: Graph | None = None
+        self.built: dict[int, Value | Node] = {}  # root id -> its replacement (see _build)
         self.stats = {r.name: RuleStats(r.name, r.source) for r in rules}
         self.dead: set[int] = set()  # tombstones: roots replaced by an existing value
         self.misses: dict[tuple, tuple[MissedFusion, Node]] = {}
@@ -95,8 +117,7 @@ class _Sweeps:
                 return InPlaceResult(self.work, changed, self.stats, self._rekeyed(), tried,
                                      self.dead, self.touched, kinds)
             changed = True
-            if not self.copied:
-                self.work, self.copied = _working_copy(self.work), True
+            self.work = self.copy
             claimed = {m.root.id for m in accepted}
             old_nodes = [m.root for m in accepted]
             slots, readers = self._apply(accepted)
@@ -113,7 +134,7 @@ class _Sweeps:
 
     # -- one sweep: the driver's matching, nothing rebuilt ------------------------------------
     def _sweep(self, dispatch, roots: set[int] | None) -> tuple[list[Match], list[int]]:
-        g, dead, ctx, stats = self.work, self.dead, self.ctx, self.stats
+        g, dead, stats = self.work, self.dead, self.stats
         claimed: dict[int, Match] = {}
         accepted: list[Match] = []
         near: list[tuple[int, MissedFusion, Node]] = []
@@ -132,24 +153,47 @@ class _Sweeps:
             for rule in candidates(node.op):
                 st = stats[rule.name]
                 t0, attempts = time.perf_counter(), st.attempts
-                verdict = _try_rule(g, rule, node, ctx, claimed, outputs, st, {})
+                verdict = self._try(rule, node, outputs, st)
                 st.seconds += time.perf_counter() - t0
                 if isinstance(verdict, Match):
-                    if verdict.consumed != (node.id,) or len(node.outputs) != 1:
-                        raise _NoSlot
                     st.matches += 1
                     accepted.append(verdict)
                     claimed[node.id] = verdict
                     break
                 if st.attempts != attempts:
                     tried.append(node.id)
-                if isinstance(verdict, tuple):
+                if verdict is not None:
                     st.near_misses += 1  # root-only: no larger near match covers this node
-                    near.append((verdict[0], verdict[1], node))
+                    near.append((node.id, _missed(rule, node, verdict), node))
         for nid, miss, node in near:
             if nid not in claimed:
                 self.misses.setdefault((miss.pattern, nid, miss.reason), (miss, node))
         return accepted, tried
+
+    def _try(self, rule: Rule, node: Node, outputs: set[Value], st: RuleStats
+             ) -> Match | Miss | None:
+        """What the driver's `_try_rule` decides at `node` for a root-only rule (claims, safety
+        and cycles cannot refuse a match of its root alone): the first match its checks and
+        its replacement pass, else the first one's Miss, else None. The replacement is built
+        once, for real (`_build`), instead of on trial and again for real."""
+        g, ctx = self.work, self.ctx
+        first = None
+        matcher = rule.matcher
+        for m in (matcher(g, node, ctx) if matcher is not None else rule.matches_at(g, node, ctx)):
+            st.attempts += 1
+            if m.consumed != (node.id,) or len(node.outputs) != 1:
+                raise _NoSlot
+            miss = None
+            for check in rule.checks:
+                miss = check(m, ctx)
+                if miss is not None:
+                    break
+            if miss is None:
+                miss = self._build(m, outputs)
+            if miss is None:
+                return m
+            first = first or miss
+        return first
 
     # -- applying a sweep's matches in place ----------------------------------------------------
     def _apply(self, accepted: list[Match]) -> tuple[list[int], set[int]]:
@@ -159,13 +203,15 @@ class _Sweeps:
         g = self.work
         sub: dict[Value, Value] = {}
         slotted: list[tuple[Node, Node]] = []
-        outputs = set(g.outputs)
         for m in sorted(accepted, key=lambda m: m.root.id):
-            new = self._build(m, sub, outputs)
-            if isinstance(new, Value):
-                sub[m.root.values[0]] = new
+            root, new = m.root, self.built.pop(m.root.id)
+            if isinstance(new, Value):  # built reading the sweep's graph: read the new values
+                sub[root.values[0]] = sub.get(new, new)
             else:
-                slotted.append((m.root, new))
+                ins = tuple(sub.get(v, v) for v in new.inputs)
+                prov = new.provenance if new.provenance is not None else root.provenance
+                slotted.append((root, Node(root.id, new.op, ins, new.outputs, None, prov)))
+        self.built.clear()
         users = g._users
         for old, new in slotted:
             g.nodes[old.id] = new
@@ -195,38 +241,40 @@ class _Sweeps:
         g.outputs = [sub.get(v, v) for v in g.outputs]
         return [old.id for old, _ in slotted], readers
 
-    def _build(self, m: Match, sub: dict[Value, Value], outputs: set[Value]) -> Value | Node:
-        """`m`'s replacement: an existing value, or its one new node (the root's id, inputs
-        and provenance from the root when it has none). It is built at the end of the working
-        graph and taken off again."""
-        g, root = self.work, m.root
-        start = len(g.nodes)
-        m._resolve = lambda v: sub.get(v, v)
+    def _build(self, m: Match, outputs: set[Value]) -> Miss | None:
+        """Build `m`'s replacement at the end of the working copy, reading the values of the
+        graph being swept (what it builds depends only on their types, as the driver's trial
+        build with stand-ins assumes), and take it off again. Kept for `_apply`: an existing
+        value, or the one new node. A replacement that fails is explained by the driver's own
+        trial build (its Miss); one of several nodes or a new source has no slot."""
+        if self.copy is None:
+            self.copy = _working_copy(self.work)
+        b = self.copy
+        start = len(b.nodes)
+        m._resolve = _same_value
         try:
-            result = m.rule.rewrite(g, m)
-            problem = check_provided(m, result, g, outputs)
+            result = m.rule.rewrite(b, m)
+            problem = check_provided(m, result, b, outputs)
+        except BrazeError:
+            problem = True
         finally:
             m._resolve = None
-            made = g.nodes[start:]
-            del g.nodes[start:]
-            del g._users[start:]
-            for n in made:
-                for v in n.inputs:
-                    if v.node < start:
-                        g._users[v.node] = [u for u in g._users[v.node] if u[0] < start]
-                if n.name is not None:
-                    g._names.pop(n.name, None)
-        if problem is not None:  # the trial build passed with the same input types
-            raise PassError(f"rule {m.rule.name} at {m.describe()}: its replacement differs "
-                            f"from its trial build: {problem.detail}")
-        value = result if isinstance(result, Value) else None
-        if value is not None and value.node < start:
-            return value
-        if value is None or len(made) != 1 or made[0].op.source:
+            made = b.nodes[start:]
+            _take_off(b, start)
+        if problem is not None:
+            miss = trial_build(m, outputs)
+            if miss is None:  # the driver would take it and fail while rebuilding
+                raise _NoSlot
+            return miss
+        if not isinstance(result, Value):
             raise _NoSlot
-        n = made[0]
-        prov = n.provenance if n.provenance is not None else root.provenance
-        return Node(root.id, n.op, n.inputs, n.outputs, None, prov)
+        if result.node < start:
+            self.built[m.root.id] = result
+        elif len(made) == 1 and not made[0].op.source:
+            self.built[m.root.id] = made[0]
+        else:
+            raise _NoSlot
+        return None
 
     def _retry(self, slots: list[int], readers: set[int], tried: list[int],
                claimed: set[int], rules: Sequence[Rule]) -> set[int] | None:

@@ -8,12 +8,15 @@ from hypothesis import strategies as st
 
 import braze as bz
 from braze.ir.equality import graphs_equal
+from braze.ir.ops.elementwise import UnaryFn
 from braze.passes.canonicalize import simplify
 from braze.passes.canonicalize.simplify import SIMPLIFY_RULES, AlgebraicSimplify
 from braze.passes.canonicalize.sweep_in_place import rewrite_in_place
 from braze.passes.cleanup import eliminate_dead_code
-from braze.rewrite import RewriteContext, rewrite
+from braze.rewrite import RewriteContext, V, rewrite
 from braze.testing import assert_equivalent
+
+X = V("x")
 
 
 def _layout(g):
@@ -184,3 +187,51 @@ def test_a_result_with_nothing_dead_is_its_own_graph():
     out.exp(x)  # growing the result leaves the input as it was
     assert _layout(g) == before and len(g.users(x)) == 1
     assert_equivalent(g, res.graph)
+
+
+# -- replacements that fail: the misses are the driver's (its trial build explains them) ------
+def _wrong_dtype(b, m):
+    return b.cast(b.sigmoid(m.v("x")), bz.f64)  # changes the root's dtype
+
+
+def _bad_build(b, m):
+    return b.matmul(m.v("x"), m.v("x"))  # (2, 3) @ (2, 3) does not build
+
+
+def _reads_itself(b, m):
+    return m.new(m.root.values[0])
+
+
+# root-only rules, as AlgebraicSimplify's table makes them
+def _u(fn, x):
+    return simplify._unary(UnaryFn[fn], x)
+
+
+FAILING = (
+    simplify._rule("AbsAbs", _u("ABS", _u("ABS", X)), lambda b, m: b.abs(m.v("x"))),  # a slot
+    simplify._rule("NegNeg", _u("NEG", _u("NEG", X)), lambda b, m: m.v("x")),  # a tombstone
+    simplify._rule("WrongDtype", _u("EXP", X), _wrong_dtype),
+    simplify._rule("BadBuild", _u("TANH", X), _bad_build),
+    simplify._rule("ReadsItself", _u("SIGMOID", X), _reads_itself),
+)
+
+
+def test_failing_replacements_give_the_drivers_misses():
+    g = bz.Graph("failing")
+    h = g.input("x", bz.Shape((2, 3)))
+    for _ in range(3):
+        h = g.tanh(g.exp(g.abs(g.abs(g.neg(g.neg(g.sigmoid(h)))))))
+    g.set_outputs([h])
+    fast = rewrite_in_place(g, FAILING, RewriteContext(), max_sweeps=32)
+    driver = rewrite(g, FAILING, max_sweeps=32)
+    assert fast is not None
+    assert _misses(fast) == _misses(driver)  # ids of the driver's graph, after the removals
+    assert {m.pattern: m.reason.name for m in fast.misses} == {
+        "WrongDtype": "INVALID_REPLACEMENT", "BadBuild": "INVALID_REPLACEMENT",
+        "ReadsItself": "CAPTURE_INSIDE_MATCH"}
+    assert {k: s.matches for k, s in fast.stats.items()} == \
+        {k: s.matches for k, s in driver.stats.items()}
+    assert fast.stats["AbsAbs"].matches == 3 and fast.stats["NegNeg"].matches == 3
+    out, _ = eliminate_dead_code(fast.graph)
+    assert _layout(out) == _layout(eliminate_dead_code(driver.graph)[0])
+    assert_equivalent(g, out)
