@@ -34,9 +34,37 @@ def layout_graphs(draw):
         v = draw(st.sampled_from(vals))
         dims = g.shape_of(v).dims
         step = draw(st.sampled_from(["transpose", "merge", "split_axis", "unit", "flatten",
-                                     "unflatten", "tanh", "add", "matmul", "split", "rope"]))
+                                     "unflatten", "tanh", "add", "matmul", "split", "rope",
+                                     "linear_rows", "rows", "sandwich"]))
         out = None
-        if step == "transpose" and len(dims) >= 2:
+        if step in ("linear_rows", "rows") and len(dims) >= 3:
+            # reshape(F(reshape(v, [M, E])), [L.., N]): F a linear layer or row-wise ops,
+            # the flattening read twice, or made by two reshapes, at random
+            flat = g.reshape(v, (int(np.prod(dims[:-1])), dims[-1]))
+            if draw(st.booleans()):
+                flat = g.reshape(g.reshape(v, (dims[0], -1, dims[-1])), g.shape_of(flat).dims)
+            vals.append(flat)
+            n_params += 1
+            if step == "linear_rows":
+                y = g.mm(flat, g.param(f"w{n_params}", bz.Shape((dims[-1], 4))))
+            else:
+                y = g.tanh(flat)
+            if draw(st.booleans()):
+                y = g.add(y, g.param(f"b{n_params}", bz.Shape((g.shape_of(y).dims[-1],))))
+            vals.append(y)
+            if draw(st.booleans()):  # a second reader of the flattened rows
+                vals.append(g.reshape(flat, (dims[0], -1)))
+            out = g.reshape(y, dims[:-1] + (g.shape_of(y).dims[-1],))
+        elif step == "sandwich" and len(dims) >= 2:
+            # reshape(transpose(reshape(v, merge), p), split back or not)
+            merged = g.reshape(v, (dims[0] * dims[1],) + dims[2:])
+            perm = tuple(draw(st.permutations(range(len(dims) - 1))))
+            t = g.transpose(merged, perm)
+            vals.append(t)
+            groups = [(dims[0], dims[1])] + [(d,) for d in dims[2:]]
+            back = tuple(d for a in perm for d in groups[a])
+            out = g.reshape(t, back if draw(st.booleans()) else g.shape_of(t).dims[::-1])
+        elif step == "transpose" and len(dims) >= 2:
             out = g.transpose(v, tuple(draw(st.permutations(range(len(dims))))))
         elif step == "merge" and len(dims) >= 2:
             i = draw(st.integers(0, len(dims) - 2))
