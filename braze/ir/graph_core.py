@@ -333,6 +333,12 @@ class GraphCore:
                 out.append(self.nodes[c])
         return out
 
+    def reader_ids(self, ids: Iterable[int]) -> set[int]:
+        """The ids of the nodes reading any output of the nodes `ids` (one call for a whole
+        frontier: graph walks)."""
+        users = self._users
+        return {c for nid in ids for c, _ in users[nid]}
+
     def is_output(self, v: Value) -> bool:
         """Whether the graph returns `v`."""
         return v in self._output_set()

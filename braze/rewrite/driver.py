@@ -129,8 +129,9 @@ def _roots_to_retry(old: Graph, res: RewriteResult, rules: Sequence[Rule]) -> Re
     k levels down is retried at every node up to h edges below a node that is up to k edges
     above a changed one: elsewhere all it reads is what the last sweep saw, and it found no
     match there. Every rule is also retried at the roots of matches not taken (their checks and
-    safety may read anything)."""
-    reaches = {(r.depth, r.reads_users) for r in rules if r.depth is not None}
+    safety may read anything). A rule that reads more than `_MAX_WALK` edges above its root
+    is retried everywhere: walking that far costs more than it saves."""
+    reaches = {(r.depth, r.reads_users) for r in rules if _bounded(r)}
     if not reaches:
         return None
     new, node_map = res.graph, res.node_map
@@ -153,28 +154,41 @@ def _roots_to_retry(old: Graph, res: RewriteResult, rules: Sequence[Rule]) -> Re
         for nid in made:
             changed.update(v.node for v in nodes[nid].inputs)
     by_reach: dict[tuple[int, int], set[int]] = {}
-    for depth, reads_users in reaches:
-        seeds = _walk(new, changed, reads_users, up=True) if reads_users else rebuilt
-        by_reach[(depth, reads_users)] = _walk(new, seeds, depth, up=False) | tried
-    return Retry({r: None if r.depth is None else by_reach[(r.depth, r.reads_users)]
+    for reads_users in {k for _, k in reaches}:  # one walk per seed set, to its deepest rule
+        seeds = set().union(*_levels(new, changed, reads_users, up=True)) if reads_users \
+            else rebuilt
+        depths = sorted(d for d, k in reaches if k == reads_users)
+        levels = _levels(new, seeds, depths[-1], up=False)
+        for depth in depths:
+            by_reach[(depth, reads_users)] = set(tried).union(*levels[:depth + 1])
+    return Retry({r: by_reach[(r.depth, r.reads_users)] if _bounded(r) else None
                   for r in rules})
 
 
-def _walk(g: GraphCore, start: set[int], steps: int, *, up: bool) -> set[int]:
-    """`start` and every node up to `steps` edges above it (`up`: producers) or below it
-    (readers)."""
+_MAX_WALK = 16  # a rule reading further above its root is retried everywhere (cheaper)
+
+
+def _bounded(rule: Rule) -> bool:
+    return rule.depth is not None and rule.depth <= _MAX_WALK
+
+
+def _levels(g: GraphCore, start: set[int], steps: int, *, up: bool) -> list[set[int]]:
+    """`start`, then the nodes 1, 2, ... `steps` edges above it (`up`: producers) or below it
+    (readers) that are not nearer."""
     seen = set(start)
     frontier = seen
+    out = [seen]
     nodes = g.nodes
     for _ in range(steps):
         if up:
             frontier = {v.node for nid in frontier for v in nodes[nid].inputs} - seen
         else:
-            frontier = {u.id for nid in frontier for u in g.users(nid)} - seen
+            frontier = g.reader_ids(frontier) - seen
         if not frontier:
             break
-        seen |= frontier
-    return seen
+        seen = seen | frontier
+        out.append(frontier)
+    return out
 
 
 class Retry:
