@@ -97,22 +97,26 @@ def _rebuild_with_regions(g: Graph, regions: list[list[int]]) -> Graph:
         and (users := g.users(node.id)) and all(member[u.id] for u in users)
     }
     new = Graph(g.name, record_provenance=False)
-    vmap: dict[Value, Value] = {}
-    for node in g.nodes:
+    outs_of: list = [None] * len(g.nodes)  # old node id -> the new values standing for it
+    first = min(min(m[0] for m in regions), min(absorbed, default=len(g.nodes)))
+    outs_of[:first] = new.copy_prefix(g, first)  # before the first change: as they are
+    for node in g.nodes[first:]:
         if node.id in root_of:
-            _emit_region(new, g, [g.nodes[i] for i in root_of[node.id]], vmap, outputs)
+            _emit_region(new, g, [g.nodes[i] for i in root_of[node.id]], outs_of, outputs)
         elif not member[node.id] and node.id not in absorbed:
-            outs = new.clone_node(node, [vmap[v] for v in node.inputs], g)
-            vmap.update(zip(node.values, outs))
+            # a region output has the type of the member value it stands for: no inference
+            ins = tuple([outs_of[v.node][v.index] for v in node.inputs])
+            outs_of[node.id] = new.copy_node(node, ins)
     new.weights = g.weights.carry()
-    new.set_outputs([vmap[v] for v in g.outputs])
+    new.set_outputs([outs_of[v.node][v.index] for v in g.outputs])
     return new
 
 
-def _emit_region(new: Graph, g: GraphCore, steps: Sequence[Node], vmap: dict[Value, Value],
+def _emit_region(new: Graph, g: GraphCore, steps: Sequence[Node], outs_of: list,
                  outputs: set[Value]) -> None:
     """Append one region node running `steps` (nodes of `g`, in order) and map every step value
-    used after the region (by a non-member, or as a graph output) to the region's outputs."""
+    used after the region (by a non-member, or as a graph output) to the region's outputs
+    (`outs_of`: old node id -> new values; members have one output)."""
     inside = {n.id for n in steps}
     exposed = [n.value for n in steps if n.value in outputs
                or any(u.id not in inside for u in g.users(n.id))]
@@ -121,9 +125,10 @@ def _emit_region(new: Graph, g: GraphCore, steps: Sequence[Node], vmap: dict[Val
     body, ext = _build_body(g, steps, exposed, f"{g.name}.region{len(new.nodes)}")
     root = steps[-1]
     name = root.name if root.name and root.name not in new._names else None
-    outs = new.add_node(ElementwiseRegion(body), [vmap[v] for v in ext], name=name,
-                        provenance=root.provenance)
-    vmap.update(zip(exposed, outs))
+    outs = new.add_node(ElementwiseRegion(body), [outs_of[v.node][v.index] for v in ext],
+                        name=name, provenance=root.provenance)
+    for v, out in zip(exposed, outs):
+        outs_of[v.node] = (out,)
 
 
 def _build_body(g: GraphCore, steps: Sequence[Node], exposed: Sequence[Value], name: str,
