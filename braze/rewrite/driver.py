@@ -323,11 +323,12 @@ class RootDispatch:
     def __init__(self, rules: Sequence[Rule]):
         self.rules = tuple(rules)
         self._memo: dict[tuple[type, str], tuple[Rule, ...]] = {}
-        # per op object too: rebuilt graphs share their ops, and an op's label may be computed
-        self._by_op: dict[int, tuple[object, tuple[Rule, ...]]] = {}
+        # per op object too (`by_op`, id -> (op, rules); the sweep reads it inline): rebuilt
+        # graphs share their ops, and an op's label may be computed
+        self.by_op: dict[int, tuple[object, tuple[Rule, ...]]] = {}
 
     def candidates(self, op) -> tuple[Rule, ...]:
-        seen = self._by_op.get(id(op))
+        seen = self.by_op.get(id(op))
         if seen is not None and seen[0] is op:
             return seen[1]
         key = (type(op), op.label)
@@ -335,9 +336,9 @@ class RootDispatch:
         if hit is None:
             hit = self._memo[key] = tuple(r for r in self.rules if _admits(r.root_kinds, op))
         hit = tuple(r for r in hit if r.root_test(op))
-        if len(self._by_op) >= _MAX_OPS_SEEN:  # the table outlives graphs: do not hoard ops
-            self._by_op.clear()
-        self._by_op[id(op)] = (op, hit)
+        if len(self.by_op) >= _MAX_OPS_SEEN:  # the table outlives graphs: do not hoard ops
+            self.by_op.clear()
+        self.by_op[id(op)] = (op, hit)
         return hit
 
 
@@ -373,11 +374,14 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
         order = reversed(g.nodes)
     else:  # the same order as a whole sweep, over fewer nodes
         order = [g.nodes[i] for i in sorted(roots, reverse=True)]
+    seen_ops = dispatch.by_op
     for node in order:
         op = node.op
         if op.source or node.id in claimed:
             continue
-        for rule in candidates(op):  # each passed its root test (see RootDispatch)
+        seen = seen_ops.get(id(op))  # RootDispatch.candidates' memo, read inline
+        for rule in (seen[1] if seen is not None and seen[0] is op else candidates(op)):
+            # each passed its root test (see RootDispatch)
             if by_rule is not None:
                 only = by_rule.get(rule)
                 if only is not None and node.id not in only:
@@ -588,9 +592,19 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
     # nodes before the first claimed one are read and made unchanged: shared as they are
     first = min(claimed)
     outs_of[:first] = new.copy_prefix(g, first)
+    copy = new.copy_node
     try:
         for node in g.nodes[first:]:
-            emit(node)
+            nid = node.id
+            if partial or nid in claimed or outs_of[nid] is not None:
+                emit(node)
+                continue
+            try:  # emit's common case, inlined: a copy whose inputs are all made
+                ins = tuple([outs_of[v.node][v.index] for v in node.inputs])
+            except TypeError:
+                emit(node)
+                continue
+            outs_of[nid] = copy(node, ins)
         outs = [resolve(v) for v in g.outputs]
     finally:  # the closures refer to each other: free them now, not in a GC pass
         emit = emit_match = resolve = made = None

@@ -68,7 +68,7 @@ def trial_build(m: Match, outputs: set[Value]) -> Miss | None:
         if v is None:
             node = g.nodes[old.node]
             if node.op.source:  # rules may read a param's name or a constant's value
-                v = scratch.clone_node(node, ())[old.index]
+                v = scratch.copy_node(node, ())[old.index]  # its type is known
             else:
                 v = scratch.add_node(Input(f"{old!r}", g.shape_of(old)))[0]
             stand_ins[old] = v
