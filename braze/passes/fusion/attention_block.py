@@ -37,11 +37,51 @@ def projection(src, role: str, name: str | None = None):
             | P.of(FusedMatMulBiasAct, src, w, act=None, name=name))
 
 
+class _Guarded(Pattern):
+    """`inner`, matched only at nodes that pass `guard(g, node)`: a cheap test every match of
+    `inner` passes, so a node that fails it is not walked (the block's root: most adds and
+    matmuls of a model read no attention; a q/k norm's three forms: most nodes are no norm).
+    Everything the driver reads of a pattern (root kinds and test, requirements, height) is
+    `inner`'s."""
+
+    def __init__(self, inner: Pattern, guard):
+        self.inner, self.guard = inner, guard
+
+    def match_node(self, g, node, b, consumed):
+        if self.guard(g, node):
+            yield from self.inner.match_node(g, node, b, consumed)
+
+    def match_value(self, g, v, b, consumed):
+        if self.guard(g, g.nodes[v.node]):
+            yield from self.inner.match_value(g, v, b, consumed)
+
+    def root_test(self):
+        return self.inner.root_test()
+
+    def root_kinds(self):
+        return self.inner.root_kinds()
+
+    def required_kinds(self):
+        return self.inner.required_kinds()
+
+    def height(self) -> int:
+        return self.inner.height()
+
+
+_NORMS = (LayerNorm, RmsNorm)
+
+
+def _is_norm(g, node) -> bool:
+    return isinstance(node.op, _NORMS)
+
+
 def _qk_norm(src, role: str):
     """A LayerNorm / RMSNorm of q or k (with gamma and beta, one of them, or none)."""
-    name, kinds = f"norm_{role}", (LayerNorm, RmsNorm)
-    return (P.of(kinds, src, V(f"norm_a_{role}"), V(f"norm_b_{role}"), name=name)
-            | P.of(kinds, src, V(f"norm_a_{role}"), name=name) | P.of(kinds, src, name=name))
+    name, kinds = f"norm_{role}", _NORMS
+    return _Guarded(P.of(kinds, src, V(f"norm_a_{role}"), V(f"norm_b_{role}"), name=name)
+                    | P.of(kinds, src, V(f"norm_a_{role}"), name=name)
+                    | P.of(kinds, src, name=name), _is_norm)
+
 
 
 def heads(src, role: str, rotated: bool):
@@ -95,36 +135,6 @@ def _may_project_merged_heads(g, node) -> bool:
                 and g.shape_of(bias).rank == 1:
             return True
     return False
-
-
-class _Guarded(Pattern):
-    """`inner`, matched only at roots that pass `guard(g, node)`: a test every match of
-    `inner` passes, which most roots fail at once (most adds and matmuls of a model read no
-    attention), so the deep pattern is not walked there. Everything the driver reads of a
-    pattern (root kinds and test, requirements, height) is `inner`'s."""
-
-    def __init__(self, inner: Pattern, guard):
-        self.inner, self.guard = inner, guard
-
-    def match_node(self, g, node, b, consumed):
-        if self.guard(g, node):
-            yield from self.inner.match_node(g, node, b, consumed)
-
-    def match_value(self, g, v, b, consumed):
-        if self.guard(g, g.nodes[v.node]):
-            yield from self.inner.match_value(g, v, b, consumed)
-
-    def root_test(self):
-        return self.inner.root_test()
-
-    def root_kinds(self):
-        return self.inner.root_kinds()
-
-    def required_kinds(self):
-        return self.inner.required_kinds()
-
-    def height(self) -> int:
-        return self.inner.height()
 
 
 # -- checks -------------------------------------------------------------------------------------
