@@ -7,7 +7,6 @@ from collections.abc import Iterator, Sequence
 
 import numpy as np
 
-from ...errors import GraphError
 from ...ir.node import Node
 from ...ir.op import Value
 from ...ir.ops.elementwise import Binary, BinaryFn
@@ -60,18 +59,10 @@ def _source_name(g, v: Value) -> str:
     return op.name if isinstance(op, Param) else f"const{v.node}"
 
 
-def _taken(g, name: str) -> bool:
-    try:
-        g.node_by_name(name)
-    except GraphError:
-        return False
-    return True
-
-
 def _fresh_name(old, new, base: str) -> str:
     """`base`, or `base#2`, ... : a name used by neither graph (old nodes are cloned later)."""
     name, i = base, 1
-    while _taken(old, name) or _taken(new, name) or name in new.weights:
+    while old.has_name(name) or new.has_name(name) or name in new.weights:
         i += 1
         name = f"{base}#{i}"
     return name
