@@ -203,12 +203,16 @@ def _rule(name: str, pattern, result: str | Callable, *checks, when=None) -> Rul
     rule = Rule(name, build, pattern=pattern, checks=tuple(checks), source=source,
                 root_test=_root_test(pattern))
 
-    needs_constant = _reads_a_constant_directly(pattern)
+    tests = _constant_operand_tests(pattern)
 
     def root_only(g, node, ctx) -> list[Match]:  # a list: most roots have none, built fast
-        if needs_constant and not any(isinstance(g.nodes[v.node].op, Constant)
-                                      for v in node.inputs):
-            return []
+        if tests:
+            nodes = g.nodes
+            for v in node.inputs:
+                if isinstance(nodes[v.node].op, Constant) and any(t(g, v) for t in tests):
+                    break
+            else:
+                return []
         found = []
         for bound, _ in pattern.match_node(g, node, {}, ()):
             if when is not None and not when(g, node, bound):
@@ -222,12 +226,12 @@ def _rule(name: str, pattern, result: str | Callable, *checks, when=None) -> Rul
     return rule
 
 
-def _reads_a_constant_directly(pattern) -> bool:
-    """Whether an operand of the root is captured only when a constant computes it (ONE, ZERO,
-    TRUE, FALSE): a root none of whose inputs is a constant cannot match, and most nodes are
-    such roots."""
-    return any(isinstance(p, V) and getattr(p.where, "constant_only", False)
-               for p in getattr(pattern, "inputs", None) or ())
+def _constant_operand_tests(pattern) -> tuple[Callable, ...]:
+    """The tests of the root's operands that are captured only when a constant passes them
+    (ONE, ZERO, TRUE, FALSE): a root none of whose inputs passes one cannot match, and most
+    nodes are such roots (each constant's answer is kept, see `_constant_where`)."""
+    return tuple(p.where for p in getattr(pattern, "inputs", None) or ()
+                 if isinstance(p, V) and getattr(p.where, "constant_only", False))
 
 
 def _empty_along_axis(g, node) -> list[bool]:

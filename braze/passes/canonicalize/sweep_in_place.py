@@ -6,10 +6,16 @@ DCE rebuilds them again. When each match replaces only its root, by a value that
 or by one new node, a sweep can instead patch a working copy of the graph with ids kept: the
 new node takes its root's slot, a root replaced by an existing value stays as a dead
 "tombstone" whose readers are rewired. The sweeps then run to their fixed point on that copy,
-and the one DCE at the end emits the result once. Matching is the driver's own (`_try_rule`:
-claims, safety, checks, trial builds), on the same nodes in the same order, the next sweep looks
-at the same roots (`_roots_to_retry`'s rule, tombstones left out), and misses are re-keyed to
-the ids the driver's graph would have had: the result, statistics and misses are the driver's.
+and the one DCE at the end emits the result once.
+
+What the driver decides is kept: the same roots in the same order (tombstones left out), the
+same candidates (`RootDispatch`), matches and checks, and for a root-only match the driver's
+claims, safety and cycle tests cannot refuse it. Its trial build is replaced by building the
+replacement once, for real (a replacement depends only on the types of what it reads, which
+is what the trial with stand-ins already assumes); a failing one gets the driver's own trial
+build for its miss. The next sweep looks where `_roots_to_retry` would, and misses are re-keyed
+to the ids the driver's graph would give their nodes. So the result, the matches and the
+misses are the driver's (tests/passes/canonicalize/test_sweep_in_place.py compares them).
 
 A match that consumes more than its root, or a replacement of several nodes or of a source,
 has no slot to go in: `rewrite_in_place` then returns None and the caller runs the driver."""
@@ -270,7 +276,7 @@ class _Sweeps:
             raise _NoSlot
         if result.node < start:
             self.built[m.root.id] = result
-        elif len(made) == 1 and not made[0].op.source:
+        elif len(made) == 1 and not made[0].op.source and made[0].values == (result,):
             self.built[m.root.id] = made[0]
         else:
             raise _NoSlot
