@@ -185,3 +185,24 @@ def test_kernel_declines_what_does_not_fit():
     assert not pg.gemm(x, packed, np.empty((3, 10), np.float32), None, 0)  # a gated one
     assert not pg.gemm_gated(x, packed, np.empty((3, 6), np.float32), None, 3)
     assert pg.pack_gated(np.ones((8, 9), np.float32)) is None  # odd: no halves
+
+
+@pytest.mark.parametrize("m, k", [(1, 1024), (37, 2048), (130, 1024), (3000, 2048)])
+@pytest.mark.parametrize("gated", [False, True])
+def test_rows_4kb_apart_match_float64(m, k, gated):
+    """K a multiple of 1024: x is copied once into padded rows (or, past PAD_X_FLOATS, per
+    tile, the m = 3000 case); either way the product is the same."""
+    rng = np.random.default_rng(m + k)
+    x = rng.standard_normal((m, k)).astype("f4")
+    w = (rng.standard_normal((k, 2 * 24)) / np.sqrt(k)).astype("f4")
+    h = x.astype("f8") @ w.astype("f8")
+    assert (m * (k + 16) <= pg.PAD_X_FLOATS) == (m < 3000)
+    if gated:
+        out = np.full((m, 24), np.nan, np.float32)
+        assert pg.gemm_gated(x, pg.pack_gated(w), out, None, native.ACT_CODES["silu"])
+        want = FusedSwiGLU(True, UnaryFn.SILU).reference(h)
+    else:
+        out = np.full((m, 48), np.nan, np.float32)
+        assert pg.gemm(x, pg.pack(w), out, None, 0)
+        want = h
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-5)

@@ -12,9 +12,11 @@ floats, about 1.0x the weight (MKL's cblas_sgemm_pack took ~4x per tile slab). A
   tile's rows of x, panel by panel, into the tile's output in the thread's scratch: MR x 16
   accumulators (6 x two 8-float vectors under AVX2, 12 x one 16-float vector under AVX-512; a
   rest of rows as H2 = 4 / 8-row blocks where that covers it) fed by one broadcast of x and the
-  16 weights of the panel per k. The scratch has padded rows, and x is copied there when its
-  rows are a multiple of 4 KB apart (K = 2048, 3072): rows of 2048-4096 floats in place put a
-  micro block's rows on one L1 set (~10% lost);
+  16 weights of the panel per k. x rows a multiple of 4 KB apart (K = 1024, 2048, 3072) in
+  place put a micro block's rows on one L1 set (~10% lost): such an x is copied once per call
+  into rows padded by 16 floats (a per-thread buffer, up to PAD_X_FLOATS) and read there, or,
+  larger, copied into the tile's padded scratch rows per K block (once per panel group: the
+  down projection K = 2048 of LLaMA-small took ~6% longer that way at 128 rows);
 - starts the accumulators from the bias, and applies the activation while the finished tile
   goes from scratch to `out`, with the executor's activation code (native.ACT_SPAN: the same
   exp / erf / tanh the other kernels use and the tests check), except the tanh GELU, computed
@@ -201,9 +203,15 @@ static void gated_epilogue(const float* ct, int64_t rows, int64_t pairs, float* 
    micro-kernel down the rows (MR-row blocks; a rest of H2 or 2 H2 - MR rows as H2-row blocks,
    any other rest zero padded) into the tile's scratch output, which goes to `out` through the
    epilogue when the tile is done. */
-static void gemm_tiles(const float* a, int64_t lda, const float* bp, float* out, int64_t m,
+static void gemm_tiles(const float* x, int64_t ldx, const float* bp, float* out, int64_t m,
                        int64_t n, int64_t k, const float* bias, int act, float* scratch,
-                       int gated, int64_t n_out) {
+                       int gated, int64_t n_out, float* xpad) {
+  /* x rows a multiple of 4 KB apart (K = 1024, 2048, ...): copied once, in parallel, into
+     xpad (when given: m rows of k + 16 floats) and read in place there, instead of into every
+     tile's scratch per K block (once per panel group) */
+  int pad_x = xpad != 0 && (ldx * 4) % 4096 == 0;
+  const float* a = pad_x ? xpad : x;
+  int64_t lda = pad_x ? k + 16 : ldx;
   int64_t span = gated ? 2 : 1;  /* panels a tile must keep together */
   int64_t panels = (n + NR - 1) / NR, units = panels / span, nt = omp_get_max_threads();
   int64_t rblocks = (m + MC - 1) / MC;
@@ -220,6 +228,10 @@ static void gemm_tiles(const float* a, int64_t lda, const float* bp, float* out,
     float* at = scratch + SCRATCH_FLOATS * (int64_t)omp_get_thread_num();
     float* ct = at + (MC + MR) * LDA_T;
     float pad_bias[NR];
+    if (pad_x) {
+      #pragma omp for schedule(static)
+      for (int64_t i = 0; i < m; i++) memcpy(xpad + i * lda, x + i * ldx, k * sizeof(float));
+    }
     #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tiles; t++) {
       int64_t g = t % groups, r0 = t / groups * rb;
@@ -287,15 +299,15 @@ static void gemm_tiles(const float* a, int64_t lda, const float* bp, float* out,
 }
 
 void pg_gemm(const float* a, int64_t lda, const float* bp, float* out, int64_t m, int64_t n,
-             int64_t k, const float* bias, int act, float* scratch) {
-  gemm_tiles(a, lda, bp, out, m, n, k, bias, act, scratch, 0, n);
+             int64_t k, const float* bias, int act, float* scratch, float* xpad) {
+  gemm_tiles(a, lda, bp, out, m, n, k, bias, act, scratch, 0, n, xpad);
 }
 
 /* out[m, n_out] = act(gate) * up on a weight packed in gate / up pairs (see gemm_tiles). */
 void pg_gemm_gated(const float* a, int64_t lda, const float* bp, float* out, int64_t m,
                    int64_t n, int64_t k, const float* bias, int act, float* scratch,
-                   int64_t n_out) {
-  gemm_tiles(a, lda, bp, out, m, n, k, bias, act, scratch, 1, n_out);
+                   int64_t n_out, float* xpad) {
+  gemm_tiles(a, lda, bp, out, m, n, k, bias, act, scratch, 1, n_out, xpad);
 }
 """
 
@@ -304,8 +316,8 @@ _SIGNATURES = {
     "pg_packed_floats": ([_I64, _I64], _I64),
     "pg_pack": ([_P, _I64, _I64, _I64, _I64, _P], None),
     "pg_scratch_floats": ([], _I64),
-    "pg_gemm": ([_P, _I64, _P, _P, _I64, _I64, _I64, _P, _INT, _P], None),
-    "pg_gemm_gated": ([_P, _I64, _P, _P, _I64, _I64, _I64, _P, _INT, _P, _I64], None),
+    "pg_gemm": ([_P, _I64, _P, _P, _I64, _I64, _I64, _P, _INT, _P, _P], None),
+    "pg_gemm_gated": ([_P, _I64, _P, _P, _I64, _I64, _I64, _P, _INT, _P, _I64, _P], None),
 }
 
 
@@ -390,7 +402,7 @@ def gemm(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.ndarray 
     if m:
         so.pg_gemm(x.ctypes.data, packed.k, packed.panels.ctypes.data, out.ctypes.data, m,
                    packed.n, packed.k, None if bias is None else bias.ctypes.data, act,
-                   _scratch(int(so.pg_scratch_floats())).ctypes.data)
+                   _scratch(int(so.pg_scratch_floats())).ctypes.data, _padded_x(m, packed.k))
     return True
 
 
@@ -407,7 +419,8 @@ def gemm_gated(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.nd
     if m:
         so.pg_gemm_gated(x.ctypes.data, packed.k, packed.panels.ctypes.data, out.ctypes.data, m,
                          packed.n, packed.k, None if bias is None else bias.ctypes.data, act,
-                         _scratch(int(so.pg_scratch_floats())).ctypes.data, packed.out_cols)
+                         _scratch(int(so.pg_scratch_floats())).ctypes.data, packed.out_cols,
+                         _padded_x(m, packed.k))
     return True
 
 
@@ -430,12 +443,26 @@ def _fits(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.ndarray
 _SCRATCH = threading.local()
 
 
-def _scratch(floats: int) -> np.ndarray:
-    """The calling thread's kernel scratch (64-byte aligned, at least `floats` long), kept for
-    its next call: two Python threads may run GEMMs at once, each with its own."""
-    buf = getattr(_SCRATCH, "buf", None)
+PAD_X_FLOATS = 1 << 22  # 16 MiB: larger x keeps the copy per tile
+
+
+def _scratch(floats: int, name: str = "buf") -> np.ndarray:
+    """The calling thread's kernel scratch `name` (64-byte aligned, at least `floats` long),
+    kept for its next call: two Python threads may run GEMMs at once, each with its own."""
+    buf = getattr(_SCRATCH, name, None)
     if buf is None or buf.size < floats:
         raw = np.empty(floats + 16, np.float32)
         start = (-raw.ctypes.data % 64) // 4
-        buf = _SCRATCH.buf = raw[start:start + floats]
+        buf = raw[start:start + floats]
+        setattr(_SCRATCH, name, buf)
     return buf
+
+
+def _padded_x(m: int, k: int) -> int | None:
+    """The address of the calling thread's buffer for x with padded rows (m rows of k + 16
+    floats) when x's rows are a multiple of 4 KB apart and it takes at most PAD_X_FLOATS, else
+    None (the kernel then copies x per tile)."""
+    floats = m * (k + 16)
+    if (k * 4) % 4096 or floats > PAD_X_FLOATS:
+        return None
+    return _scratch(floats, "padded_x").ctypes.data
