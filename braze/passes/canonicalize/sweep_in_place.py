@@ -63,7 +63,10 @@ class _NoSlot(Exception):
 def rewrite_in_place(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, *,
                      max_sweeps: int, roots: set[int] | None = None) -> InPlaceResult | None:
     """`rewrite(g, rules, ...)` for root-only rules, on a working copy of `g` (never changed).
-    None when some match does not fit in place (the caller runs the driver instead)."""
+    None when some match does not fit in place, or a rule reads who reads a node
+    (`Rule.reads_users`: tombstones still read their inputs): the caller runs the driver."""
+    if any(getattr(r, "reads_users", 0) for r in rules):
+        return None
     try:  # the kinds of `g` (cached per graph): the working copy's are derived from them
         return _Sweeps(g, rules, ctx).run(KindsPresent.of(g), max_sweeps, roots)
     except _NoSlot:
@@ -284,9 +287,11 @@ class _Sweeps:
 
     def _retry(self, slots: list[int], readers: set[int], tried: list[int],
                claimed: set[int], rules: Sequence[Rule]) -> set[int] | None:
-        """The driver's roots for the next sweep (`_roots_to_retry`): new nodes, readers of
-        replaced roots, what lies up to the largest depth below them, and the roots of matches
-        not taken."""
+        """Where the next sweep looks (as `_roots_to_retry`, for every rule at once): new
+        nodes, readers of replaced roots, what lies up to the largest depth below them, and
+        the roots of matches not taken. The driver may look at fewer nodes for a rule of a
+        smaller depth; what a rule finds outside its depth is what it found before, so only
+        the attempt counts can differ."""
         depths = [r.depth for r in rules]
         if None in depths:
             return None
