@@ -100,9 +100,25 @@ def _attention(q, k, v):
             | P.of(Attention, q, k, v, name="attn"))
 
 
+def _q_is_narrowed(g, node) -> bool:
+    """A Narrow within the 7 nodes up the first-input chain of the attention's q (rope, norm,
+    transpose, norm, reshape, norm, narrow: every op of `heads` reads q's path as its first
+    input), as in every match of `_fused_qkv`."""
+    v = node.inputs[0] if node.inputs else None
+    for _ in range(7):
+        if v is None:
+            return False
+        n = g.nodes[v.node]
+        if isinstance(n.op, Narrow):
+            return True
+        v = n.inputs[0] if n.inputs else None
+    return False
+
+
 _qkv = projection(V("x"), "qkv", name="qkv")                       # x @ w_qkv (+ b_qkv)
-_fused_qkv = _attention(*(heads(P.of(Narrow, _qkv, name=f"narrow_{r}"), r, r != "v")
-                          for r in ROLES))                       # narrows of one projection
+_fused_qkv = _Guarded(_attention(*(heads(P.of(Narrow, _qkv, name=f"narrow_{r}"), r, r != "v")
+                                   for r in ROLES)),
+                      _q_is_narrowed)                            # narrows of one projection
 _separate_qkv = _attention(*(heads(projection(V(f"x_{r}"), r), r, r != "v")
                              for r in ROLES))                    # x_q @ w_q, x_k @ w_k, ...
 _merged = P.of(Reshape, P.of(Transpose, _fused_qkv | _separate_qkv, name="merge_t"),
