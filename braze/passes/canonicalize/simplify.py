@@ -39,7 +39,7 @@ from ...rewrite import Match, MissReason, P, Rule, RuleStats, V, fail, rewrite
 from ...rewrite.driver import KindsPresent, RewriteContext
 from ..base import PassResult
 from ..cleanup import common_subexpression_elimination, eliminate_dead_code
-from ..const_fold import DEFAULT_MAX_ELEMENTS, ConstantFolding
+from ..const_fold import DEFAULT_MAX_ELEMENTS, ConstantFolding, _static
 from .layout import COMPOSE_RESHAPES, COMPOSE_TRANSPOSES, DROP_IDENTITY
 from .sweep_in_place import rewrite_in_place
 
@@ -316,7 +316,11 @@ class AlgebraicSimplify:
         for _ in range(self.max_rounds):
             fold_misses, folded_any = [], False
             if self.fold is not None and not settled:
-                folded = self.fold.run(cur, ctx)
+                if _reads_known_only(cur, self.fold.fold_weights):
+                    folded = self.fold.run(cur, ctx)
+                else:  # nothing to try: the (zero) statistics of a run, without its scan
+                    folded = self.fold.run(_NO_NODES, ctx)
+                    folded.graph = cur
                 cur, changed = folded.graph, changed or folded.changed
                 fold_misses, folded_any = folded.misses, folded.changed
                 tried_none = not folded.stats["ConstantFolding"].attempts
@@ -355,6 +359,32 @@ class AlgebraicSimplify:
 
 
 _MAX_SWEEPS = 32
+
+
+_NO_NODES = Graph("no nodes", record_provenance=False)
+
+
+def _reads_known_only(g: Graph, fold_weights: bool) -> bool:
+    """Whether some computation of `g` reads known values alone (constants, and stored weights
+    with `fold_weights`) and has static results (`const_fold._static`): constant folding tries
+    nothing otherwise. Looks only at the readers of the known sources (the first such
+    computation reads sources alone) and at computations without inputs."""
+    known = [False] * len(g.nodes)
+    sources = []
+    for n in g.nodes:
+        op = n.op
+        if not op.source:
+            if not n.inputs and _static(n):
+                return True
+        elif isinstance(op, Constant) or (
+                fold_weights and isinstance(op, Param) and op.name in g.weights):
+            known[n.id] = True
+            sources.append(n.id)
+    for nid in sources:
+        for u in g.users(nid):
+            if all(known[v.node] for v in u.inputs) and _static(u):
+                return True
+    return False
 
 
 def _may_fold(res, fold_weights: bool) -> bool:

@@ -9,6 +9,8 @@ import ml_dtypes
 import numpy as np
 import pytest
 from helpers import check_same
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import braze as bz
 from braze.errors import PassError
@@ -21,6 +23,7 @@ from braze.passes.canonicalize.simplify import (
     simplify_with_stats,
 )
 from braze.rewrite import MissReason, RewriteContext
+from braze.testing import random_graphs
 
 CPU = RewriteContext(bz.get_target("cpu"))
 
@@ -437,3 +440,61 @@ def test_concat_drops_operands_empty_along_its_axis(keep):
     concats = [n for n in res.graph.nodes if n.op.kind == "concat"]
     assert [len(n.inputs) for n in concats] == ([2] if keep == 1 else [2, 2])
     check_same(g, res.graph, symbols={"b": 2})
+
+
+# -- skipping constant folding where it has nothing to try ------------------------------------
+def _fold_tries(g, fold_weights):
+    from braze.passes.const_fold import fold_constants
+
+    return fold_constants(g, fold_weights=fold_weights)[1].attempts
+
+
+@st.composite
+def _sources_and_ops(draw):
+    """Inputs, constants, params with and without stored values, and unary / binary ops on
+    any of them (some read known values alone, some not)."""
+    g = bz.Graph("fold")
+    shape = bz.Shape((2, 3))
+    pool = [g.input("x", shape)]
+    for i in range(draw(st.integers(1, 8))):
+        kind = draw(st.sampled_from(["input", "constant", "param", "stored", "unary", "binary"]))
+        pick = st.integers(0, len(pool) - 1)
+        if kind == "input":
+            pool.append(g.input(f"x{i}", shape))
+        elif kind == "constant":
+            pool.append(g.constant(np.full((2, 3), i, np.float32)))
+        elif kind in ("param", "stored"):
+            value = np.ones((2, 3), np.float32) if kind == "stored" else None
+            pool.append(g.param(f"w{i}", shape, value=value))
+        elif kind == "unary":
+            pool.append(g.exp(pool[draw(pick)]))
+        else:
+            pool.append(g.add(pool[draw(pick)], pool[draw(pick)]))
+    g.set_outputs([pool[-1]])
+    return g
+
+
+@settings(max_examples=150, deadline=None)
+@given(g=st.one_of(_sources_and_ops(), random_graphs(max_nodes=8)), fold_weights=st.booleans())
+def test_fold_is_skipped_only_where_it_tries_nothing(g, fold_weights):
+    from braze.passes.canonicalize.simplify import _reads_known_only
+
+    assert _reads_known_only(g, fold_weights) == (_fold_tries(g, fold_weights) > 0)
+
+
+def test_fold_precheck_finds_known_readers_and_leaves_the_rest():
+    from braze.passes.canonicalize.simplify import _reads_known_only
+
+    g, x = graph()
+    w = g.param("w", bz.Shape((6,)), value=np.ones(6, np.float32))
+    g.set_outputs([g.add(x, g.neg(w))])                          # neg(w): known with weights
+    assert _reads_known_only(g, True) and _fold_tries(g, True) == 1
+    assert not _reads_known_only(g, False) and _fold_tries(g, False) == 0
+    c = g.constant(np.ones(6, np.float32))
+    g.set_outputs([g.add(x, g.exp(c))])                          # exp(constant): known
+    assert _reads_known_only(g, False) and _fold_tries(g, False) == 1
+    res = AlgebraicSimplify().run(g, CPU)
+    assert res.stats["ConstantFolding"].matches == 1 and res.graph.count("exp") == 0
+    quiet = AlgebraicSimplify().run(run(g).graph, CPU)            # nothing left to fold: skipped
+    assert quiet.stats["ConstantFolding"].attempts == 0
+    assert quiet.stats["ConstantFolding"].source == res.stats["ConstantFolding"].source
