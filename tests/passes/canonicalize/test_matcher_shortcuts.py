@@ -59,12 +59,16 @@ def _all_cones(g, root):
     return out
 
 
+def _graphs(make, seed: int, count: int):
+    """`count` graphs from `make(rng)` with a seeded rng (those it could build)."""
+    rng = random.Random(seed)
+    return [g for g in (make(rng) for _ in range(count)) if g is not None]
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_activation_stops_skip_only_stops_without_a_cone(seed):
-    rng = random.Random(seed)
     found = 0
-    for _ in range(150):
-        g = _random_elementwise(rng)
+    for g in _graphs(_random_elementwise, seed, 150):
         for node in g.nodes:
             if act._root_test(node.op):
                 want = _all_cones(g, node)
@@ -111,12 +115,8 @@ def _random_norm(rng: random.Random) -> bz.Graph | None:
 
 @pytest.mark.parametrize("seed", range(4))
 def test_norm_matcher_skips_only_nodes_that_parse_to_nothing(seed):
-    rng = random.Random(seed)
     parsed = 0
-    for _ in range(300):
-        g = _random_norm(rng)
-        if g is None:
-            continue
+    for g in _graphs(_random_norm, seed, 300):
         near = norms._roots_near_a_core(g)
         for node in g.nodes:
             if not norms._root_test(node.op):
