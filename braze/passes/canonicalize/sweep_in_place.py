@@ -93,6 +93,8 @@ def _take_off(g: Graph, start: int) -> None:
 
 
 def _working_copy(g: Graph) -> Graph:
+    """A graph with `g`'s nodes (the immutable Node objects shared) and its own lists, users
+    index, names and weight store, so that patching it never changes `g`."""
     work = Graph(g.name, record_provenance=False)
     work.nodes = list(g.nodes)
     work._users = [list(u) for u in g._users]
