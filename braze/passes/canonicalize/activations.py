@@ -148,20 +148,29 @@ def _cones(g, root):
     if len(region) < MAX_CONE and not _is_max(root) and not transcendental:
         return  # the whole region is seen: no cone in it is worth probing
     allowed = _stops(g.nodes, blocked, reader)
-    leaves = []
-    for nid in sorted(region):
-        for v in g.nodes[nid].inputs:
-            if v.node not in region and not _scalar_const(g, v) and v not in leaves:
-                leaves.append(v)
-    inner = [g.nodes[i].value for i in sorted(region) if i != root.id]
-    for x in leaves + inner:
-        if allowed is not None and x not in allowed:
-            continue  # `_cone_to` would meet an input that is not x
+    for x in _candidates(g, root, region, allowed):
         if g.shape_of(x) != root.outputs[0]:
             continue
         members = _cone_to(g, root, x)
         if members is not None and _worth_probing(g, members, root):
             yield members, x
+
+
+def _candidates(g, root, region: set[int], allowed: set | None) -> list:
+    """The stops to try, in order: the region's inputs (by member, then input order), then its
+    members' values (by id), root excluded; only those in `allowed` (see `_stops`) when it is
+    given. Those are members on the paths to the blocked inputs, and at most one input: the
+    blocked one (a blocked input's node never joins the region)."""
+    if allowed is not None:
+        outside = [x for x in allowed if x.node not in region]
+        return outside + sorted((x for x in allowed if x.node in region and x.node != root.id),
+                                key=lambda x: x.node)
+    leaves = []
+    for nid in sorted(region):
+        for v in g.nodes[nid].inputs:
+            if v.node not in region and not _scalar_const(g, v) and v not in leaves:
+                leaves.append(v)
+    return leaves + [g.nodes[i].value for i in sorted(region) if i != root.id]
 
 
 def identify_activation(g, members: set[int], x, root) -> UnaryFn | None:
