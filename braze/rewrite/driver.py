@@ -128,11 +128,13 @@ def _roots_to_retry(old: Graph, res: RewriteResult, rules: Sequence[Rule]) -> Re
     a replaced node read it, or a new node reads it. A rule with depth h that reads readers
     k levels down is retried at every node up to h edges below a node that is up to k edges
     above a changed one: elsewhere all it reads is what the last sweep saw, and it found no
-    match there. Every rule is also retried at the roots of matches not taken (their checks and
-    safety may read anything). A rule that reads more than `_MAX_WALK` edges above its root
-    is retried everywhere: walking that far costs more than it saves."""
-    reaches = {(r.depth, r.reads_users) for r in rules if _bounded(r)}
-    if not reaches:
+    match there. A rule with a `retry` hook is retried where the hook says. Every rule is also
+    retried at the roots of matches not taken (their checks and safety may read anything). A
+    rule that reads more than `_MAX_WALK` edges above its root is retried everywhere: walking
+    that far costs more than it saves."""
+    reaches = {(r.depth, r.reads_users) for r in rules if _bounded(r) and r.retry is None}
+    hooked = [r for r in rules if r.retry is not None]
+    if not reaches and not hooked:
         return None
     new, node_map = res.graph, res.node_map
     copies = set(node_map.values())
@@ -145,7 +147,7 @@ def _roots_to_retry(old: Graph, res: RewriteResult, rules: Sequence[Rule]) -> Re
                 rebuilt.add(node_map[user.id])
     tried = {node_map[i] for i in res.tried if i in node_map}
     changed = rebuilt
-    if any(k for _, k in reaches):  # and nodes whose readers changed
+    if hooked or any(k for _, k in reaches):  # and nodes whose readers changed
         changed = set(rebuilt)
         for nid in claimed:
             changed.update(node_map[v.node] for v in old.nodes[nid].inputs
@@ -161,8 +163,13 @@ def _roots_to_retry(old: Graph, res: RewriteResult, rules: Sequence[Rule]) -> Re
         levels = _levels(new, seeds, depths[-1], up=False)
         for depth in depths:
             by_reach[(depth, reads_users)] = set(tried).union(*levels[:depth + 1])
-    return Retry({r: by_reach[(r.depth, r.reads_users)] if _bounded(r) else None
-                  for r in rules})
+    by_rule: dict[Rule, set[int] | None] = {}
+    for r in rules:
+        if r.retry is not None:
+            by_rule[r] = tried.union(r.retry(new, changed))
+        else:
+            by_rule[r] = by_reach[(r.depth, r.reads_users)] if _bounded(r) else None
+    return Retry(by_rule)
 
 
 _MAX_WALK = 16  # a rule reading further above its root is retried everywhere (cheaper)

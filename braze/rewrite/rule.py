@@ -134,7 +134,13 @@ class Rule:
     at roots that far from a changed node (see `driver._roots_to_retry`), and at roots where it
     found a match it did not take; a rule without one (None, a matcher's default) is tried
     everywhere again. Checks may read anything: they run only on matches. A matcher assigned
-    after construction must honour the pattern's depth or reset `depth` to None."""
+    after construction must honour the pattern's depth or reset `depth` to None.
+
+    `retry(g, changed)` replaces that reach for a matcher whose walks have no length bound
+    (chains of casts and layouts): given the rebuilt graph and the ids of its changed nodes
+    (built, rewired, or with readers added or removed), it returns every root where what the
+    matcher reads may include one of them. The driver tries the rule there (and at the roots
+    of matches it did not take) and nowhere else."""
 
     name: str
     rewrite: Callable[[GraphCore, Match], Any]
@@ -149,6 +155,7 @@ class Rule:
     source: str = field(default="")
     depth: int | None = None
     reads_users: int = 0
+    retry: Callable[[GraphCore, set[int]], Iterable[int]] | None = None
     root_kinds: frozenset | None = field(default=None, init=False)
     requires: frozenset[tuple] = field(default=frozenset(), init=False)
 

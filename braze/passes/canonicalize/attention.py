@@ -574,8 +574,34 @@ def _build_input_scale(b, m):
     return b.add_node(replace(op, scale=scale), ins)[0]
 
 
+def _attentions_below(g, changed: set[int]) -> set[int]:
+    """The attention nodes whose input-scale match may read a node of `changed` (the
+    FoldAttentionInputScale retry hook). From an attention op, the matcher reads q's and k's
+    producers, then walks up while each node has one reader and is not an output
+    (`_single_use`), reading each node's op, inputs, the producers of a mul / div's operands,
+    and the readers of the node where it stops. So an attention reads a changed node X only
+    when it is one of X's readers, or is reached from one by following nodes that have
+    exactly one reader (the one-reader walk below over-approximates)."""
+    roots: set[int] = set()
+    seen: set[int] = set()
+    stack = list(changed) + list(g.reader_ids(changed))
+    while stack:
+        nid = stack.pop()
+        if nid in seen:
+            continue
+        seen.add(nid)
+        if isinstance(g.nodes[nid].op, Attention):
+            roots.add(nid)
+            continue
+        readers = g.reader_ids((nid,))
+        if len(readers) == 1:
+            stack.extend(readers)
+    return roots
+
+
 FOLD_INPUT_SCALE = Rule("FoldAttentionInputScale", _build_input_scale,
                         matcher=_input_scale_matcher,
-                        root_test=lambda op: isinstance(op, Attention))
+                        root_test=lambda op: isinstance(op, Attention),
+                        retry=_attentions_below)
 
 ATTENTION_RULES = (CANONICALIZE_ATTENTION,)
