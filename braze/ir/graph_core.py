@@ -5,6 +5,7 @@ Builder methods (the public op surface) live in `builder/` mixins; `Graph` in `g
 combines them with this core."""
 from __future__ import annotations
 
+import bisect
 import contextlib
 import dataclasses
 import os
@@ -298,6 +299,69 @@ class GraphCore:
             if v not in inputs[:i]:
                 self._users[v.node].append((nid, v.index))
         return _values_of(nid, len(outs))
+
+    # -- patching a graph a pass owns -----------------------------------------------------------
+    def detached_copy(self) -> GraphCore:
+        """A graph of the same class holding these nodes (the immutable Node objects shared)
+        with its own node list, users index, names, source lists, weight store and outputs: a
+        pass may patch it (`replace_node`, `drop_after`) without changing this graph."""
+        new = type(self)(self.name, record_provenance=False)
+        new.nodes = list(self.nodes)
+        new._users = [list(u) for u in self._users]
+        new._names = dict(self._names)
+        new.input_ids = list(self.input_ids)
+        new.param_ids = list(self.param_ids)
+        new.weights = self.weights.carry()
+        new.outputs = list(self.outputs)
+        return new
+
+    def replace_node(self, node: Node) -> None:
+        """Put `node` where the node with its id is, keeping the users index (in topological
+        order) and names right: for a graph a pass owns (`detached_copy`). The new node reads
+        earlier nodes only and has as many outputs; inputs and params are not replaced."""
+        nid = node.id
+        old = self.nodes[nid]
+        if old.op.source or node.op.source or len(node.outputs) != len(old.outputs) or \
+                any(not 0 <= v.node < nid for v in node.inputs):
+            raise GraphError(f"cannot put {node.label} in place of {old.label}: a source, a "
+                             "different number of outputs, or an input that is not earlier")
+        users = self._users
+        before, after = set(old.inputs), set(node.inputs)
+        for v in before - after:
+            users[v.node].remove((nid, v.index))
+        for v in after - before:
+            bisect.insort(users[v.node], (nid, v.index))
+        if old.name != node.name:
+            if node.name is not None and node.name in self._names:
+                raise GraphError(f"node name {node.name!r} is already used in graph "
+                                 f"{self.name!r}")
+            if old.name is not None and self._names.get(old.name) == nid:
+                del self._names[old.name]
+            if node.name is not None:
+                self._names[node.name] = nid
+        self.nodes[nid] = node
+
+    def drop_after(self, start: int) -> list[Node]:
+        """Remove the nodes from id `start` on (the last appended: nothing before reads them)
+        and return them, as if never added (a replacement built at the end, taken off)."""
+        dropped = self.nodes[start:]
+        if not dropped:
+            return dropped
+        del self.nodes[start:]
+        del self._users[start:]
+        users = self._users
+        for n in dropped:
+            for v in set(n.inputs):
+                if v.node < start:
+                    users[v.node] = [u for u in users[v.node] if u[0] < start]
+            if n.name is not None and self._names.get(n.name, -1) >= start:
+                del self._names[n.name]
+            if n.op.source:
+                self.input_ids = [i for i in self.input_ids if i < start]
+                self.param_ids = [i for i in self.param_ids if i < start]
+                if n.op.kind == "param":
+                    self.weights.pop(n.op.name, None)
+        return dropped
 
     def set_outputs(self, outputs: Iterable[Value]) -> None:
         """Declare the graph's results (order matters)."""

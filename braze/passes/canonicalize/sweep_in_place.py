@@ -77,35 +77,6 @@ def _same_value(v: Value) -> Value:
     return v
 
 
-def _take_off(g: Graph, start: int) -> None:
-    """Remove the nodes from `start` on (just appended) from `g` and its users index."""
-    made = g.nodes[start:]
-    if not made:
-        return
-    del g.nodes[start:]
-    del g._users[start:]
-    for n in made:
-        for v in n.inputs:
-            if v.node < start:
-                g._users[v.node] = [u for u in g._users[v.node] if u[0] < start]
-        if n.name is not None and g._names.get(n.name, -1) >= start:
-            del g._names[n.name]
-
-
-def _working_copy(g: Graph) -> Graph:
-    """A graph with `g`'s nodes (the immutable Node objects shared) and its own lists, users
-    index, names and weight store, so that patching it never changes `g`."""
-    work = Graph(g.name, record_provenance=False)
-    work.nodes = list(g.nodes)
-    work._users = [list(u) for u in g._users]
-    work._names = dict(g._names)
-    work.input_ids = list(g.input_ids)
-    work.param_ids = list(g.param_ids)
-    work.weights = g.weights.carry()
-    work.outputs = list(g.outputs)
-    return work
-
-
 class _Sweeps:
     def __init__(self, g: Graph, rules: Sequence[Rule], ctx: RewriteContext):
         # sweeps only read `work`: the first runs on `g` itself; replacements are built at the
@@ -223,32 +194,18 @@ class _Sweeps:
                 prov = new.provenance if new.provenance is not None else root.provenance
                 slotted.append((root, Node(root.id, new.op, ins, new.outputs, None, prov)))
         self.built.clear()
-        users = g._users
-        for old, new in slotted:
-            g.nodes[old.id] = new
-            for v in old.inputs:
-                users[v.node] = [u for u in users[v.node] if u[0] != old.id]
-            for v in new.inputs:
-                if (old.id, v.index) not in users[v.node]:
-                    users[v.node].append((old.id, v.index))
-            if old.name is not None and g._names.get(old.name) == old.id:
-                del g._names[old.name]
+        for _, new in slotted:
+            g.replace_node(new)
         readers: set[int] = set()
         claimed = {m.root.id for m in accepted}
         for v in sub:
             self.dead.add(v.node)
-            for uid, _ in users[v.node]:
-                if uid not in claimed and uid not in self.dead:
-                    readers.add(uid)
+            readers.update(u.id for u in g.users(v.node))
+        readers -= claimed | self.dead
         for uid in sorted(readers):
             u = g.nodes[uid]
             ins = tuple(sub.get(v, v) for v in u.inputs)
-            g.nodes[uid] = Node(uid, u.op, ins, u.outputs, u.name, u.provenance)
-            for v in ins:
-                if (uid, v.index) not in users[v.node]:
-                    users[v.node].append((uid, v.index))
-        for v in sub:
-            users[v.node] = [u for u in users[v.node] if u[0] in self.dead]
+            g.replace_node(Node(uid, u.op, ins, u.outputs, u.name, u.provenance))
         g.outputs = [sub.get(v, v) for v in g.outputs]
         return [old.id for old, _ in slotted], readers
 
@@ -259,7 +216,7 @@ class _Sweeps:
         value, or the one new node. A replacement that fails is explained by the driver's own
         trial build (its Miss); one of several nodes or a new source has no slot."""
         if self.copy is None:
-            self.copy = _working_copy(self.work)
+            self.copy = self.work.detached_copy()
         b = self.copy
         start = len(b.nodes)
         m._resolve = _same_value
@@ -270,8 +227,7 @@ class _Sweeps:
             problem = True
         finally:
             m._resolve = None
-            made = b.nodes[start:]
-            _take_off(b, start)
+            made = b.drop_after(start)
         if problem is not None:
             miss = trial_build(m, outputs)
             if miss is None:  # the driver would take it and fail while rebuilding
@@ -298,13 +254,10 @@ class _Sweeps:
         if None in depths:
             return None
         g, dead = self.work, self.dead
-        frontier = set(slots) | readers
-        for nid in slots:
-            frontier.update(u for u, _ in g._users[nid] if u not in dead)
+        frontier = set(slots) | readers | (g.reader_ids(slots) - dead)
         roots = set(frontier)
         for _ in range(max(depths, default=0)):
-            frontier = {u for nid in frontier for u, _ in g._users[nid] if u not in dead}
-            frontier -= roots
+            frontier = g.reader_ids(frontier) - dead - roots
             if not frontier:
                 break
             roots |= frontier
