@@ -14,6 +14,7 @@ from braze.passes.canonicalize.simplify import SIMPLIFY_RULES, AlgebraicSimplify
 from braze.passes.canonicalize.sweep_in_place import rewrite_in_place
 from braze.passes.cleanup import eliminate_dead_code
 from braze.rewrite import RewriteContext, V, rewrite
+from braze.rewrite.driver import KindsPresent
 from braze.testing import assert_equivalent
 
 X = V("x")
@@ -55,6 +56,8 @@ def _same_as_driver(g):
     assert fast.changed == driver.changed
     assert _misses(fast) == _misses(driver)
     assert _stats(fast) == _stats(driver)
+    # the op kinds the sweeps carried to the result are those of counting it afresh
+    assert KindsPresent.of(fast.graph)._count == KindsPresent(fast.graph)._count
     return fast
 
 
