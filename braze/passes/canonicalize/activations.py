@@ -12,7 +12,6 @@ gelu_new an exporter emits is recognized, and nothing else is."""
 from __future__ import annotations
 
 import functools
-import weakref
 
 import numpy as np
 
@@ -21,6 +20,7 @@ from ...ir.graph import Graph
 from ...ir.ops.elementwise import Binary, BinaryFn, Unary, UnaryFn
 from ...ir.ops.io import Constant
 from ...rewrite import Match, MissReason, Rule, fail
+from .graph_memo import per_graph
 
 __all__ = ["CANONICALIZE_ACTIVATION", "identify_activation", "PROBES"]
 
@@ -280,18 +280,13 @@ def _root_test(op) -> bool:
     return isinstance(op, Binary) and op.fn in _BINARY
 
 
-_NEAR_BY_GRAPH: dict[int, tuple[weakref.ref, int, frozenset[int]]] = {}
-
-
+@per_graph
 def _below_a_transcendental(g) -> frozenset[int]:
     """The nodes at most MAX_CONE smooth ops of one type below a transcendental op: only
     there (or at a max) can a cone worth probing end, since a cone is at most MAX_CONE smooth
     ops of its root's type, connected, and holds a transcendental op unless it is one max.
     Found once per graph (graphs only grow: a longer one is walked again), so the matcher
     skips every other root without walking its region."""
-    hit = _NEAR_BY_GRAPH.get(id(g))
-    if hit is not None and hit[0]() is g and hit[1] == len(g.nodes):
-        return hit[2]
     depth = {n.id: 0 for n in g.nodes
              if isinstance(n.op, Unary) and n.op.fn in _TRANSCENDENTAL}
     todo = list(depth)
@@ -304,11 +299,7 @@ def _below_a_transcendental(g) -> frozenset[int]:
             if d < depth.get(u.id, MAX_CONE + 1) and _member(u) and u.outputs[0] == out:
                 depth[u.id] = d
                 todo.append(u.id)
-    found = frozenset(depth)
-    if len(_NEAR_BY_GRAPH) >= 64:
-        _NEAR_BY_GRAPH.clear()
-    _NEAR_BY_GRAPH[id(g)] = (weakref.ref(g), len(g.nodes), found)
-    return found
+    return frozenset(depth)
 
 
 def _matcher(g, node, ctx):

@@ -11,13 +11,13 @@ with float casts around the statistics (f32 compute) peeled when they are identi
 graph's dtype."""
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field
 
 from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Unary, UnaryFn
 from ...ir.ops.io import Constant
 from ...ir.ops.reduce import Reduce, ReduceFn
 from ...rewrite import Match, MissReason, Rule, fail
+from .graph_memo import per_graph
 
 __all__ = ["CANONICALIZE_NORM"]
 
@@ -222,17 +222,12 @@ def _core_shaped(g, n) -> bool:
         _is(g.nodes[n.inputs[1].node], Unary, UnaryFn.SQRT)
 
 
-_ROOTS_BY_GRAPH: dict[int, tuple[weakref.ref, int, frozenset[int]]] = {}
-
-
+@per_graph
 def _roots_near_a_core(g) -> frozenset[int]:
     """The nodes `_parse` can find a norm (or a near miss) at: a core (`_core_shaped`), or at
     most two ops below one (the gamma mul and the beta add; casts between are free). Found once
     per graph by one scan (graphs only grow: a longer one is scanned again), so the matcher
     skips every other add, mul and div of the graph without parsing it."""
-    hit = _ROOTS_BY_GRAPH.get(id(g))
-    if hit is not None and hit[0]() is g and hit[1] == len(g.nodes):
-        return hit[2]
     depth = {n.id: 0 for n in g.nodes if _core_shaped(g, n)}
     todo = list(depth)
     while todo:
@@ -242,11 +237,7 @@ def _roots_near_a_core(g) -> frozenset[int]:
             if d <= 2 and d < depth.get(u.id, 3):
                 depth[u.id] = d
                 todo.append(u.id)
-    roots = frozenset(depth)
-    if len(_ROOTS_BY_GRAPH) >= 64:
-        _ROOTS_BY_GRAPH.clear()
-    _ROOTS_BY_GRAPH[id(g)] = (weakref.ref(g), len(g.nodes), roots)
-    return roots
+    return frozenset(depth)
 
 
 def _matcher(g, node, ctx):
