@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from ...errors import ShapeError
 from ..op import Op, require, same_dtype
 from ..shapes import Dim, normalize_axis
 from ..symbolic import SymDim, canonical_dim, eval_dim, monomial_factors
@@ -39,6 +40,27 @@ def _split_dims(dims: Sequence[Dim]) -> tuple[int, Counter]:
     return n, syms
 
 
+def _plain_split(src: Sequence[Dim], target: Sequence[Dim]) -> tuple[int, int] | None:
+    """(static element counts of src and target) when both hold the same plain symbol names
+    as whole dims in the same order (the common reshape: ("b", 128, 768) -> ("b", 128, 12,
+    64)); None otherwise (_split_dims then compares the symbol multisets)."""
+    n_src = n_tgt = 1
+    s_src, s_tgt = [], []
+    for d in src:
+        if type(d) is int:
+            n_src *= d
+        else:
+            s_src.append(d)
+    for d in target:
+        if type(d) is int:
+            n_tgt *= d
+        else:
+            s_tgt.append(d)
+    if s_src != s_tgt or not all(type(d) is str and d.isidentifier() for d in s_src):
+        return None
+    return n_src, n_tgt
+
+
 def _fmt(dims: Sequence[Dim]) -> str:
     body = ", ".join(str(d) for d in dims)
     return f"({body},)" if len(dims) == 1 else f"({body})"
@@ -51,29 +73,44 @@ def resolve_reshape(src: Sequence[Dim], target: Sequence[Dim]) -> tuple[Dim, ...
     ("b", 4, 8) -> ("b", -1) gives ("b", 32) and -> (-1, 32) gives ("b", 32). ShapeError when the
     counts differ or the -1 cannot be written as one dim (e.g. ("b", 4) -> (-1,) is "b*4")."""
     target = tuple(target)
-    for d in target:
-        require(isinstance(d, str) or (isinstance(d, int) and d >= -1),
-                f"reshape target dim {d!r} must be a non-negative int, -1 or a symbol")
+    for d in target:  # messages are built only on failure: this runs for every reshape built
+        if not (isinstance(d, str) or (isinstance(d, int) and d >= -1)):
+            raise ShapeError(f"reshape target dim {d!r} must be a non-negative int, -1 or a "
+                             "symbol")
     holes = [i for i, d in enumerate(target) if d == -1]
-    require(len(holes) <= 1, f"reshape target {_fmt(target)} has more than one -1")
-    n_src, s_src = _split_dims(src)
+    if len(holes) > 1:
+        raise ShapeError(f"reshape target {_fmt(target)} has more than one -1")
     known = [d for d in target if d != -1]
-    n_tgt, s_tgt = _split_dims(known)
+    plain = _plain_split(src, known)
+    cannot = "reshape cannot turn {} into {}: "
+    left: Counter = Counter()
+    if plain is not None:  # the symbols appear alike in both: only the static counts matter
+        n_src, n_tgt = plain
+    else:
+        n_src, s_src = _split_dims(src)
+        n_tgt, s_tgt = _split_dims(known)
+        if not holes and s_src != s_tgt:
+            raise ShapeError(cannot.format(_fmt(src), _fmt(target)) + f"symbolic dims "
+                             f"{sorted(s_src.elements())} vs {sorted(s_tgt.elements())} differ")
+        if holes and s_tgt - s_src:
+            raise ShapeError(f"reshape target {_fmt(target)} has symbols "
+                             f"{sorted((s_tgt - s_src).elements())} that input {_fmt(src)} "
+                             "lacks")
+        left = s_src - s_tgt
     if not holes:
-        require(s_src == s_tgt, f"reshape cannot turn {_fmt(src)} into {_fmt(target)}: "
-                f"symbolic dims {sorted(s_src.elements())} vs {sorted(s_tgt.elements())} differ")
-        require(n_src == n_tgt, f"reshape cannot turn {_fmt(src)} into {_fmt(target)}: "
-                f"element counts {n_src} vs {n_tgt} differ")
+        if n_src != n_tgt:
+            raise ShapeError(cannot.format(_fmt(src), _fmt(target)) +
+                             f"element counts {n_src} vs {n_tgt} differ")
         return target
-    require(not (s_tgt - s_src), f"reshape target {_fmt(target)} has symbols "
-            f"{sorted((s_tgt - s_src).elements())} that input {_fmt(src)} lacks")
-    left = s_src - s_tgt
-    require(n_tgt != 0 and n_src % n_tgt == 0, f"reshape cannot turn {_fmt(src)} into "
-            f"{_fmt(target)}: {n_src} elements do not divide by {n_tgt}")
-    fill: Dim = SymDim.of(n_src // n_tgt)
-    for name in left.elements():
-        fill = fill * SymDim.of(name)
-    fill = fill.to_dim()
+    if n_tgt == 0 or n_src % n_tgt:
+        raise ShapeError(cannot.format(_fmt(src), _fmt(target)) +
+                         f"{n_src} elements do not divide by {n_tgt}")
+    fill: Dim = n_src // n_tgt
+    if left:
+        expr = SymDim.of(fill)
+        for name in left.elements():
+            expr = expr * SymDim.of(name)
+        fill = expr.to_dim()
     h = holes[0]
     return target[:h] + (fill,) + target[h + 1:]
 
