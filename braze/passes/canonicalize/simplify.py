@@ -37,11 +37,11 @@ from ...ir.ops.shape import Concat
 from ...ir.shapes import normalize_axis
 from ...rewrite import Match, MissReason, P, Rule, RuleStats, V, fail, rewrite
 from ...rewrite.driver import KindsPresent, RewriteContext
+from ...rewrite.in_place import rewrite_in_place
 from ..base import PassResult
 from ..cleanup import common_subexpression_elimination, eliminate_dead_code
 from ..const_fold import DEFAULT_MAX_ELEMENTS, ConstantFolding, _static
 from .layout import COMPOSE_RESHAPES, COMPOSE_TRANSPOSES, DROP_IDENTITY
-from .sweep_in_place import rewrite_in_place
 
 __all__ = ["SIMPLIFY_RULES", "AlgebraicSimplify", "simplify", "simplify_with_stats",
            "exact_cast"]
@@ -424,7 +424,7 @@ def _dead_code_eliminated(res) -> tuple[Graph, list[int | None]]:
 
 def _rewrite_round(g: Graph, ctx: RewriteContext, roots: set[int] | None):
     """The rewrite of one round: SIMPLIFY_RULES replace only their roots, so the sweeps patch
-    one working copy (sweep_in_place.py) and only the DCE after them emits a new graph; the
+    one working copy (braze/rewrite/in_place.py) and only the DCE after them emits a new graph; the
     driver (a rebuild per sweep) where a match does not fit in place. The result's graph
     still holds the dead nodes and `tried` its ids, as the driver's."""
     res = rewrite_in_place(g, SIMPLIFY_RULES, ctx, max_sweeps=_MAX_SWEEPS, roots=roots)

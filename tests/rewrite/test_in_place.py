@@ -1,5 +1,5 @@
 """AlgebraicSimplify's sweeps patch one working copy instead of rebuilding the graph per sweep
-(sweep_in_place.py): the graph, the statistics and the misses must be exactly the rewrite
+(braze/rewrite/in_place.py): the graph, the statistics and the misses must be exactly the rewrite
 driver's, and a match whose replacement has no slot must fall back to the driver."""
 import numpy as np
 import pytest
@@ -11,10 +11,10 @@ from braze.ir.equality import graphs_equal
 from braze.ir.ops.elementwise import UnaryFn
 from braze.passes.canonicalize import simplify
 from braze.passes.canonicalize.simplify import SIMPLIFY_RULES, AlgebraicSimplify
-from braze.passes.canonicalize.sweep_in_place import rewrite_in_place
 from braze.passes.cleanup import eliminate_dead_code
 from braze.rewrite import RewriteContext, V, rewrite
 from braze.rewrite.driver import KindsPresent
+from braze.rewrite.in_place import rewrite_in_place
 from braze.testing import assert_equivalent
 
 X = V("x")

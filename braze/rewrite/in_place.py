@@ -15,7 +15,7 @@ replacement once, for real (a replacement depends only on the types of what it r
 is what the trial with stand-ins already assumes); a failing one gets the driver's own trial
 build for its miss. The next sweep looks where `_roots_to_retry` would, and misses are re-keyed
 to the ids the driver's graph would give their nodes. So the result, the matches and the
-misses are the driver's (tests/passes/canonicalize/test_sweep_in_place.py compares them).
+misses are the driver's (tests/rewrite/test_in_place.py compares them).
 
 A match that consumes more than its root, or a replacement of several nodes or of a source,
 has no slot to go in: `rewrite_in_place` then returns None and the caller runs the driver."""
@@ -26,14 +26,14 @@ import dataclasses
 import time
 from collections.abc import Sequence
 
-from ...errors import BrazeError, PassError
-from ...ir.graph import Graph
-from ...ir.node import Node
-from ...ir.op import Value
-from ...rewrite import Match, MissedFusion, Rule, RuleStats
-from ...rewrite.driver import KindsPresent, RewriteContext, _dispatch_for, _missed
-from ...rewrite.miss import Miss
-from ...rewrite.trial import check_provided, trial_build
+from ..errors import BrazeError, PassError
+from ..ir.graph import Graph
+from ..ir.node import Node
+from ..ir.op import Value
+from .driver import KindsPresent, RewriteContext, RuleStats, _dispatch_for, _missed
+from .miss import Miss, MissedFusion
+from .rule import Match, Rule
+from .trial import check_provided, trial_build
 
 __all__ = ["InPlaceResult", "rewrite_in_place"]
 
