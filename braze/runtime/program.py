@@ -238,14 +238,14 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             views.append((slot(n.value), fn, slot(src)))
             continue
         into = epilogues.get(n.id)
-        k = None
-        if into is not None:
-            k = gated_gemm(n, into, in_shapes, [Shape(shapes[v], s.dtype)
-                                                for v, s in zip(into.values, into.outputs)], ctx)
-            into = into if k is not None else None
-        if into is not None:
+        k = None if into is None else gated_gemm(
+            n, into, in_shapes, [Shape(shapes[v], s.dtype) for v, s in
+                                 zip(into.values, into.outputs)], ctx)
+        if k is None:
+            into = None
+            k = kernel_for(n, in_shapes, out_shapes, ctx) or reference_kernel(n, symbols)
+        else:
             absorbed.add(into.id)
-        k = k or kernel_for(n, in_shapes, out_shapes, ctx) or reference_kernel(n, symbols)
         writes = (into or n).values
         idx = len(steps)
         for v in n.inputs:
