@@ -129,6 +129,7 @@ class GraphCore:
         self._users: list[list[tuple[int, int]]] = []  # per node: (consumer id, output index)
         self._names: dict[str, int] = {}
         self._provenance_scope: str | None = None
+        self.edits = 0  # changes other than appending nodes (per-graph memos compare it)
 
     @property
     def weights(self) -> WeightStore:
@@ -340,6 +341,7 @@ class GraphCore:
             if node.name is not None:
                 self._names[node.name] = nid
         self.nodes[nid] = node
+        self.edits += 1
 
     def drop_after(self, start: int) -> list[Node]:
         """Remove the nodes from id `start` on (the last appended: nothing before reads them)
@@ -349,6 +351,7 @@ class GraphCore:
             return dropped
         del self.nodes[start:]
         del self._users[start:]
+        self.edits += 1
         users = self._users
         for n in dropped:
             for v in set(n.inputs):
@@ -372,6 +375,7 @@ class GraphCore:
             ):
                 raise GraphError(f"output {v!r} is not a value of graph {self.name!r}")
         self.outputs = outs
+        self.edits += 1
 
     # -- queries --------------------------------------------------------------------------------
     def node(self, v: Value | int) -> Node:

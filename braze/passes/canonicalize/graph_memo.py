@@ -1,6 +1,6 @@
 """A per-graph memo for what a matcher derives from a whole graph at once (the nodes where a
 rule can match at all): computed once per graph object, and again when the graph has grown
-(graphs only grow; passes never change a node of their input in place)."""
+or changed otherwise (`GraphCore.edits`: a node replaced in place, nodes dropped, new outputs)."""
 from __future__ import annotations
 
 import functools
@@ -14,18 +14,19 @@ _KEPT = 64  # graphs remembered per memo (older ones are dropped all at once)
 
 def per_graph(compute: Callable[[object], T]) -> Callable[[object], T]:
     """`compute(g)`, kept per graph (by identity, checked through a weak reference, so an id
-    reused by a later graph is never mistaken for it) and node count."""
-    cache: dict[int, tuple[weakref.ref, int, T]] = {}
+    reused by a later graph is never mistaken for it), node count and edit count."""
+    cache: dict[int, tuple[weakref.ref, tuple[int, int], T]] = {}
 
     @functools.wraps(compute)
     def get(g) -> T:
         hit = cache.get(id(g))
-        if hit is not None and hit[0]() is g and hit[1] == len(g.nodes):
+        size = (len(g.nodes), g.edits)
+        if hit is not None and hit[0]() is g and hit[1] == size:
             return hit[2]
         value = compute(g)
         if len(cache) >= _KEPT:
             cache.clear()
-        cache[id(g)] = (weakref.ref(g), len(g.nodes), value)
+        cache[id(g)] = (weakref.ref(g), size, value)
         return value
 
     return get
