@@ -85,6 +85,9 @@ def _peel_scales(g, v, parse: _Parse, side: str, through_rope: bool = False):
     base, layout, pending, passed = v, [], [], []
     while True:
         n = g.nodes[v.node]
+        if not (isinstance(n.op, (Binary, Cast, Reshape, Transpose))
+                or (through_rope and isinstance(n.op, Rope))):
+            break  # nothing to peel (tested before the readers: the cheaper stop)
         if n.id != base.node and not _single_use(g, n):
             break
         if isinstance(n.op, Binary) and n.op.fn in (BinaryFn.MUL, BinaryFn.DIV):

@@ -197,15 +197,15 @@ def _matcher(g, node, ctx):
     chain = _chain(g, node)  # before the readers: most head layouts select nothing
     if not chain or not any(isinstance(c.op, _SELECT) for c in chain):
         return
+    kinds = [type(c.op) for c in chain]
+    if kinds in ([Transpose, Reshape, Narrow], [Reshape, Narrow]) and \
+            chain[-1].op.axis in (-1, 2):
+        return  # already the canonical narrow of the projection (before the readers' walk)
     if not _feeds_attention(g, node):
         return
     src = chain[-1].inputs[0]
     if g.shape_of(src).rank != 3 or _projection(g, src) is None:
         return
-    kinds = [type(c.op) for c in chain]
-    if kinds in ([Transpose, Reshape, Narrow], [Reshape, Narrow]) and \
-            chain[-1].op.axis in (-1, 2):
-        return  # already the canonical narrow of the projection
     found = _columns(g, chain, src)
     if found is None:
         return
@@ -251,5 +251,15 @@ def _build(b, m):
     return b.transpose(heads, (0, 2, 1, 3)) if d["heads_first"] else heads
 
 
+def _may_make_heads(op) -> bool:
+    """Root test: a layout op whose result can be 4-D (a select, or a reshape / transpose to
+    4-D: their attributes fix the rank)."""
+    if isinstance(op, Reshape):
+        return len(op.dims) == 4
+    if isinstance(op, Transpose):
+        return len(op.perm) == 4
+    return isinstance(op, _SELECT)
+
+
 SELECT_QKV_COLUMNS = Rule("SelectQKVColumns", _build, matcher=_matcher,
-                          root_test=lambda op: isinstance(op, _LAYOUT))
+                          root_test=_may_make_heads)
