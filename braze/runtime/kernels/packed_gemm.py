@@ -192,14 +192,14 @@ static void gated_epilogue(const float* ct, int64_t rows, int64_t pairs, float* 
   }
 }
 
-/* out = act(a[m, k] (row stride lda) @ w + bias) (gated = 0: out [m, n]), or act(gate) * up
-   (gated = 1: out [m, n_out], w packed by pg_pack from gate / up column blocks of NR side by
-   side, n = 2 * ceil(n_out / NR) * NR, bias in the same layout); w packed by pg_pack; bias may
-   be NULL; scratch holds pg_scratch_floats() floats (64-byte aligned). The output is cut into
-   tiles of up to MC rows (balanced over the row blocks) x a group of at most 16 panels (the
-   panels, or gated the gate / up pairs, split evenly into groups, the tile count a multiple
-   of the threads), about 4 per thread, handed out dynamically (a thread the OS delays on a
-   busy machine leaves its tiles to the others). Per tile and K block each panel runs the
+/* out = act(x[m, k] (row stride ldx) @ w + bias) (gated = 0: out [m, n]), or act(gate) * up
+   (gated = 1: out [m, n_out]; w holds gate / up column blocks of NR side by side, n = 2 *
+   ceil(n_out / NR) * NR, bias in the same layout); w packed by pg_pack; bias may be NULL;
+   scratch holds pg_scratch_floats() floats (64-byte aligned). The output is cut into tiles of
+   up to MC rows (balanced over the row blocks) x a group of at most 16 panels (the panels, or
+   gated the gate / up pairs, split evenly into groups, the tile count a multiple of the
+   threads), about 4 per thread, handed out dynamically (a thread the OS delays on a busy
+   machine leaves its tiles to the others). Per tile and K block each panel runs the
    micro-kernel down the rows (MR-row blocks; a rest of H2 or 2 H2 - MR rows as H2-row blocks,
    any other rest zero padded) into the tile's scratch output, which goes to `out` through the
    epilogue when the tile is done. */
