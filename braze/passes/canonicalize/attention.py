@@ -85,33 +85,33 @@ def _peel_scales(g, v, parse: _Parse, side: str, through_rope: bool = False):
     base, layout, pending, passed = v, [], [], []
     while True:
         n = g.nodes[v.node]
-        if not (isinstance(n.op, (Binary, Cast, Reshape, Transpose))
-                or (through_rope and isinstance(n.op, Rope))):
-            break  # nothing to peel (tested before the readers: the cheaper stop)
-        if n.id != base.node and not _single_use(g, n):
-            break
-        if isinstance(n.op, Binary) and n.op.fn in (BinaryFn.MUL, BinaryFn.DIV):
+        op = n.op
+        if isinstance(op, (Reshape, Transpose)) or (through_rope and isinstance(op, Rope)):
+            pending.append(n)  # peeled only with a scale or cast above it
+            v = n.inputs[0]
+            continue
+        factor = None
+        if isinstance(op, Binary) and op.fn in (BinaryFn.MUL, BinaryFn.DIV):
             a, b = n.inputs
             cb, ca = _const_scalar(g, b), _const_scalar(g, a)
             if cb is not None:
-                parse.scale *= cb if n.op.fn is BinaryFn.MUL else 1.0 / cb
-                v = a
-            elif ca is not None and n.op.fn is BinaryFn.MUL:
-                parse.scale *= ca
-                v = b
+                factor, up = (cb if op.fn is BinaryFn.MUL else 1.0 / cb), a
+            elif ca is not None and op.fn is BinaryFn.MUL:
+                factor, up = ca, b
             else:
                 break
-        elif isinstance(n.op, Cast) and n.op.dtype.is_float:
-            if any(isinstance(p.op, Rope) for p in pending):
-                break
-            v = n.inputs[0]
-        elif isinstance(n.op, (Reshape, Transpose)) or (through_rope and
-                                                        isinstance(n.op, Rope)):
-            pending.append(n)
-            v = n.inputs[0]
-            continue
+        elif isinstance(op, Cast) and op.dtype.is_float and \
+                not any(isinstance(p.op, Rope) for p in pending):
+            up = n.inputs[0]
         else:
             break
+        # the readers are asked only here, where a segment would be peeled: every node of it
+        # but the one making `base` must have one reader
+        if not all(_single_use(g, m) for m in (*pending, n) if m.id != base.node):
+            break
+        if factor is not None:
+            parse.scale *= factor
+        v = up
         passed += [p.id for p in pending] + [n.id]
         layout += [(p.op, tuple(p.inputs[1:])) if isinstance(p.op, Rope) else p.op
                    for p in pending]
