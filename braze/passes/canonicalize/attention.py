@@ -24,6 +24,7 @@ fill with a value that is not far below any score, ...) is a miss with the reaso
 from __future__ import annotations
 
 import math
+import weakref
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -402,11 +403,14 @@ def _broadcast(a, b):
 
 
 def _uses_params(g, v) -> bool:
-    """Whether value v is computed from a learned param (a bias rather than a mask)."""
+    """Whether value v is computed from a learned param (a bias rather than a mask). Nodes
+    found free of params are remembered per graph (`_param_free`): the layers of a model
+    read one mask, or masks made from the same inputs."""
+    free = _param_free(g)
     stack, seen = [v.node], set()
     while stack:
         nid = stack.pop()
-        if nid in seen:
+        if nid in seen or nid in free:
             continue
         seen.add(nid)
         n = g.nodes[nid]
@@ -415,7 +419,22 @@ def _uses_params(g, v) -> bool:
         if isinstance(n.op, Input):
             continue
         stack.extend(u.node for u in n.inputs)
+    free.update(seen)  # nothing above any of them is a param
     return False
+
+
+_FREE: list = [None, None, set()]  # graph (weak), (nodes, edits) then, its param-free node ids
+
+
+def _param_free(g) -> set[int]:
+    """The ids of g's nodes known to have no param among them and their ancestors (emptied
+    when g is another graph, has grown, or was patched in place: `GraphCore.edits`)."""
+    ref, size, free = _FREE
+    now = (len(g.nodes), g.edits)
+    if ref is None or ref() is not g or size != now:
+        free = set()
+        _FREE[:] = [weakref.ref(g), now, free]
+    return free
 
 
 def _to_heads(b, v, frame):
