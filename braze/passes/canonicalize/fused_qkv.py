@@ -261,5 +261,26 @@ def _may_make_heads(op) -> bool:
     return isinstance(op, _SELECT)
 
 
+def _below_selects(g, changed) -> set[int]:
+    """The retry hook: every node whose layout chain (`_chain`: the matcher reads nothing else
+    first) holds a select, changed or not. The matcher finds nothing anywhere else, and there
+    are few such nodes (a head split narrowed or gathered out of a fused projection, the
+    selects themselves), so a follow-up sweep tries the rule there instead of at every
+    layout node."""
+    out: set[int] = set()
+    stack = [n.id for n in g.nodes if isinstance(n.op, _SELECT)]
+    nodes = g.nodes
+    while stack:
+        nid = stack.pop()
+        if nid in out:
+            continue
+        out.add(nid)
+        for c in g.reader_ids((nid,)):
+            reader = nodes[c]
+            if isinstance(reader.op, _LAYOUT) and reader.inputs[0].node == nid:
+                stack.append(c)
+    return out
+
+
 SELECT_QKV_COLUMNS = Rule("SelectQKVColumns", _build, matcher=_matcher,
-                          root_test=_may_make_heads)
+                          root_test=_may_make_heads, retry=_below_selects)

@@ -1,13 +1,18 @@
-"""SelectQKVColumns' root test (a select, or a reshape / transpose to 4-D) skips only layout
-nodes where its matcher finds nothing: on fused-QKV layouts (per-head narrows, [B, S, H, 3, D]
-gathers, multi-query heads, GPT-2's canonical [q | k | v] narrows) every root the matcher
-yields at passes it, and the pass selects the columns as before."""
+"""SelectQKVColumns' root test (a select, or a reshape / transpose to 4-D) and its retry hook
+(the nodes whose layout chain holds a select) skip only layout nodes where its matcher finds
+nothing: on fused-QKV layouts (per-head narrows, [B, S, H, 3, D] gathers, multi-query heads,
+GPT-2's canonical [q | k | v] narrows) every root the matcher yields at passes both, and the
+pass selects the columns as whole sweeps do."""
+import dataclasses
+
 import numpy as np
 import pytest
 
 import braze as bz
+from braze.ir.equality import graph_diff
 from braze.ir.ops.indexing import Slice
 from braze.ir.ops.shape import Gather, Narrow, Reshape, Transpose
+from braze.passes.base import RulePass
 from braze.passes.canonicalize import canonicalize_passes
 from braze.passes.canonicalize.fused_qkv import SELECT_QKV_COLUMNS
 from braze.rewrite import RewriteContext
@@ -65,6 +70,9 @@ def test_every_root_the_matcher_yields_at_passes_the_root_test(layout):
     roots = [n for n in g.nodes if isinstance(n.op, LAYOUT)
              and list(SELECT_QKV_COLUMNS.matcher(g, n, ctx))]
     assert all(SELECT_QKV_COLUMNS.root_test(n.op) for n in roots)
+    hooked = set(SELECT_QKV_COLUMNS.retry(g, set()))
+    assert {n.id for n in roots} <= hooked
+    assert len(hooked) < sum(isinstance(n.op, LAYOUT) for n in g.nodes)
     assert bool(roots) == (layout != "gpt2")  # the canonical narrows select nothing new
     rejected = [n for n in g.nodes if isinstance(n.op, LAYOUT)
                 and not SELECT_QKV_COLUMNS.root_test(n.op)]
@@ -74,3 +82,14 @@ def test_every_root_the_matcher_yields_at_passes_the_root_test(layout):
         assert res.stats["SelectQKVColumns"].matches > 0
     assert_equivalent(g0, res.graph, params=bz.init_params(g0, 0),
                       symbols={"b": 2, "s": 3}, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("layout", ["neox", "bloom", "mqa", "gpt2"])
+def test_the_layout_pass_with_the_hook_matches_whole_sweeps(layout):
+    layout_pass, g, ctx = _before_the_layout_pass(_graph(layout))
+    whole = dataclasses.replace(SELECT_QKV_COLUMNS, retry=None)
+    rules = tuple(whole if r is SELECT_QKV_COLUMNS else r for r in layout_pass.rules)
+    near, every = layout_pass.run(g, ctx), RulePass(layout_pass.name, rules).run(g, ctx)
+    assert graph_diff(near.graph, every.graph) is None
+    assert {k: s.matches for k, s in near.stats.items()} == \
+        {k: s.matches for k, s in every.stats.items()}
