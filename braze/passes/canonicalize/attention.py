@@ -485,9 +485,56 @@ def _build(b, m):
     return out if b.shape_of(out).dtype == want else b.cast(out, want)
 
 
+def _walked_through(op) -> bool:
+    """The ops the walk back from a root passes (besides one scores matmul): probabilities'
+    casts, guards and head merges, the softmax, scales, masks, softcaps, and q's / k's
+    scales, casts and layouts."""
+    if isinstance(op, Binary):
+        return op.fn in (BinaryFn.MUL, BinaryFn.DIV, BinaryFn.ADD)
+    if isinstance(op, Unary):
+        return op.fn is UnaryFn.TANH
+    return isinstance(op, (Cast, Where, Softmax, Reshape, Transpose))
+
+
+def _matmuls_reading(g, changed: set[int]) -> set[int]:
+    """The CanonicalizeAttention retry hook: the matmuls whose walk back may read a changed
+    node. From a root the matcher walks up through `_walked_through` ops and at most one
+    other matmul (the scores; then q's and k's chains), reading the ops, types and producers
+    of the inputs of what it passes, and the readers of q's and k's chain nodes (changed
+    covers nodes whose readers changed). So a root reads a changed node X only when it is
+    below X or one of X's readers through such ops and at most one matmul before it: the
+    walk down from there finds it."""
+    nodes = g.nodes
+    roots: set[int] = set()
+    stack = []
+    for nid in set(changed) | g.reader_ids(changed):
+        # a walk may stop at one of these (read, not passed: its readers go on whatever
+        # its op, and a matmul here need not be the one a walk passes)
+        if isinstance(nodes[nid].op, MatMul):
+            roots.add(nid)
+        stack.extend((c, 0) for c in g.reader_ids((nid,)))
+    seen: set[tuple[int, int]] = set()
+    while stack:
+        nid, k = stack.pop()
+        if (nid, k) in seen:
+            continue
+        seen.add((nid, k))
+        op = nodes[nid].op
+        if isinstance(op, MatMul):
+            roots.add(nid)
+            if k:
+                continue  # a walk passes one matmul before its root at most
+            k = 1
+        elif not _walked_through(op):
+            continue
+        stack.extend((c, k) for c in g.reader_ids((nid,)))
+    return roots
+
+
 CANONICALIZE_ATTENTION = Rule(
     "CanonicalizeAttention", _build, matcher=_attention_matcher, checks=(accepted_shape,),
-    root_test=lambda op: isinstance(op, MatMul), produces="attention")
+    root_test=lambda op: isinstance(op, MatMul), produces="attention",
+    retry=_matmuls_reading)
 # every match (and near miss) walks back from its root to a softmax: a graph without one is
 # skipped whole (the sweep after the last softmax is canonicalized, too)
 CANONICALIZE_ATTENTION.requires = frozenset({(Softmax,)})

@@ -2,9 +2,8 @@
 for as long as each node has one reader: no depth bounds it. Its retry hook finds the
 attention ops such a walk from a changed node reaches (downward through one-reader nodes), so
 sweeps after the first try it only there, and find what whole sweeps find."""
-import dataclasses
-
 import numpy as np
+from helpers import check_same_as_whole_sweeps, whole_sweeps
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,12 +22,6 @@ def _zeros(b, m):
 
 # x - x -> 0 (exact on the finite feeds here): x loses a reader, which can let a scale fold
 FORGET_SELF_DIFF = Rule("ForgetSelfDiff", _zeros, pattern=P.sub(V("x"), V("x")))
-
-
-def _whole(rule):
-    copy = dataclasses.replace(rule, retry=None, reads_users=0)
-    copy.depth = None
-    return copy
 
 
 def _heads(g, x, e, i, scale=None, extra=None):
@@ -51,7 +44,7 @@ def test_a_scale_whose_second_reader_goes_is_folded_in_the_next_sweep(monkeypatc
     g.set_outputs([out, *extra])
     rules = (FORGET_SELF_DIFF, FOLD_INPUT_SCALE)
     res = rewrite(g, rules)
-    whole = rewrite(g, tuple(_whole(r) for r in rules))
+    whole = rewrite(g, tuple(whole_sweeps(r) for r in rules))
     assert res.stats["FoldAttentionInputScale"].matches == 1  # the second sweep, 3 edges up
     assert graph_diff(res.graph, whole.graph) is None
     assert res.graph.count("mul") == 0
@@ -106,9 +99,4 @@ def scaled_attention_graphs(draw):
 @settings(max_examples=120, deadline=None)
 @given(g=scaled_attention_graphs())
 def test_input_scales_near_the_changes_match_whole_sweeps(g):
-    near = rewrite(g, RULES, max_sweeps=32)
-    whole = rewrite(g, tuple(_whole(r) for r in RULES), max_sweeps=32)
-    assert graph_diff(near.graph, whole.graph) is None
-    assert {k: s.matches for k, s in near.stats.items()} == \
-        {k: s.matches for k, s in whole.stats.items()}
-    assert_equivalent(g, near.graph, params=bz.init_params(g, 0), rtol=1e-4, atol=1e-5)
+    check_same_as_whole_sweeps(g, RULES, max_sweeps=32)
