@@ -603,9 +603,9 @@ def _input_scale_matcher(g, node, ctx):
     factor, consumed, values, layouts = 1.0, [node.id], {}, {}
     for side, v in (("q", node.inputs[0]), ("k", node.inputs[1])):
         parse = _Parse()
-        base = v
-        if _single_use(g, g.nodes[v.node]):
-            base = _peel_scales(g, v, parse, side, through_rope=True)
+        base = _peel_scales(g, v, parse, side, through_rope=True)
+        if base != v and not _single_use(g, g.nodes[v.node]):
+            base = v  # v's producer is read elsewhere too (asked only when it would peel)
         if base == v or g.shape_of(base).dtype != g.shape_of(v).dtype:
             values[side] = v
             continue
