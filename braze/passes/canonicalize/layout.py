@@ -144,6 +144,8 @@ def _collapse(g, node, ctx):
         return
     x = first.inputs[0]
     xd, yd, zd = g.shape_of(x).dims, first.outputs[0].dims, node.outputs[0].dims
+    if len(xd) < len(yd):
+        return  # a split (merge_groups would say so after multiplying dims)
     groups = merge_groups(xd, yd)
     if groups is None:
         return  # the first reshape must only merge axes
