@@ -122,7 +122,8 @@ class Rule:
     labels / kinds / classes the root can have; the driver tries the rule only on such nodes,
     then `root_test` decides. A matcher assigned after construction must match the pattern at
     the root (as `pattern.match_node` does) or reset `root_kinds` to None. `requires` (from the
-    pattern likewise) lists what any match needs in the graph (`Pattern.required_kinds`): the
+    pattern likewise; a matcher rule may declare it) lists what any match needs in the graph
+    (`Pattern.required_kinds`: tuples of op labels or classes, one of each tuple present): the
     driver skips the rule on a graph where some requirement holds for no node.
 
     `depth` bounds how far above the root (in edges) finding a match reads the graph: ops,
@@ -157,14 +158,15 @@ class Rule:
     reads_users: int = 0
     retry: Callable[[GraphCore, set[int]], Iterable[int]] | None = None
     root_kinds: frozenset | None = field(default=None, init=False)
-    requires: frozenset[tuple] = field(default=frozenset(), init=False)
+    requires: frozenset[tuple] | None = None
 
     def __post_init__(self):
         if self.pattern is None and self.matcher is None:
             raise TypeError(f"rule {self.name} needs a pattern or a matcher")
         # what the root of a pattern-matched rule can be (None: anything; root_test decides)
         self.root_kinds = self.pattern.root_kinds() if self.matcher is None else None
-        self.requires = self.pattern.required_kinds() if self.matcher is None else frozenset()
+        self.requires = self.pattern.required_kinds() if self.matcher is None else \
+            frozenset(self.requires or ())
         if self.matcher is None:
             self.depth = self.pattern.height()
         if self.root_test is None:

@@ -336,8 +336,8 @@ def recognized(m, ctx):
 CANONICALIZE_ACTIVATION = Rule(
     "CanonicalizeActivation", lambda b, m: b.activation(m.v("x"), m.data["fn"]),
     matcher=_matcher, checks=(recognized,), root_test=_root_test,
-    produces="activation")
-# a cone worth probing holds a transcendental op or is a max: a graph without one has no match
-# and no near miss, and the driver skips the rule there
-CANONICALIZE_ACTIVATION.requires = frozenset(
-    {tuple(sorted(f.value for f in _TRANSCENDENTAL)) + (BinaryFn.MAX.value,)})
+    produces="activation",
+    # a cone worth probing holds a transcendental op or is a max: a graph without one has no
+    # match and no near miss, and the driver skips the rule there
+    requires=frozenset({tuple(sorted(f.value for f in _TRANSCENDENTAL)) +
+                        (BinaryFn.MAX.value,)}))

@@ -534,10 +534,10 @@ def _matmuls_reading(g, changed: set[int]) -> set[int]:
 CANONICALIZE_ATTENTION = Rule(
     "CanonicalizeAttention", _build, matcher=_attention_matcher, checks=(accepted_shape,),
     root_test=lambda op: isinstance(op, MatMul), produces="attention",
-    retry=_matmuls_reading)
-# every match (and near miss) walks back from its root to a softmax: a graph without one is
-# skipped whole (the sweep after the last softmax is canonicalized, too)
-CANONICALIZE_ATTENTION.requires = frozenset({(Softmax,)})
+    retry=_matmuls_reading,
+    # every match (and near miss) walks back from its root to a softmax: a graph without one
+    # is skipped whole (the sweep after the last softmax is canonicalized, too)
+    requires=frozenset({(Softmax,)}))
 
 
 # -- GQA: repeat_kv folds into the kv-head count --------------------------------------------------
@@ -588,8 +588,8 @@ def _without_unit_axis(dims):
 
 FOLD_REPEAT_KV = Rule("FoldRepeatKV", _build_fold, matcher=_repeat_kv_matcher,
                       root_test=lambda op: isinstance(op, Attention),
-                      depth=3)  # attention <- reshape <- expand <- y's type
-FOLD_REPEAT_KV.requires = frozenset({(Attention,), (Expand,)})
+                      depth=3,  # attention <- reshape <- expand <- y's type
+                      requires=frozenset({(Attention,), (Expand,)}))
 
 
 # -- constant scales of q and k fold into the attention's score scale ----------------------------
@@ -675,8 +675,8 @@ def _attentions_below(g, changed: set[int]) -> set[int]:
 FOLD_INPUT_SCALE = Rule("FoldAttentionInputScale", _build_input_scale,
                         matcher=_input_scale_matcher,
                         root_test=lambda op: isinstance(op, Attention),
-                        retry=_attentions_below)
-# a match peels a mul / div by a constant or a cast that keeps the dtype off q or k
-FOLD_INPUT_SCALE.requires = frozenset({(Attention,), ("mul", "div", "cast")})
+                        retry=_attentions_below,
+                        # a match peels a mul / div by a constant or a dtype-keeping cast
+                        requires=frozenset({(Attention,), ("mul", "div", "cast")}))
 
 ATTENTION_RULES = (CANONICALIZE_ATTENTION,)

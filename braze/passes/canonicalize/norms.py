@@ -286,7 +286,7 @@ _ROOT_FNS = frozenset({BinaryFn.ADD, BinaryFn.MUL, BinaryFn.DIV})
 
 CANONICALIZE_NORM = Rule(
     "CanonicalizeNorm", _build, matcher=_matcher, checks=(recognized,),
-    root_test=_root_test, produces="norm")
-# every norm (and every near miss) reduces with a mean: a graph without one has no match, and
-# the driver skips the rule there
-CANONICALIZE_NORM.requires = frozenset({(Reduce(ReduceFn.MEAN, (0,)).label,)})
+    root_test=_root_test, produces="norm",
+    # every norm (and every near miss) reduces with a mean: a graph without one has no match,
+    # and the driver skips the rule there
+    requires=frozenset({(Reduce(ReduceFn.MEAN, (0,)).label,)}))
