@@ -70,7 +70,10 @@ def trial_build(m: Match, outputs: set[Value]) -> Miss | None:
             if node.op.source:  # rules may read a param's name or a constant's value
                 v = scratch.copy_node(node, ())[old.index]  # its type is known
             else:
-                v = scratch.add_node(Input(f"{old!r}", g.shape_of(old)))[0]
+                shape = g.nodes[old.node].outputs[old.index]  # an input of known type
+                op = Input(f"{old!r}", shape)
+                v = scratch._append(op, (), (shape,), None, None)[0]
+                scratch._list_source(v.node, op)
             stand_ins[old] = v
             stands_for[v.node] = old
         return v
