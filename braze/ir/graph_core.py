@@ -129,7 +129,7 @@ class GraphCore:
         self._users: list[list[tuple[int, int]]] = []  # per node: (consumer id, output index)
         self._names: dict[str, int] = {}
         self._provenance_scope: str | None = None
-        self.edits = 0  # changes other than appending nodes (per-graph memos compare it)
+        self.edits = 0  # nodes changed other than by appending (per-graph memos compare it)
 
     @property
     def weights(self) -> WeightStore:
@@ -375,7 +375,6 @@ class GraphCore:
             ):
                 raise GraphError(f"output {v!r} is not a value of graph {self.name!r}")
         self.outputs = outs
-        self.edits += 1
 
     # -- queries --------------------------------------------------------------------------------
     def node(self, v: Value | int) -> Node:

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import GraphError, PassError
+from ..errors import PassError
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.op import Op, Value
@@ -36,8 +36,10 @@ from ..ir.ops.io import Constant, Input, Param
 from ..ir.shapes import Shape, static_numel
 from ..rewrite import MissedFusion, MissReason, RewriteContext, RuleStats
 from .base import PassResult
+from .naming import fresh_name
 
-__all__ = ["ConstantFolding", "DEFAULT_MAX_ELEMENTS", "fold_constants"]
+__all__ = ["ConstantFolding", "DEFAULT_MAX_ELEMENTS", "fold_constants", "known_source",
+           "may_fold"]
 
 DEFAULT_MAX_ELEMENTS = 1 << 20
 _NEVER_A_FOLD = frozenset({"expand"})  # broadcasts: folding only copies the input, larger
@@ -94,8 +96,7 @@ def _known_values(g: Graph, cap: int, fold_weights: bool, stats: RuleStats
     for n in g.nodes:
         op = n.op
         if op.source:
-            known[n.id] = isinstance(op, Constant) or (
-                fold_weights and isinstance(op, Param) and op.name in g.weights)
+            known[n.id] = known_source(g, op, fold_weights)
             continue
         if not all(known[v.node] for v in n.inputs) or not _static(n):
             continue
@@ -107,6 +108,35 @@ def _known_values(g: Graph, cap: int, fold_weights: bool, stats: RuleStats
             continue
         known[n.id] = True
     return known, misses
+
+
+def known_source(g: Graph, op: Op, fold_weights: bool) -> bool:
+    """Whether a source op's value is known at compile time: a constant, or (with
+    `fold_weights`) a param with a stored value."""
+    return isinstance(op, Constant) or (
+        fold_weights and isinstance(op, Param) and op.name in g.weights)
+
+
+def may_fold(g: Graph, fold_weights: bool) -> bool:
+    """Whether folding `g` would try anything: some computation reads known values alone and
+    has static results. Looks only at the readers of known sources (the first such
+    computation reads sources alone) and at computations without inputs, so a caller can skip
+    the full scan of `_known_values` when nothing can fold."""
+    known = [False] * len(g.nodes)
+    sources = []
+    for n in g.nodes:
+        op = n.op
+        if not op.source:
+            if not n.inputs and _static(n):
+                return True
+        elif known_source(g, op, fold_weights):
+            known[n.id] = True
+            sources.append(n.id)
+    for nid in sources:
+        for u in g.users(nid):
+            if all(known[v.node] for v in u.inputs) and _static(u):
+                return True
+    return False
 
 
 def _static(n: Node) -> bool:
@@ -218,10 +248,10 @@ def _literal(new: Graph, old: Graph, n: Node, value: np.ndarray, weights: tuple[
              ) -> Value:
     """The folded value as a constant, or as a stored param when it was computed from weights."""
     if not weights:
-        name = n.name if n.name is not None and not _taken(new, n.name) else None
+        name = n.name if n.name is not None and not new.has_name(n.name) else None
         return new.add_node(Constant(value), (), name=name, provenance=n.provenance)[0]
     shown = weights if len(weights) <= _SHOWN else (*weights[:_SHOWN], "...")
-    name = _fresh_name(old, new, f"{n.op.label}({'|'.join(shown)})")
+    name = fresh_name(old, new, f"{n.op.label}({'|'.join(shown)})")
     v = new.add_node(Param(name, Shape(value.shape, old.shape_of(n.values[0]).dtype)), (),
                      name=name, provenance=n.provenance)[0]
     new.param_ids.append(v.node)
@@ -247,19 +277,3 @@ def _weight_sources(g: Graph, known: list[bool]) -> list[tuple[str, ...]]:
 
 
 _SHOWN = 3
-
-
-def _taken(g: Graph, name: str) -> bool:
-    try:
-        g.node_by_name(name)
-    except GraphError:
-        return False
-    return True
-
-
-def _fresh_name(old: Graph, new: Graph, base: str) -> str:
-    name, i = base, 1
-    while _taken(old, name) or _taken(new, name) or name in new.weights:
-        i += 1
-        name = f"{base}#{i}"
-    return name

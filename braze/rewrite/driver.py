@@ -227,11 +227,12 @@ def _dispatch_for(present: KindsPresent, rules: Sequence[Rule]) -> RootDispatch:
 class KindsPresent:
     """The op kinds a graph holds (how many nodes of each op class and label, and one op of
     each), to test `Rule.requires`. `of(g)` keeps the answer per graph (passes that change
-    nothing hand the same graph on; graphs only grow, so nodes added since are counted), and
+    nothing hand the same graph on; nodes appended since are counted in, a graph patched in
+    place since (`GraphCore.edits`) is counted again), and
     the rewrite driver derives a rebuilt graph's from its source's and the nodes it replaced
     and made."""
 
-    _by_graph: dict[int, tuple[weakref.ref, int, KindsPresent]] = {}
+    _by_graph: dict[int, tuple[weakref.ref, int, int, KindsPresent]] = {}
 
     def __init__(self, g: GraphCore | None = None):
         self._count: dict[tuple, int] = {}
@@ -243,8 +244,8 @@ class KindsPresent:
     @classmethod
     def of(cls, g: GraphCore) -> KindsPresent:
         seen = cls._by_graph.get(id(g))
-        if seen is not None and seen[0]() is g:
-            kinds = seen[2]
+        if seen is not None and seen[0]() is g and seen[2] == g.edits:
+            kinds = seen[3]
             if seen[1] != len(g.nodes):
                 kinds = kinds.copy()
                 kinds.add_nodes(g.nodes[seen[1]:])
@@ -258,7 +259,7 @@ class KindsPresent:
     def remember(cls, g: GraphCore, kinds: KindsPresent) -> None:
         if len(cls._by_graph) >= _MAX_CACHED:
             cls._by_graph.clear()
-        cls._by_graph[id(g)] = (weakref.ref(g), len(g.nodes), kinds)
+        cls._by_graph[id(g)] = (weakref.ref(g), len(g.nodes), g.edits, kinds)
 
     def copy(self) -> KindsPresent:
         out = KindsPresent()

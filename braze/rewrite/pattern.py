@@ -211,6 +211,36 @@ class Alt(Pattern):
                          for choice in itertools.product(*sets))
 
 
+class Guarded(Pattern):
+    """`inner`, matched only at nodes that pass `guard(g, node)`: a cheap test every match of
+    `inner` passes, so a node that fails it is not walked (e.g. the attention block's root:
+    most adds and matmuls of a model read no attention). Everything the driver reads of a
+    pattern (root kinds and test, requirements, height) is `inner`'s."""
+
+    def __init__(self, inner: Pattern, guard: Callable[[Any, Any], bool]):
+        self.inner, self.guard = inner, guard
+
+    def match_node(self, g, node, b, consumed):
+        if self.guard(g, node):
+            yield from self.inner.match_node(g, node, b, consumed)
+
+    def match_value(self, g, v, b, consumed):
+        if self.guard(g, g.nodes[v.node]):
+            yield from self.inner.match_value(g, v, b, consumed)
+
+    def root_test(self):
+        return self.inner.root_test()
+
+    def root_kinds(self):
+        return self.inner.root_kinds()
+
+    def required_kinds(self):
+        return self.inner.required_kinds()
+
+    def height(self) -> int:
+        return self.inner.height()
+
+
 def _memo(pattern: Pattern, attr: str, compute: Callable[[], Any]) -> Any:
     """A pattern's derived fact, computed once: sub-patterns are shared (the same `heads(...)`
     under every alternative), so an uncached walk of a large pattern repeats exponentially."""

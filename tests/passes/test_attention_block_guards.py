@@ -9,7 +9,7 @@ import braze as bz
 from braze.models import bert_encoder, gpt2_blocks, llama_decoder
 from braze.passes.fusion import attention_block
 from braze.passes.pipeline import compile_pipeline
-from braze.rewrite import Alt, Pat, RewriteContext
+from braze.rewrite import Alt, Guarded, Pat, RewriteContext
 
 
 def fused_qkv_rope_norm_graph():
@@ -50,7 +50,7 @@ GRAPHS = {
 
 def _guards(pattern, found):
     """Every guarded sub-pattern under `pattern` (each once)."""
-    if isinstance(pattern, attention_block._Guarded):
+    if isinstance(pattern, Guarded):
         if all(pattern is not f for f in found):
             found.append(pattern)
         _guards(pattern.inner, found)

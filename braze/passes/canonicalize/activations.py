@@ -285,7 +285,7 @@ def _below_a_transcendental(g) -> frozenset[int]:
     """The nodes at most MAX_CONE smooth ops of one type below a transcendental op: only
     there (or at a max) can a cone worth probing end, since a cone is at most MAX_CONE smooth
     ops of its root's type, connected, and holds a transcendental op unless it is one max.
-    Found once per graph (graphs only grow: a longer one is walked again), so the matcher
+    Found once per graph (`per_graph`: again when it grew or was patched), so the matcher
     skips every other root without walking its region."""
     depth = {n.id: 0 for n in g.nodes
              if isinstance(n.op, Unary) and n.op.fn in _TRANSCENDENTAL}

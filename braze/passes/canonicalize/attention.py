@@ -24,7 +24,6 @@ fill with a value that is not far below any score, ...) is a miss with the reaso
 from __future__ import annotations
 
 import math
-import weakref
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -38,6 +37,7 @@ from ...ir.ops.shape import Expand, Reshape, Transpose
 from ...ir.symbolic import SymDim
 from ...rewrite import Match, MissReason, Rule, fail
 from ...rewrite.miss import Miss
+from .graph_memo import per_graph
 
 __all__ = ["CANONICALIZE_ATTENTION", "FOLD_REPEAT_KV", "FOLD_INPUT_SCALE", "ATTENTION_RULES",
            "MASK_FLOOR"]
@@ -423,18 +423,11 @@ def _uses_params(g, v) -> bool:
     return False
 
 
-_FREE: list = [None, None, set()]  # graph (weak), (nodes, edits) then, its param-free node ids
-
-
+@per_graph
 def _param_free(g) -> set[int]:
-    """The ids of g's nodes known to have no param among them and their ancestors (emptied
-    when g is another graph, has grown, or was patched in place: `GraphCore.edits`)."""
-    ref, size, free = _FREE
-    now = (len(g.nodes), g.edits)
-    if ref is None or ref() is not g or size != now:
-        free = set()
-        _FREE[:] = [weakref.ref(g), now, free]
-    return free
+    """The ids of g's nodes known to have no param among them and their ancestors (filled by
+    `_uses_params`; a new set when g has grown or was patched in place)."""
+    return set()
 
 
 def _to_heads(b, v, frame):

@@ -1,6 +1,6 @@
 """A per-graph memo for what a matcher derives from a whole graph at once (the nodes where a
 rule can match at all): computed once per graph object, and again when the graph has grown
-or changed otherwise (`GraphCore.edits`: a node replaced in place, nodes dropped, new outputs)."""
+or had nodes changed otherwise (`GraphCore.edits`: a node replaced in place, nodes dropped)."""
 from __future__ import annotations
 
 import functools

@@ -226,7 +226,7 @@ def _core_shaped(g, n) -> bool:
 def _roots_near_a_core(g) -> frozenset[int]:
     """The nodes `_parse` can find a norm (or a near miss) at: a core (`_core_shaped`), or at
     most two ops below one (the gamma mul and the beta add; casts between are free). Found once
-    per graph by one scan (graphs only grow: a longer one is scanned again), so the matcher
+    per graph by one scan (`per_graph`: again when it grew or was patched), so the matcher
     skips every other add, mul and div of the graph without parsing it."""
     depth = {n.id: 0 for n in g.nodes if _core_shaped(g, n)}
     todo = list(depth)

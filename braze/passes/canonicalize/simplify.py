@@ -31,7 +31,7 @@ from ...ir.graph import Graph
 from ...ir.node import Node
 from ...ir.op import Value, op_class
 from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Unary, UnaryFn
-from ...ir.ops.io import Constant, Param
+from ...ir.ops.io import Constant
 from ...ir.ops.reduce import Softmax
 from ...ir.ops.shape import Concat
 from ...ir.shapes import normalize_axis
@@ -40,7 +40,7 @@ from ...rewrite.driver import KindsPresent, RewriteContext
 from ...rewrite.in_place import rewrite_in_place
 from ..base import PassResult
 from ..cleanup import common_subexpression_elimination, eliminate_dead_code
-from ..const_fold import DEFAULT_MAX_ELEMENTS, ConstantFolding, _static
+from ..const_fold import DEFAULT_MAX_ELEMENTS, ConstantFolding, known_source, may_fold
 from .layout import COMPOSE_RESHAPES, COMPOSE_TRANSPOSES, DROP_IDENTITY
 
 __all__ = ["SIMPLIFY_RULES", "AlgebraicSimplify", "simplify", "simplify_with_stats",
@@ -316,7 +316,7 @@ class AlgebraicSimplify:
         for _ in range(self.max_rounds):
             fold_misses, folded_any = [], False
             if self.fold is not None and not settled:
-                if _reads_known_only(cur, self.fold.fold_weights):
+                if may_fold(cur, self.fold.fold_weights):
                     folded = self.fold.run(cur, ctx)
                 else:  # nothing to try: the (zero) statistics of a run, without its scan
                     folded = self.fold.run(_NO_NODES, ctx)
@@ -364,29 +364,6 @@ _MAX_SWEEPS = 32
 _NO_NODES = Graph("no nodes", record_provenance=False)
 
 
-def _reads_known_only(g: Graph, fold_weights: bool) -> bool:
-    """Whether some computation of `g` reads known values alone (constants, and stored weights
-    with `fold_weights`) and has static results (`const_fold._static`): constant folding tries
-    nothing otherwise. Looks only at the readers of the known sources (the first such
-    computation reads sources alone) and at computations without inputs."""
-    known = [False] * len(g.nodes)
-    sources = []
-    for n in g.nodes:
-        op = n.op
-        if not op.source:
-            if not n.inputs and _static(n):
-                return True
-        elif isinstance(op, Constant) or (
-                fold_weights and isinstance(op, Param) and op.name in g.weights):
-            known[n.id] = True
-            sources.append(n.id)
-    for nid in sources:
-        for u in g.users(nid):
-            if all(known[v.node] for v in u.inputs) and _static(u):
-                return True
-    return False
-
-
 def _may_fold(res, fold_weights: bool) -> bool:
     """Whether constant folding may find something to try after `res` (an in-place rewrite),
     when it found nothing before: only a node the rewrite built or rewired can have come to
@@ -396,16 +373,9 @@ def _may_fold(res, fold_weights: bool) -> bool:
     if touched is None:
         return res.changed
     g = res.graph
-    nodes, weights = g.nodes, g.weights
-    for nid in touched:
-        for v in nodes[nid].inputs:
-            op = nodes[v.node].op
-            if not (isinstance(op, Constant) or (
-                    fold_weights and isinstance(op, Param) and op.name in weights)):
-                break
-        else:
-            return True
-    return False
+    nodes = g.nodes
+    return any(all(known_source(g, nodes[v.node].op, fold_weights) for v in nodes[nid].inputs)
+               for nid in touched)
 
 
 def _dead_code_eliminated(res) -> tuple[Graph, list[int | None]]:

@@ -15,7 +15,7 @@ from ...ir.ops.attention import Attention
 from ...ir.ops.fused import FusedAttentionBlock, FusedMatMulBiasAct, QkvInputs, RopeMode
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.shape import Narrow, Reshape, Transpose
-from ...rewrite import Miss, MissReason, P, Pattern, Rule, V, fail
+from ...rewrite import Guarded, Miss, MissReason, P, Rule, V, fail
 from .checks import target_claims
 from .shared_matmul import concat_weights
 
@@ -37,37 +37,6 @@ def projection(src, role: str, name: str | None = None):
             | P.of(FusedMatMulBiasAct, src, w, act=None, name=name))
 
 
-class _Guarded(Pattern):
-    """`inner`, matched only at nodes that pass `guard(g, node)`: a cheap test every match of
-    `inner` passes, so a node that fails it is not walked (the block's root: most adds and
-    matmuls of a model read no attention; a q/k norm's three forms: most nodes are no norm).
-    Everything the driver reads of a pattern (root kinds and test, requirements, height) is
-    `inner`'s."""
-
-    def __init__(self, inner: Pattern, guard):
-        self.inner, self.guard = inner, guard
-
-    def match_node(self, g, node, b, consumed):
-        if self.guard(g, node):
-            yield from self.inner.match_node(g, node, b, consumed)
-
-    def match_value(self, g, v, b, consumed):
-        if self.guard(g, g.nodes[v.node]):
-            yield from self.inner.match_value(g, v, b, consumed)
-
-    def root_test(self):
-        return self.inner.root_test()
-
-    def root_kinds(self):
-        return self.inner.root_kinds()
-
-    def required_kinds(self):
-        return self.inner.required_kinds()
-
-    def height(self) -> int:
-        return self.inner.height()
-
-
 _NORMS = (LayerNorm, RmsNorm)
 
 
@@ -78,9 +47,9 @@ def _is_norm(g, node) -> bool:
 def _qk_norm(src, role: str):
     """A LayerNorm / RMSNorm of q or k (with gamma and beta, one of them, or none)."""
     name, kinds = f"norm_{role}", _NORMS
-    return _Guarded(P.of(kinds, src, V(f"norm_a_{role}"), V(f"norm_b_{role}"), name=name)
-                    | P.of(kinds, src, V(f"norm_a_{role}"), name=name)
-                    | P.of(kinds, src, name=name), _is_norm)
+    return Guarded(P.of(kinds, src, V(f"norm_a_{role}"), V(f"norm_b_{role}"), name=name)
+                   | P.of(kinds, src, V(f"norm_a_{role}"), name=name)
+                   | P.of(kinds, src, name=name), _is_norm)
 
 
 
@@ -116,9 +85,9 @@ def _q_is_narrowed(g, node) -> bool:
 
 
 _qkv = projection(V("x"), "qkv", name="qkv")                       # x @ w_qkv (+ b_qkv)
-_fused_qkv = _Guarded(_attention(*(heads(P.of(Narrow, _qkv, name=f"narrow_{r}"), r, r != "v")
-                                   for r in ROLES)),
-                      _q_is_narrowed)                            # narrows of one projection
+_fused_qkv = Guarded(_attention(*(heads(P.of(Narrow, _qkv, name=f"narrow_{r}"), r, r != "v")
+                                  for r in ROLES)),
+                     _q_is_narrowed)                             # narrows of one projection
 _separate_qkv = _attention(*(heads(projection(V(f"x_{r}"), r), r, r != "v")
                              for r in ROLES))                    # x_q @ w_q, x_k @ w_k, ...
 _merged = P.of(Reshape, P.of(Transpose, _fused_qkv | _separate_qkv, name="merge_t"),
@@ -478,7 +447,7 @@ def _explain_input(g, role: str, v):
 FUSE_ATTENTION_BLOCK = Rule(
     "FuseAttentionBlock",
     _build,
-    pattern=_Guarded(_pattern, _may_project_merged_heads),
+    pattern=Guarded(_pattern, _may_project_merged_heads),
     checks=(target_claims("fused_attention_block"), reads_supported_inputs, projections_fit,
             head_split_perms, head_shapes, rope_on_q_and_k, qk_norms_match),
     anchor=lambda op: op.kind == "attention",

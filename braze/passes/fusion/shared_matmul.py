@@ -14,6 +14,7 @@ from ...ir.ops.io import Constant, Param
 from ...ir.shapes import Shape
 from ...ir.weights import DeferredWeight, joined_weight
 from ...rewrite import Match, MissReason, Rule, fail
+from ..naming import fresh_name
 from .checks import target_claims
 
 __all__ = ["FUSE_SHARED_INPUT_MATMUL", "RULES", "concat_weights"]
@@ -40,7 +41,7 @@ def concat_weights(b, m: Match, olds: Sequence[Value]) -> Value:
     if all(isinstance(g.nodes[v.node].op, Constant) for v in olds):
         joined = m.memo(key, lambda: np.concatenate(arrays, axis=-1))
         return b.add_node(Constant(joined.astype(dtype.np, copy=False)), ())[0]
-    name = _fresh_name(g, b, "|".join(_source_name(g, v) for v in olds))
+    name = fresh_name(g, b, "|".join(_source_name(g, v) for v in olds))
     joined = m.memo(key, lambda: joined_weight(arrays, -1, dtype.np, what=f"join {name!r}"))
     return b.param(name, Shape(joined.shape, dtype), joined)
 
@@ -57,15 +58,6 @@ def _stored_value(g, v: Value) -> np.ndarray | DeferredWeight | None:
 def _source_name(g, v: Value) -> str:
     op = g.nodes[v.node].op
     return op.name if isinstance(op, Param) else f"const{v.node}"
-
-
-def _fresh_name(old, new, base: str) -> str:
-    """`base`, or `base#2`, ... : a name used by neither graph (old nodes are cloned later)."""
-    name, i = base, 1
-    while old.has_name(name) or new.has_name(name) or name in new.weights:
-        i += 1
-        name = f"{base}#{i}"
-    return name
 
 
 # -- matching -----------------------------------------------------------------------------------

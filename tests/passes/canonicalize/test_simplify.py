@@ -477,22 +477,22 @@ def _sources_and_ops(draw):
 @settings(max_examples=150, deadline=None)
 @given(g=st.one_of(_sources_and_ops(), random_graphs(max_nodes=8)), fold_weights=st.booleans())
 def test_fold_is_skipped_only_where_it_tries_nothing(g, fold_weights):
-    from braze.passes.canonicalize.simplify import _reads_known_only
+    from braze.passes.const_fold import may_fold
 
-    assert _reads_known_only(g, fold_weights) == (_fold_tries(g, fold_weights) > 0)
+    assert may_fold(g, fold_weights) == (_fold_tries(g, fold_weights) > 0)
 
 
 def test_fold_precheck_finds_known_readers_and_leaves_the_rest():
-    from braze.passes.canonicalize.simplify import _reads_known_only
+    from braze.passes.const_fold import may_fold
 
     g, x = graph()
     w = g.param("w", bz.Shape((6,)), value=np.ones(6, np.float32))
     g.set_outputs([g.add(x, g.neg(w))])                          # neg(w): known with weights
-    assert _reads_known_only(g, True) and _fold_tries(g, True) == 1
-    assert not _reads_known_only(g, False) and _fold_tries(g, False) == 0
+    assert may_fold(g, True) and _fold_tries(g, True) == 1
+    assert not may_fold(g, False) and _fold_tries(g, False) == 0
     c = g.constant(np.ones(6, np.float32))
     g.set_outputs([g.add(x, g.exp(c))])                          # exp(constant): known
-    assert _reads_known_only(g, False) and _fold_tries(g, False) == 1
+    assert may_fold(g, False) and _fold_tries(g, False) == 1
     res = AlgebraicSimplify().run(g, CPU)
     assert res.stats["ConstantFolding"].matches == 1 and res.graph.count("exp") == 0
     quiet = AlgebraicSimplify().run(run(g).graph, CPU)            # nothing left to fold: skipped
