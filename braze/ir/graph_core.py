@@ -275,6 +275,50 @@ class GraphCore:
                 self._list_source(n.id, n.op)
         return [_values_of(n.id, len(n.outputs)) for n in nodes]
 
+    def copy_live(self, source: GraphCore, live: list[bool]) -> list[int | None]:
+        """Make this empty graph the nodes of `source` marked `live` (every input of a live node
+        is live), in order, renumbered: what `copy_node` would make of each, in one loop (dead
+        code elimination). Nodes before the first dead one are shared (`copy_prefix`). Returns
+        each source node's id here (None for a dropped node)."""
+        try:
+            first = live.index(False)
+        except ValueError:
+            first = len(live)
+        self.copy_prefix(source, first)
+        src = source.nodes
+        new_id: list[int | None] = list(range(first)) + [None] * (len(src) - first)
+        first_values(len(src))  # grows the shared table to cover every id used below
+        table = _FIRST_VALUES
+        nodes, users, names, make = self.nodes, self._users, self._names, _new_node
+        for node in src[first:]:
+            if not live[node.id]:
+                continue
+            nid = len(nodes)
+            new_id[node.id] = nid
+            ins = tuple([table[new_id[v.node]][0] if v.index == 0
+                         else Value(new_id[v.node], v.index) for v in node.inputs])
+            name = node.name
+            if name is not None:
+                if name in names:
+                    name = None
+                else:
+                    names[name] = nid
+            op = node.op
+            nodes.append(make(nid, op, ins, node.outputs, name, node.provenance))
+            users.append([])
+            if len(ins) == 2:  # most nodes: no Value comparisons
+                a, b = ins
+                users[a.node].append((nid, a.index))
+                if a.node != b.node or a.index != b.index:
+                    users[b.node].append((nid, b.index))
+            else:
+                for i, v in enumerate(ins):
+                    if i == 0 or v not in ins[:i]:
+                        users[v.node].append((nid, v.index))
+            if op.source:
+                self._list_source(nid, op)
+        return new_id
+
     def _same_types(self, new: tuple[Value, ...], old: tuple[Value, ...], source: GraphCore
                     ) -> bool:
         if len(new) != len(old):

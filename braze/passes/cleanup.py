@@ -33,21 +33,14 @@ def eliminate_dead_code(g: Graph) -> tuple[Graph, list[int | None]]:
                 live[v.node] = True
         elif isinstance(node.op, Input):
             live[node.id] = True
-    try:
-        first = live.index(False)
-    except ValueError:
+    if all(live):
         return g, list(range(len(g.nodes)))
     new = Graph(g.name, record_provenance=False)
-    outs_of: list = [None] * len(g.nodes)  # old node id -> its copy's values
-    outs_of[:first] = new.copy_prefix(g, first)  # nodes before the first dead one stay as they are
-    for node in g.nodes[first:]:
-        if live[node.id]:  # copies of copies: the types are the old ones
-            ins = tuple([outs_of[v.node][v.index] for v in node.inputs])
-            outs_of[node.id] = new.copy_node(node, ins)
+    new_id = new.copy_live(g, live)  # the live nodes in order, renumbered (types unchanged)
     kept = {n.op.name for n in new.params}
     new.weights = g.weights.carry(kept)
-    new.set_outputs([outs_of[v.node][v.index] for v in g.outputs])
-    return new, [None if vals is None else vals[0].node for vals in outs_of]
+    new.set_outputs([Value(new_id[v.node], v.index) for v in g.outputs])
+    return new, new_id
 
 
 def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None
