@@ -41,10 +41,13 @@ def _scalar_const(g, v) -> bool:
     return isinstance(n.op, Constant) and n.op.value.size == 1
 
 
+_MEMBER_UNARY = _SMOOTH_UNARY | frozenset(_TARGETS)  # one set: one (Python-level) enum hash
+
+
 def _member(n) -> bool:
     op = n.op
     if isinstance(op, Unary):
-        return op.fn in _SMOOTH_UNARY or op.fn in _TARGETS
+        return op.fn in _MEMBER_UNARY
     return isinstance(op, Binary) and op.fn in _BINARY
 
 
@@ -188,7 +191,10 @@ def probe_cone(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | N
     Cones written alike (same ops, wiring and constants: one per layer of a model) are probed
     once; the answer is a function of that structure alone."""
     key = _cone_key(g, members, x, root)
-    hit = _PROBED.get(key) if key is not None else None
+    try:  # the one hash of the key (an op that cannot be hashed: probed, never kept)
+        hit = _PROBED.get(key) if key is not None else None
+    except TypeError:
+        key = hit = None
     if hit is None:
         hit = _probe(g, members, x, root)
         if key is not None:
@@ -200,17 +206,32 @@ def probe_cone(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | N
 
 _PROBED: dict[tuple, tuple] = {}
 _PROBED_LIMIT = 4096
+_CONSTANT_KEYS: dict[int, tuple] = {}  # id(Constant op) -> (the op, its part of a cone key)
 
 
-def _cone_key(g, members: set[int], x, root) -> tuple | None:
+def _constant_key(g, v) -> tuple:
+    """A scalar constant's part of a cone key: its value's dtype and bytes (and the dtype of
+    the value it gives), kept per Constant op: one per layer is read again in every sweep."""
+    op = g.nodes[v.node].op
+    hit = _CONSTANT_KEYS.get(id(op))
+    if hit is None or hit[0] is not op:
+        if len(_CONSTANT_KEYS) >= _PROBED_LIMIT:
+            _CONSTANT_KEYS.clear()
+        c = np.asarray(op.value)
+        hit = _CONSTANT_KEYS[id(op)] = (op, (g.shape_of(v).dtype.name, c.dtype.str, c.tobytes()))
+    return hit[1]
+
+
+def _cone_key(g, members: set[int], x, root) -> tuple:
     """What the probe's result depends on: x's dtype and, per member in node order, its op
     and where each input comes from (x, an earlier member, or a constant's dtype and bytes).
-    None when an op cannot be hashed."""
+    Hashing it raises TypeError when an op cannot be hashed (`probe_cone` then probes)."""
     order = sorted(members)
     pos = {nid: i for i, nid in enumerate(order)}
     items = []
+    nodes = g.nodes
     for nid in order:
-        n = g.nodes[nid]
+        n = nodes[nid]
         ins = []
         for v in n.inputs:
             if v == x:
@@ -218,15 +239,9 @@ def _cone_key(g, members: set[int], x, root) -> tuple | None:
             elif v.node in pos:
                 ins.append(pos[v.node])
             else:
-                c = np.asarray(g.nodes[v.node].op.value)
-                ins.append((g.shape_of(v).dtype.name, c.dtype.str, c.tobytes()))
+                ins.append(_constant_key(g, v))
         items.append((n.op, tuple(ins)))
-    key = (g.shape_of(x).dtype.name, pos[root.id], tuple(items))
-    try:
-        hash(key)
-    except TypeError:
-        return None
-    return key
+    return (g.shape_of(x).dtype.name, pos[root.id], tuple(items))
 
 
 def _probe(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | None]:

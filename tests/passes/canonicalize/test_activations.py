@@ -119,3 +119,28 @@ def test_cones_written_alike_are_probed_once(monkeypatch):
     assert cached.count("gelu_approx") == 12 and cached.count("tanh") == 1
     assert n_probed - n_cached >= 11  # the GELUs after the first cost no probe
     check_same(g, cached)
+
+
+def test_a_constants_kept_key_is_used_for_that_constant_only(monkeypatch):
+    """A cone key's constant part is kept per Constant op; an entry left under the same id by
+    another op (ids are reused once an op is gone) is not taken: a GELU whose 0.5 is mistyped
+    as 0.4 stays unrecognized even when the kept entry claims its constant is 0.5."""
+    from braze.passes.canonicalize import activations
+    monkeypatch.setattr(activations, "_PROBED", {})
+    monkeypatch.setattr(activations, "_CONSTANT_KEYS", {})
+
+    def gelu(half):
+        g = bz.Graph(f"gelu_{half}")
+        x = g.input("x", bz.Shape((4, 8)))
+        g.set_outputs([g.mul(g.mul(x, half), g.add(g.erf(g.div(x, float(np.sqrt(2.0)))), 1.0))])
+        (c,) = [n for n in g.nodes if n.op.kind == "constant" and n.op.value == half]
+        return g, c
+
+    good, good_half = gelu(0.5)
+    assert canonicalize(good)[0].count("gelu") == 1          # its cone's answer is kept
+    bad, bad_half = gelu(0.4)
+    good_key = activations._constant_key(good, good_half.value)
+    activations._CONSTANT_KEYS[id(bad_half.op)] = (object(), good_key)   # a stale entry
+    out, _ = canonicalize(bad)
+    assert out.count("gelu") == 0 and out.count("erf") == 1
+    check_same(bad, out)
