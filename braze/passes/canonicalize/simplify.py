@@ -204,8 +204,11 @@ def _rule(name: str, pattern, result: str | Callable, *checks, when=None) -> Rul
                 root_test=_root_test(pattern))
 
     tests = _constant_operand_tests(pattern)
+    shaped = _operand_shape_test(pattern)
 
     def root_only(g, node, ctx) -> list[Match]:  # a list: most roots have none, built fast
+        if shaped is not None and not shaped(g.nodes, node):
+            return []
         if tests:
             nodes = g.nodes
             for v in node.inputs:
@@ -232,6 +235,44 @@ def _constant_operand_tests(pattern) -> tuple[Callable, ...]:
     nodes are such roots (each constant's answer is kept, see `_constant_where`)."""
     return tuple(p.where for p in getattr(pattern, "inputs", None) or ()
                  if isinstance(p, V) and getattr(p.where, "constant_only", False))
+
+
+def _operand_shape_test(pattern) -> Callable | None:
+    """A necessary condition on the root's operands, tested before the pattern: the operands
+    the pattern binds to one Var are one value (x - x, where(c, x, x)), and an operand the
+    pattern reads through an op has a producer of that op's kind (-(-x), cast(cast(x)), the
+    isnan of the sdpa guard). None when the pattern fixes neither. Where the operands may be
+    swapped (a commutative binary) only the first holds for either order, so only it is
+    tested; a root of another arity is left to the pattern."""
+    subs = getattr(pattern, "inputs", None)
+    if not subs:
+        return None
+    first_at: dict[str, int] = {}
+    same, kinds = [], []
+    for i, p in enumerate(subs):
+        if isinstance(p, V):
+            if p.name in first_at:
+                same.append((first_at[p.name], i))
+            first_at.setdefault(p.name, i)
+        elif hasattr(p, "op_matches"):
+            kinds.append((i, p.root_test()))
+    if not same and not kinds:
+        return None
+    arity, may_swap = len(subs), pattern._is_commutative
+
+    def test(nodes, node) -> bool:
+        ins = node.inputs
+        if len(ins) != arity:
+            return True
+        for i, j in same:
+            if ins[i] != ins[j]:
+                return False
+        if kinds and not (arity == 2 and may_swap(node.op)):
+            for i, op_test in kinds:
+                if not op_test(nodes[ins[i].node].op):
+                    return False
+        return True
+    return test
 
 
 def _empty_along_axis(g, node) -> list[bool]:
