@@ -259,6 +259,11 @@ class GraphCore:
         """Make this empty graph's first `k` nodes those of `source` (a prefix of a topological
         order reads only itself), sharing the immutable Node objects: what `copy_node` would
         make of them one by one, without the per-node work. Returns their output values."""
+        self._share_prefix(source, k)
+        return [_values_of(n.id, len(n.outputs)) for n in self.nodes]
+
+    def _share_prefix(self, source: GraphCore, k: int) -> None:
+        """`copy_prefix` without building the values it returns."""
         if self.nodes:
             raise GraphError(f"copy_prefix needs an empty graph; {self.name!r} has nodes")
         nodes = source.nodes[:k]
@@ -273,7 +278,6 @@ class GraphCore:
                     names[n.name] = n.id
             if n.op.source:
                 self._list_source(n.id, n.op)
-        return [_values_of(n.id, len(n.outputs)) for n in nodes]
 
     def copy_live(self, source: GraphCore, live: list[bool]) -> list[int | None]:
         """Make this empty graph the nodes of `source` marked `live` (every input of a live node
@@ -284,16 +288,17 @@ class GraphCore:
             first = live.index(False)
         except ValueError:
             first = len(live)
-        self.copy_prefix(source, first)
+        self._share_prefix(source, first)
         src = source.nodes
         new_id: list[int | None] = list(range(first)) + [None] * (len(src) - first)
         first_values(len(src))  # grows the shared table to cover every id used below
         table = _FIRST_VALUES
-        nodes, users, names, make = self.nodes, self._users, self._names, _new_node
+        users, names, make = self._users, self._names, _new_node
+        push_node, push_users = self.nodes.append, users.append
+        nid = first
         for node in src[first:]:
             if not live[node.id]:
                 continue
-            nid = len(nodes)
             new_id[node.id] = nid
             ins = tuple([table[new_id[v.node]][0] if v.index == 0
                          else Value(new_id[v.node], v.index) for v in node.inputs])
@@ -304,9 +309,13 @@ class GraphCore:
                 else:
                     names[name] = nid
             op = node.op
-            nodes.append(make(nid, op, ins, node.outputs, name, node.provenance))
-            users.append([])
-            if len(ins) == 2:  # most nodes: no Value comparisons
+            push_node(make(nid, op, ins, node.outputs, name, node.provenance))
+            push_users([])
+            n_in = len(ins)
+            if n_in == 1:
+                a = ins[0]
+                users[a.node].append((nid, a.index))
+            elif n_in == 2:  # no Value comparisons
                 a, b = ins
                 users[a.node].append((nid, a.index))
                 if a.node != b.node or a.index != b.index:
@@ -317,6 +326,7 @@ class GraphCore:
                         users[v.node].append((nid, v.index))
             if op.source:
                 self._list_source(nid, op)
+            nid += 1
         return new_id
 
     def _same_types(self, new: tuple[Value, ...], old: tuple[Value, ...], source: GraphCore
