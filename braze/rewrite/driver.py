@@ -366,6 +366,7 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
     stats = {r.name: RuleStats(r.name, r.source) for r in rules}
     claimed: dict[int, Match] = {}
     accepted: list[Match] = []
+    reads: dict[int, set[Value]] = {}  # node id -> its values that accepted matches read
     near: list[tuple[int, MissedFusion]] = []
     near_cover: dict[str, set[int]] = {}  # per rule: nodes inside matches already reported
     explained: set[int] = set()
@@ -396,13 +397,15 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
                     continue
             st = stats[rule.name]
             t0, attempts = time.perf_counter(), st.attempts
-            verdict = _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed)
+            verdict = _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed, reads)
             st.seconds += time.perf_counter() - t0
             if isinstance(verdict, Match):
                 st.matches += 1
                 accepted.append(verdict)
                 for nid in verdict.consumed:
                     claimed[nid] = verdict
+                for v in verdict.trial.stands_for.values():
+                    reads.setdefault(v.node, set()).add(v)
                 break
             if st.attempts != attempts:
                 tried.append(node.id)
@@ -431,16 +434,22 @@ def _sweep(g: Graph, rules: Sequence[Rule], ctx: RewriteContext, vetoed: dict[tu
     return RewriteResult(new, True, stats, misses, node_map, made, list(claimed), tried)
 
 
-def _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed):
+def _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed, reads):
     """A Match if `rule` fuses at `node`, (node id, MissedFusion) for a near miss, else None.
     Checks run cheapest first: claims, safety, the rule's checks, cycles, then the trial
-    build of the replacement."""
+    build of the replacement.
+
+    A match that would remove a value an accepted match of this sweep reads (`reads`: node id
+    -> values read, from the accepted trials) is skipped like one overlapping a claim, unless
+    its replacement provides that value: the accepted one must still find its input. The next
+    sweep tries the node again (it is among the roots `tried`)."""
     first_miss = None
     matcher = rule.matcher  # a matcher called directly: one generator less per try
     for m in (matcher(g, node, ctx) if matcher is not None else rule.matches_at(g, node, ctx)):
         st.attempts += 1
         if any(nid in claimed for nid in m.consumed):
             continue
+        read = [nid for nid in m.consumed if nid in reads] if reads else None
         miss = _safety(g, m, outputs)
         if miss is None:
             for check in rule.checks:
@@ -454,11 +463,26 @@ def _try_rule(g, rule, node, ctx, claimed, outputs, st, vetoed):
                         detail="an input of the match is computed from its own interior")
         if miss is None:
             miss = trial_build(m, outputs)
+        if miss is None and read and _starves(m, read, reads):
+            m.trial = None
+            continue
         if miss is None:
             return m
         if first_miss is None:
             first_miss = (node.id, _missed(rule, node, miss, m), m.consumed)
     return first_miss
+
+
+def _starves(m: Match, read: list[int], reads: dict[int, set[Value]]) -> bool:
+    """Whether `m` (its trial built) removes a value of `read` (nodes it consumes) that an
+    accepted match reads, without its replacement providing it."""
+    result = m.trial.result
+    mapping = result if isinstance(result, dict) else {"root": result}
+    provided = set()
+    for name, vals in mapping.items():
+        n = m.nodes[name]
+        provided.update(n.values[:len(vals) if isinstance(vals, tuple) else 1])
+    return any(v not in provided for nid in read for v in reads[nid])
 
 
 def _safety(g: GraphCore, m: Match, outputs: set[Value]) -> Miss | None:
