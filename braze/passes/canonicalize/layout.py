@@ -8,6 +8,7 @@ stays for that reader; dead ones go in DCE):
   transpose(x, identity) / reshape, expand, cast to what x already is -> x
   reshape(transpose(reshape(x, merge), p), split-back) -> transpose(x, p on the merged groups)
   transpose(reshape(x, merge), p)          -> reshape(transpose(x, p on the groups), merge')
+    (in these two, transposes producing x compose into the new one in the same match)
   reshape(x) that only moves size-1 axes   -> transpose(x, p)
   reshape(F(reshape(x, [prod(L), E])), [L.., N]) for row-wise F (elementwise, last-axis
                                            norms, @ w) -> F(x)  (rows unflattened)
@@ -18,6 +19,7 @@ stays for that reader; dead ones go in DCE):
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Unary
 from ...ir.ops.linalg import MatMul
@@ -52,9 +54,23 @@ def live_users(g, v, depth: int = _LIVE_DEPTH) -> list:
     return [u for u in g.users(v) if _live(g, u, depth)]
 
 
-def _root_match(rule, g, node, values: dict, nodes: dict | None = None, data=None) -> Match:
-    return Match(rule, g, node, {"root": node, **(nodes or {})}, values, (node.id,),
+def _root_match(rule, g, node, values: dict, nodes: dict | None = None, data=None,
+                consumed: tuple[int, ...] | None = None) -> Match:
+    return Match(rule, g, node, {"root": node, **(nodes or {})}, values, consumed or (node.id,),
                  data=data)
+
+
+def _sole_reads(g, node, chain) -> tuple[int, ...]:
+    """The root and the leading nodes of `chain` (what the match reads above it, nearest
+    first) that nothing outside the match reads or returns: the match removes them at once,
+    instead of leaving them dead (for other rules to rewrite) until DCE. It reads their
+    readers: a rule calling it declares `reads_users` 1."""
+    ids = [node.id]
+    for n in chain:
+        if g.is_output(n.value) or any(u.id not in ids for u in g.users(n.id)):
+            break
+        ids.append(n.id)
+    return tuple(ids)
 
 
 # -- transpose / reshape chains -------------------------------------------------------------------
@@ -107,7 +123,9 @@ DROP_IDENTITY = Rule("DropIdentityLayout", lambda b, m: m.v("x"), matcher=_ident
 
 
 # -- reshape / transpose / reshape ----------------------------------------------------------------
-def _prod(dims) -> SymDim:
+@functools.lru_cache(maxsize=1 << 12)
+def _prod(dims: tuple) -> SymDim:
+    """The product of `dims` (ints and symbols; a pure function of the tuple, memoized)."""
     p = SymDim.of(1)
     for d in dims:
         p = p * SymDim.of(d)
@@ -117,6 +135,13 @@ def _prod(dims) -> SymDim:
 def merge_groups(src: tuple, dst: tuple) -> list[range] | None:
     """For a reshape that only merges consecutive axes: the src axes making each dst axis
     (`[batch, 4, seq, 16] -> [4*batch, seq, 16]` gives [0:2], [2:3], [3:4]); else None."""
+    groups = _merge_groups(tuple(src), tuple(dst))
+    return None if groups is None else list(groups)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _merge_groups(src: tuple, dst: tuple) -> tuple[range, ...] | None:
+    """`merge_groups` as a tuple, memoized (dims are ints and strings: hashable)."""
     groups, i = [], 0
     for d in dst:
         start, p = i, SymDim.of(1)
@@ -132,7 +157,25 @@ def merge_groups(src: tuple, dst: tuple) -> list[range] | None:
         if not groups or any(src[k] != 1 for k in range(i, len(src))):
             return None
         groups[-1] = range(groups[-1].start, len(src))
-    return groups
+    return tuple(groups)
+
+
+_FOLDS = 1  # transposes above x that a match composes in (more: ComposeTransposes, later)
+
+
+def _fold_transposes(g, x, perm: tuple) -> tuple:
+    """(x', perm', folded) with transpose(x', perm') = transpose(x, perm): up to `_FOLDS`
+    transposes producing x (`folded`, nearest first) composed in, as ComposeTransposes would in
+    the next sweeps. It reads `_FOLDS` edges above x."""
+    folded = []
+    for _ in range(_FOLDS):
+        n = _producer(g, x)
+        if not isinstance(n.op, Transpose):
+            break
+        perm = tuple(n.op.perm[k] for k in perm)
+        x = n.inputs[0]
+        folded.append(n)
+    return x, perm, folded
 
 
 def _collapse(g, node, ctx):
@@ -146,7 +189,7 @@ def _collapse(g, node, ctx):
     xd, yd, zd = g.shape_of(x).dims, first.outputs[0].dims, node.outputs[0].dims
     if len(xd) < len(yd):
         return  # a split (merge_groups would say so after multiplying dims)
-    groups = merge_groups(xd, yd)
+    groups = _merge_groups(xd, yd)
     if groups is None:
         return  # the first reshape must only merge axes
     p = mid.op.perm
@@ -154,13 +197,15 @@ def _collapse(g, node, ctx):
     want = tuple(xd[k] for r in ranges for k in r)
     if want != tuple(zd):
         return  # the second reshape does not split the merged axes back
-    perm = tuple(k for r in ranges for k in r)
-    yield _root_match(COLLAPSE_RESHAPE_TRANSPOSE, g, node, {"x": x}, data={"perm": perm})
+    x, perm, folded = _fold_transposes(g, x, tuple(k for r in ranges for k in r))
+    yield _root_match(COLLAPSE_RESHAPE_TRANSPOSE, g, node, {"x": x}, data={"perm": perm},
+                      consumed=_sole_reads(g, node, [mid, first, *folded]))
 
 
 COLLAPSE_RESHAPE_TRANSPOSE = Rule("CollapseReshapeTranspose", _build_transpose,
                                   matcher=_collapse, root_test=lambda op: isinstance(op, Reshape),
-                                  depth=3)  # reshape <- transpose <- reshape <- x's type
+                                  depth=3 + _FOLDS,  # reshape <- transpose <- reshape <- x
+                                  reads_users=1)  # which interiors only the match reads
 
 
 def _transpose_of_merge(g, node, ctx):
@@ -175,12 +220,13 @@ def _transpose_of_merge(g, node, ctx):
     xd, yd = g.shape_of(x).dims, inner.outputs[0].dims
     if len(xd) <= len(yd):
         return
-    groups = merge_groups(xd, yd)
+    groups = _merge_groups(xd, yd)
     if groups is None:
         return
-    perm = tuple(k for a in node.op.perm for k in groups[a])
+    x, perm, folded = _fold_transposes(g, x, tuple(k for a in node.op.perm for k in groups[a]))
     yield _root_match(TRANSPOSE_BEFORE_MERGE, g, node, {"x": x},
-                      data={"perm": perm, "dims": node.outputs[0].dims})
+                      data={"perm": perm, "dims": node.outputs[0].dims},
+                      consumed=_sole_reads(g, node, [inner, *folded]))
 
 
 def _build_transpose_before_merge(b, m):
@@ -190,7 +236,8 @@ def _build_transpose_before_merge(b, m):
 TRANSPOSE_BEFORE_MERGE = Rule("TransposeBeforeMerge", _build_transpose_before_merge,
                               matcher=_transpose_of_merge,
                               root_test=lambda op: isinstance(op, Transpose),
-                              depth=2)  # transpose <- reshape <- x's type
+                              depth=2 + _FOLDS,  # transpose <- reshape <- x
+                              reads_users=1)  # which interiors only the match reads
 
 
 def _unit_axes_reshape(g, node, ctx):
