@@ -18,7 +18,7 @@ from ..passes.expand import expand_nodes
 from .kernels import KERNELS, Dispatch, KernelContext
 from .kernels.threads import ThreadLimit
 from .plan import SharedArena
-from .program import Program, build_program
+from .program import Program, Step, build_program
 
 __all__ = ["compile", "Executable", "KernelDispatchReport"]
 
@@ -199,6 +199,7 @@ class Executable:
             prog = self._any_program()
         stepped = {s.node.id: s for s in prog.steps}
         epilogue = {s.into.id: s for s in prog.steps if s.into is not None}
+        folded = self._folded_into(prog)
         rows = []
         for n in self.graph.nodes:
             if n.op.source:
@@ -217,9 +218,27 @@ class Executable:
                 rows.append((who, n.op.label, Dispatch.VIEW, "view of its input"))
             elif n.id in prog.static_ids:
                 rows.append((who, n.op.label, Dispatch.STATIC, "computed once (weights / dims)"))
+            elif n.id in folded:
+                host = folded[n.id]
+                rows.append((who, n.op.label, host.kernel.dispatch,
+                             f"done inside %{host.node.id} ({host.kernel.name})"))
             else:
                 rows.append((who, n.op.label, Dispatch.STATIC, "unused"))
         return KernelDispatchReport(rows, dict(self.decomposed))
+
+    def _folded_into(self, prog: Program) -> dict[int, Step]:
+        """Node id -> the step that does its work itself: the nodes between what a step's
+        kernel reads instead of an input (`Kernel.reads`) and that input (an operand's bf16
+        rounding, done by the GEMM reading it)."""
+        out = {}
+        nodes = self.graph.nodes
+        for step in prog.steps:
+            for pos, v in step.kernel.reads:
+                cur = step.node.inputs[pos]
+                while cur != v and cur.node not in out and nodes[cur.node].inputs:
+                    out[cur.node] = step
+                    cur = nodes[cur.node].inputs[0]
+        return out
 
     def _any_program(self) -> Program:
         if not self._programs:

@@ -26,9 +26,11 @@ import numpy as np
 
 from ..errors import InterpretError
 from ..ir.analysis import weight_prep_nodes
+from ..ir.dtypes import bf16, f32
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.op import Value
+from ..ir.ops.elementwise import Cast
 from ..ir.ops.fused_simple import FusedMatMulBiasAct, FusedSwiGLU
 from ..ir.ops.io import Constant, Input, Param
 from ..ir.ops.linalg import MatMul
@@ -57,6 +59,7 @@ class Step:
     slots: tuple[int, ...]
     call: Callable[[], None] | None = None
     into: Node | None = None
+    inputs: tuple[Value, ...] = ()  # what it reads: node.inputs, with Kernel.reads applied
 
     @property
     def writes(self) -> tuple[Value, ...]:
@@ -210,13 +213,13 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             static_ids.add(n.id)
     input_slots = {n.op.name: slot(n.value) for n in g.inputs}
     ctx = replace(ctx, static={v: env[i] for v, i in slot_of.items() if env[i] is not None},
-                  prepared=static_cache.setdefault(_PREPARED, {}))
+                  prepared=static_cache.setdefault(_PREPARED, {}),
+                  rounded=_rounded(g) if ctx.precision is not None else {})
     steps: list[Step] = []
     views: list = []                  # (slot, view fn, source slot), made once after the plan
     view_ids: set[int] = set()
     contiguous: dict[Value, bool] = {}  # views of contiguous memory that stay contiguous
     scratch_types: dict = {}
-    writer: dict[Value, int] = {}     # value -> step index that writes it
     last_use: dict[Value, int] = {}   # buffer value -> last step index reading it
     alias: dict[Value, Value] = {}    # view value -> the buffer value it looks into
     epilogues = _gated_epilogues(g, static)
@@ -247,21 +250,25 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
         else:
             absorbed.add(into.id)
         writes = (into or n).values
-        idx = len(steps)
-        for v in n.inputs:
-            last_use[alias.get(v, v)] = idx
-        for v in writes:
-            writer[v] = idx
+        reads = list(n.inputs)
+        for pos, v in k.reads:
+            reads[pos] = v
         scratch = []
         for i, (dims, dt) in enumerate(k.scratch):
             key = _Scratch(n.id, i)
             shapes[key] = tuple(int(d) for d in dims)
             scratch_types[key] = np.dtype(dt)
             scratch.append(slot(key))
-        steps.append(Step(n, k, tuple(slot(v) for v in n.inputs) +
-                          tuple(slot(v) for v in writes) + tuple(scratch), into=into))
-    end = len(steps)
+        steps.append(Step(n, k, tuple(slot(v) for v in reads) +
+                          tuple(slot(v) for v in writes) + tuple(scratch), into=into,
+                          inputs=tuple(reads)))
     outputs = {alias.get(v, v) for v in g.outputs}
+    if any(st.kernel.reads for st in steps):
+        steps, views = _drop_unread(steps, views, outputs, alias, slot_of)
+    for idx, step in enumerate(steps):
+        for v in step.inputs:
+            last_use[alias.get(v, v)] = idx
+    end = len(steps)
     for v in outputs:
         last_use[v] = end
     buffers = _buffers(g, steps, last_use, shapes, outputs, alias)
@@ -292,6 +299,39 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     direct = _direct_feeds(g, plan, outputs, alias, slot_of, views, steps)
     return Program(g, symbols, env, input_slots, steps,
                    [slot_of[v] for v in g.outputs], plan, static_ids, view_ids, arena, direct)
+
+
+def _rounded(g: Graph) -> dict[Value, Value]:
+    """Each value computed as cast(cast(a, bf16), f32) from an f32 `a` (the precision policy's
+    rounding of an operand) -> `a` (see KernelContext.rounded)."""
+    out = {}
+    for n in g.nodes:
+        if not isinstance(n.op, Cast) or n.op.dtype != f32:
+            continue
+        inner = g.nodes[n.inputs[0].node]
+        if isinstance(inner.op, Cast) and inner.op.dtype == bf16 and \
+                g.shape_of(inner.inputs[0]).dtype == f32:
+            out[n.value] = inner.inputs[0]
+    return out
+
+
+def _drop_unread(steps: list[Step], views: list, outputs: set[Value], alias: dict,
+                 slot_of: dict) -> tuple[list[Step], list]:
+    """The steps (and views) whose results something reads: after kernels read other values
+    than their nodes' inputs (`Kernel.reads`), the steps computing what they no longer read
+    (a bf16 GEMM's operand rounding) are left out."""
+    live = set(outputs)
+    kept: list[Step] = []
+    for step in reversed(steps):
+        if any(alias.get(v, v) in live or v in live for v in step.writes):
+            kept.append(step)
+            live.update(alias.get(v, v) for v in step.inputs)
+            live.update(step.inputs)
+    kept.reverse()
+    by_slot = {s: v for v, s in slot_of.items()}
+    views = [vw for vw in views if alias.get(by_slot[vw[0]], by_slot[vw[0]]) in live or
+             by_slot[vw[0]] in live]
+    return kept, views
 
 
 def _gated_epilogues(g: Graph, static: list[bool]) -> dict[int, Node]:
@@ -445,10 +485,10 @@ def _inplace_host(step, pos, idx, last_use, outputs, alias, owner, shapes, g):
         return None
     out = step.writes[0]
     for i in step.kernel.inplace:
-        v = step.node.inputs[i]
+        v = step.inputs[i]
         if v in alias or v not in owner or v in outputs or last_use.get(v) != idx:
             continue
-        if sum(1 for u in step.node.inputs if alias.get(u, u) == v) > 1:
+        if sum(1 for u in step.inputs if alias.get(u, u) == v) > 1:
             continue  # v read twice, or also through a view: writing it would change that view
         if shapes[v] == shapes[out] and g.shape_of(v).dtype == g.shape_of(out).dtype:
             return owner[v]  # views of v count as reads of v, so none is live past this step

@@ -13,7 +13,7 @@ import numpy as np
 from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
 from . import attention_native as heads_c
-from . import blas, native
+from . import bf16_gemm, blas, native
 from . import packed_gemm as pg
 from .fused import _c, gemm_bias_act, is_f32, packed_weight
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -58,11 +58,16 @@ def _rows_contiguous(a: np.ndarray) -> np.ndarray:
     return a if heads_c.head_strides(a) is not None else np.ascontiguousarray(a, np.float32)
 
 
-def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias, packed=None
-                ) -> None:
+def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias, packed=None,
+                x16: np.ndarray | None = None) -> None:
     """out = x @ w (+ bias): one native GEMM + epilogue call where it can (braze's own on w
-    packed once, when `packed` is given), else BLAS + C."""
+    packed once, or the bf16 GEMM rounding x through `x16`, when `packed` is given), else
+    BLAS + C."""
     bias = None if bias is None else _c(bias)
+    if isinstance(packed, bf16_gemm.Bf16Weight):
+        if not bf16_gemm.gemm(x, packed, out, bias, 0, x16):
+            raise ValueError(f"bf16 projection: x {x.shape} does not fit {w.shape}")
+        return
     if packed is not None and pg.gemm(x, packed, out, bias, 0):
         return
     if gemm_bias_act(lib, x, w, out, bias, 0):
@@ -134,12 +139,13 @@ class _BlockShape:
             self.sk * d
 
 
-def _project_all(lib, op, shape: _BlockShape, r: dict, bufs, packed) -> dict:
+def _project_all(lib, op, shape: _BlockShape, r: dict, bufs, packed, x16) -> dict:
     """Run every joined projection into its buffer, then the q/k norm and rope in place;
     returns joined roles -> buffer."""
     proj = {}
     for (src, joined, *_), buf, pw in zip(shape.projections, bufs, packed):
-        _projection(lib, _c(r[src]), r[f"w_{joined}"], buf, r.get(f"b_{joined}"), pw)
+        x = _c(r[src])  # held in a name: a temporary copy would be freed before the call
+        _projection(lib, x, r[f"w_{joined}"], buf, r.get(f"b_{joined}"), pw, x16)
         proj[joined] = buf
     if op.qk_norm is not None:
         _qk_norm_in_place(op, proj, r)
@@ -173,23 +179,48 @@ def attention_block(node, ins, outs, ctx):
     views = [shape.heads[role] for role in "qkv"]
     strides = sum(((widths[j][0] * widths[j][1], d, widths[j][1]) for j, *_ in views), ())
     strides += (s * merged_w, d, merged_w)
-    packed = [packed_weight(node, ctx, roles.index(f"w_{joined}"))
-              for _, joined, *_ in shape.projections]
+    low, reads = _bf16_projections(node, ctx, shape, roles)
+    packed = low or [packed_weight(node, ctx, roles.index(f"w_{joined}"))
+                     for _, joined, *_ in shape.projections]
     packed_o = packed_weight(node, ctx, roles.index("w_o"))
 
     def run_packed(*arrays):
         r = dict(zip(roles, arrays[:len(roles)]))
         out = arrays[len(roles)]
         bufs = arrays[len(roles) + 1:len(roles) + 1 + n_proj]
-        merged, scratch = arrays[len(roles) + 1 + n_proj:]
-        proj = _project_all(lib, op, shape, r, bufs, packed)
+        merged, scratch, *x16 = arrays[len(roles) + 1 + n_proj:]
+        proj = _project_all(lib, op, shape, r, bufs, packed, x16[0] if x16 else None)
         q, k, v = (proj[joined][:, :, start:] for joined, start, *_ in views)
         heads(q, k, v, merged, strides, r.get("mask"), scratch)
         _projection(lib, merged, r["w_o"], out, r.get("b_o"), packed_o)
 
     scratch = shape.buffers() + (((b, s, merged_w), np.float32),
                                  (heads.plan.scratch_shape, np.float32))
-    how = "braze packed-weight GEMM" if None not in packed and packed_o is not None \
-        else "MKL"
+    if low:
+        rows_k = max(b * rows * e_in for _, _, rows, _, e_in in shape.projections)
+        scratch += (((rows_k,), np.uint16),)
+        how = "MKL bf16 GEMM (AMX) for q/k/v, braze packed-weight GEMM for the output"
+    elif None not in packed and packed_o is not None:
+        how = "braze packed-weight GEMM"
+    else:
+        how = "MKL"
     return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads, "
-                  "no head copies)", scratch=scratch, **cost)
+                  "no head copies)", scratch=scratch, reads=reads, **cost)
+
+
+def _bf16_projections(node, ctx, shape: _BlockShape, roles) -> tuple[list | None, tuple]:
+    """Under the bf16 policy, each q/k/v projection's weight prepared for the bf16 GEMM and
+    the (input position, unrounded value) each input role is read from (the GEMM rounds it
+    itself), when every projection qualifies; else (None, ()). The output projection reads
+    the attention result, which the policy does not round: it stays an f32 GEMM."""
+    weights, reads = [], {}
+    for src, joined, *_ in shape.projections:
+        pos = roles.index(src)
+        source = bf16_gemm.rounded_source(node, ctx, pos)
+        w = bf16_gemm.bf16_weight(node, ctx, roles.index(f"w_{joined}")) \
+            if source is not None else None
+        if w is None:
+            return None, ()
+        weights.append(w)
+        reads[pos] = source
+    return weights, tuple(reads.items())

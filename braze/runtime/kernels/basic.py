@@ -10,7 +10,7 @@ from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Compare, CompareFn, Un
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.reduce import Reduce, ReduceFn
 from ...ir.ops.shape import Concat, Gather, Reshape, Split, Transpose
-from . import blas, native
+from . import bf16_gemm, blas, native
 from . import packed_gemm as pg
 from .fused import gemm_bias_act, is_f32, packed_weight
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -107,6 +107,10 @@ def matmul(node, ins, outs, ctx):
     flops = 2 * (outs[0].numel() or 0) * int(k)
     cost = dict(flops=flops, bytes=nbytes(ins) + nbytes(outs))
     lib = native.lib()
+    low = bf16_gemm.gemm_kernel(node, ins, outs, ctx, has_bias=False, act=0, what="matmul") \
+        if lib is not None and is_f32(a, b) else None
+    if low is not None:
+        return low
     packed = packed_weight(node, ctx) if lib is not None and is_f32(a, b) else None
     if packed is not None:
         def run_packed(x, w, out):

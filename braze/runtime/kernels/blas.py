@@ -19,7 +19,8 @@ import numpy as np
 
 from ..codegen import cc
 
-__all__ = ["matmul", "provider", "sgemm_address", "local_threads_address", "set_local_threads"]
+__all__ = ["matmul", "provider", "sgemm_address", "local_threads_address", "set_local_threads",
+           "mkl_library"]
 
 _ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112
 
@@ -43,11 +44,18 @@ def _mkl():
                                             ctypes.c_void_p, ctypes.c_int]
         fn.restype = None
         _LOCAL_THREADS[:] = [getattr(lib, "MKL_Set_Num_Threads_Local", None)]
+        _LIBRARY[:] = [lib]
         return fn
     return None
 
 
 _LOCAL_THREADS: list = []  # MKL's C-API MKL_Set_Num_Threads_Local, once MKL is loaded
+_LIBRARY: list = []  # the loaded libmkl_rt
+
+
+def mkl_library() -> ctypes.CDLL | None:
+    """The loaded MKL runtime library (for its other entry points), or None without MKL."""
+    return _LIBRARY[0] if _mkl() is not None and _LIBRARY else None
 
 
 def local_threads_address() -> int | None:

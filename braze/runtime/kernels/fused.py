@@ -21,7 +21,7 @@ from ...ir.ops.fused_simple import leading_broadcast_axes
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.reduce import Softmax
-from . import blas, native
+from . import bf16_gemm, blas, native
 from . import packed_gemm as pg
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
@@ -123,6 +123,9 @@ def gated_gemm(node, gated_node, ins, outs, ctx) -> Kernel | None:
     cols = int(ins[1].dims[-1])
     if has_bias and tuple(ins[2].dims) not in ((cols,), ()):
         return None
+    if bf16_gemm.rounded_source(node, ctx, 0) is not None and \
+            bf16_gemm.bf16_weight(node, ctx, 1) is not None:
+        return None  # the bf16 GEMM runs the product, the gated kernel after it
     packed = packed_weight(node, ctx, gate_first=bool(gated_node.op.gate_first))
     if packed is None:
         return None
@@ -162,6 +165,10 @@ def matmul_bias_act(node, ins, outs, ctx):
         return None
     rows = _numel(outs[0]) // max(cols, 1)
     bias_full = op.has_bias and ins[2].dims == (cols,)
+    what = op.act.value if op.act else "bias"
+    low = bf16_gemm.gemm_kernel(node, ins, outs, ctx, has_bias=op.has_bias, act=act, what=what)
+    if low is not None:
+        return low
 
     def run(x, w, *rest):
         out = rest[-1]
@@ -178,7 +185,6 @@ def matmul_bias_act(node, ins, outs, ctx):
             lib.bias_act(out.ctypes.data, None if b is None else b.ctypes.data, rows, cols, act)
 
     k = int(ins[0].dims[-1])
-    what = op.act.value if op.act else "bias"
     packed = packed_weight(node, ctx)
     if packed is not None:
         how = "braze packed-weight GEMM, epilogue per tile"

@@ -36,13 +36,16 @@ class KernelContext:
     and the static values (weights and weight preparation, by graph value) already computed
     for this program, which a kernel may prepare further once (e.g. pack a GEMM weight).
     `prepared` caches such preparations across the executable's programs; it is emptied when
-    the weights change."""
+    the weights change. `rounded` maps each value computed as `cast(cast(a, bf16), f32)` (the
+    precision policy's rounding of an operand) to `a`: a kernel that rounds `a` itself may
+    read it instead (`Kernel.reads`)."""
 
     threads: int = 0
     precision: Any = None
     symbols: dict[str, int] = field(default_factory=dict)
     static: dict[Any, np.ndarray] = field(default_factory=dict)
     prepared: dict[Any, Any] = field(default_factory=dict)
+    rounded: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -55,7 +58,11 @@ class Kernel:
     outputs; `flops` / `bytes` estimate one run for the profile. `bind(*inputs, *outputs,
     *scratch)`, when given, returns a zero-argument call doing what `run` does on exactly those
     arrays: the executor binds every step once per program (its arrays never move), so a
-    kernel can compute pointers, views and argument tuples there instead of on every call."""
+    kernel can compute pointers, views and argument tuples there instead of on every call.
+    `reads` lists (input position, value): the kernel gets that value's array at that
+    position instead of the node's input (a GEMM reading the unrounded operand and rounding it
+    to bf16 itself, see KernelContext.rounded); steps whose results nothing reads then are
+    dropped."""
 
     run: Callable[..., None]
     dispatch: str = Dispatch.NATIVE
@@ -65,6 +72,7 @@ class Kernel:
     bytes: int = 0
     scratch: tuple[tuple[tuple[int, ...], object], ...] = ()
     bind: Callable[..., Callable[[], None]] | None = None
+    reads: tuple[tuple[int, Any], ...] = ()
 
 
 KernelFactory = Callable[[Node, Sequence[Shape], Sequence[Shape], KernelContext], "Kernel | None"]
