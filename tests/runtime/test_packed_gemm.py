@@ -5,11 +5,13 @@ act(x @ w + bias) on them. Checked against float64 NumPy on odd sizes (tails in 
 direction, several K blocks, several row blocks), every activation code, with / without bias,
 and through bz.compile against the reference interpreter. The executor uses it by default;
 BRAZE_PACKED_GEMM=0 opts out (the compile tests here set 1 explicitly)."""
+import json
+
 import numpy as np
 import pytest
 
 import braze as bz
-from braze.runtime.kernels import native
+from braze.runtime.kernels import blas, native
 from braze.runtime.kernels import packed_gemm as pg
 
 pytestmark = pytest.mark.skipif(pg.lib() is None, reason="no C compiler")
@@ -212,8 +214,12 @@ def test_a_weight_fed_as_input_is_not_packed(packed_on):
     assert impls and not any("packed" in impl for impl in impls)
 
 
-@pytest.mark.parametrize("flag", [None, "0"])
-def test_packed_by_default_and_blas_when_opted_out(monkeypatch, flag):
+@pytest.mark.parametrize("flag", [None, "1", "0"])
+def test_packed_where_measured_faster_and_forced_either_way(monkeypatch, flag, tmp_path):
+    from braze.runtime.kernels import gemm_choice
+
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))  # a fresh measurement
+    monkeypatch.setattr(gemm_choice, "_choices", None)
     if flag is None:
         monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
     else:
@@ -223,7 +229,15 @@ def test_packed_by_default_and_blas_when_opted_out(monkeypatch, flag):
     exe = bz.compile(g, params=params)
     _matches(g, exe, params, 0, {"batch": 2})
     packed = any("packed" in impl for impl in _impls(exe, "fused_matmul_bias_act"))
-    assert packed == (flag is None)
+    if flag is None:  # the choice is measured once and remembered per machine and shape
+        saved = list(tmp_path.glob("gemm_choice_*.json"))
+        if blas.sgemm_address() is None:
+            assert packed and not saved
+        else:
+            choice = json.loads(saved[0].read_text())
+            assert len(choice) == 1 and packed == next(iter(choice.values()))
+    else:
+        assert packed == (flag == "1")
 
 
 def test_attention_block_and_plain_matmul_pack_their_weights(packed_on):

@@ -21,7 +21,7 @@ from ...ir.ops.fused_simple import leading_broadcast_axes
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.reduce import Softmax
-from . import bf16_gemm, blas, native
+from . import bf16_gemm, blas, gemm_choice, native
 from . import packed_gemm as pg
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
@@ -81,21 +81,28 @@ def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None
                   ) -> pg.PackedWeight | None:
     """The static 2-D float32 weight at input `position` of `node` packed once for braze's own
     GEMM (packed_gemm.py; cached in ctx.prepared, which update_weights empties), or None when
-    that input is not static (fed at run time) or can't be packed, or when BRAZE_PACKED_GEMM=0
-    opts out. With `gate_first` set, packed for the gated epilogue (pg.pack_gated). On a quiet
-    2-core run the packed kernel took 0.80-0.86x the MKL tiles' time end to end (BERT-base,
-    GPT-2, LLaMA-small, MiniLM at batch 1 and 8, 2 threads); its copy costs ~1.0x the GEMM
-    weights in RSS (bench/gemm_kernels.py --model NAME --batch B)."""
-    if os.environ.get("BRAZE_PACKED_GEMM", "1") == "0":
+    that input is not static (fed at run time) or can't be packed, when MKL's tiles were
+    measured faster for its shape on this machine (gemm_choice.py), or when
+    BRAZE_PACKED_GEMM=0 opts out (=1 always packs). With `gate_first` set, packed for the
+    gated epilogue (pg.pack_gated; always: MKL has no gated epilogue). On the AVX2 VM the
+    packed kernel took 0.80-0.86x the MKL tiles' time end to end; on the AMX VM MKL won. Its
+    copy costs ~1.0x the GEMM weights in RSS (bench/gemm_kernels.py --model NAME --batch B)."""
+    if os.environ.get("BRAZE_PACKED_GEMM", "auto") == "0":
         return None
     value = node.inputs[position]
     w = ctx.static.get(value)
     if w is None or w.ndim != 2 or w.dtype != np.float32:
         return None
+    if gate_first is None and not gemm_choice.packed_wins(*w.shape, _mkl_tiles):
+        return None  # MKL's tiles measured faster for this shape here
     key = ("packed_gemm", value, w.shape, w.strides, gate_first)
     if key not in ctx.prepared:
         ctx.prepared[key] = pg.pack(w) if gate_first is None else pg.pack_gated(w, gate_first)
     return ctx.prepared[key]
+
+
+def _mkl_tiles(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
+    gemm_bias_act(native.lib(), x, w, out, None, 0)
 
 
 def gated_gemm(node, gated_node, ins, outs, ctx) -> Kernel | None:
