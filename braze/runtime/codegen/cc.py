@@ -24,6 +24,7 @@ from functools import cache
 from pathlib import Path
 
 __all__ = ["available", "compile_c", "load_library", "set_omp_spin", "cache_dir", "FLAGS",
+           "cpu_flags",
            "PRECISE_FLAGS", "CompileError", "simd_math_decls", "PARALLEL_MIN_ELEMENTS",
            "PARALLEL_MIN_MACS", "team_size", "parallel_min_define"]
 
@@ -109,6 +110,19 @@ def cache_dir() -> Path:
     d = Path(base) if base else Path.home() / ".cache" / "braze" / "kernels"
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (/proc/cpuinfo; empty where there is none)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return frozenset(line.split(":", 1)[-1].split())
+    except OSError:
+        pass
+    return frozenset()
 
 
 @cache

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import InterpretError
 from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
 from . import attention_native as heads_c
@@ -66,7 +67,8 @@ def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias, packed
     bias = None if bias is None else _c(bias)
     if isinstance(packed, bf16_gemm.Bf16Weight):
         if not bf16_gemm.gemm(x, packed, out, bias, 0, x16):
-            raise ValueError(f"bf16 projection: x {x.shape} does not fit {w.shape}")
+            raise InterpretError(f"bf16 projection: x {x.shape} does not fit the weight "
+                                 f"{w.shape}")
         return
     if packed is not None and pg.gemm(x, packed, out, bias, 0):
         return

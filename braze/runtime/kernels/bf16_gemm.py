@@ -32,7 +32,7 @@ from .registry import Dispatch, Kernel, nbytes
 
 __all__ = ["available", "Bf16Weight", "bf16_weight", "rounded_source", "gemm", "gemm_kernel"]
 
-_ROW_MAJOR, _NO_TRANS, _PACKED, _B_MATRIX = 101, 111, 151, 162
+_ROW_MAJOR, _NO_TRANS, _B_MATRIX = 101, 111, 162  # CBLAS enums (the C code uses 151: packed)
 
 SOURCE = native.ACT_SPAN.join(("""
 #include <stdint.h>
@@ -108,15 +108,7 @@ def _mkl() -> _Mkl | None:
 
 
 def _cpu_has_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    flags = set(line.split())
-                    return bool(flags & {"amx_bf16", "avx512_bf16"})
-    except OSError:
-        pass
-    return False
+    return bool(cc.cpu_flags() & {"amx_bf16", "avx512_bf16"})
 
 
 @cache
