@@ -5,9 +5,12 @@ with f32 accumulation computes (products of bf16 values are exact in f32).
 
 Rounding is written as cast(cast(x, bf16), f32): the reference interpreter gives the policy's
 numbers exactly, and on weights it is weight preparation (computed once). A backend with a bf16
-GEMM runs those matmuls on the rounded operands directly."""
+GEMM runs those matmuls on the rounded operands directly. A fused attention block's output
+projection is a matmul too: the policy sets the block's `round_attention`, which rounds the
+attention result (an operand inside the block) the same way."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -69,11 +72,24 @@ def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int
                     rounded[v] = new.cast(new.cast(v, policy.compute), f32)
                 ins[i] = rounded[v]
             count += 1
+            op = _round_inside(node.op, policy)
+            if op is not node.op:
+                outs = new.add_node(op, ins, name=node.name, provenance=node.provenance)
+                vmap.update(zip(node.values, outs))
+                continue
         outs = new.clone_node(node, ins, g)
         vmap.update(zip(node.values, outs))
     new.weights = dict(g.weights)
     new.set_outputs([vmap[v] for v in g.outputs])
     return new, count
+
+
+def _round_inside(op, policy: PrecisionPolicy):
+    """`op` with its inner matmul operands rounded by the policy (an attention block's
+    attention result, read by the output projection), or `op` itself."""
+    if isinstance(op, FusedAttentionBlock) and "w_o" not in policy.skip_roles:
+        return dataclasses.replace(op, round_attention=policy.compute)
+    return op
 
 
 def _roles(op, n: int) -> tuple:

@@ -210,3 +210,27 @@ def test_pad_modes_export(mode, target):
     g.set_outputs([g.pad(x, [(0, 0), (1, 2), (2, 1)], 0.5, mode)])
     feeds = bz.random_feeds(g, 0)
     _same(_run(to_onnx_model(g, target), feeds), bz.interpret(g, feeds))
+
+
+@pytest.mark.parametrize("fuse_for, target", [("cpu", "standard"),
+                                               ("onnxruntime", "onnxruntime")])
+def test_bf16_policy_graph_exports_its_rounding(fuse_for, target):
+    """The policy's rounding inside a fused attention block (round_attention) is written as
+    the same Cast pair in front of the output projection, on both targets."""
+    from braze.passes.precision import apply_precision
+
+    g = models.bert_encoder(1, 32, 2, batch=2, seq=6, with_mask=True)
+    params = bz.init_params(g, 0)
+    fused, _ = bz.fuse(g, fuse_for)
+    policy_graph, _ = apply_precision(fused, "bf16")
+    assert any(getattr(n.op, "round_attention", None) == bz.bf16 for n in policy_graph.nodes)
+    model = to_onnx_model(policy_graph, target, params=params)
+    feeds = bz.random_feeds(g, 4)
+    got = _run(model, feeds)[0]
+    want = bz.interpret(policy_graph, feeds, params)[0]
+    # f32 sums in another order can flip a later bf16 rounding now and then (2**-8 relative)
+    assert np.abs(got - want).max() < 4e-3 * np.abs(want).max()
+    assert np.abs(got - want).mean() < 1e-4 * np.abs(want).mean() + 1e-6
+    casts = [n for n in model.graph.node if n.op_type == "Cast"
+             and n.attribute[0].i == onnx.TensorProto.BFLOAT16]
+    assert len(casts) >= 3  # the block's input, its attention result, the MLP's inputs

@@ -61,3 +61,47 @@ def test_pass_form_and_unknown_policy():
     assert res.changed and res.graph.count("cast") > 0
     with pytest.raises(bz.BrazeError, match="unknown precision"):
         apply_precision(g, "int3")
+
+
+def _with_round_attention(g: bz.Graph, dtype) -> bz.Graph:
+    """`g` with every fused attention block's round_attention set to `dtype`."""
+    import dataclasses
+
+    new = bz.Graph(g.name)
+    vmap = {}
+    for node in g.nodes:
+        ins = [vmap[v] for v in node.inputs]
+        if node.op.kind == "fused_attention_block":
+            outs = new.add_node(dataclasses.replace(node.op, round_attention=dtype), ins)
+        else:
+            outs = new.clone_node(node, ins, g)
+        vmap.update(zip(node.values, outs))
+    new.weights = dict(g.weights)
+    new.set_outputs([vmap[v] for v in g.outputs])
+    return new
+
+
+def test_attention_output_projection_operand_is_rounded_inside_the_block():
+    """A fused attention block's output projection is a matmul: the policy rounds its
+    operand (the attention result) through the block's round_attention, which the
+    decomposition (unfuse, the interpreter) writes as the same two casts."""
+    g = models.bert_encoder(1, 64, 4, batch=2, seq=8)
+    fused, _ = bz.fuse(g, "cpu")
+    policy_graph, _ = apply_precision(fused, "bf16")
+    blocks = [n for n in policy_graph.nodes if n.op.kind == "fused_attention_block"]
+    assert len(blocks) == 1 and blocks[0].op.round_attention == bz.bf16
+    assert blocks[0].provenance == next(n for n in fused.nodes
+                                        if n.op.kind == "fused_attention_block").provenance
+    params = bz.init_params(g, 0)
+    feeds = bz.random_feeds(g, 1)
+    want = bz.interpret(policy_graph, feeds, params)[0]
+    unfused = bz.unfuse_fused_for_autodiff(policy_graph)
+    np.testing.assert_allclose(bz.interpret(unfused, feeds, params)[0], want, rtol=1e-5,
+                               atol=1e-5)
+    rounded_matmuls = [n for n in unfused.nodes if n.op.kind == "matmul"
+                       and unfused.nodes[n.inputs[0].node].op.kind == "cast"]
+    assert len(rounded_matmuls) == 4  # joined qkv, output projection, the MLP's two
+    unrounded = bz.interpret(_with_round_attention(policy_graph, None), feeds, params)[0]
+    assert np.abs(unrounded - want).max() > 1e-5 * np.abs(want).max()
+    with pytest.raises(bz.BrazeError, match="round_attention must be a float dtype"):
+        _with_round_attention(fused, bz.i32)

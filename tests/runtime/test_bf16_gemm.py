@@ -92,14 +92,61 @@ def test_f32_and_unrounded_operands_keep_the_f32_gemm():
 
 
 @needs_bf16
-def test_attention_block_projects_qkv_in_bf16_and_output_in_f32():
+def test_attention_block_projects_qkv_and_output_in_bf16():
     g = models.bert_encoder(2, 64, 4, batch=2, seq=8)
     params = bz.init_params(g, 0)
     exe = bz.compile(g, params=params, precision="bf16")
     blocks = [r for r in _rows(exe, g) if r[1].startswith("fused_attention_block")]
-    assert len(blocks) == 2 and all("bf16 GEMM (AMX) for q/k/v" in r[3] for r in blocks)
+    assert len(blocks) == 2
+    assert all("bf16 GEMM (AMX) for q/k/v and the output" in r[3] for r in blocks)
     feeds = bz.random_feeds(g, 5)
     _close(exe(feeds), _policy_reference(exe, feeds, params))
+
+
+@pytest.mark.skipif(bf16_gemm._lib() is None, reason="no C compiler")
+def test_attention_block_without_the_bf16_gemm_rounds_the_result_itself(monkeypatch):
+    """The policy rounds the attention result (the block's round_attention); compiled without
+    the policy (no bf16 GEMM) the kernel rounds it in place before its f32 output projection,
+    and matches the policy graph's interpreter far closer than without that rounding."""
+    from braze.passes.precision import apply_precision
+
+    g = models.bert_encoder(1, 64, 4, batch=2, seq=8)
+    fused, _ = bz.fuse(g, "cpu")
+    policy_graph, _ = apply_precision(fused, "bf16")
+    params = bz.init_params(g, 0)
+    feeds = bz.random_feeds(g, 2)
+    want = bz.interpret(policy_graph, feeds, params)[0]
+
+    def error() -> float:
+        exe = bz.compile(policy_graph, params=params, fuse=False)
+        blocks = [r for r in _rows(exe, policy_graph)
+                  if r[1].startswith("fused_attention_block")]
+        assert len(blocks) == 1 and "bf16" not in blocks[0][3]
+        return float(np.abs(exe(feeds)[0] - want).mean())
+
+    rounded = error()
+    monkeypatch.setattr(bf16_gemm, "round_through", lambda a, dtype: None)
+    assert rounded * 10 < error()
+
+
+@pytest.mark.skipif(bf16_gemm._lib() is None, reason="no C compiler")
+def test_round_through_matches_the_policy_casts():
+    rng = np.random.default_rng(3)
+    bits = rng.integers(0, 2 ** 32, 70_000, dtype=np.uint64).astype(np.uint32)
+    special = np.array([0x3F808000, 0x3F818000, 0x7F7FFFFF, 0x00008000, 0x7F800000,
+                        0xFF800000, 0x7FC00001, 0x7F800001, 0x80000000], np.uint32)
+    x = np.concatenate([bits, special]).view(np.float32)
+    got = x.copy()
+    bf16_gemm.round_through(got, bz.bf16)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = x.astype(ml_dtypes.bfloat16).astype(np.float32)
+    nan = np.isnan(x)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+    assert np.isnan(got[nan]).all()
+    half = x[:100].copy()
+    bf16_gemm.round_through(half, bz.f16)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.testing.assert_array_equal(half, x[:100].astype(np.float16).astype(np.float32))
 
 
 @needs_bf16

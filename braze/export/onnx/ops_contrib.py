@@ -34,6 +34,7 @@ from ...ir.ops.fused import (
     QkvInputs,
     RopeMode,
 )
+from .builder import onnx_type
 from .ops_standard import conv_attrs, scalar, unary_fn
 from .registry import exporter
 
@@ -184,6 +185,8 @@ def attention_block(b, n, ins, target):
     else:
         y = _attention_of_two_inputs(b, n, r)
     y = _nan_guard(b, y, dt, op.mask)
+    if op.round_attention is not None:  # the precision policy's rounding of w_o's operand
+        y = b.op1("Cast", b.op1("Cast", y, to=onnx_type(op.round_attention)), to=onnx_type(dt))
     y = b.op1("MatMul", y, r["w_o"])
     return [b.op1("Add", y, r["b_o"]) if op.has_out_bias else y]
 

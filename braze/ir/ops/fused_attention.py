@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from ..dtypes import DType
 from ..op import Value, require, same_dtype
 from ..shapes import Shape
 from .attention import Attention, MaskKind, Rope
@@ -99,7 +100,9 @@ class FusedAttentionBlock(FusedOp):
     [B, S_in, H, D] and transposed to [B, H, S_in, D]; rope (if any) rotates q and k (which
     must read one input); attention with `mask` / `window` / `scale` / `softcap` (GQA when
     Hkv < Hq; causal and sliding-window masks need k to read x); the result is transposed
-    back, reshaped to [B, S, Hq*D], and projected by w_o (+ b_o)."""
+    back, reshaped to [B, S, Hq*D], rounded to `round_attention` and back if set (the
+    mixed-precision policy's rounding of the output projection's operand, see
+    braze/passes/precision.py), and projected by w_o (+ b_o)."""
 
     kind = "fused_attention_block"
     num_heads: int
@@ -116,6 +119,7 @@ class FusedAttentionBlock(FusedOp):
     qk_norm: LayerNorm | RmsNorm | None = None
     qk_norm_per_head: bool = True
     qkv_inputs: QkvInputs = QkvInputs.SELF
+    round_attention: DType | None = None
 
     def input_roles(self) -> tuple[str, ...]:
         roles = ["x"] + ["x_kv"] * (self.qkv_inputs is not QkvInputs.SELF)
@@ -182,6 +186,9 @@ class FusedAttentionBlock(FusedOp):
                 f"but with qkv_inputs={self.qkv_inputs.value} the keys come from x_kv; use "
                 "mask 'none', 'custom' or 'bias'")
         require(x.rank == 3, f"{self.kind} x must be [B, S, E], got {x}")
+        require(self.round_attention is None or self.round_attention.is_float,
+                f"{self.kind} round_attention must be a float dtype, got "
+                f"{self.round_attention}")
         b, s, _ = x.dims
         if "x_kv" in r:
             require(r["x_kv"].rank == 3 and r["x_kv"].dims[0] == b,
@@ -254,6 +261,8 @@ class FusedAttentionBlock(FusedOp):
         o = g.attention(q, k, v, r.get("mask"), kind=self.mask, window=self.window,
                         scale=self.scale, softcap=self.softcap)
         o = g.reshape(g.transpose(o, (0, 2, 1, 3)), (b, s, hq * d))
+        if self.round_attention is not None:
+            o = g.cast(g.cast(o, self.round_attention), g.shape_of(o).dtype)
         y = g.matmul(o, r["w_o"])
         return g.add(y, r["b_o"]) if self.has_out_bias else y
 

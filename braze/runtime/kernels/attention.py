@@ -184,28 +184,38 @@ def attention_block(node, ins, outs, ctx):
     low, reads = _bf16_projections(node, ctx, shape, roles)
     packed = low or [packed_weight(node, ctx, roles.index(f"w_{joined}"))
                      for _, joined, *_ in shape.projections]
-    packed_o = packed_weight(node, ctx, roles.index("w_o"))
+    rounding = op.round_attention
+    low_o = bf16_gemm.bf16_weight(node, ctx, roles.index("w_o")) \
+        if rounding is not None and rounding.name == "bf16" else None
+    packed_o = low_o or packed_weight(node, ctx, roles.index("w_o"))
+    round_merged = rounding is not None and low_o is None
 
     def run_packed(*arrays):
         r = dict(zip(roles, arrays[:len(roles)]))
         out = arrays[len(roles)]
         bufs = arrays[len(roles) + 1:len(roles) + 1 + n_proj]
         merged, scratch, *x16 = arrays[len(roles) + 1 + n_proj:]
-        proj = _project_all(lib, op, shape, r, bufs, packed, x16[0] if x16 else None)
+        x16 = x16[0] if x16 else None
+        proj = _project_all(lib, op, shape, r, bufs, packed, x16)
         q, k, v = (proj[joined][:, :, start:] for joined, start, *_ in views)
         heads(q, k, v, merged, strides, r.get("mask"), scratch)
-        _projection(lib, merged, r["w_o"], out, r.get("b_o"), packed_o)
+        if round_merged:  # the policy's rounding, where no bf16 GEMM does it
+            bf16_gemm.round_through(merged, rounding)
+        _projection(lib, merged, r["w_o"], out, r.get("b_o"), packed_o, x16)
 
     scratch = shape.buffers() + (((b, s, merged_w), np.float32),
                                  (heads.plan.scratch_shape, np.float32))
-    if low:
-        rows_k = max(b * rows * e_in for _, _, rows, _, e_in in shape.projections)
+    if low or low_o:
+        rows_k = max([b * rows * e_in for _, _, rows, _, e_in in shape.projections] * bool(low)
+                     + [b * s * merged_w] * bool(low_o))
         scratch += (((rows_k,), np.uint16),)
-        how = "MKL bf16 GEMM (AMX) for q/k/v, braze packed-weight GEMM for the output"
-    elif None not in packed and packed_o is not None:
-        how = "braze packed-weight GEMM"
-    else:
-        how = "MKL"
+    how = {(True, True): "MKL bf16 GEMM (AMX) for q/k/v and the output",
+           (True, False): "MKL bf16 GEMM (AMX) for q/k/v, f32 GEMM for the output",
+           (False, True): "f32 GEMM for q/k/v, MKL bf16 GEMM (AMX) for the output"}.get(
+        (bool(low), bool(low_o)))
+    if how is None:
+        how = "braze packed-weight GEMM" if None not in packed and packed_o is not None \
+            else "MKL"
     return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads, "
                   "no head copies)", scratch=scratch, reads=reads, **cost)
 
@@ -213,8 +223,8 @@ def attention_block(node, ins, outs, ctx):
 def _bf16_projections(node, ctx, shape: _BlockShape, roles) -> tuple[list | None, tuple]:
     """Under the bf16 policy, each q/k/v projection's weight prepared for the bf16 GEMM and
     the (input position, unrounded value) each input role is read from (the GEMM rounds it
-    itself), when every projection qualifies; else (None, ()). The output projection reads
-    the attention result, which the policy does not round: it stays an f32 GEMM."""
+    itself), when every projection qualifies; else (None, ()). (The output projection's
+    operand is rounded inside the block: see `round_attention`.)"""
     weights, reads = [], {}
     for src, joined, *_ in shape.projections:
         pos = roles.index(src)

@@ -30,7 +30,8 @@ from ..codegen import cc
 from . import blas, native
 from .registry import Dispatch, Kernel, nbytes
 
-__all__ = ["available", "Bf16Weight", "bf16_weight", "rounded_source", "gemm", "gemm_kernel"]
+__all__ = ["available", "Bf16Weight", "bf16_weight", "rounded_source", "gemm", "gemm_kernel",
+           "round_through"]
 
 _ROW_MAJOR, _NO_TRANS, _B_MATRIX = 101, 111, 162  # CBLAS enums (the C code uses 151: packed)
 
@@ -56,6 +57,18 @@ void round_bf16(const float* src, int64_t lda, uint16_t* dst, int64_t rows, int6
   }
 }
 
+/* x[i] = f32(bf16(x[i])) in place, rounded as round_bf16 rounds. */
+void round_bf16_through(float* x, int64_t n) {
+  uint32_t* u = (uint32_t*)x;
+  #pragma omp parallel for simd schedule(static) if(n > (1 << 16))
+  for (int64_t i = 0; i < n; i++) {
+    uint32_t v = u[i];
+    uint32_t nan = (v & 0x7fffffffu) > 0x7f800000u;
+    uint32_t up = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
+    u[i] = nan ? (v | 0x00400000u) & 0xffff0000u : up;
+  }
+}
+
 typedef void (*bf16_compute_fn)(int, int, int, int, int, int, float, const uint16_t*, int,
                                 const void*, int, float, float*, int);
 
@@ -77,6 +90,7 @@ void gemm_bf16_bias_act(void* compute, const float* a, int64_t lda, uint16_t* a1
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _SIGNATURES = {
     "round_bf16": [_P, _I64, _P, _I64, _I64],
+    "round_bf16_through": [_P, _I64],
     "gemm_bf16_bias_act": [_P, _P, _I64, _P, _P, _P, _I64, _I64, _I64, _P, _INT],
 }
 
@@ -171,6 +185,17 @@ def rounded_source(node, ctx, position: int = 0) -> Value | None:
     """The f32 value whose bf16 rounding input `position` of `node` is
     (`cast(cast(a, bf16), f32)` -> `a`, see KernelContext.rounded), or None."""
     return ctx.rounded.get(node.inputs[position]) if ctx.rounded else None
+
+
+def round_through(a: np.ndarray, dtype) -> None:
+    """a[...] = a rounded to `dtype` (a braze float DType) and back to f32, in place, as the
+    policy's cast(cast(a, dtype), f32) computes it; `a` is a C-contiguous f32 array."""
+    if dtype.name == "bf16" and _lib() is not None and a.flags.c_contiguous \
+            and a.dtype == np.float32:
+        _lib().round_bf16_through(a.ctypes.data, a.size)
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            a[...] = a.astype(dtype.np).astype(np.float32)
 
 
 def gemm(x: np.ndarray, w: Bf16Weight, out: np.ndarray, bias: np.ndarray | None, act: int,
