@@ -488,22 +488,25 @@ def _starves(m: Match, read: list[int], reads: dict[int, set[Value]]) -> bool:
 def _safety(g: GraphCore, m: Match, outputs: set[Value]) -> Miss | None:
     """Interior values read outside the match (or returned) block it unless provided."""
     inside = set(m.consumed)
-    by_id = {n.id: name for name, n in m.nodes.items()}
+    by_id = None
     escaping = set()
+    nodes, reader_ids = g.nodes, g.reader_ids
     for nid in m.consumed:
-        node = g.nodes[nid]
-        out_hit = any(v in outputs for v in node.values)
-        ext = [u for u in g.users(nid) if u.id not in inside]
+        ext = reader_ids((nid,)) - inside
+        node = nodes[nid]
+        out_hit = any(v in outputs for v in node.values) if outputs else False
         if not out_hit and not ext:
             continue
+        if by_id is None:
+            by_id = {n.id: name for name, n in m.nodes.items()}
         name = by_id.get(nid)
         if name is not None and name in m.provides:
             escaping.add(name)
             continue
         if out_hit:
             return Miss(MissReason.GRAPH_OUTPUT, detail=f"{node.label} is a graph output")
-        return Miss(MissReason.MULTI_CONSUMER,
-                    detail=f"{node.label} is also read by {ext[0].label}")
+        return Miss(MissReason.MULTI_CONSUMER,  # users are listed in node order
+                    detail=f"{node.label} is also read by {nodes[min(ext)].label}")
     m._escaping = frozenset(escaping)
     return None
 
@@ -604,6 +607,7 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
         in_progress.append(m)
         start = len(new.nodes)
         trial, m.trial = m.trial, None  # the scratch graph is not needed after this
+        # a replay copies the trial's nodes with their checked types: nothing to check again
         result = replay(trial, new, resolve) if trial is not None else None
         if result is None:  # a name the trial took is taken here: build it again
             m._resolve = resolve
@@ -611,10 +615,10 @@ def _rebuild(g: Graph, claimed: dict[int, Match], accepted: list[Match], outputs
                 result = m.rule.rewrite(new, m)
             finally:
                 m._resolve = None
-        problem = check_provided(m, result, new, outputs)
-        if problem is not None:  # the trial build passed with the same input types
-            raise PassError(f"rule {m.rule.name} at {m.describe()}: its replacement differs "
-                            f"from its trial build: {problem.detail}")
+            problem = check_provided(m, result, new, outputs)
+            if problem is not None:  # the trial build passed with the same input types
+                raise PassError(f"rule {m.rule.name} at {m.describe()}: its replacement "
+                                f"differs from its trial build: {problem.detail}")
         _record(m, result, outs_of, partial)
         _stamp(new, start, m)
         made_ids.extend(range(start, len(new.nodes)))
@@ -661,9 +665,14 @@ def _record(m: Match, result, outs_of: list, partial: dict[Value, Value]) -> Non
             outs_of[node.id] = vals
         else:
             partial.update(zip(node.values, vals, strict=False))
+    if not m._escaping:
+        return
+    first_name: dict[int, str] = {}  # node id -> the first capture naming it
+    for k, n in m.nodes.items():
+        first_name.setdefault(n.id, k)
     for nid in m.consumed:
         node = m.graph.nodes[nid]
-        name = next((k for k, n in m.nodes.items() if n.id == nid), None)
+        name = first_name.get(nid)
         if name in m.provides and m.escapes(name) and outs_of[nid] is None and \
                 node.values[0] not in partial:
             raise PassError(f"rule {m.rule.name} did not provide {node.label}, which is used "

@@ -79,8 +79,9 @@ def trial_build(m: Match, outputs: set[Value]) -> Miss | None:
         return v
 
     m._resolve = stand_in
-    try:
-        result = m.rule.rewrite(scratch, m)
+    try:  # nodes get the root's provenance as they are made (what the driver's stamp would give)
+        with scratch.provenance_scope(m.root.provenance):
+            result = m.rule.rewrite(scratch, m)
     except CaptureInsideMatch as e:
         return fail(MissReason.CAPTURE_INSIDE_MATCH, detail=e.detail)
     except BrazeError as e:

@@ -124,3 +124,21 @@ def test_replayed_simplify_sweeps_equal_rebuilt_ones(g):
         mp.undo()
     assert graph_diff(replayed.graph, rebuilt.graph) is None
     assert replayed.made == rebuilt.made and replayed.node_map == rebuilt.node_map
+
+
+def test_replacement_nodes_take_the_roots_provenance(monkeypatch):
+    g = bz.Graph("provenance")
+    x = g.input("x", bz.Shape((3, 4)))
+    with g.provenance_scope("model.neg"):
+        n = g.neg(x)
+    with g.provenance_scope("model.add"):
+        y = g.add(n, g.exp(x))
+    g.set_outputs([y])
+    replayed = rewrite(g, (INTERLEAVED,)).graph
+    with monkeypatch.context() as mp:
+        _always_rebuild(mp)
+        rebuilt = rewrite(g, (INTERLEAVED,)).graph
+    for out in (replayed, rebuilt):
+        made = [nd for nd in out.nodes if nd.op.label in ("constant", "sub", "add")]
+        assert len(made) == 3 and {nd.provenance for nd in made} == {"model.add"}
+    assert graph_diff(replayed, rebuilt) is None
