@@ -566,13 +566,23 @@ def _repeat_kv_matcher(g, node, ctx):
 
 
 def _build_fold(b, m):
-    """k and v as [B, Hkv, S, D] (their unit repeat axis dropped; a reshape that undoes the
-    one repeat_kv added composes away in the layout rules)."""
+    """k and v as [B, Hkv, S, D]: their unit repeat axis dropped."""
     op = m.root.op
-    k, v = (m.v(r) for r in "kv")
-    k, v = (b.reshape(t, _without_unit_axis(b.shape_of(t).dims)) for t in (k, v))
+    k, v = (_without_repeat_axis(b, m, m.values[r]) for r in "kv")
     mask = m.v("mask") if "mask" in m.values else None
     return b.add_node(op, [m.v("q"), k, v] + ([mask] if mask is not None else []))[0]
+
+
+def _without_repeat_axis(b, m, y):
+    """`y` [B, H, 1, S, D] reshaped to [B, H, S, D]. When a reshape made `y` (repeat_kv's
+    unsqueeze), the two compose here: its input itself when that has the dims, else one
+    reshape of it - what ComposeReshapes makes of reshape(reshape(x)) a sweep later."""
+    dims = _without_unit_axis(m.graph.shape_of(y).dims)
+    src = m.graph.nodes[y.node]
+    if isinstance(src.op, Reshape):
+        y = src.inputs[0]
+    x = m.new(y)
+    return x if b.shape_of(x).dims == dims else b.reshape(x, dims)
 
 
 def _without_unit_axis(dims):

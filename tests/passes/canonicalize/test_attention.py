@@ -168,6 +168,29 @@ def test_repeat_kv_folds_into_gqa_heads():
     check_same(g, out, symbols=SYM)
 
 
+def test_repeat_kv_fold_composes_with_the_reshape_that_added_the_axis():
+    """k and v read what repeat_kv unsqueezed (no reshape of a reshape for ComposeReshapes to
+    undo a sweep later); a [B, H, 1, S, D] not made by a reshape is reshaped once."""
+    g = bz.Graph("gqa")
+    q, k, _ = _qkv(g, heads=4, kv_heads=2)
+    v5 = g.input("v5", bz.Shape(("b", 2, 1, "s", D)))
+
+    def repeat(t5):
+        return g.reshape(g.expand(t5, ("b", 2, 2, "s", D)), ("b", 4, "s", D))
+
+    s = g.mul(g.matmul(q, g.transpose(repeat(g.reshape(k, ("b", 2, 1, "s", D))),
+                                      (0, 1, 3, 2))), 0.5)
+    g.set_outputs([g.matmul(g.softmax(s, -1), repeat(v5))])
+    out, _ = run_rules(g, CANONICALIZE_ATTENTION, *LAYOUT_RULES)
+    folded, _ = run_rules(out, FOLD_REPEAT_KV)  # no layout rules after it
+    (att,) = [n for n in folded.nodes if n.op.kind == "attention"]
+    k_in, v_in = (folded.nodes[x.node] for x in att.inputs[1:3])
+    assert k_in.name == "k" and folded.count("expand") == 0
+    assert v_in.op.kind == "reshape" and folded.nodes[v_in.inputs[0].node].name == "v5"
+    assert folded.count("reshape") == 1
+    check_same(g, folded, symbols=SYM)
+
+
 def test_an_expand_that_also_broadcasts_the_keys_is_not_a_repeat_kv():
     """k5 [B, 2, 1, 1, D] expanded to [B, 2, 2, S, D] copies one key along the sequence too:
     not a per-head repeat, so the kv heads stay expanded."""
