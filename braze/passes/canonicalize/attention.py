@@ -438,13 +438,25 @@ def _to_heads(b, v, frame):
     return b.reshape(v, _split_heads_dims(dims, frame)) if len(dims) == 3 else v
 
 
+def _keys(b, m, parse):
+    """k [B, H, S, D] from the scores' kt [B, H, D, S]. A kt that a transpose made, read as it
+    is, composes with the transpose back: k is that transpose's input, or one transpose of it
+    (what ComposeTransposes makes of the pair in the next pass)."""
+    src = m.graph.nodes[m.values["kt"].node]
+    if parse.kt_layout or parse.frame is not None or not isinstance(src.op, Transpose):
+        kt = _to_heads(b, _replay(b, m.v("kt"), parse.kt_layout), parse.frame)
+        return b.transpose(kt, (0, 1, 3, 2))
+    perm = tuple(src.op.perm[i] for i in (0, 1, 3, 2))
+    x = m.new(src.inputs[0])
+    return x if perm == tuple(range(4)) else b.transpose(x, perm)
+
+
 def _build(b, m):
     parse = m.data["parse"]
     frame = parse.frame
     q = _to_heads(b, _replay(b, m.v("q"), parse.q_layout), frame)
-    kt = _to_heads(b, _replay(b, m.v("kt"), parse.kt_layout), frame)
+    k = _keys(b, m, parse)
     v = _to_heads(b, m.v("v"), frame)
-    k = b.transpose(kt, (0, 1, 3, 2))
     dt = b.shape_of(q).dtype
     mask = None
     bias = False

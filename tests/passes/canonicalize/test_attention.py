@@ -55,6 +55,28 @@ def test_every_scale_placement_becomes_one_scale(form):
     check_same(g, out, symbols=SYM)
 
 
+@pytest.mark.parametrize("export", [False, True])
+def test_keys_a_transpose_made_for_the_scores_compose_with_the_transpose_back(export):
+    """kt = transpose(k): the attention reads k itself, or (the export's [B, S, H, D] keys
+    transposed to [B, H, D, S]) one transpose of them - never a transpose of a transpose left
+    for ComposeTransposes."""
+    g = bz.Graph("kt")
+    q, k, v = _qkv(g)
+    if export:
+        k = g.input("k_rows", bz.Shape(("b", "s", H, D)))
+    kt = g.transpose(k, (0, 2, 3, 1) if export else (0, 1, 3, 2))
+    g.set_outputs([g.matmul(g.softmax(g.mul(g.matmul(q, kt), 0.5), -1), v)])
+    out, _ = run_rules(g, CANONICALIZE_ATTENTION)
+    (att,) = [n for n in out.nodes if n.op.kind == "attention"]
+    k_in = out.nodes[att.inputs[1].node]
+    if export:
+        assert k_in.op.perm == (0, 2, 1, 3) and out.nodes[k_in.inputs[0].node].name == "k_rows"
+    else:
+        assert k_in.name == "k"
+    assert out.count("transpose") == int(export)
+    check_same(g, out, symbols=SYM)
+
+
 def test_sdpa_export_form_with_additive_bool_mask_and_nan_guard():
     """TorchScript sdpa: k transposed straight from [B, S, H, D], sqrt scale on each side,
     where(mask, 0, -inf) added, softmax, where(isnan(p), 0, p)."""
