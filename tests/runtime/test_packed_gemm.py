@@ -214,30 +214,56 @@ def test_a_weight_fed_as_input_is_not_packed(packed_on):
     assert impls and not any("packed" in impl for impl in impls)
 
 
-@pytest.mark.parametrize("flag", [None, "1", "0"])
-def test_packed_where_measured_faster_and_forced_either_way(monkeypatch, flag, tmp_path):
-    from braze.runtime.kernels import gemm_choice
+@pytest.mark.parametrize("flag", [None, "1", "0", "mkl_packed"])
+def test_gemm_measured_fastest_or_forced(monkeypatch, flag, tmp_path):
+    from braze.runtime.kernels import gemm_choice, mkl_packed
 
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))  # a fresh measurement
     monkeypatch.setattr(gemm_choice, "_choices", None)
-    if flag is None:
-        monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
-    else:
+    monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
+    monkeypatch.delenv("BRAZE_FP32_GEMM", raising=False)
+    if flag in ("0", "1"):
         monkeypatch.setenv("BRAZE_PACKED_GEMM", flag)
+    elif flag is not None:
+        monkeypatch.setenv("BRAZE_FP32_GEMM", flag)
     g = _linear_graph(False)
     params = bz.init_params(g, 0)
     exe = bz.compile(g, params=params)
     _matches(g, exe, params, 0, {"batch": 2})
-    packed = any("packed" in impl for impl in _impls(exe, "fused_matmul_bias_act"))
+    _matches(g, exe, params, 1, {"batch": 3})
+    impls = _impls(exe, "fused_matmul_bias_act")
+    ran = {"braze packed": "packed", "MKL packed": "mkl_packed", "sgemm slabs": "tiles"}
+    used = {v for k, v in ran.items() if any(k in impl for impl in impls)}
+    assert len(used) == 1
     if flag is None:  # the choice is measured once and remembered per machine and shape
         saved = list(tmp_path.glob("gemm_choice_*.json"))
         if blas.sgemm_address() is None:
-            assert packed and not saved
+            assert used == {"packed"} and not saved
         else:
             choice = json.loads(saved[0].read_text())
-            assert len(choice) == 1 and packed == next(iter(choice.values()))
+            assert len(choice) == 1 and used == set(choice.values())
+    elif flag == "mkl_packed" and not mkl_packed.available():
+        return
     else:
-        assert packed == (flag == "1")
+        assert used == {{"1": "packed", "0": "tiles"}.get(flag, flag)}
+
+
+def test_an_older_choice_file_is_measured_again(monkeypatch, tmp_path):
+    from braze.runtime.kernels import gemm_choice
+
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm_choice, "_choices", None)
+    monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
+    monkeypatch.delenv("BRAZE_FP32_GEMM", raising=False)
+    path = gemm_choice._path()
+    with open(path, "w") as f:
+        json.dump({"24x40": True, "8x8": "tiles"}, f)
+    assert gemm_choice.choose(8, 8, None) == "tiles"  # kept: not measured (no runner given)
+    if blas.sgemm_address() is not None:
+        from braze.runtime.kernels.fused import _mkl_tiles
+
+        assert gemm_choice.choose(24, 40, _mkl_tiles) in gemm_choice.CHOICES
+        assert json.loads(open(path).read())["24x40"] in gemm_choice.CHOICES
 
 
 def test_attention_block_and_plain_matmul_pack_their_weights(packed_on):

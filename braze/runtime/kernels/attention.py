@@ -15,8 +15,7 @@ from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
 from . import attention_native as heads_c
 from . import bf16_gemm, blas, native
-from . import packed_gemm as pg
-from .fused import _c, gemm_bias_act, is_f32, packed_weight
+from .fused import _c, gemm_bias_act, is_f32, packed_weight, prepared_gemm, prepared_how
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 
@@ -61,16 +60,16 @@ def _rows_contiguous(a: np.ndarray) -> np.ndarray:
 
 def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias, packed=None,
                 x16: np.ndarray | None = None) -> None:
-    """out = x @ w (+ bias): one native GEMM + epilogue call where it can (braze's own on w
-    packed once, or the bf16 GEMM rounding x through `x16`, when `packed` is given), else
-    BLAS + C."""
+    """out = x @ w (+ bias): one native GEMM + epilogue call where it can (on w prepared once
+    by fused.packed_weight, or the bf16 GEMM rounding x through `x16`, when `packed` is
+    given), else BLAS + C."""
     bias = None if bias is None else _c(bias)
     if isinstance(packed, bf16_gemm.Bf16Weight):
         if not bf16_gemm.gemm(x, packed, out, bias, 0, x16):
             raise InterpretError(f"bf16 projection: x {x.shape} does not fit the weight "
                                  f"{w.shape}")
         return
-    if packed is not None and pg.gemm(x, packed, out, bias, 0):
+    if packed is not None and prepared_gemm(x, packed, out, bias, 0):
         return
     if gemm_bias_act(lib, x, w, out, bias, 0):
         return
@@ -214,8 +213,8 @@ def attention_block(node, ins, outs, ctx):
            (False, True): "f32 GEMM for q/k/v, MKL bf16 GEMM (AMX) for the output"}.get(
         (bool(low), bool(low_o)))
     if how is None:
-        how = "braze packed-weight GEMM" if None not in packed and packed_o is not None \
-            else "MKL"
+        how = prepared_how(packed_o).split(",")[0] \
+            if None not in packed and packed_o is not None else "MKL"
     return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads, "
                   "no head copies)", scratch=scratch, reads=reads, **cost)
 

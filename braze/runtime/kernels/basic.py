@@ -11,8 +11,7 @@ from ...ir.ops.linalg import MatMul
 from ...ir.ops.reduce import Reduce, ReduceFn
 from ...ir.ops.shape import Concat, Gather, Reshape, Split, Transpose
 from . import bf16_gemm, blas, native
-from . import packed_gemm as pg
-from .fused import gemm_bias_act, is_f32, packed_weight
+from .fused import gemm_bias_act, is_f32, packed_weight, prepared_gemm, prepared_how
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 _UNARY_UFUNC = {
@@ -114,10 +113,11 @@ def matmul(node, ins, outs, ctx):
     packed = packed_weight(node, ctx) if lib is not None and is_f32(a, b) else None
     if packed is not None:
         def run_packed(x, w, out):
-            if not pg.gemm(x, packed, out, None, 0):
+            if not prepared_gemm(x, packed, out, None, 0):
                 blas.matmul(x, w, out)
 
-        return Kernel(run_packed, Dispatch.NATIVE, "matmul (braze packed-weight GEMM)", **cost)
+        return Kernel(run_packed, Dispatch.NATIVE,
+                      f"matmul ({prepared_how(packed).split(',')[0]})", **cost)
     if lib is not None and b.rank == 2 and blas.sgemm_address() is not None:
         def run(x, w, out):
             if not gemm_bias_act(lib, x, w, out, None, 0):

@@ -21,11 +21,12 @@ from ...ir.ops.fused_simple import leading_broadcast_axes
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.reduce import Softmax
-from . import bf16_gemm, blas, gemm_choice, native
+from . import bf16_gemm, blas, gemm_choice, mkl_packed, native
 from . import packed_gemm as pg
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
-__all__ = ["is_f32", "gemm_bias_act", "packed_weight", "gated_gemm"]
+__all__ = ["is_f32", "gemm_bias_act", "packed_weight", "prepared_gemm", "prepared_how",
+           "gated_gemm"]
 
 
 def is_f32(*shapes) -> bool:
@@ -78,27 +79,49 @@ def gemm_bias_act(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.n
 
 
 def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None
-                  ) -> pg.PackedWeight | None:
-    """The static 2-D float32 weight at input `position` of `node` packed once for braze's own
-    GEMM (packed_gemm.py; cached in ctx.prepared, which update_weights empties), or None when
-    that input is not static (fed at run time) or can't be packed, when MKL's tiles were
-    measured faster for its shape on this machine (gemm_choice.py), or when
-    BRAZE_PACKED_GEMM=0 opts out (=1 always packs). With `gate_first` set, packed for the
-    gated epilogue (pg.pack_gated; always: MKL has no gated epilogue). On the AVX2 VM the
-    packed kernel took 0.80-0.86x the MKL tiles' time end to end; on the AMX VM MKL won. Its
-    copy costs ~1.0x the GEMM weights in RSS (bench/gemm_kernels.py --model NAME --batch B)."""
-    if os.environ.get("BRAZE_PACKED_GEMM", "auto") == "0":
-        return None
+                  ) -> pg.PackedWeight | mkl_packed.MklPackedWeight | None:
+    """The static 2-D float32 weight at input `position` of `node` packed once (cached in
+    ctx.prepared, which update_weights empties) for the fp32 GEMM measured fastest for its
+    shape on this machine (gemm_choice.py): braze's own kernel (packed_gemm.py) or MKL's packed
+    sgemm (mkl_packed.py); None when that input is not static (fed at run time) or can't be
+    packed, or when MKL's tiles won (or are forced: BRAZE_PACKED_GEMM=0). Run it with
+    `prepared_gemm`. With `gate_first` set, packed by braze for the gated epilogue
+    (pg.pack_gated; always: MKL has no gated epilogue) unless BRAZE_PACKED_GEMM=0. Either copy
+    costs ~1.0x the GEMM weights in RSS (bench/gemm_kernels.py --model NAME --batch B)."""
     value = node.inputs[position]
     w = ctx.static.get(value)
     if w is None or w.ndim != 2 or w.dtype != np.float32:
         return None
-    if gate_first is None and not gemm_choice.packed_wins(*w.shape, _mkl_tiles):
-        return None  # MKL's tiles measured faster for this shape here
-    key = ("packed_gemm", value, w.shape, w.strides, gate_first)
+    if gate_first is not None:
+        choice = "tiles" if gemm_choice.forced() == "tiles" else "packed"
+    else:
+        choice = gemm_choice.choose(*w.shape, _mkl_tiles)
+    if choice == "tiles":
+        return None
+    key = (choice, value, w.shape, w.strides, gate_first)
     if key not in ctx.prepared:
-        ctx.prepared[key] = pg.pack(w) if gate_first is None else pg.pack_gated(w, gate_first)
+        if choice == "mkl_packed":
+            ctx.prepared[key] = mkl_packed.pack(w)
+        else:
+            ctx.prepared[key] = pg.pack(w) if gate_first is None else \
+                pg.pack_gated(w, gate_first)
     return ctx.prepared[key]
+
+
+def prepared_gemm(x: np.ndarray, prepared, out: np.ndarray, bias: np.ndarray | None,
+                  act: int) -> bool:
+    """out = act(x @ w + bias) on a weight prepared by `packed_weight`; False (nothing
+    written) when the operands don't fit."""
+    if isinstance(prepared, mkl_packed.MklPackedWeight):
+        return mkl_packed.gemm(x, prepared, out, bias, act)
+    return pg.gemm(x, prepared, out, bias, act)
+
+
+def prepared_how(prepared) -> str:
+    """How a weight prepared by `packed_weight` is multiplied, for dispatch reports."""
+    if isinstance(prepared, mkl_packed.MklPackedWeight):
+        return "MKL packed-weight sgemm + C epilogue"
+    return "braze packed-weight GEMM, epilogue per tile"
 
 
 def _mkl_tiles(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
@@ -183,7 +206,7 @@ def matmul_bias_act(node, ins, outs, ctx):
         if b is not None and not bias_full:
             b = np.full(cols, b.reshape(()), np.float32)
         b = None if b is None else _c(b)
-        if packed is not None and pg.gemm(x, packed, out, b, act):
+        if packed is not None and prepared_gemm(x, packed, out, b, act):
             return
         if w.ndim == 2 and gemm_bias_act(lib, x, w, out, b, act):
             return
@@ -194,7 +217,7 @@ def matmul_bias_act(node, ins, outs, ctx):
     k = int(ins[0].dims[-1])
     packed = packed_weight(node, ctx)
     if packed is not None:
-        how = "braze packed-weight GEMM, epilogue per tile"
+        how = prepared_how(packed)
     elif blas.sgemm_address() and ins[1].rank == 2:
         how = "MKL sgemm slabs + C epilogue in one region"
     else:

@@ -1,13 +1,17 @@
 """Which fp32 GEMM runs a static weight of a given shape on this machine: braze's packed-weight
-kernel (packed_gemm.py) or MKL's sgemm in tiles with the C epilogue (fused.gemm_bias_act),
-measured once per weight shape and machine, and remembered in the kernel cache.
+kernel (packed_gemm.py, "packed"), MKL's sgemm in per-thread tiles with the C epilogue
+(fused.gemm_bias_act, "tiles"), or MKL's own packed-weight sgemm then the epilogue
+(mkl_packed.py, "mkl_packed"), measured once per weight shape and machine, and remembered in
+the kernel cache.
 
-The two trade places by CPU: on the AVX2 EPYC VM of earlier sessions the packed kernel took
-0.80-0.86x the MKL tiles' time end to end; on the AMX / AVX-512 Xeon VM of 2026-11-27 MKL
-won (BERT-base sdpa b1: 152 ms median with MKL tiles against 176 packed, in one process,
-alternating). So neither is a fixed default: the first time a shape is seen, each runs a
-128-row product a few times (best of 5, alternating) and the faster is recorded in
-`$BRAZE_CACHE_DIR/gemm_choice_<machine>.json`. `BRAZE_PACKED_GEMM=1` / `0` force one."""
+They trade places by CPU: on the AVX2 EPYC VM of earlier sessions the packed kernel took
+0.80-0.86x the MKL tiles' time end to end; on the AMX / AVX-512 Xeon VM of 2026-11-27 MKL won
+(BERT-base sdpa b1: 152 ms median with MKL tiles against 176 packed, in one process,
+alternating), and MKL's packed sgemm beat both at 128-row products. So none is a fixed
+default: the first time a shape is seen, each runs a 128-row product a few times (best of 5,
+alternating) and the fastest is recorded in `$BRAZE_CACHE_DIR/gemm_choice_<machine>.json`.
+`BRAZE_FP32_GEMM=packed|tiles|mkl_packed` forces one (`BRAZE_PACKED_GEMM=1` / `0`: packed /
+tiles)."""
 from __future__ import annotations
 
 import json
@@ -19,60 +23,72 @@ from collections.abc import Callable
 import numpy as np
 
 from ..codegen import cc
-from . import blas, native
+from . import blas, mkl_packed, native
 from . import packed_gemm as pg
 
-__all__ = ["packed_wins"]
+__all__ = ["choose", "forced", "CHOICES"]
+
+CHOICES = ("packed", "tiles", "mkl_packed")
 
 _ROWS = 128  # the product measured: a sequence of 128 tokens, one batch
 _RUNS = 5
 _lock = threading.Lock()
-_choices: dict[str, bool] | None = None
+_choices: dict[str, str] | None = None
 
 
 def _path() -> str:
     return os.path.join(cc.cache_dir(), f"gemm_choice_{cc.machine_tag()}.json")
 
 
-def _load() -> dict[str, bool]:
+def _load() -> dict[str, str]:
     global _choices
     if _choices is None:
         try:
-            with open(_path()) as f:
-                _choices = {k: bool(v) for k, v in json.load(f).items()}
-        except (OSError, ValueError):
+            with open(_path()) as f:  # an older file's true / false entries are measured again
+                _choices = {k: v for k, v in json.load(f).items() if v in CHOICES}
+        except (OSError, ValueError, AttributeError):
             _choices = {}
     return _choices
 
 
-def packed_wins(k: int, n: int, mkl_gemm: Callable) -> bool:
-    """Whether braze's packed kernel is the faster fp32 GEMM for a [k, n] weight here, against
-    `mkl_gemm(x, w, out)` (MKL's tiles; True without MKL: the alternative is NumPy's BLAS,
-    measured slower on every machine so far)."""
-    flag = os.environ.get("BRAZE_PACKED_GEMM", "auto")
-    if flag in ("0", "1"):
-        return flag == "1"
+def forced() -> str | None:
+    """The GEMM the environment forces (BRAZE_FP32_GEMM, or BRAZE_PACKED_GEMM=1 / 0), or None."""
+    flag = os.environ.get("BRAZE_FP32_GEMM", "auto")
+    if flag in CHOICES:
+        return flag
+    return {"1": "packed", "0": "tiles"}.get(os.environ.get("BRAZE_PACKED_GEMM", "auto"))
+
+
+def choose(k: int, n: int, tiles: Callable) -> str:
+    """The fastest fp32 GEMM here for a static [k, n] weight, one of CHOICES; `tiles(x, w,
+    out)` runs MKL's tiles. Without MKL the packed kernel is the choice (the alternative,
+    NumPy's BLAS, measured slower on every machine so far)."""
+    flag = forced()
+    if flag is not None:
+        return flag
     if blas.sgemm_address() is None or native.lib() is None:
-        return True
+        return "packed"
     key = f"{k}x{n}"
     with _lock:
         choices = _load()
         if key not in choices:
-            choices[key] = _measure(k, n, mkl_gemm)
+            choices[key] = _measure(k, n, tiles)
             _save(choices)
         return choices[key]
 
 
-def _measure(k: int, n: int, mkl_gemm: Callable) -> bool:
+def _measure(k: int, n: int, tiles: Callable) -> str:
     rng = np.random.default_rng(0)
     w = rng.standard_normal((k, n), dtype=np.float32)
     x = rng.standard_normal((_ROWS, k), dtype=np.float32)
     out = np.empty((_ROWS, n), np.float32)
+    runs = {"tiles": lambda: tiles(x, w, out)}
     packed = pg.pack(w)
-    if packed is None:
-        return False
-    runs = {"packed": lambda: pg.gemm(x, packed, out, None, 0),
-            "mkl": lambda: mkl_gemm(x, w, out)}
+    if packed is not None:
+        runs["packed"] = lambda: pg.gemm(x, packed, out, None, 0)
+    mkl = mkl_packed.pack(w)
+    if mkl is not None:
+        runs["mkl_packed"] = lambda: mkl_packed.gemm(x, mkl, out, None, 0)
     best = dict.fromkeys(runs, float("inf"))
     for fn in runs.values():
         fn()  # warm: caches, the thread team
@@ -81,10 +97,10 @@ def _measure(k: int, n: int, mkl_gemm: Callable) -> bool:
             t = time.perf_counter()
             runs[name]()
             best[name] = min(best[name], time.perf_counter() - t)
-    return best["packed"] <= best["mkl"]
+    return min(best, key=best.get)
 
 
-def _save(choices: dict[str, bool]) -> None:
+def _save(choices: dict[str, str]) -> None:
     path = _path()
     tmp = f"{path}.{os.getpid()}.tmp"
     try:

@@ -1,0 +1,132 @@
+"""MKL's packed-weight sgemm for a static float32 weight: `cblas_sgemm_pack` once (weight
+preparation), then per call `cblas_sgemm_compute` over the whole product, threaded by MKL on
+the shared OpenMP pool, and the epilogue (bias + activation) over the output rows in one
+parallel pass.
+
+MKL's plain sgemm re-packs the weight on every call; at transformer shapes with few rows
+(M = 128 tokens) that copy is a large part of the product. On the AMX / AVX-512 Xeon VM
+(2 threads, loaded, alternating calls) the packed compute ran 244-249 GFLOP/s median at
+128 x 768 x {768, 2304, 3072} against 220-228 for MKL's sgemm, 134-187 for MKL's sgemm in
+per-thread tiles and 142-158 for braze's own packed kernel (packed_gemm.py). Which of those
+a weight shape gets is measured per machine (gemm_choice.py)."""
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import numpy as np
+
+from ..codegen import cc
+from . import blas, native
+
+__all__ = ["available", "MklPackedWeight", "pack", "gemm"]
+
+_ROW_MAJOR, _NO_TRANS, _B_MATRIX = 101, 111, 162  # CBLAS enums (the C code uses 151: packed)
+
+SOURCE = native.ACT_SPAN.join(("""
+#include <stdint.h>
+#include <math.h>
+#include <omp.h>
+""" + cc.simd_math_decls(), r"""
+typedef void (*sgemm_compute_fn)(int, int, int, int, int, int, const float*, int,
+                                 const float*, int, float, float*, int);
+
+/* out[m, n] = act(a[m, k] @ B + bias) on B packed by cblas_sgemm_pack: MKL's compute (MKL
+   threads it), then the epilogue over rows. bias may be NULL. */
+void sgemm_packed_bias_act(void* compute, const float* a, int64_t lda, const float* packed,
+                           float* out, int64_t m, int64_t n, int64_t k, const float* bias,
+                           int act) {
+  ((sgemm_compute_fn)compute)(101, 111, 151, (int)m, (int)n, (int)k, a, (int)lda, packed,
+                              (int)n, 0.0f, out, (int)n);
+  if (bias || act) {
+    #pragma omp parallel for schedule(static) if(m * n > (1 << 16))
+    for (int64_t r = 0; r < m; r++) act_span(out + r * n, bias, out + r * n, n, act);
+  }
+}
+"""))
+
+_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+
+
+class _Mkl:
+    def __init__(self, lib):
+        self.compute = ctypes.cast(lib.cblas_sgemm_compute, _P).value
+        self.size = lib.cblas_sgemm_pack_get_size
+        self.size.argtypes, self.size.restype = [_INT] * 4, ctypes.c_size_t
+        self.pack = lib.cblas_sgemm_pack
+        self.pack.argtypes = [_INT] * 6 + [ctypes.c_float, _P, _INT, _P]
+        self.pack.restype = None
+
+
+@cache
+def _mkl() -> _Mkl | None:
+    lib = blas.mkl_library()
+    if lib is None:
+        return None
+    try:
+        return _Mkl(lib)
+    except AttributeError:
+        return None
+
+
+@cache
+def _lib():
+    return cc.load_library(SOURCE, "braze_sgemm_packed",
+                           {"sgemm_packed_bias_act": [_P, _P, _I64, _P, _P, _I64, _I64, _I64,
+                                                      _P, _INT]})
+
+
+def available() -> bool:
+    """Whether MKL's packed sgemm runs here (MKL loaded, a C compiler)."""
+    return _mkl() is not None and _lib() is not None
+
+
+class MklPackedWeight:
+    """A float32 [K, N] weight packed once by MKL (its internal layout, 64-byte aligned)."""
+
+    def __init__(self, w: np.ndarray):
+        mkl = _mkl()
+        self.k, self.n = (int(x) for x in w.shape)
+        src = np.ascontiguousarray(w, np.float32)
+        size = int(mkl.size(_B_MATRIX, 1, self.n, self.k))
+        self.packed = np.empty(size + 64, np.uint8)
+        self._at = (-self.packed.ctypes.data) % 64
+        mkl.pack(_ROW_MAJOR, _B_MATRIX, _NO_TRANS, 1, self.n, self.k, 1.0, src.ctypes.data,
+                 self.n, self.address)
+
+    @property
+    def address(self) -> int:
+        return self.packed.ctypes.data + self._at
+
+
+def pack(w: np.ndarray) -> MklPackedWeight | None:
+    """`w` packed for `gemm`, or None when MKL's packed sgemm is not here or w is no 2-D
+    float32 matrix."""
+    if not available() or not isinstance(w, np.ndarray) or w.ndim != 2 or w.size == 0 \
+            or w.dtype != np.float32:
+        return None
+    return MklPackedWeight(w)
+
+
+def gemm(x: np.ndarray, w: MklPackedWeight, out: np.ndarray, bias: np.ndarray | None,
+         act: int) -> bool:
+    """out = act(x @ w + bias) for x [..., K] and out [..., N] (float32, C-contiguous; bias [N]
+    contiguous float32 or None; act a native.ACT_CODES value). False, with nothing written,
+    when the operands don't fit."""
+    if x.ndim < 1 or x.shape[-1] != w.k or out.shape[-1] != w.n:
+        return False
+    if x.dtype != np.float32 or out.dtype != np.float32:
+        return False
+    if not x.flags.c_contiguous or not out.flags.c_contiguous:
+        return False
+    rows = x.size // max(w.k, 1)
+    if out.size != rows * w.n:
+        return False
+    if bias is not None and (bias.dtype != np.float32 or bias.shape != (w.n,)
+                             or not bias.flags.c_contiguous):
+        return False
+    if rows:
+        _lib().sgemm_packed_bias_act(_mkl().compute, x.ctypes.data, w.k, w.address,
+                                     out.ctypes.data, rows, w.n, w.k,
+                                     None if bias is None else bias.ctypes.data, act)
+    return True
