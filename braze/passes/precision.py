@@ -18,9 +18,15 @@ from ..ir.dtypes import DType, bf16, f16, f32
 from ..ir.graph import Graph
 from ..ir.op import Value
 from ..ir.ops.conv import Conv2d, ConvTranspose2d
-from ..ir.ops.fused import FusedAttentionBlock, FusedConvBiasAct, FusedMatMulBiasAct
+from ..ir.ops.fused import (
+    FusedAttentionBlock,
+    FusedConvBiasAct,
+    FusedMatMulBiasAct,
+    FusedTransformerLayer,
+)
 from ..ir.ops.linalg import DotGeneral, MatMul
 from .base import PassResult
+from .expand import expand_nodes
 
 __all__ = ["PrecisionPolicy", "AutoMixedPrecision", "apply_precision", "POLICIES"]
 
@@ -39,6 +45,8 @@ class PrecisionPolicy:
     skip_roles: frozenset[str] = field(default_factory=lambda: frozenset(
         {"b", "b_qkv", "b_q", "b_kv", "b_qk", "b_v", "b_o", "cos", "sin", "mask"}))
     # biases (the attention block's per input projection too) and tables stay f32
+    unfuse: tuple[type, ...] = (FusedTransformerLayer,)
+    # composite kinds holding lowered ops: decomposed first, so their matmuls are rounded too
 
     def lowers(self, op) -> bool:
         return isinstance(op, self.ops)
@@ -57,6 +65,8 @@ def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int
 
             raise BrazeError(f"unknown precision {policy!r}; known: {sorted(POLICIES)}") \
                 from None
+    if any(isinstance(n.op, policy.unfuse) for n in g.nodes):
+        g, _ = expand_nodes(g, lambda op: isinstance(op, policy.unfuse))
     new = Graph(g.name, record_provenance=False)
     vmap: dict[Value, Value] = {}
     rounded: dict[Value, Value] = {}

@@ -105,3 +105,26 @@ def test_attention_output_projection_operand_is_rounded_inside_the_block():
     assert np.abs(unrounded - want).max() > 1e-5 * np.abs(want).max()
     with pytest.raises(bz.BrazeError, match="round_attention must be a float dtype"):
         _with_round_attention(fused, bz.i32)
+
+
+def test_whole_transformer_layers_are_unfused_so_their_matmuls_are_rounded():
+    """A fused transformer layer holds matmuls the policy lowers: it is decomposed first, never
+    left silently in f32, and computes what the policy makes of the unfused blocks."""
+    g = models.bert_encoder(2, 64, 4, batch=2, seq=8)
+    fused, _ = bz.fuse(g, "cpu", transformer_layer=True)
+    assert fused.count("fused_transformer_layer") == 2
+    policy_graph, count = apply_precision(fused, "bf16")
+    assert policy_graph.count("fused_transformer_layer") == 0
+    assert count == 8  # per layer: joined qkv, the output projection, the MLP's two matmuls
+    params = bz.init_params(g, 0)
+    feeds = bz.random_feeds(g, 0)
+    layers_graph, _ = apply_precision(bz.fuse(g, "cpu")[0], "bf16")
+    np.testing.assert_allclose(bz.interpret(policy_graph, feeds, params)[0],
+                               bz.interpret(layers_graph, feeds, params)[0], rtol=1e-5,
+                               atol=1e-5)
+    exe = bz.compile(fused, params=params, precision="bf16", fuse=False)
+    got = exe(feeds)[0]
+    want = bz.interpret(policy_graph, feeds, params)[0]
+    assert np.abs(got - want).max() < 4e-3 * np.abs(want).max()
+    f32 = bz.interpret(g, feeds, params)[0]
+    assert np.abs(got - f32).max() > 10 * np.abs(got - want).mean()
