@@ -83,6 +83,12 @@ class Pat(Pattern):
     commutative: bool | None = None
     out: int | None = 0
 
+    def __post_init__(self):
+        kinds = self.op if isinstance(self.op, tuple) else (self.op,)
+        # what op_matches tests: labels / kinds (str) and Op classes, split once
+        object.__setattr__(self, "_labels", frozenset(k for k in kinds if isinstance(k, str)))
+        object.__setattr__(self, "_classes", tuple(k for k in kinds if not isinstance(k, str)))
+
     def named(self, name: str) -> Pat:
         return Pat(self.op, self.inputs, self.attrs, name, self.commutative, self.out)
 
@@ -90,14 +96,9 @@ class Pat(Pattern):
         return Pat(self.op, self.inputs, self.attrs, self.name, self.commutative, index)
 
     def op_matches(self, op: Op) -> bool:
-        kinds = self.op if isinstance(self.op, tuple) else (self.op,)
-        for k in kinds:
-            if isinstance(k, str):
-                if op.label == k or op.kind == k:
-                    break
-            elif isinstance(op, k):
-                break
-        else:
+        labels = self._labels
+        if not ((labels and (op.label in labels or op.kind in labels))
+                or (self._classes and isinstance(op, self._classes))):
             return False
         for attr, want in self.attrs.items():
             have = getattr(op, attr, _MISSING)
@@ -146,13 +147,12 @@ class Pat(Pattern):
         if self.inputs is None:
             yield b, consumed
             return
-        if len(self.inputs) != len(node.inputs):
+        ins = node.inputs
+        if len(self.inputs) != len(ins):
             return
-        orders = [node.inputs]
-        if len(node.inputs) == 2 and self._is_commutative(node.op):
-            orders.append(node.inputs[::-1])
-        for ins in orders:
-            yield from _match_seq(g, self.inputs, ins, b, consumed)
+        yield from _match_seq(g, self.inputs, ins, b, consumed)
+        if len(ins) == 2 and self._is_commutative(node.op):
+            yield from _match_seq(g, self.inputs, ins[::-1], b, consumed)
 
     def _is_commutative(self, op: Op) -> bool:
         if self.commutative is not None:
@@ -162,12 +162,36 @@ class Pat(Pattern):
         return isinstance(op, Compare) and op.fn.value in ("eq", "ne")
 
 
-def _match_seq(g, pats, vals, b, consumed):
-    if not pats:
+def _match_seq(g, pats, vals, b, consumed, i=0):
+    """Every binding of `pats[i:]` to `vals[i:]`, in backtracking order. Leading captures
+    (a Var yields at most once) bind in a loop, an op pattern is matched at its node directly
+    and the last pattern's matches are passed on: fewer generators than one per pattern."""
+    n = len(pats)
+    while i < n and type(pats[i]) is Var:
+        p, v = pats[i], vals[i]
+        if p.name in b:
+            if b[p.name] != v:
+                return
+        elif p.where is not None and not p.where(g, v):
+            return
+        else:
+            b = {**b, p.name: v}
+        i += 1
+    if i == n:
         yield b, consumed
         return
-    for b1, c1 in pats[0].match_value(g, vals[0], b, consumed):
-        yield from _match_seq(g, pats[1:], vals[1:], b1, c1)
+    p, v = pats[i], vals[i]
+    if type(p) is Pat:
+        if p.out is not None and v.index != p.out:
+            return
+        found = p.match_node(g, g.nodes[v.node], b, consumed)
+    else:
+        found = p.match_value(g, v, b, consumed)
+    if i == n - 1:
+        yield from found
+        return
+    for b1, c1 in found:
+        yield from _match_seq(g, pats, vals, b1, c1, i + 1)
 
 
 @dataclass(frozen=True)
