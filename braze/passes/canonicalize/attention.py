@@ -439,16 +439,39 @@ def _to_heads(b, v, frame):
 
 
 def _keys(b, m, parse):
-    """k [B, H, S, D] from the scores' kt [B, H, D, S]. A kt that a transpose made, read as it
-    is, composes with the transpose back: k is that transpose's input, or one transpose of it
-    (what ComposeTransposes makes of the pair in the next pass)."""
+    """k [B, H, S, D] from the scores' kt [B, H, D, S]. A kt read as it is composes with the
+    transpose back, as the layout rules would compose them in the next pass: kt made by a
+    transpose gives that transpose's input or one transpose of it, grouped GQA keys
+    (`_grouped_keys`) one reshape."""
     src = m.graph.nodes[m.values["kt"].node]
-    if parse.kt_layout or parse.frame is not None or not isinstance(src.op, Transpose):
-        kt = _to_heads(b, _replay(b, m.v("kt"), parse.kt_layout), parse.frame)
-        return b.transpose(kt, (0, 1, 3, 2))
-    perm = tuple(src.op.perm[i] for i in (0, 1, 3, 2))
-    x = m.new(src.inputs[0])
-    return x if perm == tuple(range(4)) else b.transpose(x, perm)
+    if not parse.kt_layout and parse.frame is None:
+        if isinstance(src.op, Transpose):
+            perm = tuple(src.op.perm[i] for i in (0, 1, 3, 2))
+            x = m.new(src.inputs[0])
+            return x if perm == tuple(range(4)) else b.transpose(x, perm)
+        grouped = _grouped_keys(m.graph, src)
+        if grouped is not None:
+            bb, h, d, s = src.outputs[0].dims
+            return b.reshape(m.new(grouped), (bb, h, s, d))
+    kt = _to_heads(b, _replay(b, m.v("kt"), parse.kt_layout), parse.frame)
+    return b.transpose(kt, (0, 1, 3, 2))
+
+
+def _grouped_keys(g, src):
+    """e when kt = reshape(transpose(e, (0, 1, 2, 4, 3)), [B, G*R, D, S]) with e [B, G, R, S, D]
+    (GQA keys repeated per group, transposed for the scores): then k is reshape(e,
+    [B, G*R, S, D]), what TransposeBeforeMerge and ComposeTransposes make of it."""
+    if not isinstance(src.op, Reshape):
+        return None
+    t = g.nodes[src.inputs[0].node]
+    if not isinstance(t.op, Transpose) or t.op.perm != (0, 1, 2, 4, 3):
+        return None
+    e = t.inputs[0]
+    dims = g.shape_of(e).dims
+    if len(dims) != 5 or not all(isinstance(n, int) for n in dims[1:3]):
+        return None
+    bb, groups, r, s, d = dims
+    return e if src.outputs[0].dims == (bb, groups * r, d, s) else None
 
 
 def _build(b, m):
