@@ -8,6 +8,7 @@ from ..ir.op import Value
 from ..ir.ops.elementwise import Binary
 from ..ir.ops.io import Input, Param
 from ..rewrite import RewriteContext
+from ..rewrite.driver import KindsPresent
 from .base import FunctionPass
 
 __all__ = ["dead_code_elimination", "eliminate_dead_code", "common_subexpression_elimination",
@@ -66,6 +67,9 @@ def common_subexpression_elimination(g: Graph, ctx: RewriteContext | None = None
         outs_of[node.id] = new.copy_node(node, ins)
     new.weights = g.weights.carry()
     new.set_outputs([outs_of[v.node][v.index] for v in g.outputs])
+    kinds = KindsPresent.of(g).copy()  # the next rule pass reads them without a recount
+    kinds.add_nodes((g.nodes[i] for i in merged), -1)
+    KindsPresent.remember(new, kinds)
     return new, True
 
 

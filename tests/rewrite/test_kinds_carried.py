@@ -49,3 +49,16 @@ def test_a_graph_that_grew_is_counted_again():
     g.set_outputs([g.tanh(g.outputs[0])])
     assert KindsPresent.of(g).meets(frozenset({("tanh",)}))
     assert KindsPresent.of(g)._count == KindsPresent(g)._count
+
+
+def test_cse_carries_the_kinds_of_its_result():
+    from braze.passes.cleanup import common_subexpression_elimination
+
+    g = bz.Graph("cse")
+    x = g.input("x", bz.Shape((2, 3)))
+    g.set_outputs([g.add(g.tanh(x), g.tanh(x)), g.exp(g.tanh(x))])
+    out, changed = common_subexpression_elimination(g)
+    assert changed and out.count("tanh") == 1
+    seen = KindsPresent._by_graph[id(out)][3]  # remembered for the result, not recounted
+    assert seen._count == KindsPresent(out)._count
+    assert KindsPresent.of(out) is seen
