@@ -12,8 +12,8 @@
   softmax in f32 with casts around it, and the sdpa export guard where(isnan(p), 0, p) (exact:
   braze's softmax is safe). All additive terms become one CUSTOM mask input (BIAS when it is
   computed from learned params: relative position biases, ALiBi slopes);
-- `FoldRepeatKV` then folds GQA's repeat_kv (reshape -> expand -> reshape of k and v) into the
-  attention's kv-head count;
+- `FoldRepeatKV` (repeat_kv.py) then folds GQA's repeat_kv (reshape -> expand -> reshape of k
+  and v) into the attention's kv-head count (the build folds sdpa's grouped keys itself);
 - `FoldAttentionInputScale` folds constant scales of q or k into an attention op a frontend made
   directly (torch's sdpa after OPT / BART scale the projection: attention(split(x @ w * c), ...)
   -> attention(split(x @ w), ..., scale * c)), so the head split reads the projection again.
@@ -33,11 +33,12 @@ from ...ir.ops.elementwise import Binary, BinaryFn, Cast, IsNan, Unary, UnaryFn,
 from ...ir.ops.io import Constant, Input, Param
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.reduce import Softmax
-from ...ir.ops.shape import Expand, Reshape, Transpose
+from ...ir.ops.shape import Reshape, Transpose
 from ...ir.symbolic import SymDim
 from ...rewrite import Match, MissReason, Rule, fail
 from ...rewrite.miss import Miss
 from .graph_memo import per_graph
+from .repeat_kv import FOLD_REPEAT_KV, grouped_keys, unrepeated_kv
 
 __all__ = ["CANONICALIZE_ATTENTION", "FOLD_REPEAT_KV", "FOLD_INPUT_SCALE", "ATTENTION_RULES",
            "MASK_FLOOR"]
@@ -442,14 +443,14 @@ def _keys(b, m, parse):
     """k [B, H, S, D] from the scores' kt [B, H, D, S]. A kt read as it is composes with the
     transpose back, as the layout rules would compose them in the next pass: kt made by a
     transpose gives that transpose's input or one transpose of it, grouped GQA keys
-    (`_grouped_keys`) one reshape."""
+    (`repeat_kv.grouped_keys`) one reshape."""
     src = m.graph.nodes[m.values["kt"].node]
     if not parse.kt_layout and parse.frame is None:
         if isinstance(src.op, Transpose):
             perm = tuple(src.op.perm[i] for i in (0, 1, 3, 2))
             x = m.new(src.inputs[0])
             return x if perm == tuple(range(4)) else b.transpose(x, perm)
-        grouped = _grouped_keys(m.graph, src)
+        grouped = grouped_keys(m.graph, src)
         if grouped is not None:
             bb, h, d, s = src.outputs[0].dims
             return b.reshape(m.new(grouped), (bb, h, s, d))
@@ -457,29 +458,16 @@ def _keys(b, m, parse):
     return b.transpose(kt, (0, 1, 3, 2))
 
 
-def _grouped_keys(g, src):
-    """e when kt = reshape(transpose(e, (0, 1, 2, 4, 3)), [B, G*R, D, S]) with e [B, G, R, S, D]
-    (GQA keys repeated per group, transposed for the scores): then k is reshape(e,
-    [B, G*R, S, D]), what TransposeBeforeMerge and ComposeTransposes make of it."""
-    if not isinstance(src.op, Reshape):
-        return None
-    t = g.nodes[src.inputs[0].node]
-    if not isinstance(t.op, Transpose) or t.op.perm != (0, 1, 2, 4, 3):
-        return None
-    e = t.inputs[0]
-    dims = g.shape_of(e).dims
-    if len(dims) != 5 or not all(isinstance(n, int) for n in dims[1:3]):
-        return None
-    bb, groups, r, s, d = dims
-    return e if src.outputs[0].dims == (bb, groups * r, d, s) else None
-
-
 def _build(b, m):
     parse = m.data["parse"]
     frame = parse.frame
     q = _to_heads(b, _replay(b, m.v("q"), parse.q_layout), frame)
-    k = _keys(b, m, parse)
-    v = _to_heads(b, m.v("v"), frame)
+    kv = None
+    if not parse.kt_layout and frame is None:
+        kv = unrepeated_kv(b, m, m.values["kt"], m.values["v"])
+    if kv is None:
+        kv = _keys(b, m, parse), _to_heads(b, m.v("v"), frame)
+    k, v = kv
     dt = b.shape_of(q).dtype
     mask = None
     bias = False
@@ -566,68 +554,6 @@ CANONICALIZE_ATTENTION = Rule(
     # every match (and near miss) walks back from its root to a softmax: a graph without one
     # is skipped whole (the sweep after the last softmax is canonicalized, too)
     requires=frozenset({(Softmax,)}))
-
-
-# -- GQA: repeat_kv folds into the kv-head count --------------------------------------------------
-def _repeated(g, v):
-    """(y, r) when v = reshape(expand(y, [B, H, r, S, D]), [B, H*r, S, D]) with y [B, H, 1, S, D]
-    (however y was made: a reshape of k, or a transpose that moved a unit axis of a grouped
-    fused-QKV layout there); else None."""
-    outer = g.nodes[v.node]
-    if not isinstance(outer.op, Reshape):
-        return None
-    ex = g.nodes[outer.inputs[0].node]
-    if not isinstance(ex.op, Expand):
-        return None
-    y = ex.inputs[0]
-    ed = ex.outputs[0].dims
-    if len(ed) != 5 or not all(isinstance(n, int) for n in ed[1:3]):
-        return None
-    b, h, r, s, d = ed
-    if g.shape_of(y).dims != (b, h, 1, s, d) or outer.outputs[0].dims != (b, h * r, s, d):
-        return None
-    return y, r
-
-
-def _repeat_kv_matcher(g, node, ctx):
-    k, v = node.inputs[1], node.inputs[2]
-    rk, rv = _repeated(g, k), _repeated(g, v)
-    if rk is None or rv is None or rk[1] != rv[1]:
-        return
-    values = {"q": node.inputs[0], "k": rk[0], "v": rv[0]}
-    if len(node.inputs) > 3:
-        values["mask"] = node.inputs[3]
-    yield Match(FOLD_REPEAT_KV, g, node, {"root": node}, values, (node.id,))
-
-
-def _build_fold(b, m):
-    """k and v as [B, Hkv, S, D]: their unit repeat axis dropped."""
-    op = m.root.op
-    k, v = (_without_repeat_axis(b, m, m.values[r]) for r in "kv")
-    mask = m.v("mask") if "mask" in m.values else None
-    return b.add_node(op, [m.v("q"), k, v] + ([mask] if mask is not None else []))[0]
-
-
-def _without_repeat_axis(b, m, y):
-    """`y` [B, H, 1, S, D] reshaped to [B, H, S, D]. When a reshape made `y` (repeat_kv's
-    unsqueeze), the two compose here: its input itself when that has the dims, else one
-    reshape of it - what ComposeReshapes makes of reshape(reshape(x)) a sweep later."""
-    dims = _without_unit_axis(m.graph.shape_of(y).dims)
-    src = m.graph.nodes[y.node]
-    if isinstance(src.op, Reshape):
-        y = src.inputs[0]
-    x = m.new(y)
-    return x if b.shape_of(x).dims == dims else b.reshape(x, dims)
-
-
-def _without_unit_axis(dims):
-    return tuple(dims[:2]) + tuple(dims[3:])
-
-
-FOLD_REPEAT_KV = Rule("FoldRepeatKV", _build_fold, matcher=_repeat_kv_matcher,
-                      root_test=lambda op: isinstance(op, Attention),
-                      depth=3,  # attention <- reshape <- expand <- y's type
-                      requires=frozenset({(Attention,), (Expand,)}))
 
 
 # -- constant scales of q and k fold into the attention's score scale ----------------------------

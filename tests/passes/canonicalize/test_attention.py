@@ -213,27 +213,32 @@ def test_repeat_kv_fold_composes_with_the_reshape_that_added_the_axis():
     check_same(g, folded, symbols=SYM)
 
 
-def test_grouped_keys_transposed_for_the_scores_become_one_reshape():
+@pytest.mark.parametrize("v_repeated", [True, False])
+def test_grouped_keys_transposed_for_the_scores_become_one_reshape(v_repeated):
     """sdpa's GQA export: kt = reshape(transpose(expand(k5), swap the last two), [B, H, D, S]).
     The attention reads k as one reshape of the expand (no transpose left for the layout
-    rules), which FoldRepeatKV then folds into the kv heads."""
+    rules), or, when v is the same repeat_kv, both with the repeat folded (FoldRepeatKV's
+    result, without a sweep for it)."""
     g = bz.Graph("gqa_kt")
     q, k, v = _qkv(g, heads=4, kv_heads=2)
     e = g.expand(g.reshape(k, ("b", 2, 1, "s", D)), ("b", 2, 2, "s", D))
     kt = g.reshape(g.transpose(e, (0, 1, 2, 4, 3)), ("b", 4, D, "s"))
-    v4 = g.reshape(g.expand(g.reshape(v, ("b", 2, 1, "s", D)), ("b", 2, 2, "s", D)),
-                   ("b", 4, "s", D))
-    g.set_outputs([g.matmul(g.softmax(g.mul(g.matmul(q, kt), 0.5), -1), v4)])
+    if v_repeated:
+        v = g.reshape(g.expand(g.reshape(v, ("b", 2, 1, "s", D)), ("b", 2, 2, "s", D)),
+                      ("b", 4, "s", D))
+    else:
+        v = g.input("v_heads", bz.Shape(("b", 4, "s", D)))
+    g.set_outputs([g.matmul(g.softmax(g.mul(g.matmul(q, kt), 0.5), -1), v)])
     out, _ = run_rules(g, CANONICALIZE_ATTENTION)
     (att,) = [n for n in out.nodes if n.op.kind == "attention"]
-    k_in = out.nodes[att.inputs[1].node]
-    assert k_in.op.kind == "reshape" and out.nodes[k_in.inputs[0].node].op.kind == "expand"
+    k_in, v_in = (out.nodes[x.node] for x in att.inputs[1:3])
     assert out.count("transpose") == 0
+    if v_repeated:
+        assert (k_in.name, v_in.name) == ("k", "v") and out.count("expand") == 0
+    else:
+        assert k_in.op.kind == "reshape" and out.nodes[k_in.inputs[0].node].op.kind == "expand"
+        assert v_in.name == "v_heads"
     check_same(g, out, symbols=SYM)
-    folded, _ = run_rules(out, FOLD_REPEAT_KV)
-    (att,) = [n for n in folded.nodes if n.op.kind == "attention"]
-    assert folded.nodes[att.inputs[1].node].name == "k" and folded.count("expand") == 0
-    check_same(g, folded, symbols=SYM)
 
 
 def test_an_expand_that_also_broadcasts_the_keys_is_not_a_repeat_kv():
