@@ -405,7 +405,10 @@ def _unflatten_linear(g, node, ctx):
     values = {"x": x, "w": w}
     if bias is not None:
         values["b"] = bias
-    yield _root_match(UNFLATTEN_LINEAR, g, node, values, data={"k": fd[1], "lead": lead})
+    # the interiors feed only this layer: the match removes them at once (not left dead)
+    consumed = tuple(n.id for n in (node, add, inner, flat) if n is not None)
+    yield _root_match(UNFLATTEN_LINEAR, g, node, values, data={"k": fd[1], "lead": lead},
+                      consumed=consumed)
 
 
 def _build_linear(b, m):

@@ -78,6 +78,20 @@ def test_linear_on_flattened_rows_unflattens():
     check_same(g, out)
 
 
+def test_unflattened_linear_removes_what_only_it_read_at_once():
+    """The flattening reshape, the matmul and the bias add go with the match (nothing dead is
+    left for the passes before the next DCE to carry)."""
+    g = bz.Graph("lin")
+    x = g.input("x", bz.Shape(("b", "s", 8)))
+    w, b = g.param("w", bz.Shape((8, 6))), g.param("bias", bz.Shape((6,)))
+    y, _ = _flat_linear(g, x, w, b)
+    g.set_outputs([y, g.reshape(g.matmul(g.reshape(x, ("b*s", 8)), w), ("b", "s", 6))])
+    res = rewrite(g, LAYOUT_RULES)
+    assert res.stats["UnflattenLinear"].matches == 2
+    assert res.graph.op_counts() == {"matmul": 2, "add": 1}
+    check_same(g, res.graph)
+
+
 def test_flattened_linear_whose_rows_are_used_elsewhere_stays():
     g = bz.Graph("lin")
     x = g.input("x", bz.Shape(("b", "s", 8)))
