@@ -64,7 +64,7 @@ def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias, packed
     by fused.packed_weight, or the bf16 GEMM rounding x through `x16`, when `packed` is
     given), else BLAS + C."""
     bias = None if bias is None else _c(bias)
-    if isinstance(packed, bf16_gemm.Bf16Weight):
+    if isinstance(packed, bf16_gemm.PREPARED):
         if not bf16_gemm.gemm(x, packed, out, bias, 0, x16):
             raise InterpretError(f"bf16 projection: x {x.shape} does not fit the weight "
                                  f"{w.shape}")
@@ -205,13 +205,16 @@ def attention_block(node, ins, outs, ctx):
     scratch = shape.buffers() + (((b, s, merged_w), np.float32),
                                  (heads.plan.scratch_shape, np.float32))
     if low or low_o:
-        rows_k = max([b * rows * e_in for _, _, rows, _, e_in in shape.projections] * bool(low)
-                     + [b * s * merged_w] * bool(low_o))
+        rows_k = max([bf16_gemm.scratch_elems(b * rows, e_in)
+                      for _, _, rows, _, e_in in shape.projections] * bool(low)
+                     + [bf16_gemm.scratch_elems(b * s, merged_w)] * bool(low_o))
         scratch += (((rows_k,), np.uint16),)
-    how = {(True, True): "MKL bf16 GEMM (AMX) for q/k/v and the output",
-           (True, False): "MKL bf16 GEMM (AMX) for q/k/v, f32 GEMM for the output",
-           (False, True): "f32 GEMM for q/k/v, MKL bf16 GEMM (AMX) for the output"}.get(
-        (bool(low), bool(low_o)))
+    qkv_how = bf16_gemm.describe(low[0]) if low else "f32 GEMM"
+    out_how = bf16_gemm.describe(low_o) if low_o else "f32 GEMM"
+    how = None
+    if low or low_o:
+        how = f"{qkv_how} for q/k/v and the output" if qkv_how == out_how else \
+            f"{qkv_how} for q/k/v, {out_how} for the output"
     if how is None:
         how = prepared_how(packed_o).split(",")[0] \
             if None not in packed and packed_o is not None else "MKL"

@@ -14,7 +14,10 @@ or AVX512-BF16 (elsewhere MKL emulates it more slowly than the f32 GEMM). `BRAZE
 turns it off (the policy's f32 GEMMs on rounded operands then run). On the 2-core AMX dev VM
 (one thread, CPU time, quiet-ish) MKL's packed bf16 GEMM ran 290-360 GFLOP/s per core at
 BERT-base shapes against 90-170 for f32 sgemm; its packed weight is ~3-8x the bf16 weight
-(MKL's AMX layout; BERT-base: ~0.5 GB)."""
+(MKL's AMX layout; BERT-base: ~0.5 GB). On an AMX CPU braze's own tile kernel
+(amx_gemm.py, the weight at its bf16 size) is the other candidate: which of the two runs a
+weight shape is measured once per machine (gemm_choice.choose_bf16);
+`BRAZE_BF16_GEMM=mkl` / `amx` forces one (amx_gemm alone also runs without MKL)."""
 from __future__ import annotations
 
 import ctypes
@@ -27,11 +30,11 @@ import numpy as np
 from ...errors import InterpretError
 from ...ir.op import Value
 from ..codegen import cc
-from . import blas, native
+from . import amx_gemm, blas, gemm_choice, native
 from .registry import Dispatch, Kernel, nbytes
 
 __all__ = ["available", "Bf16Weight", "bf16_weight", "rounded_source", "gemm", "gemm_kernel",
-           "round_through"]
+           "round_through", "scratch_elems", "describe", "PREPARED"]
 
 _ROW_MAJOR, _NO_TRANS, _B_MATRIX = 101, 111, 162  # CBLAS enums (the C code uses 151: packed)
 
@@ -102,9 +105,19 @@ class _Mkl:
     pack: object          # cblas_gemm_bf16bf16f32_pack
 
 
+def _setting() -> str:
+    """BRAZE_BF16_GEMM: "0" (off), "mkl" or "amx" (forced), else "auto"."""
+    flag = os.environ.get("BRAZE_BF16_GEMM", "auto")
+    return flag if flag in ("0", "mkl", "amx") else "auto"
+
+
+def _amx() -> bool:
+    return _setting() in ("auto", "amx") and amx_gemm.available()
+
+
 @cache
 def _mkl() -> _Mkl | None:
-    if os.environ.get("BRAZE_BF16_GEMM", "1") == "0" or not _cpu_has_bf16():
+    if _setting() in ("0", "amx") or not _cpu_has_bf16():
         return None
     lib = blas.mkl_library()
     if lib is None:
@@ -131,8 +144,15 @@ def _lib():
 
 
 def available() -> bool:
-    """Whether bf16 GEMMs run here (MKL with the bf16 GEMM, a bf16 CPU, a C compiler)."""
-    return _mkl() is not None and _lib() is not None and native.lib() is not None
+    """Whether bf16 GEMMs run here (MKL with the bf16 GEMM on a bf16 CPU, or braze's AMX
+    kernel; a C compiler)."""
+    return (_mkl() is not None or _amx()) and _lib() is not None and native.lib() is not None
+
+
+def scratch_elems(rows: int, k: int) -> int:
+    """uint16 elements of the operand scratch a `rows` x `k` bf16 GEMM needs (either kind)."""
+    need = max(rows * k, 1)
+    return max(need, amx_gemm.scratch_elems(rows, k)) if _amx() else need
 
 
 class Bf16Weight:
@@ -155,6 +175,9 @@ class Bf16Weight:
         return self.packed.ctypes.data + self._at
 
 
+PREPARED = (Bf16Weight, amx_gemm.AmxWeight)  # what bf16_weight returns
+
+
 def bf16_weight(node, ctx, position: int = 1) -> Bf16Weight | None:
     """The static 2-D weight at input `position` of `node` converted and packed for the bf16
     GEMM (cached in ctx.prepared), when the context's precision computes in bf16, the GEMM is
@@ -169,8 +192,34 @@ def bf16_weight(node, ctx, position: int = 1) -> Bf16Weight | None:
     hit = ctx.prepared.get(key)
     if hit is None:
         exact = not (np.ascontiguousarray(w).view(np.uint32) & 0xFFFF).any()
-        hit = ctx.prepared[key] = Bf16Weight(w) if exact else False
+        hit = ctx.prepared[key] = _prepare(w) if exact else False
     return hit or None
+
+
+def _prepare(w: np.ndarray) -> Bf16Weight | amx_gemm.AmxWeight:
+    """w packed for the bf16 GEMM measured faster for its shape here (or the one there is)."""
+    if _mkl() is None:
+        return amx_gemm.AmxWeight(w)
+    if not _amx():
+        return Bf16Weight(w)
+    choice = _setting() if _setting() != "auto" else \
+        gemm_choice.choose_bf16(*w.shape, _candidates)
+    return amx_gemm.AmxWeight(w) if choice == "amx" else Bf16Weight(w)
+
+
+def describe(w: Bf16Weight | amx_gemm.AmxWeight) -> str:
+    """Which bf16 GEMM runs a prepared weight, for dispatch reports."""
+    return "braze bf16 GEMM (AMX tiles)" if isinstance(w, amx_gemm.AmxWeight) else \
+        "MKL bf16 GEMM (AMX)"
+
+
+def _candidates(x: np.ndarray, w: np.ndarray) -> dict:
+    """Both bf16 GEMMs on `x @ w`, for gemm_choice to time."""
+    mkl, amx = Bf16Weight(w), amx_gemm.AmxWeight(w)
+    out = np.empty((x.shape[0], w.shape[1]), np.float32)
+    x16 = np.empty(scratch_elems(x.shape[0], x.shape[1]), np.uint16)
+    return {"mkl": lambda: gemm(x, mkl, out, None, 0, x16),
+            "amx": lambda: gemm(x, amx, out, None, 0, x16)}
 
 
 def _bf16_policy(ctx) -> bool:
@@ -198,8 +247,8 @@ def round_through(a: np.ndarray, dtype) -> None:
             a[...] = a.astype(dtype.np).astype(np.float32)
 
 
-def gemm(x: np.ndarray, w: Bf16Weight, out: np.ndarray, bias: np.ndarray | None, act: int,
-         x16: np.ndarray) -> bool:
+def gemm(x: np.ndarray, w: Bf16Weight | amx_gemm.AmxWeight, out: np.ndarray,
+         bias: np.ndarray | None, act: int, x16: np.ndarray) -> bool:
     """out = act(bf16(x) @ w + bias) for x [..., K] with contiguous rows (rounded to bf16 into
     the scratch `x16`, at least rows * K uint16); False (nothing written) if the shapes do not
     fit."""
@@ -211,6 +260,8 @@ def gemm(x: np.ndarray, w: Bf16Weight, out: np.ndarray, bias: np.ndarray | None,
         return False
     if x.strides[-1] != 4 or (x.ndim > 1 and not x.flags.c_contiguous):
         return False
+    if isinstance(w, amx_gemm.AmxWeight):
+        return amx_gemm.gemm(x, w, out, bias, act, x16)
     _lib().gemm_bf16_bias_act(_mkl().compute, x.ctypes.data, k, x16.ctypes.data, w.address,
                               out.ctypes.data, rows, w.n, k,
                               None if bias is None else bias.ctypes.data, act)
@@ -244,6 +295,6 @@ def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str) ->
             raise InterpretError(f"bf16 GEMM at node {node.label}: x {x.shape} / out "
                                  f"{out.shape} do not fit the weight {w.shape}")
 
-    return Kernel(run, Dispatch.NATIVE, f"MKL bf16 GEMM (AMX), operand rounded in ({what})",
+    return Kernel(run, Dispatch.NATIVE, f"{describe(weight)}, operand rounded in ({what})",
                   flops=2 * rows * cols * k, bytes=nbytes(ins) + nbytes(outs),
-                  scratch=(((max(rows * k, 1),), np.uint16),), reads=((0, src),))
+                  scratch=(((scratch_elems(rows, k),), np.uint16),), reads=((0, src),))

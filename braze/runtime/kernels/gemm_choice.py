@@ -26,9 +26,10 @@ from ..codegen import cc
 from . import blas, mkl_packed, native
 from . import packed_gemm as pg
 
-__all__ = ["choose", "forced", "CHOICES"]
+__all__ = ["choose", "choose_bf16", "forced", "CHOICES", "BF16_CHOICES"]
 
 CHOICES = ("packed", "tiles", "mkl_packed")
+BF16_CHOICES = ("mkl", "amx")  # bf16_gemm.py: MKL's cblas_gemm_bf16bf16f32, amx_gemm.py
 
 _ROWS = 128  # the product measured: a sequence of 128 tokens, one batch
 _RUNS = 5
@@ -45,7 +46,8 @@ def _load() -> dict[str, str]:
     if _choices is None:
         try:
             with open(_path()) as f:  # an older file's true / false entries are measured again
-                _choices = {k: v for k, v in json.load(f).items() if v in CHOICES}
+                _choices = {k: v for k, v in json.load(f).items()
+                            if v in CHOICES + BF16_CHOICES}
         except (OSError, ValueError, AttributeError):
             _choices = {}
     return _choices
@@ -77,6 +79,34 @@ def choose(k: int, n: int, tiles: Callable) -> str:
         return choices[key]
 
 
+def choose_bf16(k: int, n: int, runs: Callable) -> str:
+    """The faster bf16 GEMM here for a [k, n] weight, one of BF16_CHOICES; `runs(x, w)` gives
+    {choice: callable} for a 128-row product (bf16_gemm.py builds them)."""
+    key = f"bf16:{k}x{n}"
+    with _lock:
+        choices = _load()
+        if key not in choices:
+            rng = np.random.default_rng(0)
+            w = rng.standard_normal((k, n), dtype=np.float32)
+            x = rng.standard_normal((_ROWS, k), dtype=np.float32)
+            choices[key] = _fastest(runs(x, w))
+            _save(choices)
+        return choices[key]
+
+
+def _fastest(runs: dict[str, Callable]) -> str:
+    """The name of the fastest call: best of _RUNS, alternating, after a warm call each."""
+    best = dict.fromkeys(runs, float("inf"))
+    for fn in runs.values():
+        fn()  # warm: caches, the thread team
+    for r in range(_RUNS):
+        for name in (list(runs) if r % 2 else list(runs)[::-1]):
+            t = time.perf_counter()
+            runs[name]()
+            best[name] = min(best[name], time.perf_counter() - t)
+    return min(best, key=best.get)
+
+
 def _measure(k: int, n: int, tiles: Callable) -> str:
     rng = np.random.default_rng(0)
     w = rng.standard_normal((k, n), dtype=np.float32)
@@ -89,15 +119,7 @@ def _measure(k: int, n: int, tiles: Callable) -> str:
     mkl = mkl_packed.pack(w)
     if mkl is not None:
         runs["mkl_packed"] = lambda: mkl_packed.gemm(x, mkl, out, None, 0)
-    best = dict.fromkeys(runs, float("inf"))
-    for fn in runs.values():
-        fn()  # warm: caches, the thread team
-    for r in range(_RUNS):
-        for name in (list(runs) if r % 2 else list(runs)[::-1]):
-            t = time.perf_counter()
-            runs[name]()
-            best[name] = min(best[name], time.perf_counter() - t)
-    return min(best, key=best.get)
+    return _fastest(runs)
 
 
 def _save(choices: dict[str, str]) -> None:

@@ -1,0 +1,96 @@
+"""braze's AMX bf16 GEMM (kernels/amx_gemm.py): exact bf16 products accumulated in f32, against
+NumPy at sizes that are not multiples of the 32 x 32 blocks, with every epilogue; declined
+operands leave the output alone; under the bf16 policy it runs the models' GEMMs (forced, or
+where measured faster than MKL's) and matches the policy graph's interpreter."""
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import braze as bz
+from braze import models
+from braze.runtime.kernels import amx_gemm, bf16_gemm, native
+
+needs_amx = pytest.mark.skipif(not amx_gemm.available(), reason="no AMX-BF16 here")
+
+
+def _bf16(a):
+    return a.astype(ml_dtypes.bfloat16).astype(np.float32)
+
+
+@needs_amx
+@pytest.mark.parametrize("rows,k,n", [(1, 1, 1), (5, 13, 7), (37, 45, 71), (33, 64, 32),
+                                      (300, 96, 200), (128, 768, 80)])
+@pytest.mark.parametrize("epilogue", ["none", "bias", "bias_gelu", "silu"])
+def test_matches_numpy(rows, k, n, epilogue):
+    rng = np.random.default_rng(rows + 7 * k + n)
+    x = rng.standard_normal((rows, k), dtype=np.float32)
+    w = _bf16(rng.standard_normal((k, n), dtype=np.float32))
+    bias = rng.standard_normal(n, dtype=np.float32) if "bias" in epilogue else None
+    act = {"bias_gelu": "gelu", "silu": "silu"}.get(epilogue)
+    out = np.full((rows, n), np.nan, np.float32)
+    x16 = np.empty(amx_gemm.scratch_elems(rows, k), np.uint16)
+    assert amx_gemm.gemm(x, amx_gemm.AmxWeight(w), out, bias, native.ACT_CODES[act], x16)
+    want = _bf16(x).astype(np.float64) @ w
+    if bias is not None:
+        want = want + bias
+    if act:
+        from braze.ir.ops.elementwise import Unary, UnaryFn
+
+        with np.errstate(over="ignore"):
+            want = Unary(UnaryFn(act)).reference(want.astype(np.float32))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
+
+
+@needs_amx
+def test_operands_that_do_not_fit_are_declined_untouched():
+    w = amx_gemm.AmxWeight(np.ones((40, 24), np.float32))
+    out = np.full((3, 24), 7.0, np.float32)
+    x16 = np.empty(amx_gemm.scratch_elems(3, 40), np.uint16)
+    x = np.ones((3, 40), np.float32)
+    assert not amx_gemm.gemm(np.ones((3, 41), np.float32), w, out, None, 0, x16)       # k
+    assert not amx_gemm.gemm(x, w, out, None, 0, x16[:3 * 40])                          # scratch
+    assert not amx_gemm.gemm(x, w, out, np.ones(23, np.float32), 0, x16)                # bias
+    assert not amx_gemm.gemm(np.ones((40, 3), np.float32).T, w, out, None, 0, x16)      # strides
+    assert (out == 7.0).all()
+    assert amx_gemm.gemm(x, w, out, None, 0, x16) and (out == 40.0).all()
+
+
+@needs_amx
+@pytest.mark.parametrize("build", [lambda: models.bert_encoder(2, 64, 4, batch=2, seq=9),
+                                   lambda: models.llama_tiny()], ids=["bert", "llama"])
+def test_models_run_their_bf16_gemms_on_it(monkeypatch, build):
+    monkeypatch.setenv("BRAZE_BF16_GEMM", "amx")
+    g = build()
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params, precision="bf16")
+    feeds = bz.random_feeds(g, 4)
+    rows = exe.dispatch_report(feeds).rows
+    assert sum("braze bf16 GEMM (AMX tiles)" in r[3] for r in rows) >= 2
+    assert not any("MKL bf16" in r[3] for r in rows)
+    want = bz.interpret(exe.graph, feeds, params)
+    for got, w in zip(exe(feeds), want, strict=True):  # as test_bf16_gemm's _close
+        scale = max(1.0, float(np.abs(w).max()))
+        assert np.abs(got - w).max() < 4e-3 * scale
+        assert np.mean(np.abs(got - w) <= 1e-3 * np.abs(w) + 1e-4 * scale) > 0.99
+
+
+@needs_amx
+@pytest.mark.skipif(bf16_gemm._mkl() is None, reason="no MKL bf16 GEMM to measure against")
+def test_the_faster_of_mkl_and_amx_is_measured_once_per_shape(monkeypatch, tmp_path):
+    from braze.runtime.kernels import gemm_choice
+
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(gemm_choice, "_choices", None)
+    monkeypatch.delenv("BRAZE_BF16_GEMM", raising=False)
+    g = models.bert_encoder(1, 64, 4, batch=1, seq=8)
+    exe = bz.compile(g, params=bz.init_params(g, 0), precision="bf16")
+    rows = exe.dispatch_report(bz.random_feeds(g, 0)).rows
+    saved = json.loads(next(tmp_path.glob("gemm_choice_*.json")).read_text())
+    bf16 = {k: v for k, v in saved.items() if k.startswith("bf16:")}
+    assert set(bf16) == {"bf16:64x192", "bf16:64x64", "bf16:64x256", "bf16:256x64"}
+    assert set(bf16.values()) <= {"mkl", "amx"}
+    mlp = [r for r in rows if r[1] == "fused_matmul_bias_act"]
+    kinds = {"amx": "braze bf16 GEMM (AMX tiles)", "mkl": "MKL bf16 GEMM (AMX)"}
+    assert kinds[bf16["bf16:64x256"]] in mlp[0][3] and kinds[bf16["bf16:256x64"]] in mlp[1][3]
