@@ -98,7 +98,8 @@ def test_attention_block_projects_qkv_and_output_in_bf16():
     exe = bz.compile(g, params=params, precision="bf16")
     blocks = [r for r in _rows(exe, g) if r[1].startswith("fused_attention_block")]
     assert len(blocks) == 2
-    assert all("GEMM (AMX" in r[3] and "for q/k/v and the output" in r[3] for r in blocks)
+    # q/k/v and the output on a bf16 GEMM (MKL's or braze's, whichever measured faster here)
+    assert all("bf16 GEMM (AMX" in r[3] and "f32 GEMM" not in r[3] for r in blocks)
     feeds = bz.random_feeds(g, 5)
     _close(exe(feeds), _policy_reference(exe, feeds, params))
 
