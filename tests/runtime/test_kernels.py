@@ -251,6 +251,7 @@ def test_kernels_above_the_parallel_threshold_match():
 @pytest.mark.parametrize("x_shape", [(3, 7, 13), (300, 13), (1, 13)])
 def test_plain_matmul_with_2d_weights(x_shape, monkeypatch):
     monkeypatch.setenv("BRAZE_PACKED_GEMM", "0")  # the BLAS path (packed is the default)
+    monkeypatch.delenv("BRAZE_FP32_GEMM", raising=False)  # which would take precedence
     g = bz.Graph("mm")
     x = g.input("x", bz.Shape(x_shape))
     w = g.param("w", bz.Shape((13, 29)))

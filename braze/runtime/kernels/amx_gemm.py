@@ -35,7 +35,7 @@ SOURCE = native.ACT_SPAN.join(("""
 #include <unistd.h>
 #include <sys/syscall.h>
 #include <immintrin.h>
-""" + cc.simd_math_decls(), r"""
+""" + cc.simd_math_decls() + native.TO_BF16, r"""
 #define MC 256  /* rows per chunk: 256 x k bf16 stays in L2 across the column blocks */
 #define PF 4    /* B tiles prefetched this many k blocks ahead */
 
@@ -46,11 +46,6 @@ int amx_enable(void) {
 #else
   return -1;
 #endif
-}
-
-static inline uint16_t to_bf16(uint32_t u) {
-  uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-  return (uint16_t)(nan ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
 }
 
 /* w [k, n] f32 -> packed [NB][KB][2][16][32] bf16 (VNNI pairs of k per column), zero padded. */

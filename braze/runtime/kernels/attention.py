@@ -209,15 +209,15 @@ def attention_block(node, ins, outs, ctx):
                       for _, _, rows, _, e_in in shape.projections] * bool(low)
                      + [bf16_gemm.scratch_elems(b * s, merged_w)] * bool(low_o))
         scratch += (((rows_k,), np.uint16),)
-    qkv_how = bf16_gemm.describe(low[0]) if low else "f32 GEMM"
-    out_how = bf16_gemm.describe(low_o) if low_o else "f32 GEMM"
-    how = None
     if low or low_o:
+        qkv_how = bf16_gemm.describe(low[0]) if low else "f32 GEMM"
+        out_how = bf16_gemm.describe(low_o) if low_o else "f32 GEMM"
         how = f"{qkv_how} for q/k/v and the output" if qkv_how == out_how else \
             f"{qkv_how} for q/k/v, {out_how} for the output"
-    if how is None:
-        how = prepared_how(packed_o).split(",")[0] \
-            if None not in packed and packed_o is not None else "MKL"
+    elif None not in packed and packed_o is not None:
+        how = prepared_how(packed_o)
+    else:
+        how = "MKL"
     return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads, "
                   "no head copies)", scratch=scratch, reads=reads, **cost)
 

@@ -117,7 +117,7 @@ def matmul(node, ins, outs, ctx):
                 blas.matmul(x, w, out)
 
         return Kernel(run_packed, Dispatch.NATIVE,
-                      f"matmul ({prepared_how(packed).split(',')[0]})", **cost)
+                      f"matmul ({prepared_how(packed)})", **cost)
     if lib is not None and b.rank == 2 and blas.sgemm_address() is not None:
         def run(x, w, out):
             if not gemm_bias_act(lib, x, w, out, None, 0):

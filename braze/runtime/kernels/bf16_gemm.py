@@ -38,11 +38,10 @@ __all__ = ["available", "Bf16Weight", "bf16_weight", "rounded_source", "gemm", "
 
 _ROW_MAJOR, _NO_TRANS, _B_MATRIX = 101, 111, 162  # CBLAS enums (the C code uses 151: packed)
 
-SOURCE = native.ACT_SPAN.join(("""
+SOURCE = r"""
 #include <stdint.h>
-#include <math.h>
 #include <omp.h>
-""" + cc.simd_math_decls(), r"""
+""" + native.TO_BF16 + r"""
 /* dst[i] = bf16(src[i]) rounded to nearest even (NaN stays a quiet NaN), over rows of `cols`
    values read `lda` apart. */
 void round_bf16(const float* src, int64_t lda, uint16_t* dst, int64_t rows, int64_t cols) {
@@ -51,12 +50,7 @@ void round_bf16(const float* src, int64_t lda, uint16_t* dst, int64_t rows, int6
     const uint32_t* s = (const uint32_t*)(src + r * lda);
     uint16_t* d = dst + r * cols;
     #pragma omp simd
-    for (int64_t c = 0; c < cols; c++) {
-      uint32_t u = s[c];
-      uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
-      uint32_t up = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-      d[c] = (uint16_t)(nan ? ((u >> 16) | 0x40u) : up);
-    }
+    for (int64_t c = 0; c < cols; c++) d[c] = to_bf16(s[c]);
   }
 }
 
@@ -64,37 +58,27 @@ void round_bf16(const float* src, int64_t lda, uint16_t* dst, int64_t rows, int6
 void round_bf16_through(float* x, int64_t n) {
   uint32_t* u = (uint32_t*)x;
   #pragma omp parallel for simd schedule(static) if(n > (1 << 16))
-  for (int64_t i = 0; i < n; i++) {
-    uint32_t v = u[i];
-    uint32_t nan = (v & 0x7fffffffu) > 0x7f800000u;
-    uint32_t up = (v + 0x7fffu + ((v >> 16) & 1u)) & 0xffff0000u;
-    u[i] = nan ? (v | 0x00400000u) & 0xffff0000u : up;
-  }
+  for (int64_t i = 0; i < n; i++) u[i] = (uint32_t)to_bf16(u[i]) << 16;
 }
 
 typedef void (*bf16_compute_fn)(int, int, int, int, int, int, float, const uint16_t*, int,
                                 const void*, int, float, float*, int);
 
-/* out[m, n] = act(bf16(a[m, k]) @ B + bias): a rounded into a16 [m, k], then MKL's compute on
-   the packed B (MKL threads it), then the epilogue over rows. bias may be NULL. */
-void gemm_bf16_bias_act(void* compute, const float* a, int64_t lda, uint16_t* a16,
-                        const void* packed, float* out, int64_t m, int64_t n, int64_t k,
-                        const float* bias, int act) {
+/* out[m, n] = bf16(a[m, k]) @ B: a rounded into a16 [m, k], then MKL's compute on the packed
+   B (MKL threads it). */
+void gemm_bf16(void* compute, const float* a, int64_t lda, uint16_t* a16, const void* packed,
+               float* out, int64_t m, int64_t n, int64_t k) {
   round_bf16(a, lda, a16, m, k);
   ((bf16_compute_fn)compute)(101, 111, 151, (int)m, (int)n, (int)k, 1.0f, a16, (int)k,
                              packed, (int)n, 0.0f, out, (int)n);
-  if (bias || act) {
-    #pragma omp parallel for schedule(static) if(m * n > (1 << 16))
-    for (int64_t r = 0; r < m; r++) act_span(out + r * n, bias, out + r * n, n, act);
-  }
 }
-"""))
+"""
 
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _SIGNATURES = {
     "round_bf16": [_P, _I64, _P, _I64, _I64],
     "round_bf16_through": [_P, _I64],
-    "gemm_bf16_bias_act": [_P, _P, _I64, _P, _P, _P, _I64, _I64, _I64, _P, _INT],
+    "gemm_bf16": [_P, _P, _I64, _P, _P, _P, _I64, _I64, _I64],
 }
 
 
@@ -262,9 +246,11 @@ def gemm(x: np.ndarray, w: Bf16Weight | amx_gemm.AmxWeight, out: np.ndarray,
         return False
     if isinstance(w, amx_gemm.AmxWeight):
         return amx_gemm.gemm(x, w, out, bias, act, x16)
-    _lib().gemm_bf16_bias_act(_mkl().compute, x.ctypes.data, k, x16.ctypes.data, w.address,
-                              out.ctypes.data, rows, w.n, k,
-                              None if bias is None else bias.ctypes.data, act)
+    _lib().gemm_bf16(_mkl().compute, x.ctypes.data, k, x16.ctypes.data, w.address,
+                     out.ctypes.data, rows, w.n, k)
+    if bias is not None or act:
+        native.lib().bias_act(out.ctypes.data, None if bias is None else bias.ctypes.data,
+                              rows, w.n, act)
     return True
 
 

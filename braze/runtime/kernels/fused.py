@@ -117,11 +117,12 @@ def prepared_gemm(x: np.ndarray, prepared, out: np.ndarray, bias: np.ndarray | N
     return pg.gemm(x, prepared, out, bias, act)
 
 
-def prepared_how(prepared) -> str:
-    """How a weight prepared by `packed_weight` is multiplied, for dispatch reports."""
+def prepared_how(prepared, epilogue: bool = False) -> str:
+    """Which GEMM multiplies a weight prepared by `packed_weight` (and where its epilogue
+    runs), for dispatch reports."""
     if isinstance(prepared, mkl_packed.MklPackedWeight):
-        return "MKL packed-weight sgemm + C epilogue"
-    return "braze packed-weight GEMM, epilogue per tile"
+        return "MKL packed-weight sgemm" + " + C epilogue" * epilogue
+    return "braze packed-weight GEMM" + ", epilogue per tile" * epilogue
 
 
 def _mkl_tiles(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
@@ -217,7 +218,7 @@ def matmul_bias_act(node, ins, outs, ctx):
     k = int(ins[0].dims[-1])
     packed = packed_weight(node, ctx)
     if packed is not None:
-        how = prepared_how(packed)
+        how = prepared_how(packed, epilogue=True)
     elif blas.sgemm_address() and ins[1].rank == 2:
         how = "MKL sgemm slabs + C epilogue in one region"
     else:

@@ -70,28 +70,30 @@ def choose(k: int, n: int, tiles: Callable) -> str:
         return flag
     if blas.sgemm_address() is None or native.lib() is None:
         return "packed"
-    key = f"{k}x{n}"
-    with _lock:
-        choices = _load()
-        if key not in choices:
-            choices[key] = _measure(k, n, tiles)
-            _save(choices)
-        return choices[key]
+    return _remembered(f"{k}x{n}", lambda: _fastest(_fp32_runs(*_operands(k, n), tiles)))
 
 
 def choose_bf16(k: int, n: int, runs: Callable) -> str:
     """The faster bf16 GEMM here for a [k, n] weight, one of BF16_CHOICES; `runs(x, w)` gives
     {choice: callable} for a 128-row product (bf16_gemm.py builds them)."""
-    key = f"bf16:{k}x{n}"
+    return _remembered(f"bf16:{k}x{n}", lambda: _fastest(runs(*_operands(k, n))))
+
+
+def _remembered(key: str, measure: Callable[[], str]) -> str:
+    """The choice recorded under `key`, measured (and saved) the first time it is asked for."""
     with _lock:
         choices = _load()
         if key not in choices:
-            rng = np.random.default_rng(0)
-            w = rng.standard_normal((k, n), dtype=np.float32)
-            x = rng.standard_normal((_ROWS, k), dtype=np.float32)
-            choices[key] = _fastest(runs(x, w))
+            choices[key] = measure()
             _save(choices)
         return choices[key]
+
+
+def _operands(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """The measured product's x [_ROWS, k] and w [k, n]."""
+    rng = np.random.default_rng(0)
+    return (rng.standard_normal((_ROWS, k), dtype=np.float32),
+            rng.standard_normal((k, n), dtype=np.float32))
 
 
 def _fastest(runs: dict[str, Callable]) -> str:
@@ -107,11 +109,9 @@ def _fastest(runs: dict[str, Callable]) -> str:
     return min(best, key=best.get)
 
 
-def _measure(k: int, n: int, tiles: Callable) -> str:
-    rng = np.random.default_rng(0)
-    w = rng.standard_normal((k, n), dtype=np.float32)
-    x = rng.standard_normal((_ROWS, k), dtype=np.float32)
-    out = np.empty((_ROWS, n), np.float32)
+def _fp32_runs(x: np.ndarray, w: np.ndarray, tiles: Callable) -> dict[str, Callable]:
+    """Each fp32 GEMM available here on `x @ w`, by choice name."""
+    out = np.empty((x.shape[0], w.shape[1]), np.float32)
     runs = {"tiles": lambda: tiles(x, w, out)}
     packed = pg.pack(w)
     if packed is not None:
@@ -119,7 +119,7 @@ def _measure(k: int, n: int, tiles: Callable) -> str:
     mkl = mkl_packed.pack(w)
     if mkl is not None:
         runs["mkl_packed"] = lambda: mkl_packed.gemm(x, mkl, out, None, 0)
-    return _fastest(runs)
+    return runs
 
 
 def _save(choices: dict[str, str]) -> None:

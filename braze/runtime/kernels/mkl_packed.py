@@ -16,41 +16,20 @@ from functools import cache
 
 import numpy as np
 
-from ..codegen import cc
 from . import blas, native
 
 __all__ = ["available", "MklPackedWeight", "pack", "gemm"]
 
-_ROW_MAJOR, _NO_TRANS, _B_MATRIX = 101, 111, 162  # CBLAS enums (the C code uses 151: packed)
+_ROW_MAJOR, _NO_TRANS, _B_MATRIX, _PACKED = 101, 111, 162, 151  # CBLAS enums
 
-SOURCE = native.ACT_SPAN.join(("""
-#include <stdint.h>
-#include <math.h>
-#include <omp.h>
-""" + cc.simd_math_decls(), r"""
-typedef void (*sgemm_compute_fn)(int, int, int, int, int, int, const float*, int,
-                                 const float*, int, float, float*, int);
-
-/* out[m, n] = act(a[m, k] @ B + bias) on B packed by cblas_sgemm_pack: MKL's compute (MKL
-   threads it), then the epilogue over rows. bias may be NULL. */
-void sgemm_packed_bias_act(void* compute, const float* a, int64_t lda, const float* packed,
-                           float* out, int64_t m, int64_t n, int64_t k, const float* bias,
-                           int act) {
-  ((sgemm_compute_fn)compute)(101, 111, 151, (int)m, (int)n, (int)k, a, (int)lda, packed,
-                              (int)n, 0.0f, out, (int)n);
-  if (bias || act) {
-    #pragma omp parallel for schedule(static) if(m * n > (1 << 16))
-    for (int64_t r = 0; r < m; r++) act_span(out + r * n, bias, out + r * n, n, act);
-  }
-}
-"""))
-
-_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+_P, _INT = ctypes.c_void_p, ctypes.c_int
 
 
 class _Mkl:
     def __init__(self, lib):
-        self.compute = ctypes.cast(lib.cblas_sgemm_compute, _P).value
+        self.compute = lib.cblas_sgemm_compute
+        self.compute.argtypes = [_INT] * 6 + [_P, _INT, _P, _INT, ctypes.c_float, _P, _INT]
+        self.compute.restype = None
         self.size = lib.cblas_sgemm_pack_get_size
         self.size.argtypes, self.size.restype = [_INT] * 4, ctypes.c_size_t
         self.pack = lib.cblas_sgemm_pack
@@ -69,16 +48,9 @@ def _mkl() -> _Mkl | None:
         return None
 
 
-@cache
-def _lib():
-    return cc.load_library(SOURCE, "braze_sgemm_packed",
-                           {"sgemm_packed_bias_act": [_P, _P, _I64, _P, _P, _I64, _I64, _I64,
-                                                      _P, _INT]})
-
-
 def available() -> bool:
-    """Whether MKL's packed sgemm runs here (MKL loaded, a C compiler)."""
-    return _mkl() is not None and _lib() is not None
+    """Whether MKL's packed sgemm runs here (MKL loaded, a C compiler for the epilogue)."""
+    return _mkl() is not None and native.lib() is not None
 
 
 class MklPackedWeight:
@@ -126,7 +98,9 @@ def gemm(x: np.ndarray, w: MklPackedWeight, out: np.ndarray, bias: np.ndarray | 
                              or not bias.flags.c_contiguous):
         return False
     if rows:
-        _lib().sgemm_packed_bias_act(_mkl().compute, x.ctypes.data, w.k, w.address,
-                                     out.ctypes.data, rows, w.n, w.k,
-                                     None if bias is None else bias.ctypes.data, act)
+        _mkl().compute(_ROW_MAJOR, _NO_TRANS, _PACKED, rows, w.n, w.k, x.ctypes.data, w.k,
+                       w.address, w.n, 0.0, out.ctypes.data, w.n)
+        if bias is not None or act:  # the epilogue over the rows, one parallel pass
+            native.lib().bias_act(out.ctypes.data, None if bias is None else bias.ctypes.data,
+                                  rows, w.n, act)
     return True

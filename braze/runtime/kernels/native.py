@@ -13,7 +13,7 @@ import numpy as np
 
 from ..codegen import cc
 
-__all__ = ["lib", "ACT_CODES", "ACT_SPAN", "ptr", "fptr", "ROPE_ROW"]
+__all__ = ["lib", "ACT_CODES", "ACT_SPAN", "TO_BF16", "ptr", "fptr", "ROPE_ROW"]
 
 ACT_CODES = {None: 0, "gelu": 1, "gelu_approx": 2, "silu": 3, "relu": 4, "sigmoid": 5,
              "tanh": 6, "quick_gelu": 7}
@@ -36,6 +36,14 @@ static inline void rope_row(const float* x, float* y, const float* c, const floa
       y[i + half] = b * c[i] + a * sn[i];
     }
   }
+}
+"""
+
+TO_BF16 = r"""
+/* The bf16 nearest to the f32 with bits u (ties to even); NaN stays a quiet NaN. */
+static inline uint16_t to_bf16(uint32_t u) {
+  uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
+  return (uint16_t)(nan ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
 }
 """
 
