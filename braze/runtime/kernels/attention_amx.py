@@ -33,10 +33,11 @@ from .attention_native import HeadsPlan
 
 __all__ = ["available", "AmxHeadsPlan", "attn_heads_amx"]
 
+_TO_BF16 = "" if "to_bf16(uint32_t" in attention_native.SOURCE else native.TO_BF16
 SOURCE = attention_native.SOURCE + r"""
 #include <immintrin.h>
-""" + native.TO_BF16 + r"""
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+""" + _TO_BF16 + r"""
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
 typedef struct { uint8_t palette_id; uint8_t start_row; uint8_t reserved[14];
                  uint16_t colsb[16]; uint8_t rows[16]; } attn_tile_config;
 
@@ -63,18 +64,48 @@ static void round_rows(const float* src, int64_t lds, int64_t m, int64_t n, uint
   }
 }
 
+/* r[x] = column x of the 16 x 16 32-bit matrix whose rows are r[0..15] on entry. */
+static inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {   /* t[i + c]'s lane L: column 4 L + c of rows i.. i + 3 */
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int c = 0; c < 4; c++) {
+    __m512i w0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
+    __m512i w1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
+    __m512i w2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    __m512i w3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+    t[c] = _mm512_shuffle_i32x4(w0, w2, 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(w1, w3, 0x88);
+    t[8 + c] = _mm512_shuffle_i32x4(w0, w2, 0xdd);
+    t[12 + c] = _mm512_shuffle_i32x4(w1, w3, 0xdd);
+  }
+  for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
 /* k^T of keys [0, kcp) (zero from kc) over d (zero from d to dp) in VNNI B tiles: tile
    (j / 16, t / 32) at ((j / 16) * dp / 32 + t / 32) * 512 holds bf16(key[j][t]) at row (t % 32)
-   / 2, column j % 16, half t % 2: as pairs of d, element [j / 16][t / 2][j % 16]. */
+   / 2, column j % 16, half t % 2. Per 16 keys: their rows rounded into rows (16 x dp), then
+   each 16 x 16 block of d pairs transposed in registers. */
 static void pack_keys_vnni(const float* key, int64_t ld, int64_t kc, int64_t kcp, int64_t d,
-                           int64_t dp, uint16_t* kt) {
-  uint32_t* kt32 = (uint32_t*)kt;
-  uint16_t row[dp];
-  const uint32_t* pairs = (const uint32_t*)row;
-  for (int64_t j = 0; j < kcp; j++) {
-    round_rows(key + j * ld, ld, j < kc, d, row, dp, dp, 1);
-    uint32_t* o = kt32 + j / 16 * dp * 8 + j % 16;
-    for (int64_t p = 0; p < dp / 2; p++) o[p * 16] = pairs[p];
+                           int64_t dp, uint16_t* kt, uint16_t* rows) {
+  for (int64_t j0 = 0; j0 < kcp; j0 += 16) {
+    int64_t m = kc - j0 < 16 ? (kc > j0 ? kc - j0 : 0) : 16;
+    round_rows(key + j0 * ld, ld, m, d, rows, dp, dp, 16);
+    uint16_t* o = kt + j0 * dp;   /* the 16 keys' dp / 32 tiles */
+    for (int64_t t = 0; t < dp; t += 32) {
+      __m512i r[16];
+      for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_si512(rows + i * dp + t);
+      transpose16(r);
+      for (int x = 0; x < 16; x++) _mm512_storeu_si512(o + t * 16 + x * 32, r[x]);
+    }
   }
 }
 
@@ -84,15 +115,20 @@ static void pack_keys_vnni(const float* key, int64_t ld, int64_t kc, int64_t kcp
 static void pack_values_vnni(const float* val, int64_t ld, int64_t kc, int64_t kcp, int64_t dv,
                              int64_t dvp, uint16_t* vt) {
   uint32_t* vt32 = (uint32_t*)vt;
-  uint16_t lo[dvp], hi[dvp];
   for (int64_t pr = 0; pr < kcp / 2; pr++) {
-    round_rows(val + 2 * pr * ld, ld, 2 * pr < kc, dv, lo, dvp, dvp, 1);
-    round_rows(val + (2 * pr + 1) * ld, ld, 2 * pr + 1 < kc, dv, hi, dvp, dvp, 1);
     uint32_t* o = vt32 + pr / 16 * dvp * 16 + pr % 16 * 16;
-    for (int64_t x0 = 0; x0 < dvp; x0 += 16) {
+    const uint32_t* a = (const uint32_t*)(val + 2 * pr * ld);
+    const uint32_t* b = (const uint32_t*)(val + (2 * pr + 1) * ld);
+    int64_t full = 2 * pr + 1 < kc ? dv / 16 * 16 : 0;
+    for (int64_t x0 = 0; x0 < full; x0 += 16) {
       #pragma omp simd
       for (int c = 0; c < 16; c++)
-        o[x0 * 16 + c] = (uint32_t)lo[x0 + c] | (uint32_t)hi[x0 + c] << 16;
+        o[x0 * 16 + c] = (uint32_t)to_bf16(a[x0 + c]) | (uint32_t)to_bf16(b[x0 + c]) << 16;
+    }
+    for (int64_t x = full; x < dvp; x++) {
+      uint32_t lo = 2 * pr < kc && x < dv ? to_bf16(a[x]) : 0;
+      uint32_t hi = 2 * pr + 1 < kc && x < dv ? to_bf16(b[x]) : 0;
+      o[x / 16 * 256 + x % 16] = lo | hi << 16;
     }
   }
 }
@@ -129,6 +165,15 @@ static inline void tile_block(const uint16_t* a, int64_t lda, const uint16_t* b,
 }
 #endif
 
+/* 1 where this library has the AMX kernel (the compiler knew AMX and AVX-512). */
+int attn_amx_compiled(void) {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
+  return 1;
+#else
+  return 0;
+#endif
+}
+
 /* attn_heads's arguments and results, with q, k, v and p rounded to bf16 (see the module).
    scratch: slots x per_thread floats (AmxHeadsPlan); bq a multiple of 16, kb of 32. */
 void attn_heads_amx(const float* q, const float* k, const float* v, float* o, const int64_t* st,
@@ -136,7 +181,7 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
                     int64_t dv, float scale, float softcap, int causal, int64_t window,
                     const float* mask, const int64_t* mst, float* scratch, int64_t per_thread,
                     int64_t bq, int64_t kb, int slots) {
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
   int64_t rep = hq / hkv, off = sk - sq, dp = (d + 31) / 32 * 32, dvp = (dv + 15) / 16 * 16;
   int64_t nd = dp / 32, ndv = dvp / 16;
   int64_t blocks = (sq + bq - 1) / bq, units = blocks * nb * hkv;
@@ -156,6 +201,7 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
     float* acc = sc + bq * kb;           /* rep x bq x dvp: output sums */
     float* mx = acc + rep * bq * dvp;    /* rep x bq: running max */
     float* sum = mx + rep * bq;          /* rep x bq: running sum */
+    uint16_t* rows = (uint16_t*)(sum + rep * bq);   /* 16 x dp: 16 keys rounded */
     #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; u++) {
       int64_t blk = blocks - 1 - u / (nb * hkv);  /* the blocks that see the most keys first */
@@ -175,35 +221,39 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
       const float* vh = v + b * st[6] + g * st[7];
       for (int64_t c0 = lo_all; c0 < hi_all; c0 += kb) {
         int64_t kc = hi_all - c0 < kb ? hi_all - c0 : kb, kcp = (kc + 31) / 32 * 32;
-        pack_keys_vnni(kh + c0 * st[5], st[5], kc, kcp, d, dp, k16);
+        pack_keys_vnni(kh + c0 * st[5], st[5], kc, kcp, d, dp, k16, rows);
         pack_values_vnni(vh + c0 * st[8], st[8], kc, kcp, dv, dvp, v16);
         for (int64_t r = 0; r < rep; r++) {
           int64_t h = g * rep + r;
           const float* mh = mask ? mask + b * mst[0] + h * mst[1] : 0;
-          for (int64_t i0 = 0; i0 < np; i0 += 32) {   /* 32 rows: scores, p, out += p @ v */
-            int64_t a, z, two_r = i0 + 16 < np, i1 = i0 + 32 < n ? i0 + 32 : n;
+          for (int64_t i0 = 0; i0 < np; i0 += 32) {   /* scores, only the tiles rows see */
+            int64_t a, z, i1 = i0 + 32 < n ? i0 + 32 : n;
             tile_keys(q0 + i0, q0 + i1 - 1, c0, kc, off, sk, causal, window, &a, &z);
-            for (int64_t j0 = a / 16 * 16; j0 < z; j0 += 32)   /* only the tiles rows see */
+            for (int64_t j0 = a / 16 * 16; j0 < z; j0 += 32)
               tile_block(q16 + (r * bq + i0) * dp, dp, k16 + j0 / 16 * nd * 512, 512, nd * 512,
-                         nd, sc + i0 * kb + j0, kb, 0, two_r, j0 + 16 < z);
-            for (int64_t i = i0; i < i1; i++) {
-              int64_t lo, hi;
-              row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
-              float alpha = softmax_step(sc + i * kb, kc, c0, lo, hi, scale, softcap,
-                                         mh ? mh + (q0 + i) * mst[2] : 0, mst[3],
-                                         mx + r * bq + i, sum + r * bq + i);
-              if (alpha != 1.0f) {
-                float* a_i = acc + (r * bq + i) * dvp;
-                #pragma omp simd
-                for (int64_t t = 0; t < dvp; t++) a_i[t] *= alpha;
-              }
-              round_rows(sc + i * kb, kb, 1, kc, p16 + i * kb, kb, kcp, 1);
+                         nd, sc + i0 * kb + j0, kb, 0, i0 + 16 < np, j0 + 16 < z);
+          }
+          for (int64_t i = 0; i < n; i++) {   /* softmax step, p rounded */
+            int64_t lo, hi;
+            row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
+            float alpha = softmax_step(sc + i * kb, kc, c0, lo, hi, scale, softcap,
+                                       mh ? mh + (q0 + i) * mst[2] : 0, mst[3],
+                                       mx + r * bq + i, sum + r * bq + i);
+            if (alpha != 1.0f) {
+              float* a_i = acc + (r * bq + i) * dvp;
+              #pragma omp simd
+              for (int64_t t = 0; t < dvp; t++) a_i[t] *= alpha;
             }
-            if (z <= a) continue;
-            for (int64_t ct = 0; ct < ndv; ct += 2)   /* over the keys the rows see */
+            round_rows(sc + i * kb, kb, 1, kc, p16 + i * kb, kb, kcp, 1);
+          }
+          for (int64_t i0 = 0; i0 < np; i0 += 32) {   /* out += p @ v over the keys rows see */
+            int64_t a, z, i1 = i0 + 32 < n ? i0 + 32 : n;
+            tile_keys(q0 + i0, q0 + i1 - 1, c0, kc, off, sk, causal, window, &a, &z);
+            for (int64_t ct = 0; z > a && ct < ndv; ct += 2)
               tile_block(p16 + i0 * kb + a / 32 * 32, kb, v16 + (a / 32 * ndv + ct) * 512,
                          ndv * 512, 512, (z + 31) / 32 - a / 32,
-                         acc + (r * bq + i0) * dvp + ct * 16, dvp, 1, two_r, ct + 1 < ndv);
+                         acc + (r * bq + i0) * dvp + ct * 16, dvp, 1, i0 + 16 < np,
+                         ct + 1 < ndv);
           }
         }
       }
@@ -233,6 +283,7 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
 
 _I64, _F32, _INT, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES = {
+    "attn_amx_compiled": ([], _INT),
     "attn_heads_amx": ([_P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _F32,
                         _F32, _INT, _I64, _P, _P, _P, _I64, _I64, _I64, _INT], None),
 }
@@ -242,9 +293,10 @@ KEYS = 32   # keys per p @ v tile step (a pair of 16-key score tiles)
 
 @cache
 def _lib():
-    if not {"amx_tile", "amx_bf16"} <= cc.cpu_flags() or not amx_gemm.available():
+    if not {"amx_tile", "amx_bf16", "avx512f"} <= cc.cpu_flags() or not amx_gemm.available():
         return None   # no AMX here, or Linux refused tile data (amx_gemm asks once)
-    return cc.load_library(SOURCE, "braze_attention_amx", _SIGNATURES, cc.PRECISE_FLAGS)
+    so = cc.load_library(SOURCE, "braze_attention_amx", _SIGNATURES, cc.PRECISE_FLAGS)
+    return so if so is not None and so.attn_amx_compiled() else None
 
 
 def available() -> bool:
@@ -269,7 +321,7 @@ class AmxHeadsPlan(HeadsPlan):
         self.kb = min(_round_up(attention_native.KEY_BLOCK, KEYS), _round_up(max(sk, 1), KEYS))
         rep, dp, dvp = hq // hkv, _round_up(d, 32), _round_up(dv, 16)
         bf16 = rep * self.bq * dp + self.kb * dp + self.kb * dvp + self.bq * self.kb
-        f32 = self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq
+        f32 = self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq + 8 * dp
         self.per_thread = _round_up(bf16 // 2 + f32 + 16, 16)   # + 16: 64-byte alignment
         self.scratch_shape = (self.slots, self.per_thread)
 
