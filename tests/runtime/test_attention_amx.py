@@ -121,6 +121,13 @@ def test_padding_mask_with_minus_inf_rows():
     _close(got[0], (want[0], slack[0]))
 
 
+def test_mask_per_head_and_row_and_value_width_apart_from_d():
+    q, k, v = _inputs(2, 4, 2, 45, 45, 64, dv=40)   # dv padded to 48: 3 column tiles
+    mask = np.random.default_rng(2).standard_normal((1, 4, 45, 45)).astype(np.float32)
+    _close(_run(q, k, v, 0.125, mask=mask), _reference(q, k, v, 0.125, mask=mask))
+    _close(_run(q, k, v, 0.125, True, mask=mask), _reference(q, k, v, 0.125, True, mask=mask))
+
+
 def test_fewer_queries_than_keys_and_more():
     q, k, v = _inputs(1, 4, 2, 5, 40, 64)
     _close(_run(q, k, v, 0.125, True), _reference(q, k, v, 0.125, True))

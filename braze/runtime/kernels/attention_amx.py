@@ -193,15 +193,17 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
     attn_configure_tiles();
     char* base = (char*)(scratch + (int64_t)omp_get_thread_num() * per_thread);
     base += (64 - (uintptr_t)base % 64) % 64;
-    uint16_t* q16 = (uint16_t*)base;    /* rep x bq x dp: the unit's q rows */
-    uint16_t* k16 = q16 + rep * bq * dp; /* kb x dp: the chunk's k^T tiles */
-    uint16_t* v16 = k16 + kb * dp;       /* kb x dvp: the chunk's v tiles */
-    uint16_t* p16 = v16 + kb * dvp;      /* bq x kb: probabilities */
-    float* sc = (float*)(p16 + bq * kb); /* bq x kb: scores, then probabilities */
-    float* acc = sc + bq * kb;           /* rep x bq x dvp: output sums */
-    float* mx = acc + rep * bq * dvp;    /* rep x bq: running max */
-    float* sum = mx + rep * bq;          /* rep x bq: running sum */
-    uint16_t* rows = (uint16_t*)(sum + rep * bq);   /* 16 x dp: 16 keys rounded */
+    /* a few cache lines between the buffers: with kb = bq = 128, sc, p16 and acc would start
+       a multiple of 4 KiB apart, and the loads of one alias the stores to another */
+    uint16_t* q16 = (uint16_t*)base;                 /* rep x bq x dp: the unit's q rows */
+    uint16_t* k16 = q16 + rep * bq * dp + 64;        /* kb x dp: the chunk's k^T tiles */
+    uint16_t* v16 = k16 + kb * dp + 96;              /* kb x dvp: the chunk's v tiles */
+    uint16_t* p16 = v16 + kb * dvp + 160;            /* bq x kb: probabilities */
+    float* sc = (float*)(p16 + bq * kb + 224);       /* bq x kb: scores, then probabilities */
+    float* acc = sc + bq * kb + 80;                  /* rep x bq x dvp: output sums */
+    float* mx = acc + rep * bq * dvp;                /* rep x bq: running max */
+    float* sum = mx + rep * bq;                      /* rep x bq: running sum */
+    uint16_t* rows = (uint16_t*)(sum + rep * bq);    /* 16 x dp: 16 keys rounded */
     #pragma omp for schedule(dynamic, 1)
     for (int64_t u = 0; u < units; u++) {
       int64_t blk = blocks - 1 - u / (nb * hkv);  /* the blocks that see the most keys first */
@@ -322,7 +324,7 @@ class AmxHeadsPlan(HeadsPlan):
         rep, dp, dvp = hq // hkv, _round_up(d, 32), _round_up(dv, 16)
         bf16 = rep * self.bq * dp + self.kb * dp + self.kb * dvp + self.bq * self.kb
         f32 = self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq + 8 * dp
-        self.per_thread = _round_up(bf16 // 2 + f32 + 16, 16)   # + 16: 64-byte alignment
+        self.per_thread = _round_up(bf16 // 2 + f32 + 16 + 352, 16)   # alignment, gaps
         self.scratch_shape = (self.slots, self.per_thread)
 
 
