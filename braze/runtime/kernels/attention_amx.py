@@ -6,7 +6,8 @@ Rounding: q, k and v are rounded to bf16 (nearest even, native.TO_BF16), and so 
 probabilities softmax_step leaves for p @ v (divided by their sum where a row's keys all lie in
 one chunk, else the unnormalized exponentials; the running sum stays f32 and is divided out at
 the end). Products of bf16 numbers are exact in f32, so a row matches
-`bf16(softmax(bf16(q) @ bf16(k)^T * scale ...)) @ bf16(v)` up to the order of f32 sums. Scale,
+`bf16(softmax(bf16(q) @ bf16(k)^T * scale ...)) @ bf16(v)` up to the order of f32 sums (and
+tdpbf16ps's flushing of bf16 denormals and denormal sums, below 1.2e-38, to zero). Scale,
 softcap, additive mask, causal offset (Sk - Sq), sliding window, GQA, rows with every key -inf
 (zeros) and causal rows that see no key (the mean of v's f32 values) are attention_native's.
 
