@@ -19,8 +19,11 @@ sliding-window row block sees), probabilities rounded into [bq][kb] bf16, acc (f
 dvp) loaded, accumulated and stored as tiles. Needs AMX-BF16, Linux's tile permission (asked
 once per process by amx_gemm) and a C compiler.
 
-Speed (AMX Xeon VM, OMP_NUM_THREADS=2, median of alternating calls, B=8 H=12 S=128 D=64 with a
-[B, 1, 1, S] mask, measured while other jobs loaded the 2 cores): attn_heads 7.8 ms, this 5.8 ms."""
+Speed (the 2-core AMX Xeon VM, median of alternating calls, H=12 S=128 D=64 with a [B, 1, 1, S]
+mask, measured while another job kept one core busy): one thread, B=8: attn_heads 8.4 ms, this
+4.9 ms (1.7x); B=1: 1.0 ms, 0.59 ms (1.7x); q @ k^T and p @ v are now ~20% of this kernel's
+time, softmax_step ~40%. Two threads, sharing a core with that job: B=8 7.8 ms vs 5.7 ms, B=1
+1.7 ms vs 1.9 ms (not conclusive; rerun on an idle machine)."""
 from __future__ import annotations
 
 import ctypes
