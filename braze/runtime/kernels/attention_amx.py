@@ -19,11 +19,11 @@ sliding-window row block sees), probabilities rounded into [bq][kb] bf16, acc (f
 dvp) loaded, accumulated and stored as tiles. Needs AMX-BF16, Linux's tile permission (asked
 once per process by amx_gemm) and a C compiler.
 
-Speed (the 2-core AMX Xeon VM, median of alternating calls, H=12 S=128 D=64 with a [B, 1, 1, S]
-mask, measured while another job kept one core busy): one thread, B=8: attn_heads 8.4 ms, this
-4.9 ms (1.7x); B=1: 1.0 ms, 0.59 ms (1.7x); q @ k^T and p @ v are now ~20% of this kernel's
-time, softmax_step ~40%. Two threads, sharing a core with that job: B=8 7.8 ms vs 5.7 ms, B=1
-1.7 ms vs 1.9 ms (not conclusive; rerun on an idle machine)."""
+Speed (the 2-core AMX Xeon VM, idle, OMP_NUM_THREADS=2, median of 300 alternating calls, H=12
+S=128 D=64 with a [B, 1, 1, S] mask): B=8 attn_heads 3.7-3.9 ms, this 2.4-2.5 ms (1.5-1.6x);
+B=1 0.38-0.44 ms, 0.24-0.27 ms (1.6-1.7x). softmax_step (shared with attention_native) is now
+~40% of this kernel's time, q @ k^T and p @ v ~20%, the bf16 rounding and packing most of the
+rest."""
 from __future__ import annotations
 
 import ctypes
