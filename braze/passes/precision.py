@@ -7,7 +7,9 @@ Rounding is written as cast(cast(x, bf16), f32): the reference interpreter gives
 numbers exactly, and on weights it is weight preparation (computed once). A backend with a bf16
 GEMM runs those matmuls on the rounded operands directly. A fused attention block's output
 projection is a matmul too: the policy sets the block's `round_attention`, which rounds the
-attention result (an operand inside the block) the same way."""
+attention result (an operand inside the block) the same way. Attention's own matmuls (q @ k^T
+and p @ v) run on rounded q, k, v and probabilities, softmax in f32 (`attention_core`): the
+attention op's `round_operands`, a block's `round_core`."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from ..ir.dtypes import DType, bf16, f16, f32
 from ..ir.graph import Graph
 from ..ir.op import Value
+from ..ir.ops.attention import Attention
 from ..ir.ops.conv import Conv2d, ConvTranspose2d
 from ..ir.ops.fused import (
     FusedAttentionBlock,
@@ -47,6 +50,8 @@ class PrecisionPolicy:
     # biases (the attention block's per input projection too) and tables stay f32
     unfuse: tuple[type, ...] = (FusedTransformerLayer,)
     # composite kinds holding lowered ops: decomposed first, so their matmuls are rounded too
+    attention_core: bool = True
+    # attention's own matmuls (q @ k^T, p @ v) on rounded q, k, v and probabilities
 
     def lowers(self, op) -> bool:
         return isinstance(op, self.ops)
@@ -73,6 +78,13 @@ def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int
     count = 0
     for node in g.nodes:
         ins = [vmap[v] for v in node.inputs]
+        if isinstance(node.op, Attention) and policy.attention_core \
+                and node.outputs[0].dtype == f32:
+            op = dataclasses.replace(node.op, round_operands=policy.compute)
+            vmap.update(zip(node.values, new.add_node(op, ins, name=node.name,
+                                                      provenance=node.provenance)))
+            count += 1
+            continue
         if policy.lowers(node.op) and node.outputs[0].dtype == f32:
             names = _roles(node.op, len(ins))
             for i, (v, role) in enumerate(zip(ins, names)):
@@ -96,9 +108,14 @@ def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int
 
 def _round_inside(op, policy: PrecisionPolicy):
     """`op` with its inner matmul operands rounded by the policy (an attention block's
-    attention result, read by the output projection), or `op` itself."""
-    if isinstance(op, FusedAttentionBlock) and "w_o" not in policy.skip_roles:
-        return dataclasses.replace(op, round_attention=policy.compute)
+    attention result, read by the output projection, and its attention core's operands), or
+    `op` itself."""
+    if not isinstance(op, FusedAttentionBlock):
+        return op
+    if "w_o" not in policy.skip_roles:
+        op = dataclasses.replace(op, round_attention=policy.compute)
+    if policy.attention_core:
+        op = dataclasses.replace(op, round_core=policy.compute)
     return op
 
 

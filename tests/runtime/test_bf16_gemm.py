@@ -122,7 +122,7 @@ def test_attention_block_without_the_bf16_gemm_rounds_the_result_itself(monkeypa
         exe = bz.compile(policy_graph, params=params, fuse=False)
         blocks = [r for r in _rows(exe, policy_graph)
                   if r[1].startswith("fused_attention_block")]
-        assert len(blocks) == 1 and "bf16" not in blocks[0][3]
+        assert len(blocks) == 1 and "bf16 GEMM" not in blocks[0][3]
         return float(np.abs(exe(feeds)[0] - want).mean())
 
     rounded = error()

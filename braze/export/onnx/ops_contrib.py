@@ -109,6 +109,8 @@ def _attention_ok(n, g, target):
     op = n.op
     if not _ort(target) or op.softcap is not None or op.mask not in _ORT_MASKS:
         return False
+    if op.round_operands is not None:  # rounded inside: decomposed, Cast pairs written
+        return False
     q, k, v = (g.shape_of(x) for x in n.inputs[:3])
     if q.dims[3] != v.dims[3] or not isinstance(q.dims[1], int):
         return False
@@ -172,7 +174,8 @@ def attention(b, n, ins, target):
 def _block_ok(n, g, target):
     op = n.op
     return (_ort(target) and op.rope is RopeMode.NONE and op.num_heads == op.num_kv_heads
-            and op.softcap is None and op.mask in _ORT_MASKS and op.qk_norm is None)
+            and op.softcap is None and op.mask in _ORT_MASKS and op.qk_norm is None
+            and op.round_core is None)
 
 
 @exporter(FusedAttentionBlock, accept=_block_ok)

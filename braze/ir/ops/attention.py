@@ -13,6 +13,7 @@ import ml_dtypes
 import numpy as np
 
 from ...errors import ShapeError
+from ..dtypes import DType
 from ..op import Op, require, same_dtype
 from ..shapes import Dim, Shape, broadcast_dims
 from .reduce import safe_softmax
@@ -68,7 +69,12 @@ class Attention(Op):
     CAUSAL / SLIDING_WINDOW (`window` keys, the query's own included) mask to a large negative
     value; CUSTOM / BIAS add a 4th input broadcastable to [B, Hq, Sq, Sk]. A query whose scores
     are all -inf after masking (every key masked by a -inf custom mask) outputs zeros, as
-    PyTorch's scaled_dot_product_attention does (the softmax is braze's safe softmax)."""
+    PyTorch's scaled_dot_product_attention does (the softmax is braze's safe softmax).
+
+    `round_operands` (set by the mixed-precision policy, braze/passes/precision.py): q, k, v
+    and the probabilities are rounded to that dtype (and back) before their matmuls, whose
+    products and sums stay in the compute dtype - what a bf16 GEMM with f32 accumulation
+    computes."""
 
     kind = "attention"
     arity = None
@@ -78,6 +84,7 @@ class Attention(Op):
     window: int = 0
     scale: float | None = None
     softcap: float | None = None
+    round_operands: DType | None = None
 
     @property
     def n_inputs(self) -> int:
@@ -113,6 +120,8 @@ class Attention(Op):
                     "mask sliding_window")
         require(self.softcap is None or self.softcap > 0,
                 f"attention softcap must be > 0, got {self.softcap}")
+        require(self.round_operands is None or self.round_operands.is_float,
+                f"attention round_operands must be a float dtype, got {self.round_operands}")
         require(self.scale is not None or isinstance(d, int),
                 f"attention with symbolic head dim {d!r} needs an explicit scale")
         if self.mask.takes_input:
@@ -132,7 +141,7 @@ class Attention(Op):
 
     def reference(self, q, k, v, m=None):
         out_dt, ct = q.dtype, _compute_dtype(q.dtype)
-        q, k, v = (a.astype(ct, copy=False) for a in (q, k, v))
+        q, k, v = (self._rounded(a.astype(ct, copy=False)) for a in (q, k, v))
         rep = q.shape[1] // k.shape[1]
         if rep > 1:
             k, v = np.repeat(k, rep, axis=1), np.repeat(v, rep, axis=1)
@@ -145,10 +154,15 @@ class Attention(Op):
             s = np.where(ok, s, ct.type(_masked_value(ct)))
         if m is not None:
             s = s + m.astype(ct, copy=False)
-        return np.matmul(safe_softmax(s, -1), v).astype(out_dt, copy=False)
+        return np.matmul(self._rounded(safe_softmax(s, -1)), v).astype(out_dt, copy=False)
+
+    def _rounded(self, a: np.ndarray) -> np.ndarray:
+        if self.round_operands is None:
+            return a
+        return a.astype(self.round_operands.np).astype(a.dtype)
 
     def decompose(self, g, ins):
-        q, k, v = ins[:3]
+        q, k, v = (self._round(g, x) for x in ins[:3])
         qs, ks = g.shape_of(q), g.shape_of(k)
         hq, sq, d = qs.dims[1:]
         hkv, sk = ks.dims[1], ks.dims[2]
@@ -163,7 +177,12 @@ class Attention(Op):
                         _masked_value(qs.dtype.np))
         if self.mask.takes_input:
             s = g.add(s, ins[3])
-        return g.matmul(g.softmax(s, axis=-1), v)
+        return g.matmul(self._round(g, g.softmax(s, axis=-1)), v)
+
+    def _round(self, g, x):
+        if self.round_operands is None:
+            return x
+        return g.cast(g.cast(x, self.round_operands), g.shape_of(x).dtype)
 
 
 def _visible(g, mask: MaskKind, sq: Dim, sk: Dim, window: int):

@@ -102,7 +102,8 @@ class FusedAttentionBlock(FusedOp):
     Hkv < Hq; causal and sliding-window masks need k to read x); the result is transposed
     back, reshaped to [B, S, Hq*D], rounded to `round_attention` and back if set (the
     mixed-precision policy's rounding of the output projection's operand, see
-    braze/passes/precision.py), and projected by w_o (+ b_o)."""
+    braze/passes/precision.py), and projected by w_o (+ b_o). `round_core` is the attention's
+    `round_operands` (the policy's rounding of q, k, v and the probabilities)."""
 
     kind = "fused_attention_block"
     num_heads: int
@@ -120,6 +121,7 @@ class FusedAttentionBlock(FusedOp):
     qk_norm_per_head: bool = True
     qkv_inputs: QkvInputs = QkvInputs.SELF
     round_attention: DType | None = None
+    round_core: DType | None = None
 
     def input_roles(self) -> tuple[str, ...]:
         roles = ["x"] + ["x_kv"] * (self.qkv_inputs is not QkvInputs.SELF)
@@ -158,7 +160,7 @@ class FusedAttentionBlock(FusedOp):
 
     @property
     def attention_op(self) -> Attention:
-        return Attention(self.mask, self.window, self.scale, self.softcap)
+        return Attention(self.mask, self.window, self.scale, self.softcap, self.round_core)
 
     @property
     def rope_op(self) -> Rope | None:
@@ -186,9 +188,10 @@ class FusedAttentionBlock(FusedOp):
                 f"but with qkv_inputs={self.qkv_inputs.value} the keys come from x_kv; use "
                 "mask 'none', 'custom' or 'bias'")
         require(x.rank == 3, f"{self.kind} x must be [B, S, E], got {x}")
-        require(self.round_attention is None or self.round_attention.is_float,
-                f"{self.kind} round_attention must be a float dtype, got "
-                f"{self.round_attention}")
+        for name in ("round_attention", "round_core"):
+            dt = getattr(self, name)
+            require(dt is None or dt.is_float, f"{self.kind} {name} must be a float dtype, "
+                    f"got {dt}")
         b, s, _ = x.dims
         if "x_kv" in r:
             require(r["x_kv"].rank == 3 and r["x_kv"].dims[0] == b,
@@ -258,8 +261,8 @@ class FusedAttentionBlock(FusedOp):
             inter = self.rope is RopeMode.INTERLEAVED
             q = g.rope(q, r["cos"], r["sin"], interleaved=inter, n_rot=self.n_rot)
             k = g.rope(k, r["cos"], r["sin"], interleaved=inter, n_rot=self.n_rot)
-        o = g.attention(q, k, v, r.get("mask"), kind=self.mask, window=self.window,
-                        scale=self.scale, softcap=self.softcap)
+        mask = [r["mask"]] if self.mask.takes_input else []
+        o = g.add_node(self.attention_op, [q, k, v, *mask])[0]
         o = g.reshape(g.transpose(o, (0, 2, 1, 3)), (b, s, hq * d))
         if self.round_attention is not None:
             o = g.cast(g.cast(o, self.round_attention), g.shape_of(o).dtype)

@@ -10,6 +10,8 @@ the dtype's minimum where it is not, the same for every batch and head). A mask 
 data (a padding mask from attention_mask) stays a CUSTOM mask: correct, and still fused."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from ...errors import BrazeError
@@ -115,9 +117,8 @@ def _matcher(g, node, ctx):
 
 
 def _build(b, m):
-    op = m.root.op
-    return b.attention(m.v("q"), m.v("k"), m.v("v"), kind=m.data["kind"],
-                       window=m.data["window"], scale=op.scale, softcap=op.softcap)
+    op = replace(m.root.op, mask=m.data["kind"], window=m.data["window"])
+    return b.add_node(op, [m.v("q"), m.v("k"), m.v("v")])[0]
 
 
 RECOGNIZE_CAUSAL_MASK = Rule("RecognizeCausalMask", _build, matcher=_matcher,

@@ -357,7 +357,8 @@ def _build(b, m):
         has_qkv_bias=ins[f"b_{layout.projections[0][1]}"] is not None,
         has_out_bias=ins["b_o"] is not None,
         qk_norm=None if norm is None else replace(norm.op, axis=-1),
-        qk_norm_per_head=norm is None or _per_head(m, "q"), qkv_inputs=layout)
+        qk_norm_per_head=norm is None or _per_head(m, "q"), qkv_inputs=layout,
+        round_core=attn.round_operands)
     return b.add_node(op, [ins[r] for r in op.input_roles()])[0]
 
 

@@ -32,7 +32,7 @@ def _mask_strides(mask: np.ndarray | None, b: int, hq: int, sq: int, sk: int):
 
 @register_kernel(Attention)
 def attention(node, ins, outs, ctx):
-    if heads_c.lib() is None or not is_f32(*ins):
+    if heads_c.lib() is None or not is_f32(*ins) or not _core_runs(node.op):
         return None
     q, k, v = ins[:3]
     b, hq, sq, d = (int(x) for x in q.dims)
@@ -50,8 +50,13 @@ def attention(node, ins, outs, ctx):
         heads(qa, ka, va, out, strides, arrays[3] if has_mask else None, scratch)
 
     return Kernel(run_heads, Dispatch.NATIVE,
-                  "C attention per (batch, kv head, query block), braze micro-kernels",
+                  f"C attention per (batch, kv head, query block), {heads.how}",
                   scratch=((heads.plan.scratch_shape, np.float32),), **cost)
+
+
+def _core_runs(op: Attention) -> bool:
+    """Whether the C kernel computes `op`'s rounding of its operands (none, or bf16)."""
+    return op.round_operands is None or op.round_operands.name == "bf16"
 
 
 def _rows_contiguous(a: np.ndarray) -> np.ndarray:
@@ -88,7 +93,10 @@ class _Heads:
         self.softcap = float(op.softcap or 0.0)
         self.causal = bool(op.mask.is_causal)
         self.window = op.window if op.mask is MaskKind.SLIDING_WINDOW else 0
-        self.plan = heads_c.HeadsPlan(shape)
+        rounded = op.round_operands is not None  # bf16 (_core_runs)
+        self.plan = heads_c.HeadsPlan(shape, rounded=rounded)
+        self.how = "braze micro-kernels" + (" on bf16-rounded q, k, v and probabilities"
+                                            if rounded else "")
 
     def __call__(self, q, k, v, out, strides, mask, scratch) -> None:
         b, hq = self.shape[:2]
@@ -161,7 +169,8 @@ def _project_all(lib, op, shape: _BlockShape, r: dict, bufs, packed, x16) -> dic
 def attention_block(node, ins, outs, ctx):
     lib = native.lib()
     op = node.op
-    if lib is None or heads_c.lib() is None or not is_f32(*ins):
+    if lib is None or heads_c.lib() is None or not is_f32(*ins) \
+            or not _core_runs(op.attention_op):
         return None
     roles = op.input_roles()
     shape = _BlockShape(op, ins)
@@ -218,8 +227,9 @@ def attention_block(node, ins, outs, ctx):
         how = prepared_how(packed_o)
     else:
         how = "MKL"
-    return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads, "
-                  "no head copies)", scratch=scratch, reads=reads, **cost)
+    core = " (bf16-rounded core)" if heads.plan.rounded else ""
+    return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads"
+                  f"{core}, no head copies)", scratch=scratch, reads=reads, **cost)
 
 
 def _bf16_projections(node, ctx, shape: _BlockShape, roles) -> tuple[list | None, tuple]:

@@ -33,7 +33,7 @@ import numpy as np
 
 from ..codegen import cc
 from ..codegen.vecmath import VECMATH_C
-from .native import ROPE_ROW
+from .native import ROPE_ROW, TO_BF16
 
 __all__ = ["lib", "attn_heads", "rope_packed", "head_strides", "HeadsPlan"]
 
@@ -42,7 +42,7 @@ SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #include <omp.h>
-""" + VECMATH_C + cc.parallel_min_define() + ROPE_ROW + r"""
+""" + VECMATH_C + cc.parallel_min_define() + ROPE_ROW + TO_BF16 + r"""
 #if defined(__AVX512F__)
 #define VW 16
 #define MR 12
@@ -154,6 +154,28 @@ static void mean_rows(const float* v, int64_t ld, int64_t n, int64_t dv, float* 
   for (int64_t t = 0; t < dv; t++) out[t] *= inv;
 }
 
+/* x[0, n) rounded to bf16 values in place (nearest even): the bf16 policy's operands. */
+static inline void round_span(float* x, int64_t n) {
+  uint32_t* u = (uint32_t*)x;
+  #pragma omp simd
+  for (int64_t i = 0; i < n; i++) u[i] = (uint32_t)to_bf16(u[i]) << 16;
+}
+
+/* mean_rows under the bf16 policy: each probability (1 / n) and value rounded first. */
+static void mean_rows_rounded(const float* v, int64_t ld, int64_t n, int64_t dv, float* out) {
+  for (int64_t t = 0; t < dv; t++) out[t] = 0.0f;
+  for (int64_t j = 0; j < n; j++) {
+    float row[dv];
+    memcpy(row, v + j * ld, dv * sizeof(float));
+    round_span(row, dv);
+    #pragma omp simd
+    for (int64_t t = 0; t < dv; t++) out[t] += row[t];
+  }
+  float p = n > 0 ? 1.0f / (float)n : 0.0f;
+  round_span(&p, 1);
+  for (int64_t t = 0; t < dv; t++) out[t] *= p;
+}
+
 /* The keys [c0 + *a, c0 + *z) of chunk [c0, c0 + kc) that some query row in [first, last]
    sees (*z <= *a: none). */
 static inline void tile_keys(int64_t first, int64_t last, int64_t c0, int64_t kc, int64_t off,
@@ -230,12 +252,14 @@ static inline float softmax_step(float* s, int64_t kc, int64_t c0, int64_t lo, i
 
 /* st: element strides (batch, head, row) of q, k, v, out; mst: (batch, head, row, col) of the
    additive mask (0 to broadcast; mask may be NULL). scratch: slots x per_thread floats (see
-   HeadsPlan). bq: query rows per unit (a multiple of MR), kb: keys per chunk (of NR). */
-void attn_heads(const float* q, const float* k, const float* v, float* o, const int64_t* st,
-                int64_t nb, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d,
-                int64_t dv, float scale, float softcap, int causal, int64_t window,
-                const float* mask, const int64_t* mst, float* scratch, int64_t per_thread,
-                int64_t bq, int64_t kb, int slots) {
+   HeadsPlan). bq: query rows per unit (a multiple of MR), kb: keys per chunk (of NR). rnd:
+   q, k, v and the probabilities rounded to bf16 values before their products (the bf16
+   policy's attention core; products of bf16 values are exact in f32). */
+static void attn_core(const float* q, const float* k, const float* v, float* o,
+                      const int64_t* st, int64_t nb, int64_t hq, int64_t hkv, int64_t sq,
+                      int64_t sk, int64_t d, int64_t dv, float scale, float softcap, int causal,
+                      int64_t window, const float* mask, const int64_t* mst, float* scratch,
+                      int64_t per_thread, int64_t bq, int64_t kb, int slots, int rnd) {
   int64_t rep = hq / hkv, off = sk - sq, dvp = (dv + NR - 1) / NR * NR;
   int64_t blocks = (sq + bq - 1) / bq, units = blocks * nb * hkv;
   int team = omp_get_max_threads() < slots ? omp_get_max_threads() : slots;
@@ -247,23 +271,28 @@ void attn_heads(const float* q, const float* k, const float* v, float* o, const 
     int64_t b = u % (nb * hkv) / hkv, g = u % hkv;
     int64_t q0 = blk * bq, n = sq - q0 < bq ? sq - q0 : bq, np = (n + MR - 1) / MR * MR;
     float* w = scratch + (int64_t)omp_get_thread_num() * per_thread;
-    float* qt = w;                      /* rep x MR x d: a short last row tile, padded */
-    float* kp = qt + rep * MR * d;      /* kb x d: the chunk's keys in [d][NR] panels */
+    int64_t q_rows = rnd ? bq : MR;    /* rows of q copied per head */
+    float* qt = w;                      /* rep x MR x d: a short last row tile, padded (rnd:
+                                           rep x bq x d, every row, rounded) */
+    float* kp = qt + rep * q_rows * d;  /* kb x d: the chunk's keys in [d][NR] panels */
     float* vp = kp + kb * d;            /* kb x dvp: the chunk's values, rows padded (when
-                                           dv is not a multiple of NR; else read in place) */
-    float* sc = vp + (dv == dvp ? 0 : kb * dvp);  /* bq x kb: scores, then probabilities */
+                                           dv is not a multiple of NR or rnd; else read in
+                                           place) */
+    int copy_v = dv != dvp || rnd;
+    float* sc = vp + (copy_v ? kb * dvp : 0);  /* bq x kb: scores, then probabilities */
     float* acc = sc + bq * kb;          /* rep x bq x dvp: output sums */
     float* mx = acc + rep * bq * dvp;   /* rep x bq: running max */
     float* sum = mx + rep * bq;         /* rep x bq: running sum */
-    int64_t lo_all, hi_all, unused, full = n / MR * MR;   /* keys some row of the unit sees */
+    int64_t lo_all, hi_all, unused, full = rnd ? 0 : n / MR * MR;  /* rows read in place */
     row_keys(q0, off, sk, causal, window, &lo_all, &unused);
     row_keys(q0 + n - 1, off, sk, causal, window, &unused, &hi_all);
     for (int64_t r = 0; r < rep; r++) {
       const float* qh = q + b * st[0] + (g * rep + r) * st[1] + q0 * st[2];
       for (int64_t i = full; i < np; i++) {
-        float* dst = qt + (r * MR + i - full) * d;
+        float* dst = qt + (r * q_rows + i - full) * d;
         if (i < n) memcpy(dst, qh + i * st[2], d * sizeof(float));
         else memset(dst, 0, d * sizeof(float));
+        if (rnd) round_span(dst, d);
       }
       memset(acc + r * bq * dvp, 0, np * dvp * sizeof(float));
       for (int64_t i = 0; i < np; i++) { mx[r * bq + i] = -INFINITY; sum[r * bq + i] = 0.0f; }
@@ -273,12 +302,14 @@ void attn_heads(const float* q, const float* k, const float* v, float* o, const 
     for (int64_t c0 = lo_all; c0 < hi_all; c0 += kb) {
       int64_t kc = hi_all - c0 < kb ? hi_all - c0 : kb;
       pack_keys(kh + c0 * st[5], st[5], kc, (kc + NR - 1) / NR * NR, d, kp);
+      if (rnd) round_span(kp, (kc + NR - 1) / NR * NR * d);
       const float* vs = vh + c0 * st[8];
       int64_t ldv = st[8];
-      if (dv != dvp) {
+      if (copy_v) {
         for (int64_t j = 0; j < kc; j++) {
           memcpy(vp + j * dvp, vs + j * st[8], dv * sizeof(float));
           memset(vp + j * dvp + dv, 0, (dvp - dv) * sizeof(float));
+          if (rnd) round_span(vp + j * dvp, dv);
         }
         vs = vp;
         ldv = dvp;
@@ -291,7 +322,7 @@ void attn_heads(const float* q, const float* k, const float* v, float* o, const 
           int64_t a, z;
           tile_keys(q0 + i0, q0 + (i0 + MR < n ? i0 + MR : n) - 1, c0, kc, off, sk, causal,
                     window, &a, &z);
-          const float* qa = i0 < full ? qh + i0 * st[2] : qt + r * MR * d;
+          const float* qa = i0 < full ? qh + i0 * st[2] : qt + (r * q_rows + i0 - full) * d;
           for (int64_t j0 = a / NR * NR; j0 < z; j0 += NR)
             tile_mm(d, qa, i0 < full ? st[2] : d, kp + j0 * d, NR, sc + i0 * kb + j0, kb, 0);
         }
@@ -307,6 +338,7 @@ void attn_heads(const float* q, const float* k, const float* v, float* o, const 
             #pragma omp simd
             for (int64_t t = 0; t < dvp; t++) a_i[t] *= alpha;
           }
+          if (rnd) round_span(sc + i * kb, kc);
         }
         for (int64_t i0 = 0; i0 < np; i0 += MR) {   /* out += p @ v over the keys rows see */
           int64_t a, z;
@@ -325,7 +357,7 @@ void attn_heads(const float* q, const float* k, const float* v, float* o, const 
         row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
         float* out = oh + i * st[11];
         if (hi == lo) {   /* every key masked to the same finite value: their mean */
-          mean_rows(vh, st[8], sk, dv, out);
+          (rnd ? mean_rows_rounded : mean_rows)(vh, st[8], sk, dv, out);
           continue;
         }
         float total = sum[r * bq + i];
@@ -337,6 +369,18 @@ void attn_heads(const float* q, const float* k, const float* v, float* o, const 
     }
   }
 }
+
+#define ATTN_ARGS const float* q, const float* k, const float* v, float* o, \
+    const int64_t* st, int64_t nb, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d, \
+    int64_t dv, float scale, float softcap, int causal, int64_t window, const float* mask, \
+    const int64_t* mst, float* scratch, int64_t per_thread, int64_t bq, int64_t kb, int slots
+#define ATTN_PASS q, k, v, o, st, nb, hq, hkv, sq, sk, d, dv, scale, softcap, causal, window, \
+    mask, mst, scratch, per_thread, bq, kb, slots
+
+void attn_heads(ATTN_ARGS) { attn_core(ATTN_PASS, 0); }
+
+/* attn_heads with q, k, v and the probabilities rounded to bf16 values (see attn_core). */
+void attn_heads_bf16(ATTN_ARGS) { attn_core(ATTN_PASS, 1); }
 
 /* RoPE in place on heads [0, heads) of x [nb, s, row] (head h at h * d of a row), cos / sin
    [s, n_rot / 2]. */
@@ -362,6 +406,8 @@ _SIGNATURES = {
     "attn_max_threads": ([], _INT),
     "attn_heads": ([_P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _F32, _F32,
                     _INT, _I64, _P, _P, _P, _I64, _I64, _I64, _INT], None),
+    "attn_heads_bf16": ([_P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _F32,
+                         _F32, _INT, _I64, _P, _P, _P, _I64, _I64, _I64, _INT], None),
     "rope_packed": ([_P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _INT], None),
 }
 MR = 6        # query rows per register tile (AVX2; the C side uses 12 under AVX-512)
@@ -393,9 +439,10 @@ def _round_up(x: int, m: int) -> int:
 
 class HeadsPlan:
     """Unit sizes and per-thread scratch for attn_heads on q [B, Hq, Sq, D], k [B, Hkv, Sk, D],
-    v [B, Hkv, Sk, Dv]: `shape` = (B, Hq, Hkv, Sq, Sk, D, Dv)."""
+    v [B, Hkv, Sk, Dv]: `shape` = (B, Hq, Hkv, Sq, Sk, D, Dv); `rounded`: attn_heads_bf16's
+    (every q row and v chunk copied, rounded)."""
 
-    def __init__(self, shape: tuple[int, ...]):
+    def __init__(self, shape: tuple[int, ...], rounded: bool = False):
         b, hq, hkv, sq, sk, d, dv = shape
         self.shape = shape
         self.slots = max(1, int(lib().attn_max_threads()))
@@ -404,7 +451,10 @@ class HeadsPlan:
         self.bq = max(mr, min(_round_up(QUERY_BLOCK, mr), _round_up(-(-sq // blocks), mr)))
         self.kb = min(_round_up(KEY_BLOCK, NR), _round_up(max(sk, 1), NR))
         rep, dvp = hq // hkv, _round_up(dv, NR)
-        self.per_thread = (rep * 2 * MR * d + self.kb * d + (0 if dv == dvp else self.kb * dvp)
+        self.rounded = rounded
+        q_rows = max(self.bq, mr) if rounded else mr
+        copy_v = dv != dvp or rounded
+        self.per_thread = (rep * q_rows * d + self.kb * d + (self.kb * dvp if copy_v else 0)
                            + self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq)
         self.scratch_shape = (self.slots, self.per_thread)
 
@@ -412,11 +462,13 @@ class HeadsPlan:
 def attn_heads(plan: HeadsPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray,
                strides: tuple[int, ...], scale: float, softcap: float, causal: bool,
                window: int, mask, mask_strides: tuple[int, ...], scratch: np.ndarray) -> None:
-    """Run the C kernel. `strides`: 12 element strides (batch, head, row of q, k, v, out);
-    `mask` a float32 array or None with its 4 element strides (0 where it broadcasts)."""
+    """Run the C kernel (attn_heads_bf16 for a `rounded` plan). `strides`: 12 element strides
+    (batch, head, row of q, k, v, out); `mask` a float32 array or None with its 4 element
+    strides (0 where it broadcasts)."""
     st = np.asarray(strides, np.int64)
     mst = np.asarray(mask_strides, np.int64)
-    lib().attn_heads(q.ctypes.data, k.ctypes.data, v.ctypes.data, out.ctypes.data,
+    fn = lib().attn_heads_bf16 if plan.rounded else lib().attn_heads
+    fn(q.ctypes.data, k.ctypes.data, v.ctypes.data, out.ctypes.data,
                      st.ctypes.data, *plan.shape, scale, softcap, int(causal), window,
                      None if mask is None else mask.ctypes.data, mst.ctypes.data,
                      scratch.ctypes.data, plan.per_thread, plan.bq, plan.kb, plan.slots)

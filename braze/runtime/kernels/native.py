@@ -40,11 +40,14 @@ static inline void rope_row(const float* x, float* y, const float* c, const floa
 """
 
 TO_BF16 = r"""
+#ifndef BRAZE_TO_BF16
+#define BRAZE_TO_BF16
 /* The bf16 nearest to the f32 with bits u (ties to even); NaN stays a quiet NaN. */
 static inline uint16_t to_bf16(uint32_t u) {
   uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
   return (uint16_t)(nan ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
 }
+#endif
 """
 
 ACT_SPAN = r"""
