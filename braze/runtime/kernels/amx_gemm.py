@@ -27,6 +27,21 @@ from . import native
 
 __all__ = ["available", "AmxWeight", "gemm", "scratch_elems"]
 
+TILE_CONFIG = r"""
+/* Palette 1, all 8 tiles 16 rows x 64 bytes: 16 x 16 f32 sums, 16 x 32 bf16 A tiles and
+   16 pairs x 16 columns VNNI B tiles (needs <immintrin.h>, <string.h> and AMX). */
+typedef struct { uint8_t palette_id; uint8_t start_row; uint8_t reserved[14];
+                 uint16_t colsb[16]; uint8_t rows[16]; } tile_config;
+
+static void configure_tiles(void) {
+  tile_config cfg;
+  memset(&cfg, 0, sizeof cfg);
+  cfg.palette_id = 1;
+  for (int i = 0; i < 8; i++) { cfg.colsb[i] = 64; cfg.rows[i] = 16; }
+  _tile_loadconfig(&cfg);
+}
+"""
+
 SOURCE = native.ACT_SPAN.join(("""
 #include <stdint.h>
 #include <string.h>
@@ -67,16 +82,7 @@ void amx_pack(const float* w, int64_t k, int64_t n, uint16_t* out) {
 }
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-typedef struct { uint8_t palette_id; uint8_t start_row; uint8_t reserved[14];
-                 uint16_t colsb[16]; uint8_t rows[16]; } tile_config;
-
-static void configure_tiles(void) {
-  tile_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette_id = 1;
-  for (int i = 0; i < 8; i++) { cfg.colsb[i] = 64; cfg.rows[i] = 16; }
-  _tile_loadconfig(&cfg);
-}
+""" + TILE_CONFIG + r"""
 
 /* One 32 x 32 output block: rows mb*32.., columns nb*32.. of out (m x n, valid part only),
    from a16 (padded: kp columns) and the column block's packed B; then bias + act. */

@@ -13,8 +13,8 @@ import numpy as np
 from ...errors import InterpretError
 from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
+from . import attention_amx, bf16_gemm, blas, native
 from . import attention_native as heads_c
-from . import bf16_gemm, blas, native
 from .fused import _c, gemm_bias_act, is_f32, packed_weight, prepared_gemm, prepared_how
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
@@ -93,16 +93,20 @@ class _Heads:
         self.softcap = float(op.softcap or 0.0)
         self.causal = bool(op.mask.is_causal)
         self.window = op.window if op.mask is MaskKind.SLIDING_WINDOW else 0
-        rounded = op.round_operands is not None  # bf16 (_core_runs)
-        self.plan = heads_c.HeadsPlan(shape, rounded=rounded)
-        self.how = "braze micro-kernels" + (" on bf16-rounded q, k, v and probabilities"
-                                            if rounded else "")
+        self.rounded = op.round_operands is not None  # bf16 (_core_runs)
+        if self.rounded and attention_amx.available():
+            self.plan, self.run = attention_amx.AmxHeadsPlan(shape), attention_amx.attn_heads_amx
+            self.how = "AMX bf16 tiles on bf16-rounded q, k, v and probabilities"
+        else:
+            self.plan, self.run = heads_c.HeadsPlan(shape, self.rounded), heads_c.attn_heads
+            self.how = "braze micro-kernels" + (" on bf16-rounded q, k, v and probabilities"
+                                                if self.rounded else "")
 
     def __call__(self, q, k, v, out, strides, mask, scratch) -> None:
         b, hq = self.shape[:2]
         m, *mst = _mask_strides(mask, b, hq, self.shape[3], self.shape[4])
-        heads_c.attn_heads(self.plan, q, k, v, out, strides, self.scale, self.softcap,
-                           self.causal, self.window, m, tuple(mst), scratch)
+        self.run(self.plan, q, k, v, out, strides, self.scale, self.softcap, self.causal,
+                 self.window, m, tuple(mst), scratch)
 
 
 def _qk_norm_in_place(op: FusedAttentionBlock, proj: dict, r: dict) -> None:
@@ -227,7 +231,7 @@ def attention_block(node, ins, outs, ctx):
         how = prepared_how(packed_o)
     else:
         how = "MKL"
-    core = " (bf16-rounded core)" if heads.plan.rounded else ""
+    core = f" ({heads.how})" if heads.rounded else ""
     return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads"
                   f"{core}, no head copies)", scratch=scratch, reads=reads, **cost)
 

@@ -9,7 +9,8 @@ the end). Products of bf16 numbers are exact in f32, so a row matches
 `bf16(softmax(bf16(q) @ bf16(k)^T * scale ...)) @ bf16(v)` up to the order of f32 sums (and
 tdpbf16ps's flushing of bf16 denormals and denormal sums, below 1.2e-38, to zero). Scale,
 softcap, additive mask, causal offset (Sk - Sq), sliding window, GQA, rows with every key -inf
-(zeros) and causal rows that see no key (the mean of v's f32 values) are attention_native's.
+(zeros) and causal rows that see no key (the mean of v, rounded as the reference rounds p and
+v) are attention_native's.
 
 Layout per thread: the unit's q rows of all rep heads rounded once into [rep][bq][dp] bf16
 (rows padded to 16, d to 32, zeros); per chunk k^T packed into VNNI B tiles (16 pairs of d x 16
@@ -32,27 +33,16 @@ from functools import cache
 import numpy as np
 
 from ..codegen import cc
-from . import amx_gemm, attention_native, native
+from . import amx_gemm, attention_native
 from .attention_native import HeadsPlan
 
 __all__ = ["available", "AmxHeadsPlan", "attn_heads_amx"]
 
-_TO_BF16 = "" if "to_bf16(uint32_t" in attention_native.SOURCE else native.TO_BF16
 SOURCE = attention_native.SOURCE + r"""
 #include <immintrin.h>
-""" + _TO_BF16 + r"""
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
-typedef struct { uint8_t palette_id; uint8_t start_row; uint8_t reserved[14];
-                 uint16_t colsb[16]; uint8_t rows[16]; } attn_tile_config;
-
 /* Tiles 0-3: 16 x 16 f32 sums; 4-5: A (16 rows x 32 bf16); 6-7: B (16 pairs x 16 columns). */
-static void attn_configure_tiles(void) {
-  attn_tile_config cfg;
-  memset(&cfg, 0, sizeof cfg);
-  cfg.palette_id = 1;
-  for (int i = 0; i < 8; i++) { cfg.colsb[i] = 64; cfg.rows[i] = 16; }
-  _tile_loadconfig(&cfg);
-}
+""" + amx_gemm.TILE_CONFIG + r"""
 
 /* dst rows [0, rows) (row stride ld) columns [0, w) = bf16 of src rows [0, m) (row stride lds)
    columns [0, n); zero elsewhere. */
@@ -194,7 +184,7 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
       && BRAZE_PARALLEL(nb * hq * sq * sk * (d + dv), BRAZE_PAR_MIN_MACS);
   #pragma omp parallel num_threads(team) if(parallel)
   {
-    attn_configure_tiles();
+    configure_tiles();
     char* base = (char*)(scratch + (int64_t)omp_get_thread_num() * per_thread);
     base += (64 - (uintptr_t)base % 64) % 64;
     /* a few cache lines between the buffers: with kb = bq = 128, sc, p16 and acc would start
@@ -263,23 +253,10 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
           }
         }
       }
-      for (int64_t r = 0; r < rep; r++) {
-        float* oh = o + b * st[9] + (g * rep + r) * st[10] + q0 * st[11];
-        for (int64_t i = 0; i < n; i++) {
-          int64_t lo, hi;
-          row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
-          float* out = oh + i * st[11];
-          if (hi == lo) {   /* every key masked to the same finite value: their mean */
-            mean_rows(vh, st[8], sk, dv, out);
-            continue;
-          }
-          float total = sum[r * bq + i];
-          float inv = total > 0.0f ? 1.0f / total : 0.0f;
-          const float* a_i = acc + (r * bq + i) * dvp;
-          #pragma omp simd
-          for (int64_t t = 0; t < dv; t++) out[t] = a_i[t] * inv;
-        }
-      }
+      for (int64_t r = 0; r < rep; r++)
+        write_rows(o + b * st[9] + (g * rep + r) * st[10] + q0 * st[11], st[11],
+                   acc + r * bq * dvp, dvp, sum + r * bq, n, q0, off, sk, causal, window, vh,
+                   st[8], dv, 1);
     }
     _tile_release();
   }

@@ -156,9 +156,12 @@ static void mean_rows(const float* v, int64_t ld, int64_t n, int64_t dv, float* 
 
 /* x[0, n) rounded to bf16 values in place (nearest even): the bf16 policy's operands. */
 static inline void round_span(float* x, int64_t n) {
-  uint32_t* u = (uint32_t*)x;
   #pragma omp simd
-  for (int64_t i = 0; i < n; i++) u[i] = (uint32_t)to_bf16(u[i]) << 16;
+  for (int64_t i = 0; i < n; i++) {
+    union { float f; uint32_t u; } c = {x[i]};   /* GCC defines this punning, unlike casts */
+    c.u = (uint32_t)to_bf16(c.u) << 16;
+    x[i] = c.f;
+  }
 }
 
 /* mean_rows under the bf16 policy: each probability (1 / n) and value rounded first. */
@@ -174,6 +177,27 @@ static void mean_rows_rounded(const float* v, int64_t ld, int64_t n, int64_t dv,
   float p = n > 0 ? 1.0f / (float)n : 0.0f;
   round_span(&p, 1);
   for (int64_t t = 0; t < dv; t++) out[t] *= p;
+}
+
+/* A unit's n output rows of one head (row stride ldo) from its sums acc (row stride dvp) and
+   running sums; a row that sees no key (every score the same finite stand-in) gets the mean
+   of v (ld apart; rounded as the probabilities and values are under rnd). */
+static void write_rows(float* oh, int64_t ldo, const float* acc, int64_t dvp, const float* sum,
+                       int64_t n, int64_t q0, int64_t off, int64_t sk, int causal,
+                       int64_t window, const float* vh, int64_t ldv, int64_t dv, int rnd) {
+  for (int64_t i = 0; i < n; i++) {
+    int64_t lo, hi;
+    row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
+    float* out = oh + i * ldo;
+    if (hi == lo) {
+      (rnd ? mean_rows_rounded : mean_rows)(vh, ldv, sk, dv, out);
+      continue;
+    }
+    float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
+    const float* a_i = acc + i * dvp;
+    #pragma omp simd
+    for (int64_t t = 0; t < dv; t++) out[t] = a_i[t] * inv;
+  }
 }
 
 /* The keys [c0 + *a, c0 + *z) of chunk [c0, c0 + kc) that some query row in [first, last]
@@ -350,23 +374,10 @@ static void attn_core(const float* q, const float* k, const float* v, float* o,
         }
       }
     }
-    for (int64_t r = 0; r < rep; r++) {
-      float* oh = o + b * st[9] + (g * rep + r) * st[10] + q0 * st[11];
-      for (int64_t i = 0; i < n; i++) {
-        int64_t lo, hi;
-        row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
-        float* out = oh + i * st[11];
-        if (hi == lo) {   /* every key masked to the same finite value: their mean */
-          (rnd ? mean_rows_rounded : mean_rows)(vh, st[8], sk, dv, out);
-          continue;
-        }
-        float total = sum[r * bq + i];
-        float inv = total > 0.0f ? 1.0f / total : 0.0f;
-        const float* a_i = acc + (r * bq + i) * dvp;
-        #pragma omp simd
-        for (int64_t t = 0; t < dv; t++) out[t] = a_i[t] * inv;
-      }
-    }
+    for (int64_t r = 0; r < rep; r++)
+      write_rows(o + b * st[9] + (g * rep + r) * st[10] + q0 * st[11], st[11],
+                 acc + r * bq * dvp, dvp, sum + r * bq, n, q0, off, sk, causal, window, vh,
+                 st[8], dv, rnd);
   }
 }
 
