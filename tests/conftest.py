@@ -7,9 +7,16 @@ from __future__ import annotations
 import fcntl
 import functools
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
+
+# GEMM choices measured while the suite runs (xdist workers on a busy machine) go to a file of
+# their own, not the user's kernel cache, where a wrong winner would be kept for good
+# (braze/runtime/kernels/gemm_choice.py)
+os.environ.setdefault("BRAZE_GEMM_CHOICES", os.path.join(
+    tempfile.gettempdir(), f"braze-tests-{os.getuid()}-gemm_choice.json"))
 
 
 def _cached_export(folder: Path, stem: str, export) -> str:

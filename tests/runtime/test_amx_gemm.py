@@ -82,6 +82,7 @@ def test_the_faster_of_mkl_and_amx_is_measured_once_per_shape(monkeypatch, tmp_p
     from braze.runtime.kernels import gemm_choice
 
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("BRAZE_GEMM_CHOICES", raising=False)
     monkeypatch.setattr(gemm_choice, "_choices", None)
     monkeypatch.delenv("BRAZE_BF16_GEMM", raising=False)
     g = models.bert_encoder(1, 64, 4, batch=1, seq=8)

@@ -219,6 +219,7 @@ def test_gemm_measured_fastest_or_forced(monkeypatch, flag, tmp_path):
     from braze.runtime.kernels import gemm_choice, mkl_packed
 
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))  # a fresh measurement
+    monkeypatch.delenv("BRAZE_GEMM_CHOICES", raising=False)
     monkeypatch.setattr(gemm_choice, "_choices", None)
     monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
     monkeypatch.delenv("BRAZE_FP32_GEMM", raising=False)
@@ -252,6 +253,7 @@ def test_an_older_choice_file_is_measured_again(monkeypatch, tmp_path):
     from braze.runtime.kernels import gemm_choice
 
     monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("BRAZE_GEMM_CHOICES", raising=False)
     monkeypatch.setattr(gemm_choice, "_choices", None)
     monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
     monkeypatch.delenv("BRAZE_FP32_GEMM", raising=False)
@@ -286,3 +288,30 @@ def test_attention_block_and_plain_matmul_pack_their_weights(packed_on):
     params2 = bz.init_params(g, 3)
     exe.update_weights(params2)
     _matches(g, exe, params2, 1)
+
+
+@pytest.mark.parametrize("winners, want, calls", [
+    (["mkl_packed", "mkl_packed"], "mkl_packed", 2),
+    (["tiles", "packed", "packed"], "packed", 3),
+    (["tiles", "packed", "mkl_packed"], "tiles", 3),
+])
+def test_a_choice_needs_two_measurements_that_agree(monkeypatch, winners, want, calls):
+    """A busy moment can crown the wrong GEMM, and the choice is kept: two measurements must
+    agree, else a third decides."""
+    from braze.runtime.kernels import gemm_choice
+
+    seq = iter(winners)
+    seen = []
+    monkeypatch.setattr(gemm_choice, "_fastest", lambda runs: seen.append(1) or next(seq))
+    assert gemm_choice._agreed({}) == want
+    assert len(seen) == calls
+
+
+def test_gemm_choices_file_can_be_named(monkeypatch, tmp_path):
+    from braze.runtime.kernels import gemm_choice
+
+    path = tmp_path / "choices.json"
+    monkeypatch.setenv("BRAZE_GEMM_CHOICES", str(path))
+    assert gemm_choice._path() == str(path)
+    monkeypatch.delenv("BRAZE_GEMM_CHOICES")
+    assert gemm_choice._path().endswith(".json") and "gemm_choice_" in gemm_choice._path()

@@ -74,7 +74,8 @@ class Attention(Op):
     `round_operands` (set by the mixed-precision policy, braze/passes/precision.py): q, k, v
     and the probabilities are rounded to that dtype (and back) before their matmuls, whose
     products and sums stay in the compute dtype - what a bf16 GEMM with f32 accumulation
-    computes."""
+    computes. Autodiff passes gradients through that rounding unchanged, as through the
+    policy's Cast pairs."""
 
     kind = "attention"
     arity = None

@@ -9,7 +9,9 @@ They trade places by CPU: on the AVX2 EPYC VM of earlier sessions the packed ker
 (BERT-base sdpa b1: 152 ms median with MKL tiles against 176 packed, in one process,
 alternating), and MKL's packed sgemm beat both at 128-row products. So none is a fixed
 default: the first time a shape is seen, each runs a 128-row product a few times (best of 5,
-alternating) and the fastest is recorded in `$BRAZE_CACHE_DIR/gemm_choice_<machine>.json`.
+alternating; two such measurements, and a third where they disagree) and the winner is
+recorded in `$BRAZE_CACHE_DIR/gemm_choice_<machine>.json` (or the file `$BRAZE_GEMM_CHOICES`
+names: the test suite keeps its measurements, taken on a busy machine, out of the user's file).
 `BRAZE_FP32_GEMM=packed|tiles|mkl_packed` forces one (`BRAZE_PACKED_GEMM=1` / `0`: packed /
 tiles)."""
 from __future__ import annotations
@@ -38,7 +40,8 @@ _choices: dict[str, str] | None = None
 
 
 def _path() -> str:
-    return os.path.join(cc.cache_dir(), f"gemm_choice_{cc.machine_tag()}.json")
+    return os.environ.get("BRAZE_GEMM_CHOICES") or os.path.join(
+        cc.cache_dir(), f"gemm_choice_{cc.machine_tag()}.json")
 
 
 def _load() -> dict[str, str]:
@@ -70,13 +73,13 @@ def choose(k: int, n: int, tiles: Callable) -> str:
         return flag
     if blas.sgemm_address() is None or native.lib() is None:
         return "packed"
-    return _remembered(f"{k}x{n}", lambda: _fastest(_fp32_runs(*_operands(k, n), tiles)))
+    return _remembered(f"{k}x{n}", lambda: _agreed(_fp32_runs(*_operands(k, n), tiles)))
 
 
 def choose_bf16(k: int, n: int, runs: Callable) -> str:
     """The faster bf16 GEMM here for a [k, n] weight, one of BF16_CHOICES; `runs(x, w)` gives
     {choice: callable} for a 128-row product (bf16_gemm.py builds them)."""
-    return _remembered(f"bf16:{k}x{n}", lambda: _fastest(runs(*_operands(k, n))))
+    return _remembered(f"bf16:{k}x{n}", lambda: _agreed(runs(*_operands(k, n))))
 
 
 def _remembered(key: str, measure: Callable[[], str]) -> str:
@@ -94,6 +97,16 @@ def _operands(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(0)
     return (rng.standard_normal((_ROWS, k), dtype=np.float32),
             rng.standard_normal((k, n), dtype=np.float32))
+
+
+def _agreed(runs: dict[str, Callable]) -> str:
+    """The fastest of `runs` in two measurements, or the majority of three where the first two
+    disagree (a busy moment on a shared machine can crown the wrong one, and it is kept)."""
+    first, second = _fastest(runs), _fastest(runs)
+    if first == second:
+        return first
+    third = _fastest(runs)
+    return third if third in (first, second) else first
 
 
 def _fastest(runs: dict[str, Callable]) -> str:
