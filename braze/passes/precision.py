@@ -57,7 +57,9 @@ class PrecisionPolicy:
         return isinstance(op, self.ops)
 
 
-POLICIES = {"bf16": PrecisionPolicy("bf16", bf16), "f16": PrecisionPolicy("f16", f16)}
+POLICIES = {"bf16": PrecisionPolicy("bf16", bf16),
+            "f16": PrecisionPolicy("f16", f16, attention_core=False)}
+# f16: no f16 attention kernel (the core would fall back to the NumPy reference)
 
 
 def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int]:

@@ -123,6 +123,8 @@ def test_policy_rounds_the_core_of_blocks_and_of_attention_ops():
     plain, _ = apply_precision(g, "bf16")
     ops = [n.op for n in plain.nodes if n.op.kind == "attention"]
     assert ops and all(op.round_operands == bz.bf16 for op in ops)
+    f16_graph, _ = apply_precision(fused, "f16")  # no f16 attention kernel: core stays f32
+    assert all(getattr(n.op, "round_core", None) is None for n in f16_graph.nodes)
     keep = PrecisionPolicy("bf16-core-f32", attention_core=False)
     kept, _ = apply_precision(fused, keep)
     assert all(getattr(n.op, "round_core", None) is None for n in kept.nodes)
