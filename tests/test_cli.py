@@ -217,3 +217,14 @@ def test_run_binds_symbolic_dims_and_refuses_unknown_ones(tmp_path, capsys):
     assert "--dim sequence" in err and "batch, seq" in err
     assert main(["bench", "bert-tiny", "--dim", "batch=1", "--repeat", "1"]) == 2
     assert "its shapes are static" in capsys.readouterr().err
+
+
+def test_demo_times_its_variants_in_turns():
+    """The demo's fused / unfused / bf16 comparison times the calls in alternating turns (a
+    warm call each first), so drift on a shared machine hits all alike."""
+    from braze.cli_exec import _interleaved_ms
+
+    order = []
+    ms = _interleaved_ms({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 4)
+    assert set(ms) == {"a", "b"} and all(v >= 0 for v in ms.values())
+    assert order == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]
