@@ -10,7 +10,7 @@ import braze as bz
 import braze.models as models
 from braze.ir.ops.attention import Attention, MaskKind
 from braze.passes.precision import PrecisionPolicy, apply_precision
-from braze.runtime.kernels import attention_native
+from braze.runtime.kernels import attention_amx, attention_native
 
 
 def _bf(a: np.ndarray) -> np.ndarray:
@@ -74,6 +74,17 @@ def test_round_operands_must_be_a_float_dtype():
 needs_c = pytest.mark.skipif(attention_native.lib() is None, reason="no C compiler")
 
 
+@pytest.fixture(params=["amx", "micro-kernels"])
+def core(request, monkeypatch):
+    """Each C core: the AMX kernel where it runs, and attn_heads_bf16 (the f32 micro-kernels on
+    rounded values), which runs everywhere else."""
+    if request.param == "amx" and not attention_amx.available():
+        pytest.skip("no AMX here")
+    if request.param == "micro-kernels":
+        monkeypatch.setattr(attention_amx, "available", lambda: False)
+    return "AMX" if request.param == "amx" else "micro-kernels"
+
+
 @needs_c
 @pytest.mark.parametrize("shape, kind, window, softcap", [
     ((2, 4, 4, 33, 33, 64), "none", 0, None),
@@ -85,11 +96,11 @@ needs_c = pytest.mark.skipif(attention_native.lib() is None, reason="no C compil
     ((1, 2, 2, 9, 4, 16), "causal", 0, None),      # rows that see no key: the mean of v
 ], ids=["plain", "causal-gqa-d80", "window-mqa", "padding-mask", "softcap", "decode",
         "no-key-rows"])
-def test_compiled_core_matches_the_reference(shape, kind, window, softcap):
+def test_compiled_core_matches_the_reference(shape, kind, window, softcap, core):
     g = _graph(*shape, kind=kind, window=window, softcap=softcap)
     exe = bz.compile(g, fuse=False)
     impl = next(i for _, k, _, i in exe.dispatch_report(_feeds(g, 0)).rows if k == "attention")
-    assert "bf16" in impl
+    assert "bf16-rounded" in impl and core in impl
     for seed in (0, 1):
         feeds = _feeds(g, seed, masked_keys=3)
         want = bz.interpret(g, feeds)[0]
@@ -103,7 +114,7 @@ def test_compiled_core_matches_the_reference(shape, kind, window, softcap):
 
 
 @needs_c
-def test_several_key_chunks_round_each_chunks_probabilities(monkeypatch):
+def test_several_key_chunks_round_each_chunks_probabilities(core):
     """Past one key chunk the kernel rounds each chunk's unnormalized probabilities (the
     reference rounds the normalized ones): close, not bit-equal."""
     g = _graph(1, 2, 2, 20, 600, 64, "custom")
