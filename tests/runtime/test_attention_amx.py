@@ -60,18 +60,16 @@ def _run(q, k, v, scale, causal=False, window=0, mask=None, softcap=None, out=No
     b, hq, sq, d = q.shape
     hkv, sk, dv = k.shape[1], k.shape[2], v.shape[3]
     shape = (b, hq, hkv, sq, sk, d, dv)
-    if kernel == "amx":
-        plan, run = attention_amx.AmxHeadsPlan(shape), attention_amx.attn_heads_amx
-    else:
-        plan, run = attention_native.HeadsPlan(shape), attention_native.attn_heads
+    plan = attention_amx.AmxHeadsPlan(shape) if kernel == "amx" else \
+        attention_native.HeadsPlan(shape)
     out = np.full((b, hq, sq, dv), np.nan, np.float32) if out is None else out
     mst = (0, 0, 0, 0)
     if mask is not None:
         mask = np.ascontiguousarray(mask, np.float32)
         mst = tuple(s // 4 if n != 1 else 0 for s, n in zip(mask.strides, mask.shape))
     scratch = np.empty(plan.scratch_shape, np.float32)
-    run(plan, q, k, v, out, _strides(q, k, v, out), scale, softcap or 0.0, causal, window,
-        mask, mst, scratch)
+    attention_native.attn_heads(plan, q, k, v, out, _strides(q, k, v, out), scale,
+                                softcap or 0.0, causal, window, mask, mst, scratch)
     return out
 
 

@@ -131,17 +131,8 @@ void amx_gemm_bias_act(const float* a, int64_t lda, uint16_t* a16, const uint16_
   #pragma omp parallel
   {
     #pragma omp for schedule(static)
-    for (int64_t r = 0; r < mp; r++) {
-      uint16_t* d = a16 + r * kp;
-      if (r < m) {
-        const uint32_t* s = (const uint32_t*)(a + r * lda);
-        #pragma omp simd
-        for (int64_t c = 0; c < k; c++) d[c] = to_bf16(s[c]);
-        for (int64_t c = k; c < kp; c++) d[c] = 0;
-      } else {
-        memset(d, 0, kp * 2);
-      }
-    }
+    for (int64_t r = 0; r < mp; r++)   /* rows past m: zeros */
+      round_rows(a + r * lda, lda, r < m, k, a16 + r * kp, kp, kp, 1);
     configure_tiles();
     float tmp[32 * 32];
     for (int64_t m0 = 0; m0 < mp; m0 += MC) {

@@ -95,18 +95,18 @@ class _Heads:
         self.window = op.window if op.mask is MaskKind.SLIDING_WINDOW else 0
         self.rounded = op.round_operands is not None  # bf16 (_core_runs)
         if self.rounded and attention_amx.available():
-            self.plan, self.run = attention_amx.AmxHeadsPlan(shape), attention_amx.attn_heads_amx
+            self.plan = attention_amx.AmxHeadsPlan(shape)
             self.how = "AMX bf16 tiles on bf16-rounded q, k, v and probabilities"
         else:
-            self.plan, self.run = heads_c.HeadsPlan(shape, self.rounded), heads_c.attn_heads
+            self.plan = heads_c.HeadsPlan(shape, self.rounded)
             self.how = "braze micro-kernels" + (" on bf16-rounded q, k, v and probabilities"
                                                 if self.rounded else "")
 
     def __call__(self, q, k, v, out, strides, mask, scratch) -> None:
         b, hq = self.shape[:2]
         m, *mst = _mask_strides(mask, b, hq, self.shape[3], self.shape[4])
-        self.run(self.plan, q, k, v, out, strides, self.scale, self.softcap, self.causal,
-                 self.window, m, tuple(mst), scratch)
+        heads_c.attn_heads(self.plan, q, k, v, out, strides, self.scale, self.softcap,
+                           self.causal, self.window, m, tuple(mst), scratch)
 
 
 def _qk_norm_in_place(op: FusedAttentionBlock, proj: dict, r: dict) -> None:

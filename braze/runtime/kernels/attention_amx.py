@@ -30,33 +30,17 @@ from __future__ import annotations
 import ctypes
 from functools import cache
 
-import numpy as np
-
 from ..codegen import cc
 from . import amx_gemm, attention_native
-from .attention_native import HeadsPlan
+from .attention_native import HeadsPlan, _round_up
 
-__all__ = ["available", "AmxHeadsPlan", "attn_heads_amx"]
+__all__ = ["available", "AmxHeadsPlan"]
 
 SOURCE = attention_native.SOURCE + r"""
 #include <immintrin.h>
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
 /* Tiles 0-3: 16 x 16 f32 sums; 4-5: A (16 rows x 32 bf16); 6-7: B (16 pairs x 16 columns). */
 """ + amx_gemm.TILE_CONFIG + r"""
-
-/* dst rows [0, rows) (row stride ld) columns [0, w) = bf16 of src rows [0, m) (row stride lds)
-   columns [0, n); zero elsewhere. */
-static void round_rows(const float* src, int64_t lds, int64_t m, int64_t n, uint16_t* dst,
-                       int64_t ld, int64_t w, int64_t rows) {
-  for (int64_t i = 0; i < rows; i++) {
-    uint16_t* o = dst + i * ld;
-    if (i >= m) { memset(o, 0, w * sizeof(uint16_t)); continue; }
-    const uint32_t* s = (const uint32_t*)(src + i * lds);
-    #pragma omp simd
-    for (int64_t c = 0; c < n; c++) o[c] = to_bf16(s[c]);
-    for (int64_t c = n; c < w; c++) o[c] = 0;
-  }
-}
 
 /* r[x] = column x of the 16 x 16 32-bit matrix whose rows are r[0..15] on entry. */
 static inline void transpose16(__m512i r[16]) {
@@ -287,37 +271,17 @@ def available() -> bool:
     return _lib() is not None and attention_native.lib() is not None
 
 
-def _round_up(x: int, m: int) -> int:
-    return -(-x // m) * m
-
-
 class AmxHeadsPlan(HeadsPlan):
-    """HeadsPlan for attn_heads_amx: query blocks of whole 16-row tiles, key chunks of 32-key
-    steps, and the bf16 scratch (q rows, k and v tiles, probabilities) in per_thread."""
+    """HeadsPlan for the C attn_heads_amx (attention_native.attn_heads runs it): query blocks of
+    whole 16-row tiles, key chunks of 32-key steps, and the bf16 scratch (q rows, k and v
+    tiles, probabilities) in per_thread."""
 
     def __init__(self, shape: tuple[int, ...]):
-        super().__init__(shape)
+        self._blocks(shape, ROWS, KEYS)
         b, hq, hkv, sq, sk, d, dv = shape
-        blocks = -(-attention_native.UNITS_PER_THREAD * self.slots // max(1, b * hkv))
-        self.bq = max(ROWS, min(_round_up(attention_native.QUERY_BLOCK, ROWS),
-                                _round_up(-(-sq // blocks), ROWS)))
-        self.kb = min(_round_up(attention_native.KEY_BLOCK, KEYS), _round_up(max(sk, 1), KEYS))
+        self.rounded, self.kernel = True, _lib().attn_heads_amx
         rep, dp, dvp = hq // hkv, _round_up(d, 32), _round_up(dv, 16)
         bf16 = rep * self.bq * dp + self.kb * dp + self.kb * dvp + self.bq * self.kb
         f32 = self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq + 8 * dp
         self.per_thread = _round_up(bf16 // 2 + f32 + 16 + 352, 16)   # alignment, gaps
         self.scratch_shape = (self.slots, self.per_thread)
-
-
-def attn_heads_amx(plan: AmxHeadsPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray,
-                   out: np.ndarray, strides: tuple[int, ...], scale: float, softcap: float,
-                   causal: bool, window: int, mask, mask_strides: tuple[int, ...],
-                   scratch: np.ndarray) -> None:
-    """attention_native.attn_heads on AMX tiles with bf16-rounded q, k, v and p (the module
-    docstring has the semantics); same arguments, with an AmxHeadsPlan and its scratch."""
-    st = np.asarray(strides, np.int64)
-    mst = np.asarray(mask_strides, np.int64)
-    _lib().attn_heads_amx(q.ctypes.data, k.ctypes.data, v.ctypes.data, out.ctypes.data,
-                          st.ctypes.data, *plan.shape, scale, softcap, int(causal), window,
-                          None if mask is None else mask.ctypes.data, mst.ctypes.data,
-                          scratch.ctypes.data, plan.per_thread, plan.bq, plan.kb, plan.slots)

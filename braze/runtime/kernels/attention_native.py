@@ -143,40 +143,17 @@ static inline void row_keys(int64_t row, int64_t off, int64_t sk, int causal, in
 }
 
 /* out[dv] = the mean of v's first n rows (row stride ld): a query a causal mask hides every key
-   from (fewer keys than queries) has all its scores at the same finite stand-in for -inf. */
-static void mean_rows(const float* v, int64_t ld, int64_t n, int64_t dv, float* out) {
+   from (fewer keys than queries) has all its scores at the same finite stand-in for -inf. rnd:
+   each value and the probability 1 / n rounded to bf16 first (the bf16 policy's core). */
+static void mean_rows(const float* v, int64_t ld, int64_t n, int64_t dv, float* out, int rnd) {
   for (int64_t t = 0; t < dv; t++) out[t] = 0.0f;
   for (int64_t j = 0; j < n; j++) {
     #pragma omp simd
-    for (int64_t t = 0; t < dv; t++) out[t] += v[j * ld + t];
+    for (int64_t t = 0; t < dv; t++) out[t] += rnd ? bf16_value(v[j * ld + t]) : v[j * ld + t];
   }
   float inv = n > 0 ? 1.0f / (float)n : 0.0f;
+  inv = rnd ? bf16_value(inv) : inv;
   for (int64_t t = 0; t < dv; t++) out[t] *= inv;
-}
-
-/* x[0, n) rounded to bf16 values in place (nearest even): the bf16 policy's operands. */
-static inline void round_span(float* x, int64_t n) {
-  #pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    union { float f; uint32_t u; } c = {x[i]};   /* GCC defines this punning, unlike casts */
-    c.u = (uint32_t)to_bf16(c.u) << 16;
-    x[i] = c.f;
-  }
-}
-
-/* mean_rows under the bf16 policy: each probability (1 / n) and value rounded first. */
-static void mean_rows_rounded(const float* v, int64_t ld, int64_t n, int64_t dv, float* out) {
-  for (int64_t t = 0; t < dv; t++) out[t] = 0.0f;
-  for (int64_t j = 0; j < n; j++) {
-    float row[dv];
-    memcpy(row, v + j * ld, dv * sizeof(float));
-    round_span(row, dv);
-    #pragma omp simd
-    for (int64_t t = 0; t < dv; t++) out[t] += row[t];
-  }
-  float p = n > 0 ? 1.0f / (float)n : 0.0f;
-  round_span(&p, 1);
-  for (int64_t t = 0; t < dv; t++) out[t] *= p;
 }
 
 /* A unit's n output rows of one head (row stride ldo) from its sums acc (row stride dvp) and
@@ -190,7 +167,7 @@ static void write_rows(float* oh, int64_t ldo, const float* acc, int64_t dvp, co
     row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
     float* out = oh + i * ldo;
     if (hi == lo) {
-      (rnd ? mean_rows_rounded : mean_rows)(vh, ldv, sk, dv, out);
+      mean_rows(vh, ldv, sk, dv, out, rnd);
       continue;
     }
     float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
@@ -455,31 +432,37 @@ class HeadsPlan:
 
     def __init__(self, shape: tuple[int, ...], rounded: bool = False):
         b, hq, hkv, sq, sk, d, dv = shape
-        self.shape = shape
-        self.slots = max(1, int(lib().attn_max_threads()))
         mr = 2 * MR  # room for the AVX-512 build's 12-row tiles
-        blocks = -(-UNITS_PER_THREAD * self.slots // max(1, b * hkv))
-        self.bq = max(mr, min(_round_up(QUERY_BLOCK, mr), _round_up(-(-sq // blocks), mr)))
-        self.kb = min(_round_up(KEY_BLOCK, NR), _round_up(max(sk, 1), NR))
+        self._blocks(shape, mr, NR)
         rep, dvp = hq // hkv, _round_up(dv, NR)
         self.rounded = rounded
+        self.kernel = lib().attn_heads_bf16 if rounded else lib().attn_heads  # same arguments
         q_rows = max(self.bq, mr) if rounded else mr
         copy_v = dv != dvp or rounded
         self.per_thread = (rep * q_rows * d + self.kb * d + (self.kb * dvp if copy_v else 0)
                            + self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq)
         self.scratch_shape = (self.slots, self.per_thread)
 
+    def _blocks(self, shape: tuple[int, ...], rows: int, keys: int) -> None:
+        """shape, slots, and the query rows per unit (bq, a multiple of `rows`, small enough
+        that each thread gets UNITS_PER_THREAD units) and keys per chunk (kb, of `keys`)."""
+        b, _, hkv, sq, sk, _, _ = shape
+        self.shape = shape
+        self.slots = max(1, int(lib().attn_max_threads()))
+        blocks = -(-UNITS_PER_THREAD * self.slots // max(1, b * hkv))
+        self.bq = max(rows, min(_round_up(QUERY_BLOCK, rows), _round_up(-(-sq // blocks), rows)))
+        self.kb = min(_round_up(KEY_BLOCK, keys), _round_up(max(sk, 1), keys))
+
 
 def attn_heads(plan: HeadsPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray,
                strides: tuple[int, ...], scale: float, softcap: float, causal: bool,
                window: int, mask, mask_strides: tuple[int, ...], scratch: np.ndarray) -> None:
-    """Run the C kernel (attn_heads_bf16 for a `rounded` plan). `strides`: 12 element strides
+    """Run the plan's C kernel (attn_heads, attn_heads_bf16 or AMX's). `strides`: 12 element strides
     (batch, head, row of q, k, v, out); `mask` a float32 array or None with its 4 element
     strides (0 where it broadcasts)."""
     st = np.asarray(strides, np.int64)
     mst = np.asarray(mask_strides, np.int64)
-    fn = lib().attn_heads_bf16 if plan.rounded else lib().attn_heads
-    fn(q.ctypes.data, k.ctypes.data, v.ctypes.data, out.ctypes.data,
+    plan.kernel(q.ctypes.data, k.ctypes.data, v.ctypes.data, out.ctypes.data,
                      st.ctypes.data, *plan.shape, scale, softcap, int(causal), window,
                      None if mask is None else mask.ctypes.data, mst.ctypes.data,
                      scratch.ctypes.data, plan.per_thread, plan.bq, plan.kb, plan.slots)

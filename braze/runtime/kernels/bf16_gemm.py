@@ -46,19 +46,14 @@ SOURCE = r"""
    values read `lda` apart. */
 void round_bf16(const float* src, int64_t lda, uint16_t* dst, int64_t rows, int64_t cols) {
   #pragma omp parallel for schedule(static) if(rows * cols > (1 << 16))
-  for (int64_t r = 0; r < rows; r++) {
-    const uint32_t* s = (const uint32_t*)(src + r * lda);
-    uint16_t* d = dst + r * cols;
-    #pragma omp simd
-    for (int64_t c = 0; c < cols; c++) d[c] = to_bf16(s[c]);
-  }
+  for (int64_t r = 0; r < rows; r++)
+    round_rows(src + r * lda, lda, 1, cols, dst + r * cols, cols, cols, 1);
 }
 
 /* x[i] = f32(bf16(x[i])) in place, rounded as round_bf16 rounds. */
 void round_bf16_through(float* x, int64_t n) {
-  uint32_t* u = (uint32_t*)x;
   #pragma omp parallel for simd schedule(static) if(n > (1 << 16))
-  for (int64_t i = 0; i < n; i++) u[i] = (uint32_t)to_bf16(u[i]) << 16;
+  for (int64_t i = 0; i < n; i++) x[i] = bf16_value(x[i]);
 }
 
 typedef void (*bf16_compute_fn)(int, int, int, int, int, int, float, const uint16_t*, int,

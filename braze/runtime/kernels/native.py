@@ -42,10 +42,39 @@ static inline void rope_row(const float* x, float* y, const float* c, const floa
 TO_BF16 = r"""
 #ifndef BRAZE_TO_BF16
 #define BRAZE_TO_BF16
+#include <string.h>
 /* The bf16 nearest to the f32 with bits u (ties to even); NaN stays a quiet NaN. */
 static inline uint16_t to_bf16(uint32_t u) {
   uint32_t nan = (u & 0x7fffffffu) > 0x7f800000u;
   return (uint16_t)(nan ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
+}
+
+/* x rounded to the nearest bf16 value, as an f32 (the union's punning is defined in GCC; a
+   pointer cast is not, and let GCC keep a stale value). */
+static inline float bf16_value(float x) {
+  union { float f; uint32_t u; } c = {x};
+  c.u = (uint32_t)to_bf16(c.u) << 16;
+  return c.f;
+}
+
+/* x[0, n) rounded to bf16 values in place. */
+static inline void round_span(float* x, int64_t n) {
+  #pragma omp simd
+  for (int64_t i = 0; i < n; i++) x[i] = bf16_value(x[i]);
+}
+
+/* dst rows [0, rows) (row stride ld) columns [0, w) = bf16 of src rows [0, m) (row stride lds)
+   columns [0, n); zero elsewhere. */
+static inline void round_rows(const float* src, int64_t lds, int64_t m, int64_t n,
+                              uint16_t* dst, int64_t ld, int64_t w, int64_t rows) {
+  for (int64_t i = 0; i < rows; i++) {
+    uint16_t* o = dst + i * ld;
+    if (i >= m) { memset(o, 0, w * sizeof(uint16_t)); continue; }
+    const uint32_t* s = (const uint32_t*)(src + i * lds);
+    #pragma omp simd
+    for (int64_t c = 0; c < n; c++) o[c] = to_bf16(s[c]);
+    for (int64_t c = n; c < w; c++) o[c] = 0;
+  }
 }
 #endif
 """
