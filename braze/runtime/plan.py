@@ -11,7 +11,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Buffer", "MemoryPlan", "plan_memory", "ALIGN", "SharedArena", "aligned_arena"]
+__all__ = ["Buffer", "MemoryPlan", "plan_memory", "ALIGN", "SharedArena", "aligned_arena",
+           "aligned_empty"]
 
 ALIGN = 64
 
@@ -99,9 +100,17 @@ def _lower_bound(buffers: list[Buffer]) -> int:
 
 def aligned_arena(nbytes: int) -> np.ndarray:
     """A fresh uint8 buffer of `nbytes` whose start is ALIGN-byte aligned."""
-    raw = np.empty(nbytes + ALIGN, dtype=np.uint8)
+    return aligned_empty(nbytes, np.uint8)
+
+
+def aligned_empty(count: int, dtype) -> np.ndarray:
+    """A fresh 1-D array of `count` elements of `dtype` whose start is ALIGN-byte aligned
+    (NumPy aligns to 16 bytes: a packed weight at 16 mod 64 splits every 64-byte tile row
+    over two cache lines, and AMX tile loads ran ~1.3-1.7x slower on such weights)."""
+    dtype = np.dtype(dtype)
+    raw = np.empty(count * dtype.itemsize + ALIGN, dtype=np.uint8)
     off = (-raw.ctypes.data) % ALIGN
-    return raw[off:off + nbytes]
+    return raw[off:off + count * dtype.itemsize].view(dtype)
 
 
 class SharedArena:

@@ -89,9 +89,29 @@ def test_the_faster_of_mkl_and_amx_is_measured_once_per_shape(monkeypatch, tmp_p
     exe = bz.compile(g, params=bz.init_params(g, 0), precision="bf16")
     rows = exe.dispatch_report(bz.random_feeds(g, 0)).rows
     saved = json.loads(next(tmp_path.glob("gemm_choice_*.json")).read_text())
-    bf16 = {k: v for k, v in saved.items() if k.startswith("bf16:")}
-    assert set(bf16) == {"bf16:64x192", "bf16:64x64", "bf16:64x256", "bf16:256x64"}
+    key = gemm_choice.bf16_key
+    bf16 = {k: v for k, v in saved.items() if k.startswith(key(0, 0).split(":")[0] + ":")}
+    assert set(bf16) == {key(64, 192), key(64, 64), key(64, 256), key(256, 64)}
     assert set(bf16.values()) <= {"mkl", "amx"}
     mlp = [r for r in rows if r[1] == "fused_matmul_bias_act"]
     kinds = {"amx": "braze bf16 GEMM (AMX tiles)", "mkl": "MKL bf16 GEMM (AMX)"}
-    assert kinds[bf16["bf16:64x256"]] in mlp[0][3] and kinds[bf16["bf16:256x64"]] in mlp[1][3]
+    assert kinds[bf16[key(64, 256)]] in mlp[0][3] and kinds[bf16[key(256, 64)]] in mlp[1][3]
+
+
+def test_prepared_weights_start_on_a_cache_line():
+    """Every packed weight starts 64-byte aligned (NumPy gives 16: each 64-byte tile or panel
+    row would then straddle two cache lines)."""
+    from braze.runtime.kernels import mkl_packed, packed_gemm
+
+    rng = np.random.default_rng(3)
+    for shape in ((40, 72), (33, 17), (256, 96)):
+        w = ml_dtypes.bfloat16(rng.standard_normal(shape)).astype(np.float32)
+        packed = [packed_gemm.pack(w).panels]
+        if amx_gemm.available():
+            packed.append(amx_gemm.AmxWeight(w).packed)
+        if bf16_gemm._mkl() is not None:
+            packed.append(bf16_gemm.Bf16Weight(w).packed)
+        if mkl_packed.pack(w) is not None:
+            packed.append(mkl_packed.pack(w).packed)
+        assert len(packed) > 1 or not amx_gemm.available()
+        assert all(p.ctypes.data % 64 == 0 for p in packed), [p.ctypes.data % 64 for p in packed]

@@ -23,6 +23,7 @@ from functools import cache
 import numpy as np
 
 from ..codegen import cc
+from ..plan import aligned_empty
 from . import native
 
 __all__ = ["available", "AmxWeight", "gemm", "scratch_elems"]
@@ -192,7 +193,7 @@ class AmxWeight:
     def __init__(self, w: np.ndarray):
         self.k, self.n = (int(x) for x in w.shape)
         src = np.ascontiguousarray(w, np.float32)
-        self.packed = np.empty(_up32(self.n) * _up32(self.k), np.uint16)
+        self.packed = aligned_empty(_up32(self.n) * _up32(self.k), np.uint16)
         _lib().amx_pack(src.ctypes.data, self.k, self.n, self.packed.ctypes.data)
 
 

@@ -30,6 +30,7 @@ import numpy as np
 from ...errors import InterpretError
 from ...ir.op import Value
 from ..codegen import cc
+from ..plan import aligned_empty
 from . import amx_gemm, blas, gemm_choice, native
 from .registry import Dispatch, Kernel, nbytes
 
@@ -144,14 +145,9 @@ class Bf16Weight:
         src = np.ascontiguousarray(w, np.float32)
         _lib().round_bf16(src.ctypes.data, self.n, w16.ctypes.data, self.k, self.n)
         size = int(mkl.pack_size(_B_MATRIX, 1, self.n, self.k))
-        self.packed = np.empty(size + 64, np.uint8)
-        self._at = (-self.packed.ctypes.data) % 64  # MKL wants 64-byte aligned packed data
+        self.packed = aligned_empty(size, np.uint8)  # MKL wants 64-byte aligned packed data
         mkl.pack(_ROW_MAJOR, _B_MATRIX, _NO_TRANS, 1, self.n, self.k, w16.ctypes.data, self.n,
-                 self.address)
-
-    @property
-    def address(self) -> int:
-        return self.packed.ctypes.data + self._at
+                 self.packed.ctypes.data)
 
 
 PREPARED = (Bf16Weight, amx_gemm.AmxWeight)  # what bf16_weight returns
@@ -196,7 +192,7 @@ def _candidates(x: np.ndarray, w: np.ndarray) -> dict:
     """Both bf16 GEMMs on `x @ w`, for gemm_choice to time."""
     mkl, amx = Bf16Weight(w), amx_gemm.AmxWeight(w)
     out = np.empty((x.shape[0], w.shape[1]), np.float32)
-    x16 = np.empty(scratch_elems(x.shape[0], x.shape[1]), np.uint16)
+    x16 = aligned_empty(scratch_elems(x.shape[0], x.shape[1]), np.uint16)  # as the arena's
     return {"mkl": lambda: gemm(x, mkl, out, None, 0, x16),
             "amx": lambda: gemm(x, amx, out, None, 0, x16)}
 
@@ -241,7 +237,7 @@ def gemm(x: np.ndarray, w: Bf16Weight | amx_gemm.AmxWeight, out: np.ndarray,
         return False
     if isinstance(w, amx_gemm.AmxWeight):
         return amx_gemm.gemm(x, w, out, bias, act, x16)
-    _lib().gemm_bf16(_mkl().compute, x.ctypes.data, k, x16.ctypes.data, w.address,
+    _lib().gemm_bf16(_mkl().compute, x.ctypes.data, k, x16.ctypes.data, w.packed.ctypes.data,
                      out.ctypes.data, rows, w.n, k)
     if bias is not None or act:
         native.lib().bias_act(out.ctypes.data, None if bias is None else bias.ctypes.data,

@@ -28,7 +28,7 @@ from ..codegen import cc
 from . import blas, mkl_packed, native
 from . import packed_gemm as pg
 
-__all__ = ["choose", "choose_bf16", "forced", "CHOICES", "BF16_CHOICES"]
+__all__ = ["choose", "choose_bf16", "bf16_key", "forced", "CHOICES", "BF16_CHOICES"]
 
 CHOICES = ("packed", "tiles", "mkl_packed")
 BF16_CHOICES = ("mkl", "amx")  # bf16_gemm.py: MKL's cblas_gemm_bf16bf16f32, amx_gemm.py
@@ -79,7 +79,14 @@ def choose(k: int, n: int, tiles: Callable) -> str:
 def choose_bf16(k: int, n: int, runs: Callable) -> str:
     """The faster bf16 GEMM here for a [k, n] weight, one of BF16_CHOICES; `runs(x, w)` gives
     {choice: callable} for a 128-row product (bf16_gemm.py builds them)."""
-    return _remembered(f"bf16:{k}x{n}", lambda: _agreed(runs(*_operands(k, n))))
+    return _remembered(bf16_key(k, n), lambda: _agreed(runs(*_operands(k, n))))
+
+
+def bf16_key(k: int, n: int) -> str:
+    """The choice file's key for a bf16 [k, n] weight. "bf16-2": measured since braze's AMX
+    weights are 64-byte aligned (before, at 16 mod 64, its tile loads ran 1.3-1.7x slower and
+    MKL won shapes it no longer wins), so older "bf16:" entries are measured again."""
+    return f"bf16-2:{k}x{n}"
 
 
 def _remembered(key: str, measure: Callable[[], str]) -> str:

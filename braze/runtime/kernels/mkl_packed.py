@@ -16,6 +16,7 @@ from functools import cache
 
 import numpy as np
 
+from ..plan import aligned_empty
 from . import blas, native
 
 __all__ = ["available", "MklPackedWeight", "pack", "gemm"]
@@ -61,14 +62,9 @@ class MklPackedWeight:
         self.k, self.n = (int(x) for x in w.shape)
         src = np.ascontiguousarray(w, np.float32)
         size = int(mkl.size(_B_MATRIX, 1, self.n, self.k))
-        self.packed = np.empty(size + 64, np.uint8)
-        self._at = (-self.packed.ctypes.data) % 64
+        self.packed = aligned_empty(size, np.uint8)
         mkl.pack(_ROW_MAJOR, _B_MATRIX, _NO_TRANS, 1, self.n, self.k, 1.0, src.ctypes.data,
-                 self.n, self.address)
-
-    @property
-    def address(self) -> int:
-        return self.packed.ctypes.data + self._at
+                 self.n, self.packed.ctypes.data)
 
 
 def pack(w: np.ndarray) -> MklPackedWeight | None:
@@ -99,7 +95,7 @@ def gemm(x: np.ndarray, w: MklPackedWeight, out: np.ndarray, bias: np.ndarray | 
         return False
     if rows:
         _mkl().compute(_ROW_MAJOR, _NO_TRANS, _PACKED, rows, w.n, w.k, x.ctypes.data, w.k,
-                       w.address, w.n, 0.0, out.ctypes.data, w.n)
+                       w.packed.ctypes.data, w.n, 0.0, out.ctypes.data, w.n)
         if bias is not None or act:  # the epilogue over the rows, one parallel pass
             native.lib().bias_act(out.ctypes.data, None if bias is None else bias.ctypes.data,
                                   rows, w.n, act)

@@ -43,6 +43,7 @@ from functools import cache
 import numpy as np
 
 from ..codegen import cc
+from ..plan import aligned_empty
 from . import native
 
 __all__ = ["PackedWeight", "lib", "pack", "gemm", "pack_gated", "gemm_gated", "gate_up_pairs",
@@ -356,9 +357,7 @@ def pack(w: np.ndarray) -> PackedWeight | None:
     if k == 0 or n == 0 or any(s < 0 or s % 4 for s in w.strides):
         return None
     size = int(so.pg_packed_floats(k, n))
-    raw = np.empty(size + 16, np.float32)  # panel rows on 64-byte lines: no split loads
-    start = (-raw.ctypes.data % 64) // 4
-    panels = raw[start:start + size]
+    panels = aligned_empty(size, np.float32)  # panel rows on 64-byte lines: no split loads
     so.pg_pack(w.ctypes.data, w.strides[0] // 4, w.strides[1] // 4, k, n, panels.ctypes.data)
     return PackedWeight(panels, k, n)
 
@@ -452,9 +451,7 @@ def _scratch(floats: int, name: str = "buf") -> np.ndarray:
     kept for its next call: two Python threads may run GEMMs at once, each with its own."""
     buf = getattr(_SCRATCH, name, None)
     if buf is None or buf.size < floats:
-        raw = np.empty(floats + 16, np.float32)
-        start = (-raw.ctypes.data % 64) // 4
-        buf = raw[start:start + floats]
+        buf = aligned_empty(floats, np.float32)
         setattr(_SCRATCH, name, buf)
     return buf
 
