@@ -7,6 +7,10 @@ and views, or the kernel's `run` over its fixed arrays), and running is a flat l
 calls that does no planning, allocation or lookup. A GEMM on a static weight whose product only
 a fused_swiglu reads (and no output is) runs with it as one step when fused.gated_gemm takes
 the pair: the gated product comes out of the GEMM's epilogue, the product gets no buffer.
+Likewise, under the bf16 policy, a GEMM or gated MLP whose f32 result only the rounding for the
+next GEMM reads writes that rounding itself when fused.rounded_output takes the pair (the bf16
+hand-off): the next GEMM reads the bf16 values (KernelContext.handoff), nothing is rounded
+twice and the f32 result gets no buffer.
 
 A feed that the steps only read (no step writes its buffer in place, no output is it or a view
 of it) is not copied in when the caller's array can stand in for the buffer: C-contiguous,
@@ -38,7 +42,7 @@ from ..ir.ops.shape import Expand, Narrow, Reshape
 from ..ir.shapes import Shape
 from ..ir.symbolic import eval_dim
 from .kernels import Kernel, KernelContext, kernel_for, reference_kernel
-from .kernels.fused import gated_gemm
+from .kernels.fused import gated_gemm, rounded_output
 from .plan import Buffer, MemoryPlan, SharedArena, aligned_arena, plan_memory
 
 __all__ = ["Program", "Step", "DirectFeeds", "build_program"]
@@ -214,7 +218,7 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     input_slots = {n.op.name: slot(n.value) for n in g.inputs}
     ctx = replace(ctx, static={v: env[i] for v, i in slot_of.items() if env[i] is not None},
                   prepared=static_cache.setdefault(_PREPARED, {}),
-                  rounded=_rounded(g) if ctx.precision is not None else {})
+                  rounded=_rounded(g) if ctx.precision is not None else {}, handoff={})
     steps: list[Step] = []
     views: list = []                  # (slot, view fn, source slot), made once after the plan
     view_ids: set[int] = set()
@@ -223,6 +227,7 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     last_use: dict[Value, int] = {}   # buffer value -> last step index reading it
     alias: dict[Value, Value] = {}    # view value -> the buffer value it looks into
     epilogues = _gated_epilogues(g, static)
+    roundings = _rounding_epilogues(g, static) if ctx.rounded else {}
     absorbed: set[int] = set()        # nodes run in an earlier step's epilogue
     for n in g.nodes:
         if static[n.id] or isinstance(n.op, Input) or n.id in absorbed:
@@ -244,6 +249,11 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
         k = None if into is None else gated_gemm(
             n, into, in_shapes, [Shape(shapes[v], s.dtype) for v, s in
                                  zip(into.values, into.outputs)], ctx)
+        if k is None and n.id in roundings:
+            into = roundings[n.id]
+            k = rounded_output(n, into, in_shapes, [Shape(shapes[into.value], bf16)], ctx)
+            if k is not None:
+                _hand_over(g, into, ctx)
         if k is None:
             into = None
             k = kernel_for(n, in_shapes, out_shapes, ctx) or reference_kernel(n, symbols)
@@ -347,6 +357,34 @@ def _gated_epilogues(g: Graph, static: list[bool]) -> dict[int, Node]:
                 len(g.users(h)) == 1 and not g.is_output(h)):
             out[gemm.id] = n
     return out
+
+
+def _rounding_epilogues(g: Graph, static: list[bool]) -> dict[int, Node]:
+    """Node id (a GEMM or a gated MLP's act(gate) * up) -> the cast to bf16 that is the only
+    reader of its f32 result, where the result is no graph output (the bf16 policy's rounding
+    of the next GEMM's operand): the two may run as one step writing the bf16 values
+    (fused.rounded_output decides)."""
+    out = {}
+    for n in g.nodes:
+        if not isinstance(n.op, Cast) or n.op.dtype != bf16 or static[n.id]:
+            continue
+        h = n.inputs[0]
+        src = g.nodes[h.node]
+        if (isinstance(src.op, (MatMul, FusedMatMulBiasAct, FusedSwiGLU)) and
+                not static[src.id] and g.shape_of(h).dtype == f32 and
+                len(g.users(h)) == 1 and not g.is_output(h)):
+            out[src.id] = n
+    return out
+
+
+def _hand_over(g: Graph, cast: Node, ctx: KernelContext) -> None:
+    """`cast`'s bf16 values are written by the GEMM before it (its f32 product gets no
+    buffer): a later cast(them, f32) is now known as the rounding of those bf16 values
+    (KernelContext.handoff) instead of the product's (KernelContext.rounded)."""
+    for user in g.users(cast.value):
+        if isinstance(user.op, Cast) and user.op.dtype == f32:
+            ctx.rounded.pop(user.value, None)
+            ctx.handoff[user.value] = cast.value
 
 
 def _direct_feeds(g: Graph, plan: MemoryPlan, outputs: set, alias: dict, slot_of: dict,

@@ -9,7 +9,11 @@ each thread takes blocks of 32 output columns and, for each block of 32 rows, ac
 prefetched on the first row block), stores them and applies bias + activation while the block
 is in cache. Rows go in chunks of 256 so a chunk of the operand stays in L2 across the column
 blocks. Products of bf16 values are exact in f32 and the tiles accumulate in f32: the same
-numbers as MKL's bf16 GEMM up to the order of the sums.
+numbers as MKL's bf16 GEMM up to the order of the sums. An operand whose values are bf16
+already (the bf16 hand-off, fused.rounded_output) is read in place where k is a multiple of
+32 (only the last rows short of a 32-row block are copied into the padded scratch), and the
+result can leave as bf16, rounded to nearest even after bias and activation, for the next
+GEMM.
 
 Why: MKL's packed bf16 weight keeps ~4x the bf16 bytes resident, which a 128-row product
 streams from memory; on the AMX Xeon VM this kernel ran 1.1-1.3x MKL's median at BERT shapes
@@ -20,13 +24,14 @@ from __future__ import annotations
 import ctypes
 from functools import cache
 
+import ml_dtypes
 import numpy as np
 
 from ..codegen import cc
 from ..plan import aligned_empty
 from . import native
 
-__all__ = ["available", "AmxWeight", "gemm", "scratch_elems"]
+__all__ = ["available", "AmxWeight", "gemm", "scratch_elems", "BF16"]
 
 TILE_CONFIG = r"""
 /* Palette 1, all 8 tiles 16 rows x 64 bytes: 16 x 16 f32 sums, 16 x 32 bf16 A tiles and
@@ -85,20 +90,21 @@ void amx_pack(const float* w, int64_t k, int64_t n, uint16_t* out) {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 """ + TILE_CONFIG + r"""
 
-/* One 32 x 32 output block: rows mb*32.., columns nb*32.. of out (m x n, valid part only),
-   from a16 (padded: kp columns) and the column block's packed B; then bias + act. */
-static void block(const uint16_t* a0, int64_t kp, const uint16_t* bcol, int prefetch,
-                  float* out, int64_t n, int64_t rows, int64_t cols, const float* bias,
-                  int act, float* tmp) {
-  int64_t kb_n = kp / 32;
+/* One 32 x 32 output block: rows r0.. of the product, columns nb*32.., from a0 (its first
+   row of bf16 A, rows lda apart, kb_n blocks of 32 columns) and the column block's packed B;
+   then bias + act, into out (f32, row stride n: its valid rows x cols) or, out16 given, into
+   out16 rounded to bf16. */
+static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t* bcol,
+                  int prefetch, float* out, uint16_t* out16, int64_t n, int64_t rows,
+                  int64_t cols, const float* bias, int act, float* tmp) {
   _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
   for (int64_t kb = 0; kb < kb_n; kb++) {
     if (prefetch && kb + PF < kb_n) {
       const char* pf = (const char*)(bcol + (kb + PF) * 1024);
       for (int l = 0; l < 2048; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
     }
-    _tile_loadd(4, a0 + kb * 32, kp * 2);
-    _tile_loadd(5, a0 + 16 * kp + kb * 32, kp * 2);
+    _tile_loadd(4, a0 + kb * 32, lda * 2);
+    _tile_loadd(5, a0 + 16 * lda + kb * 32, lda * 2);
     _tile_loadd(6, bcol + kb * 1024, 64);
     _tile_loadd(7, bcol + kb * 1024 + 512, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -106,34 +112,54 @@ static void block(const uint16_t* a0, int64_t kp, const uint16_t* bcol, int pref
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  if (rows == 32 && cols == 32) {
+  if (!out16 && rows == 32 && cols == 32) {
     _tile_stored(0, out, n * 4);
     _tile_stored(1, out + 16, n * 4);
     _tile_stored(2, out + 16 * n, n * 4);
     _tile_stored(3, out + 16 * n + 16, n * 4);
-  } else {
-    _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
-    _tile_stored(2, tmp + 512, 128); _tile_stored(3, tmp + 528, 128);
-    for (int64_t r = 0; r < rows; r++) memcpy(out + r * n, tmp + r * 32, cols * 4);
+    if (bias || act)
+      for (int64_t r = 0; r < rows; r++) act_span(out + r * n, bias, out + r * n, cols, act);
+    return;
   }
+  _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
+  _tile_stored(2, tmp + 512, 128); _tile_stored(3, tmp + 528, 128);
   if (bias || act)
-    for (int64_t r = 0; r < rows; r++) act_span(out + r * n, bias, out + r * n, cols, act);
+    for (int64_t r = 0; r < rows; r++) act_span(tmp + r * 32, bias, tmp + r * 32, cols, act);
+  if (out16)
+    round_rows(tmp, 32, rows, cols, out16, n, cols, rows);
+  else
+    for (int64_t r = 0; r < rows; r++) memcpy(out + r * n, tmp + r * 32, cols * 4);
 }
 #endif
 
-/* out[m, n] = act(bf16(a[m, k]) @ B + bias): a (rows lda apart) rounded into a16 (at least
-   ceil(m/32)*32 x ceil(k/32)*32, zero padded), then the tile blocks. bias may be NULL. */
-void amx_gemm_bias_act(const float* a, int64_t lda, uint16_t* a16, const uint16_t* bp,
-                       float* out, int64_t m, int64_t n, int64_t k, const float* bias,
-                       int act) {
+/* out[m, n] = act(bf16(a[m, k]) @ B + bias), bias may be NULL. a: rows lda apart, f32 (a16_in
+   0: rounded into the scratch a16, ceil(m/32)*32 x ceil(k/32)*32, zero padded) or bf16 values
+   already (a16_in 1: read in place where k is a multiple of 32, but for the last rows short of
+   32, which are copied into a16 zero padded; else all copied). out: f32, or (out16 1) bf16
+   rounded to nearest even from the f32 result. */
+void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
+                       const uint16_t* bp, void* out, int out16, int64_t m, int64_t n,
+                       int64_t k, const float* bias, int act) {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
   int64_t kp = (k + 31) / 32 * 32, mp = (m + 31) / 32 * 32;
   int64_t kb_n = kp / 32, nb_n = (n + 31) / 32;
+  /* rows [0, direct) are read where they are (bf16 in, k a multiple of 32), the rest from a16 */
+  int64_t direct = a16_in && k == kp ? m / 32 * 32 : 0;
+  const uint16_t* a_in = (const uint16_t*)a;
   #pragma omp parallel
   {
     #pragma omp for schedule(static)
-    for (int64_t r = 0; r < mp; r++)   /* rows past m: zeros */
-      round_rows(a + r * lda, lda, r < m, k, a16 + r * kp, kp, kp, 1);
+    for (int64_t r = direct; r < mp; r++) {  /* rows past m: zeros */
+      uint16_t* dst = a16 + (r - direct) * kp;
+      if (!a16_in) {
+        round_rows((const float*)a + r * lda, lda, r < m, k, dst, kp, kp, 1);
+      } else if (r < m) {
+        memcpy(dst, a_in + r * lda, k * sizeof(uint16_t));
+        memset(dst + k, 0, (kp - k) * sizeof(uint16_t));
+      } else {
+        memset(dst, 0, kp * sizeof(uint16_t));
+      }
+    }
     configure_tiles();
     float tmp[32 * 32];
     for (int64_t m0 = 0; m0 < mp; m0 += MC) {
@@ -144,7 +170,10 @@ void amx_gemm_bias_act(const float* a, int64_t lda, uint16_t* a16, const uint16_
         int64_t cols = n - nb * 32 < 32 ? n - nb * 32 : 32;
         for (int64_t r0 = m0; r0 < m1; r0 += 32) {
           int64_t rows = m - r0 < 32 ? m - r0 : 32;
-          block(a16 + r0 * kp, kp, bcol, r0 == m0, out + r0 * n + nb * 32, n, rows, cols,
+          const uint16_t* a0 = r0 < direct ? a_in + r0 * lda : a16 + (r0 - direct) * kp;
+          int64_t at = r0 * n + nb * 32;
+          block(a0, r0 < direct ? lda : kp, kb_n, bcol, r0 == m0,
+                out16 ? 0 : (float*)out + at, out16 ? (uint16_t*)out + at : 0, n, rows, cols,
                 bias ? bias + nb * 32 : 0, act, tmp);
         }
       }
@@ -159,7 +188,7 @@ _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _SIGNATURES = {
     "amx_enable": ([], ctypes.c_int),
     "amx_pack": [_P, _I64, _I64, _P],
-    "amx_gemm_bias_act": [_P, _I64, _P, _P, _P, _I64, _I64, _I64, _P, _INT],
+    "amx_gemm_bias_act": [_P, _I64, _INT, _P, _P, _P, _INT, _I64, _I64, _I64, _P, _INT],
 }
 
 
@@ -197,15 +226,20 @@ class AmxWeight:
         _lib().amx_pack(src.ctypes.data, self.k, self.n, self.packed.ctypes.data)
 
 
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
 def gemm(x: np.ndarray, w: AmxWeight, out: np.ndarray, bias: np.ndarray | None, act: int,
          x16: np.ndarray) -> bool:
-    """out = act(bf16(x) @ w + bias) for x [..., K] with C-contiguous f32 rows, out [..., N]
-    (bias [N] contiguous f32 or None; x16 a uint16 scratch of at least scratch_elems(rows, K));
-    False, with nothing written, when the operands don't fit."""
+    """out = act(bf16(x) @ w + bias) for x [..., K] with C-contiguous rows, out [..., N]
+    (bias [N] contiguous f32 or None; x16 a uint16 scratch of at least scratch_elems(rows, K)).
+    x is f32 (rounded here) or bf16 (read as it is); out f32, or bf16 (the f32 result rounded
+    to nearest even). False, with nothing written, when the operands don't fit."""
     k = x.shape[-1] if x.ndim else 0
-    if x.ndim < 1 or k != w.k or out.shape[-1] != w.n or x.dtype != np.float32:
+    if x.ndim < 1 or k != w.k or out.shape[-1] != w.n or x.dtype not in (np.float32, BF16):
         return False
-    if not x.flags.c_contiguous or not out.flags.c_contiguous or out.dtype != np.float32:
+    if not x.flags.c_contiguous or not out.flags.c_contiguous or \
+            out.dtype not in (np.float32, BF16):
         return False
     rows = x.size // max(k, 1)
     if out.size != rows * w.n or x16.dtype != np.uint16 or x16.size < scratch_elems(rows, k):
@@ -214,7 +248,7 @@ def gemm(x: np.ndarray, w: AmxWeight, out: np.ndarray, bias: np.ndarray | None, 
                              or not bias.flags.c_contiguous):
         return False
     if rows:
-        _lib().amx_gemm_bias_act(x.ctypes.data, k, x16.ctypes.data, w.packed.ctypes.data,
-                                 out.ctypes.data, rows, w.n, k,
-                                 None if bias is None else bias.ctypes.data, act)
+        _lib().amx_gemm_bias_act(x.ctypes.data, k, x.dtype == BF16, x16.ctypes.data,
+                                 w.packed.ctypes.data, out.ctypes.data, out.dtype == BF16,
+                                 rows, w.n, k, None if bias is None else bias.ctypes.data, act)
     return True

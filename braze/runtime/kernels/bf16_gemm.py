@@ -7,7 +7,8 @@ Under the bf16 policy (braze/passes/precision.py) a lowered matmul reads
 bf16 values are exact in f32, so this GEMM computes what the policy's graph computes (up to the
 order of the f32 sums): the kernel reads `a` itself (`Kernel.reads`: the program forwards the
 operand, and the two casts go unread and are dropped) and rounds it to nearest-even while
-converting, one pass over `a` instead of three.
+converting, one pass over `a` instead of three. Where the operand's bf16 values were written
+by the step before (the bf16 hand-off: fused.rounded_output) the GEMM reads them as they are.
 
 Used only where it pays: MKL is installed and exports the bf16 GEMM, and the CPU has AMX-BF16
 or AVX512-BF16 (elsewhere MKL emulates it more slowly than the f32 GEMM). `BRAZE_BF16_GEMM=0`
@@ -60,12 +61,13 @@ void round_bf16_through(float* x, int64_t n) {
 typedef void (*bf16_compute_fn)(int, int, int, int, int, int, float, const uint16_t*, int,
                                 const void*, int, float, float*, int);
 
-/* out[m, n] = bf16(a[m, k]) @ B: a rounded into a16 [m, k], then MKL's compute on the packed
-   B (MKL threads it). */
-void gemm_bf16(void* compute, const float* a, int64_t lda, uint16_t* a16, const void* packed,
-               float* out, int64_t m, int64_t n, int64_t k) {
-  round_bf16(a, lda, a16, m, k);
-  ((bf16_compute_fn)compute)(101, 111, 151, (int)m, (int)n, (int)k, 1.0f, a16, (int)k,
+/* out[m, n] = bf16(a[m, k]) @ B: a (f32) rounded into a16 [m, k], or a read as it is when its
+   values are bf16 already (a16_in), then MKL's compute on the packed B (MKL threads it). */
+void gemm_bf16(void* compute, const void* a, int64_t lda, int a16_in, uint16_t* a16,
+               const void* packed, float* out, int64_t m, int64_t n, int64_t k) {
+  if (!a16_in) round_bf16((const float*)a, lda, a16, m, k);
+  ((bf16_compute_fn)compute)(101, 111, 151, (int)m, (int)n, (int)k, 1.0f,
+                             a16_in ? (const uint16_t*)a : a16, (int)(a16_in ? lda : k),
                              packed, (int)n, 0.0f, out, (int)n);
 }
 """
@@ -74,7 +76,7 @@ _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _SIGNATURES = {
     "round_bf16": [_P, _I64, _P, _I64, _I64],
     "round_bf16_through": [_P, _I64],
-    "gemm_bf16": [_P, _P, _I64, _P, _P, _P, _I64, _I64, _I64],
+    "gemm_bf16": [_P, _P, _I64, _INT, _P, _P, _P, _I64, _I64, _I64],
 }
 
 
@@ -224,21 +226,24 @@ def round_through(a: np.ndarray, dtype) -> None:
 
 def gemm(x: np.ndarray, w: Bf16Weight | amx_gemm.AmxWeight, out: np.ndarray,
          bias: np.ndarray | None, act: int, x16: np.ndarray) -> bool:
-    """out = act(bf16(x) @ w + bias) for x [..., K] with contiguous rows (rounded to bf16 into
-    the scratch `x16`, at least rows * K uint16); False (nothing written) if the shapes do not
-    fit."""
+    """out = act(bf16(x) @ w + bias) for x [..., K] with contiguous rows: f32 (rounded to bf16
+    into the scratch `x16`, at least rows * K uint16) or bf16 (read as it is). out is f32, or
+    bf16 on braze's AMX weight (the result rounded to nearest even). False (nothing written)
+    if the shapes do not fit."""
+    if isinstance(w, amx_gemm.AmxWeight):
+        return amx_gemm.gemm(x, w, out, bias, act, x16)
     k = x.shape[-1] if x.ndim else 0
     if k != w.k or out.shape[-1] != w.n or not out.flags.c_contiguous or x.ndim < 1:
         return False
     rows = x.size // max(k, 1)
-    if x.dtype != np.float32 or x16.size < rows * k or out.size != rows * w.n:
+    if x.dtype not in (np.float32, amx_gemm.BF16) or out.dtype != np.float32:
         return False
-    if x.strides[-1] != 4 or (x.ndim > 1 and not x.flags.c_contiguous):
+    if x16.size < rows * k or out.size != rows * w.n:
         return False
-    if isinstance(w, amx_gemm.AmxWeight):
-        return amx_gemm.gemm(x, w, out, bias, act, x16)
-    _lib().gemm_bf16(_mkl().compute, x.ctypes.data, k, x16.ctypes.data, w.packed.ctypes.data,
-                     out.ctypes.data, rows, w.n, k)
+    if x.strides[-1] != x.itemsize or (x.ndim > 1 and not x.flags.c_contiguous):
+        return False
+    _lib().gemm_bf16(_mkl().compute, x.ctypes.data, k, x.dtype == amx_gemm.BF16,
+                     x16.ctypes.data, w.packed.ctypes.data, out.ctypes.data, rows, w.n, k)
     if bias is not None or act:
         native.lib().bias_act(out.ctypes.data, None if bias is None else bias.ctypes.data,
                               rows, w.n, act)
@@ -248,12 +253,17 @@ def gemm(x: np.ndarray, w: Bf16Weight | amx_gemm.AmxWeight, out: np.ndarray,
 def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str) -> Kernel | None:
     """The kernel of a GEMM node (x, w[, b]) -> act(x @ w + b) on the bf16 GEMM, when its
     weight is a static bf16-valued matrix and x is the policy's rounding of some `a` (read
-    instead of x and rounded here); None otherwise."""
-    if len(ins) < 2 or ins[1].rank != 2 or ins[0].rank < 1 or outs[0].dtype.name != "f32":
+    instead of x and rounded here) or of bf16 values an earlier step wrote (read as they are,
+    KernelContext.handoff); None otherwise. `outs[0]` bf16 (fused.rounded_output: the product
+    rounded for the next GEMM) runs only on braze's AMX weight."""
+    out16 = outs[0].dtype.name == "bf16"
+    if len(ins) < 2 or ins[1].rank != 2 or ins[0].rank < 1 or \
+            outs[0].dtype.name not in ("f32", "bf16"):
         return None
-    src = rounded_source(node, ctx, 0)
+    handed = ctx.handoff.get(node.inputs[0]) if ctx.handoff else None
+    src = handed if handed is not None else rounded_source(node, ctx, 0)
     weight = bf16_weight(node, ctx, 1) if src is not None else None
-    if weight is None:
+    if weight is None or (out16 and not isinstance(weight, amx_gemm.AmxWeight)):
         return None
     cols, k = weight.n, weight.k
     rows = int(np.prod(outs[0].dims[:-1], dtype=np.int64)) if outs[0].rank > 1 else 1
@@ -272,6 +282,8 @@ def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str) ->
             raise InterpretError(f"bf16 GEMM at node {node.label}: x {x.shape} / out "
                                  f"{out.shape} do not fit the weight {w.shape}")
 
-    return Kernel(run, Dispatch.NATIVE, f"{describe(weight)}, operand rounded in ({what})",
+    how = "bf16 operand handed over" if handed is not None else "operand rounded in"
+    return Kernel(run, Dispatch.NATIVE,
+                  f"{describe(weight)}, {how} ({what}{', bf16 out' if out16 else ''})",
                   flops=2 * rows * cols * k, bytes=nbytes(ins) + nbytes(outs),
                   scratch=(((scratch_elems(rows, k),), np.uint16),), reads=((0, src),))

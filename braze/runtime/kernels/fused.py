@@ -178,6 +178,31 @@ def gated_gemm(node, gated_node, ins, outs, ctx) -> Kernel | None:
                   bytes=nbytes(ins) + nbytes(outs))
 
 
+def rounded_output(node, cast_node, ins, outs, ctx) -> Kernel | None:
+    """One kernel for a node and the cast to bf16 `cast_node` that is the only reader of its
+    f32 result (the bf16 policy's rounding of the next GEMM's operand): the node's kernel
+    writes its result rounded to bf16 (nearest even) into the cast's output, so the f32
+    values never reach memory and the next GEMM reads half the bytes with no rounding pass
+    (KernelContext.handoff). For a GEMM (matmul, FusedMatMulBiasAct) on braze's AMX bf16
+    GEMM, rounded as each block leaves bias + activation, and a FusedSwiGLU (act(gate) * up).
+    `ins` are the node's input types, `outs` the cast's. None where that does not apply
+    (another op, MKL's bf16 GEMM, no bf16 GEMM for this weight): the two run as before."""
+    op = node.op
+    if not is_f32(*ins) or native.lib() is None:
+        return None
+    if isinstance(op, FusedSwiGLU):
+        return gated(node, ins, outs, ctx)
+    if isinstance(op, FusedMatMulBiasAct):
+        has_bias, act, what = op.has_bias, _act_code(op.act), op.act.value if op.act else "bias"
+    elif isinstance(op, MatMul):
+        has_bias, act, what = False, 0, "matmul"
+    else:
+        return None
+    if act is None:
+        return None
+    return bf16_gemm.gemm_kernel(node, ins, outs, ctx, has_bias=has_bias, act=act, what=what)
+
+
 def _gate_up_bias(bias: np.ndarray, packed: pg.PackedWeight) -> np.ndarray:
     """A bias [2F] (or a scalar) in the gated weight's gate / up panel layout."""
     full = np.broadcast_to(np.asarray(bias, np.float32), (2 * packed.out_cols,))
@@ -338,12 +363,17 @@ def gated(node, ins, outs, ctx):
     half = int(outs[0].dims[-1])
     rows = _numel(outs[0]) // max(half, 1)
     gate_first = int(node.op.gate_first)
+    out16 = outs[0].dtype.name == "bf16"  # rounded_output: the result rounded for a GEMM
+    if not out16 and not is_f32(*outs):
+        return None
+    fn = lib.gated_bf16 if out16 else lib.gated
 
     def run(h, out):
         h = _c(h)
-        lib.gated(h.ctypes.data, out.ctypes.data, rows, half, gate_first, act)
+        fn(h.ctypes.data, out.ctypes.data, rows, half, gate_first, act)
 
-    return Kernel(run, Dispatch.NATIVE, f"C gated {node.op.act.value}",
+    return Kernel(run, Dispatch.NATIVE,
+                  f"C gated {node.op.act.value}" + (", bf16 out" if out16 else ""),
                   bytes=nbytes(ins) + nbytes(outs), flops=4 * _numel(outs[0]))
 
 

@@ -111,7 +111,7 @@ SOURCE = r"""
 #include <stdint.h>
 #include <float.h>
 #include <omp.h>
-""" + cc.simd_math_decls() + cc.parallel_min_define() + ROPE_ROW + r"""
+""" + cc.simd_math_decls() + cc.parallel_min_define() + ROPE_ROW + TO_BF16 + r"""
 
 void braze_set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
 int braze_max_threads(void) { return omp_get_max_threads(); }
@@ -250,10 +250,33 @@ void gated(const float* h, float* out, int64_t rows, int64_t n, int gate_first, 
     for (int64_t i = 0; i < n; i++) o[i] *= u[i];
   }
 }
+
+/* gated's result rounded to bf16 (nearest even) into out [rows, n]: the bf16 policy's rounding
+   of the next GEMM's operand, written here instead of the f32 values. */
+void gated_bf16(const float* h, uint16_t* out, int64_t rows, int64_t n, int gate_first,
+                int act) {
+  #pragma omp parallel if(rows * n > BRAZE_PAR_MIN)
+  {
+    float buf[512];
+    #pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+      const float* g = h + r * 2 * n + (gate_first ? 0 : n);
+      const float* u = h + r * 2 * n + (gate_first ? n : 0);
+      for (int64_t c0 = 0; c0 < n; c0 += 512) {
+        int64_t w = n - c0 < 512 ? n - c0 : 512;
+        act_span(g + c0, 0, buf, w, act);
+        #pragma omp simd
+        for (int64_t i = 0; i < w; i++) buf[i] *= u[c0 + i];
+        round_rows(buf, w, 1, w, out + r * n + c0, w, w, 1);
+      }
+    }
+  }
+}
 """
 
 _I64, _F32, _INT, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES = {
+    "gated_bf16": [_P, _P, _I64, _I64, _INT, _INT],
     "braze_set_threads": [_INT],
     "braze_max_threads": ([], _INT),
     "bias_act": [_P, _P, _I64, _I64, _INT],

@@ -38,7 +38,9 @@ class KernelContext:
     `prepared` caches such preparations across the executable's programs; it is emptied when
     the weights change. `rounded` maps each value computed as `cast(cast(a, bf16), f32)` (the
     precision policy's rounding of an operand) to `a`: a kernel that rounds `a` itself may
-    read it instead (`Kernel.reads`)."""
+    read it instead (`Kernel.reads`). `handoff` maps each value computed as `cast(b, f32)`
+    from bf16 values `b` that an earlier step writes itself (a GEMM rounding its product for
+    the next GEMM, fused.rounded_output) to `b`: a bf16 GEMM reads `b` as its operand."""
 
     threads: int = 0
     precision: Any = None
@@ -46,6 +48,7 @@ class KernelContext:
     static: dict[Any, np.ndarray] = field(default_factory=dict)
     prepared: dict[Any, Any] = field(default_factory=dict)
     rounded: dict[Any, Any] = field(default_factory=dict)
+    handoff: dict[Any, Any] = field(default_factory=dict)
 
 
 @dataclass

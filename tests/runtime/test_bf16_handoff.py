@@ -1,0 +1,164 @@
+"""The bf16 hand-off between GEMMs (fused.rounded_output, KernelContext.handoff): under the bf16
+policy a GEMM whose product only the policy's rounding for the next GEMM reads writes that
+product in bf16 from its epilogue, and the next GEMM reads those bf16 values as its operand.
+Checked against the reference interpreter on the policy's graph, odd sizes included, and
+against NumPy for the AMX kernel's bf16 operand and bf16 output."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import braze as bz
+from braze.runtime.kernels import amx_gemm, bf16_gemm
+
+needs_amx = pytest.mark.skipif(not (amx_gemm.available() and bf16_gemm.available()),
+                               reason="no AMX-BF16 here")
+BF16 = ml_dtypes.bfloat16
+
+
+def _bf16(a):
+    return np.asarray(a, np.float32).astype(BF16).astype(np.float32)
+
+
+@needs_amx
+@pytest.mark.parametrize("rows,k,n", [(1, 32, 16), (37, 64, 33), (64, 96, 40), (100, 13, 70),
+                                      (33, 320, 64)])
+@pytest.mark.parametrize("epilogue", ["none", "bias+gelu"])
+def test_amx_kernel_reads_bf16_and_writes_bf16(rows, k, n, epilogue):
+    rng = np.random.default_rng(rows * k + n)
+    x = rng.standard_normal((rows, k)).astype(BF16)
+    w = _bf16(rng.standard_normal((k, n)))
+    bias, act = (_bf16(rng.standard_normal(n)), 1) if epilogue != "none" else (None, 0)
+    x16 = np.zeros(amx_gemm.scratch_elems(rows, k), np.uint16)
+    want = x.astype(np.float64) @ w + (0 if bias is None else bias)
+    if act:
+        from math import erf, sqrt
+        want = want * 0.5 * (1 + np.vectorize(erf)(want / sqrt(2)))
+    out = np.full((rows, n), np.nan, np.float32)
+    assert amx_gemm.gemm(x, amx_gemm.AmxWeight(w), out, bias, act, x16)
+    np.testing.assert_allclose(out, want, rtol=2e-5, atol=2e-5 * np.abs(want).max())
+    out16 = np.full((rows, n), np.nan, BF16)
+    assert amx_gemm.gemm(x, amx_gemm.AmxWeight(w), out16, bias, act, x16)
+    np.testing.assert_array_equal(out16.view(np.uint16), out.astype(BF16).view(np.uint16))
+
+
+def _mlp(rows: int, k: int, n: int, second_weight_input: bool = False,
+         product_out: bool = False) -> bz.Graph:
+    g = bz.Graph("mlp")
+    x = g.input("x", bz.Shape((rows, k)))
+    h = g.linear_fused(x, g.param("w1", bz.Shape((k, n))), g.param("b1", bz.Shape((n,))), "gelu")
+    w2 = g.input("w2", bz.Shape((n, k))) if second_weight_input else g.param("w2", bz.Shape((n, k)))
+    y = g.linear_fused(h, w2, g.param("b2", bz.Shape((k,))))
+    g.set_outputs([g.add(y, x)] + ([h] if product_out else []))
+    return g
+
+
+def _compile(g, params):
+    return bz.compile(g, params=params, precision="bf16", threads=2)
+
+
+def _report(exe, feeds):
+    return {r[0].split()[0]: r for r in exe.dispatch_report(feeds).rows}
+
+
+def _close(got, want):
+    """Within 4e-3 of the output's largest magnitude, and the median element within 1e-5 of
+    it: the kernels sum in another order than NumPy, and an f32 difference in the last bit can
+    flip one operand element's bf16 rounding, which then moves its whole row (in a tiny model,
+    a few percent of the elements) by up to a bf16 step."""
+    for a, b in zip(got, want, strict=True):
+        scale = max(1.0, float(np.abs(b).max()))
+        assert np.abs(a - b).max() < 4e-3 * scale
+        assert np.median(np.abs(a - b)) <= 1e-5 * scale
+
+
+@needs_amx
+@pytest.mark.parametrize("rows,k,n", [(5, 13, 7), (70, 64, 96), (33, 96, 160), (1, 32, 64)])
+def test_up_projection_hands_bf16_to_the_down_projection(rows, k, n, monkeypatch):
+    monkeypatch.setenv("BRAZE_BF16_GEMM", "amx")
+    g = _mlp(rows, k, n)
+    params = bz.init_params(g, seed=1)
+    exe = _compile(g, params)
+    rows_ = exe.dispatch_report(bz.random_feeds(g, 0)).rows
+    gemms = [r for r in rows_ if r[1] == "fused_matmul_bias_act"]
+    assert "(gelu, bf16 out)" in gemms[0][3] and "bf16 operand handed over" in gemms[1][3]
+    epilogue = [r for r in rows_ if r[1] == "cast" and r[3].startswith("in the epilogue")]
+    assert len(epilogue) == 1  # the product's cast to bf16: written by the up projection
+    assert sum(r[2] == "native" and r[1] == "cast" for r in rows_) == 4  # none runs alone
+    for seed in (2, 3):
+        feeds = bz.random_feeds(g, seed)
+        _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
+
+
+@needs_amx
+def test_a_product_that_is_also_an_output_is_not_handed_over(monkeypatch):
+    monkeypatch.setenv("BRAZE_BF16_GEMM", "amx")
+    g = _mlp(16, 64, 96, product_out=True)
+    params = bz.init_params(g, seed=1)
+    exe = _compile(g, params)
+    feeds = bz.random_feeds(g, 4)
+    names = [r[3] for r in exe.dispatch_report(feeds).rows if r[1] == "fused_matmul_bias_act"]
+    assert not any("bf16 out" in s or "handed over" in s for s in names)
+    _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
+
+
+@needs_amx
+def test_mkl_weights_keep_the_f32_product(monkeypatch):
+    if bf16_gemm._mkl() is None:
+        pytest.skip("no MKL bf16 GEMM")
+    monkeypatch.setenv("BRAZE_BF16_GEMM", "mkl")
+    g = _mlp(16, 64, 96)
+    params = bz.init_params(g, seed=1)
+    exe = _compile(g, params)
+    feeds = bz.random_feeds(g, 5)
+    names = [r[3] for r in exe.dispatch_report(feeds).rows if r[1] == "fused_matmul_bias_act"]
+    assert all("MKL bf16 GEMM" in s and "operand rounded in" in s for s in names)
+    _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
+
+
+@needs_amx
+def test_a_reader_that_is_no_bf16_gemm_gets_the_rounded_values_cast_back(monkeypatch):
+    """The down projection's weight is a graph input (no static bf16 weight to pack): the up
+    projection still writes bf16, and the cast back to f32 runs as its own step."""
+    monkeypatch.setenv("BRAZE_BF16_GEMM", "amx")
+    g = _mlp(24, 64, 96, second_weight_input=True)
+    params = bz.init_params(g, seed=1)
+    exe = _compile(g, params)
+    feeds = bz.random_feeds(g, 6)
+    feeds["w2"] = _bf16(feeds["w2"])
+    rows_ = exe.dispatch_report(feeds).rows
+    gemms = [r for r in rows_ if r[1] == "fused_matmul_bias_act"]
+    assert "bf16 out" in gemms[0][3] and "handed over" not in gemms[1][3]
+    assert any(r[1] == "cast" and r[2] == "native" and r[3] == "cast" for r in rows_)
+    _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
+
+
+def test_f32_programs_hand_nothing_over():
+    g = _mlp(8, 32, 48)
+    params = bz.init_params(g, seed=1)
+    exe = bz.compile(g, params=params)
+    feeds = bz.random_feeds(g, 7)
+    assert not any("bf16" in r[3] for r in exe.dispatch_report(feeds).rows)
+    np.testing.assert_allclose(exe(feeds)[0], bz.interpret(g, feeds, params)[0], rtol=1e-4,
+                               atol=1e-4)
+
+
+@needs_amx
+@pytest.mark.parametrize("weights", ["amx", "mkl"])
+def test_gated_mlp_hands_bf16_to_the_down_projection(weights, monkeypatch):
+    """act(gate) * up is written in bf16 by the gated kernel (whatever runs the gate / up
+    GEMM before it) and read as it is by the down projection."""
+    if weights == "mkl" and bf16_gemm._mkl() is None:
+        pytest.skip("no MKL bf16 GEMM")
+    from braze import models
+
+    monkeypatch.setenv("BRAZE_BF16_GEMM", weights)
+    g = models.llama_tiny()
+    params = bz.init_params(g, 0)
+    exe = _compile(g, params)
+    feeds = bz.random_feeds(g, 8)
+    rows_ = exe.dispatch_report(feeds).rows
+    gated = [r for r in rows_ if r[1] == "fused_swiglu"]
+    assert gated and all(r[3].endswith("bf16 out") for r in gated)
+    handed = [r for r in rows_ if r[1] == "matmul" and "bf16 operand handed over" in r[3]]
+    assert len(handed) == len(gated)
+    _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
