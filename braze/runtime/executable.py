@@ -198,7 +198,7 @@ class Executable:
         if prog is None:
             prog = self._any_program()
         stepped = {s.node.id: s for s in prog.steps}
-        epilogue = {s.into.id: s for s in prog.steps if s.into is not None}
+        epilogue = {a.id: s for s in prog.steps for a in s.absorbs}
         folded = self._folded_into(prog)
         rows = []
         for n in self.graph.nodes:

@@ -59,7 +59,7 @@ def profile_program(prog, feeds, repeat: int = 3) -> Profile:
         secs = statistics.median(r[i][1] for r in runs)
         n = step.node
         who = (n.name or f"%{n.id}") + (f" [{n.provenance}]" if n.provenance else "")
-        kind = n.op.label + (f" + {step.into.op.label}" if step.into is not None else "")
+        kind = " + ".join([n.op.label] + [a.op.label for a in step.absorbs])
         rows.append(ProfileRow(who, kind, step.kernel.name, secs, step.kernel.flops,
                                step.kernel.bytes))
     return Profile(rows)

@@ -64,6 +64,7 @@ class Step:
     call: Callable[[], None] | None = None
     into: Node | None = None
     inputs: tuple[Value, ...] = ()  # what it reads: node.inputs, with Kernel.reads applied
+    absorbs: tuple[Node, ...] = ()  # every node done in the epilogue (`into` last)
 
     @property
     def writes(self) -> tuple[Value, ...]:
@@ -245,20 +246,11 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             view_ids.add(n.id)
             views.append((slot(n.value), fn, slot(src)))
             continue
-        into = epilogues.get(n.id)
-        k = None if into is None else gated_gemm(
-            n, into, in_shapes, [Shape(shapes[v], s.dtype) for v, s in
-                                 zip(into.values, into.outputs)], ctx)
-        if k is None and n.id in roundings:
-            into = roundings[n.id]
-            k = rounded_output(n, into, in_shapes, [Shape(shapes[into.value], bf16)], ctx)
-            if k is not None:
-                _hand_over(g, into, ctx)
+        k, absorbs = _epilogue_kernel(g, n, in_shapes, shapes, epilogues, roundings, ctx)
+        into = absorbs[-1] if absorbs else None
         if k is None:
-            into = None
             k = kernel_for(n, in_shapes, out_shapes, ctx) or reference_kernel(n, symbols)
-        else:
-            absorbed.add(into.id)
+        absorbed.update(a.id for a in absorbs)
         writes = (into or n).values
         reads = list(n.inputs)
         for pos, v in k.reads:
@@ -271,7 +263,7 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             scratch.append(slot(key))
         steps.append(Step(n, k, tuple(slot(v) for v in reads) +
                           tuple(slot(v) for v in writes) + tuple(scratch), into=into,
-                          inputs=tuple(reads)))
+                          inputs=tuple(reads), absorbs=absorbs))
     outputs = {alias.get(v, v) for v in g.outputs}
     if any(st.kernel.reads for st in steps):
         steps, views = _drop_unread(steps, views, outputs, alias, slot_of)
@@ -357,6 +349,33 @@ def _gated_epilogues(g: Graph, static: list[bool]) -> dict[int, Node]:
                 len(g.users(h)) == 1 and not g.is_output(h)):
             out[gemm.id] = n
     return out
+
+
+def _epilogue_kernel(g: Graph, n: Node, in_shapes: list[Shape], shapes: dict,
+                     gated: dict[int, Node], roundings: dict[int, Node], ctx: KernelContext
+                     ) -> tuple[Kernel | None, tuple[Node, ...]]:
+    """A kernel doing `n` and the nodes after it in its epilogue, and those nodes (the last
+    is the one whose outputs the step writes); (None, ()) when none takes them. Tried in
+    order: a GEMM with its gated MLP and that MLP's rounding for the next GEMM; the GEMM with
+    its gated MLP; `n` with its rounding for the next GEMM (see the module docstring)."""
+    def types(node: Node, dtype=None) -> list[Shape]:
+        return [Shape(shapes[v], dtype or s.dtype) for v, s in zip(node.values, node.outputs)]
+
+    tries = []
+    mlp = gated.get(n.id)
+    if mlp is not None:
+        if mlp.id in roundings:
+            tries.append((gated_gemm, (mlp, roundings[mlp.id]), bf16))
+        tries.append((gated_gemm, (mlp,), None))
+    if n.id in roundings:
+        tries.append((rounded_output, (roundings[n.id],), bf16))
+    for make, absorbs, dtype in tries:
+        k = make(n, absorbs[0], in_shapes, types(absorbs[-1], dtype), ctx)
+        if k is not None:
+            if dtype is not None:
+                _hand_over(g, absorbs[-1], ctx)
+            return k, absorbs
+    return None, ()
 
 
 def _rounding_epilogues(g: Graph, static: list[bool]) -> dict[int, Node]:

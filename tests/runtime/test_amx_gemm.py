@@ -115,3 +115,38 @@ def test_prepared_weights_start_on_a_cache_line():
             packed.append(mkl_packed.pack(w).packed)
         assert len(packed) > 1 or not amx_gemm.available()
         assert all(p.ctypes.data % 64 == 0 for p in packed), [p.ctypes.data % 64 for p in packed]
+
+
+@needs_amx
+@pytest.mark.parametrize("rows,k,f", [(1, 32, 16), (37, 64, 21), (70, 40, 48), (33, 96, 5)])
+@pytest.mark.parametrize("gate_first", [True, False])
+@pytest.mark.parametrize("act", ["silu", "gelu"])
+def test_gated_epilogue_matches_numpy(rows, k, f, gate_first, act):
+    """act(gate) * up from a [k, 2F] weight packed in gate / up pairs, F odd sizes included,
+    with a bias; f32 out, and bf16 out (that result rounded; the GELU's own form aside)."""
+    rng = np.random.default_rng(rows + k + f)
+    x = rng.standard_normal((rows, k)).astype(np.float32)
+    w = ml_dtypes.bfloat16(rng.standard_normal((k, 2 * f))).astype(np.float32)
+    b = rng.standard_normal(2 * f).astype(np.float32)
+    h = ml_dtypes.bfloat16(x).astype(np.float32).astype(np.float64) @ w + b
+    gate, up = (h[:, :f], h[:, f:]) if gate_first else (h[:, f:], h[:, :f])
+    if act == "silu":
+        want = gate / (1 + np.exp(-gate)) * up
+    else:
+        from scipy.special import erf
+        want = 0.5 * gate * (1 + erf(gate / np.sqrt(2))) * up
+    weight = amx_gemm.AmxWeight(w, gate_first)
+    assert weight.gated and weight.out_cols == f and weight.n == 2 * (-(-f // 16) * 16)
+    from braze.runtime.kernels.packed_gemm import gate_up_pairs
+    bias = gate_up_pairs(b, gate_first)
+    x16 = np.zeros(amx_gemm.scratch_elems(rows, k), np.uint16)
+    code = native.ACT_CODES[act]
+    out = np.full((rows, f), np.nan, np.float32)
+    assert amx_gemm.gemm(x, weight, out, bias, code, x16)
+    scale = np.abs(want).max()
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-5 * scale)
+    out16 = np.full((rows, f), np.nan, ml_dtypes.bfloat16)
+    assert amx_gemm.gemm(x, weight, out16, bias, code, x16)
+    np.testing.assert_allclose(out16.astype(np.float32), want, rtol=2 ** -8, atol=1e-5 * scale)
+    assert not amx_gemm.gemm(x, weight, out, bias, 0, x16)  # gated needs its activation
+    assert not amx_gemm.gemm(x, weight, np.empty((rows, 2 * f), np.float32), bias, code, x16)

@@ -8,7 +8,7 @@ import pytest
 
 import braze as bz
 from braze import models
-from braze.runtime.kernels import bf16_gemm
+from braze.runtime.kernels import amx_gemm, bf16_gemm
 
 needs_bf16 = pytest.mark.skipif(not bf16_gemm.available(),
                                 reason="no MKL bf16 GEMM or no AMX / AVX512-BF16 CPU here")
@@ -152,12 +152,23 @@ def test_round_through_matches_the_policy_casts():
 
 
 @needs_bf16
-def test_gated_mlp_runs_bf16_product_then_gate():
+@pytest.mark.parametrize("weights", ["auto", "mkl"])
+def test_gated_mlp_runs_bf16_product_then_gate(weights, monkeypatch):
+    """With braze's AMX kernel, act(gate) * up is its GEMM's epilogue; with MKL's bf16 GEMM the
+    C gated kernel runs after the product."""
+    if weights == "mkl" and bf16_gemm._mkl() is None:
+        pytest.skip("no MKL bf16 GEMM")
+    monkeypatch.setenv("BRAZE_BF16_GEMM", weights)
     g = models.llama_tiny()
     params = bz.init_params(g, 0)
     exe = bz.compile(g, params=params, precision="bf16")
     rows = _rows(exe, g)
-    assert any(r[1] == "fused_swiglu" and r[3].startswith("C gated") for r in rows)
+    gated = [r for r in rows if r[1] == "fused_swiglu"]
+    assert gated
+    if weights == "auto" and amx_gemm.available():
+        assert all(r[3].startswith("in the epilogue") and "gated silu" in r[3] for r in gated)
+    else:
+        assert all(r[3].startswith("C gated") for r in gated)
     assert sum("bf16 GEMM (AMX" in r[3] for r in rows) >= 4
     feeds = bz.random_feeds(g, 1)
     _close(exe(feeds), _policy_reference(exe, feeds, params))

@@ -30,6 +30,7 @@ import numpy as np
 from ..codegen import cc
 from ..plan import aligned_empty
 from . import native
+from .packed_gemm import gate_up_pairs
 
 __all__ = ["available", "AmxWeight", "gemm", "scratch_elems", "BF16"]
 
@@ -112,13 +113,15 @@ static inline void gelu_for_bf16(float* x, const float* bias, int64_t n) {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 """ + TILE_CONFIG + r"""
 
-/* One 32 x 32 output block: rows r0.. of the product, columns nb*32.., from a0 (its first
-   row of bf16 A, rows lda apart, kb_n blocks of 32 columns) and the column block's packed B;
-   then bias + act, into out (f32, row stride n: its valid rows x cols) or, out16 given, into
-   out16 rounded to bf16. */
+/* One 32 x 32 block of the product: rows r0.., columns nb*32.., from a0 (its first row of
+   bf16 A, rows lda apart, kb_n blocks of 32 columns) and the column block's packed B; then
+   the epilogue into out (f32) or, out16 given, out16 (rounded to bf16), both with row stride
+   ld, `rows` x `cols` valid values: bias + act (cols of the block's 32), or gated: the block
+   is 16 gate columns then the matching 16 up columns (weight packed by gate_up_pairs), bias
+   added to both, and the output act(gate) * up (cols of 16). */
 static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t* bcol,
-                  int prefetch, float* out, uint16_t* out16, int64_t n, int64_t rows,
-                  int64_t cols, const float* bias, int act, float* tmp) {
+                  int prefetch, float* out, uint16_t* out16, int64_t ld, int64_t rows,
+                  int64_t cols, const float* bias, int act, int gated, float* tmp) {
   _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
   for (int64_t kb = 0; kb < kb_n; kb++) {
     if (prefetch && kb + PF < kb_n) {
@@ -134,25 +137,36 @@ static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t*
     _tile_dpbf16ps(2, 5, 6);
     _tile_dpbf16ps(3, 5, 7);
   }
-  if (!out16 && rows == 32 && cols == 32) {
-    _tile_stored(0, out, n * 4);
-    _tile_stored(1, out + 16, n * 4);
-    _tile_stored(2, out + 16 * n, n * 4);
-    _tile_stored(3, out + 16 * n + 16, n * 4);
+  if (!gated && !out16 && rows == 32 && cols == 32) {
+    _tile_stored(0, out, ld * 4);
+    _tile_stored(1, out + 16, ld * 4);
+    _tile_stored(2, out + 16 * ld, ld * 4);
+    _tile_stored(3, out + 16 * ld + 16, ld * 4);
     if (bias || act)
-      for (int64_t r = 0; r < rows; r++) act_span(out + r * n, bias, out + r * n, cols, act);
+      for (int64_t r = 0; r < rows; r++) act_span(out + r * ld, bias, out + r * ld, cols, act);
     return;
   }
   _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
   _tile_stored(2, tmp + 512, 128); _tile_stored(3, tmp + 528, 128);
-  if (out16 && act == GELU_ERF)
-    for (int64_t r = 0; r < rows; r++) gelu_for_bf16(tmp + r * 32, bias, cols);
-  else if (bias || act)
-    for (int64_t r = 0; r < rows; r++) act_span(tmp + r * 32, bias, tmp + r * 32, cols, act);
+  int64_t width = gated ? 16 : cols;   /* the values act applies to, per row */
+  for (int64_t r = 0; r < rows && (bias || act); r++) {
+    float* t = tmp + r * 32;
+    if (gated && bias) {
+      #pragma omp simd
+      for (int c = 0; c < 32; c++) t[c] += bias[c];
+    }
+    const float* b = gated ? 0 : bias;
+    if (out16 && act == GELU_ERF) gelu_for_bf16(t, b, width);
+    else act_span(t, b, t, width, act);
+    if (gated) {
+      #pragma omp simd
+      for (int c = 0; c < 16; c++) t[c] *= t[16 + c];
+    }
+  }
   if (out16)
-    round_rows(tmp, 32, rows, cols, out16, n, cols, rows);
+    round_rows(tmp, 32, rows, cols, out16, ld, cols, rows);
   else
-    for (int64_t r = 0; r < rows; r++) memcpy(out + r * n, tmp + r * 32, cols * 4);
+    for (int64_t r = 0; r < rows; r++) memcpy(out + r * ld, tmp + r * 32, cols * 4);
 }
 #endif
 
@@ -160,10 +174,12 @@ static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t*
    0: rounded into the scratch a16, ceil(m/32)*32 x ceil(k/32)*32, zero padded) or bf16 values
    already (a16_in 1: read in place where k is a multiple of 32, but for the last rows short of
    32, which are copied into a16 zero padded; else all copied). out: f32, or (out16 1) bf16
-   rounded to nearest even from the f32 result. */
+   rounded to nearest even from the f32 result. gated: B holds gate / up column pairs (n =
+   2 ceil(n_out / 16) * 16) and out [m, n_out] gets act(gate) * up (see block); else n_out = n.
+*/
 void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
                        const uint16_t* bp, void* out, int out16, int64_t m, int64_t n,
-                       int64_t k, const float* bias, int act) {
+                       int64_t k, const float* bias, int act, int gated, int64_t n_out) {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
   int64_t kp = (k + 31) / 32 * 32, mp = (m + 31) / 32 * 32;
   int64_t kb_n = kp / 32, nb_n = (n + 31) / 32;
@@ -191,14 +207,15 @@ void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
       #pragma omp for schedule(static)
       for (int64_t nb = 0; nb < nb_n; nb++) {
         const uint16_t* bcol = bp + nb * kb_n * 1024;
-        int64_t cols = n - nb * 32 < 32 ? n - nb * 32 : 32;
+        int64_t c0 = nb * (gated ? 16 : 32);   /* the block's first output column */
+        int64_t cols = n_out - c0 < (gated ? 16 : 32) ? n_out - c0 : (gated ? 16 : 32);
         for (int64_t r0 = m0; r0 < m1; r0 += 32) {
           int64_t rows = m - r0 < 32 ? m - r0 : 32;
           const uint16_t* a0 = r0 < direct ? a_in + r0 * lda : a16 + (r0 - direct) * kp;
-          int64_t at = r0 * n + nb * 32;
+          int64_t at = r0 * n_out + c0;
           block(a0, r0 < direct ? lda : kp, kb_n, bcol, r0 == m0,
-                out16 ? 0 : (float*)out + at, out16 ? (uint16_t*)out + at : 0, n, rows, cols,
-                bias ? bias + nb * 32 : 0, act, tmp);
+                out16 ? 0 : (float*)out + at, out16 ? (uint16_t*)out + at : 0, n_out, rows,
+                cols, bias ? bias + nb * 32 : 0, act, gated, tmp);
         }
       }
     }
@@ -212,7 +229,8 @@ _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _SIGNATURES = {
     "amx_enable": ([], ctypes.c_int),
     "amx_pack": [_P, _I64, _I64, _P],
-    "amx_gemm_bias_act": [_P, _I64, _INT, _P, _P, _P, _INT, _I64, _I64, _I64, _P, _INT],
+    "amx_gemm_bias_act": [_P, _I64, _INT, _P, _P, _P, _INT, _I64, _I64, _I64, _P, _INT, _INT,
+                          _I64],
 }
 
 
@@ -241,13 +259,22 @@ def scratch_elems(rows: int, k: int) -> int:
 
 
 class AmxWeight:
-    """A [K, N] weight whose values are bf16 numbers, packed once into VNNI tile pairs."""
+    """A [K, N] weight whose values are bf16 numbers, packed once into VNNI tile pairs. With
+    `gate_first` set, w is [K, 2F], the gate and up projections side by side (gate first or
+    second), packed as gate / up pairs of 16 columns (packed_gemm.gate_up_pairs: n = 2
+    ceil(F / 16) * 16) for the gated epilogue, whose output has out_cols = F columns."""
 
-    def __init__(self, w: np.ndarray):
+    def __init__(self, w: np.ndarray, gate_first: bool | None = None):
+        self.gated = gate_first is not None
+        self.out_cols = w.shape[1] // 2 if self.gated else w.shape[1]
+        if self.gated:
+            w = gate_up_pairs(np.asarray(w, np.float32), gate_first)
         self.k, self.n = (int(x) for x in w.shape)
         src = np.ascontiguousarray(w, np.float32)
         self.packed = aligned_empty(_up32(self.n) * _up32(self.k), np.uint16)
         _lib().amx_pack(src.ctypes.data, self.k, self.n, self.packed.ctypes.data)
+        if not self.gated:
+            self.out_cols = self.n
 
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -258,15 +285,19 @@ def gemm(x: np.ndarray, w: AmxWeight, out: np.ndarray, bias: np.ndarray | None, 
     """out = act(bf16(x) @ w + bias) for x [..., K] with C-contiguous rows, out [..., N]
     (bias [N] contiguous f32 or None; x16 a uint16 scratch of at least scratch_elems(rows, K)).
     x is f32 (rounded here) or bf16 (read as it is); out f32, or bf16 (the f32 result rounded
-    to nearest even). False, with nothing written, when the operands don't fit."""
+    to nearest even). On a gated weight out is [..., F] = act(gate) * up (act nonzero, bias
+    in the gate / up pair layout). False, with nothing written, when the operands don't
+    fit."""
     k = x.shape[-1] if x.ndim else 0
-    if x.ndim < 1 or k != w.k or out.shape[-1] != w.n or x.dtype not in (np.float32, BF16):
+    if x.ndim < 1 or k != w.k or out.shape[-1] != w.out_cols or \
+            x.dtype not in (np.float32, BF16) or (w.gated and not act):
         return False
     if not x.flags.c_contiguous or not out.flags.c_contiguous or \
             out.dtype not in (np.float32, BF16):
         return False
     rows = x.size // max(k, 1)
-    if out.size != rows * w.n or x16.dtype != np.uint16 or x16.size < scratch_elems(rows, k):
+    if out.size != rows * w.out_cols or x16.dtype != np.uint16 or \
+            x16.size < scratch_elems(rows, k):
         return False
     if bias is not None and (bias.dtype != np.float32 or bias.shape != (w.n,)
                              or not bias.flags.c_contiguous):
@@ -274,5 +305,6 @@ def gemm(x: np.ndarray, w: AmxWeight, out: np.ndarray, bias: np.ndarray | None, 
     if rows:
         _lib().amx_gemm_bias_act(x.ctypes.data, k, x.dtype == BF16, x16.ctypes.data,
                                  w.packed.ctypes.data, out.ctypes.data, out.dtype == BF16,
-                                 rows, w.n, k, None if bias is None else bias.ctypes.data, act)
+                                 rows, w.n, k, None if bias is None else bias.ctypes.data, act,
+                                 w.gated, w.out_cols)
     return True

@@ -33,6 +33,7 @@ from ...ir.op import Value
 from ..codegen import cc
 from ..plan import aligned_empty
 from . import amx_gemm, blas, gemm_choice, native
+from .packed_gemm import gate_up_pairs
 from .registry import Dispatch, Kernel, nbytes
 
 __all__ = ["available", "Bf16Weight", "bf16_weight", "rounded_source", "gemm", "gemm_kernel",
@@ -155,21 +156,32 @@ class Bf16Weight:
 PREPARED = (Bf16Weight, amx_gemm.AmxWeight)  # what bf16_weight returns
 
 
-def bf16_weight(node, ctx, position: int = 1) -> Bf16Weight | None:
+def bf16_weight(node, ctx, position: int = 1, gate_first: bool | None = None
+                ) -> Bf16Weight | amx_gemm.AmxWeight | None:
     """The static 2-D weight at input `position` of `node` converted and packed for the bf16
     GEMM (cached in ctx.prepared), when the context's precision computes in bf16, the GEMM is
-    available and every weight value is a bf16 number (the policy rounded it); else None."""
-    if not _bf16_policy(ctx) or not available():
+    available and every weight value is a bf16 number (the policy rounded it); else None.
+    With `gate_first` set, packed in gate / up pairs for braze's AMX kernel's gated epilogue
+    (None without AMX: MKL has no such epilogue)."""
+    if not _bf16_policy(ctx) or not available() or (gate_first is not None and not _amx()):
         return None
     value = node.inputs[position]
     w = ctx.static.get(value)
     if w is None or w.ndim != 2 or w.dtype != np.float32 or w.size == 0:
         return None
-    key = ("bf16_gemm", value, w.shape, w.strides)
+    if gate_first is not None and w.shape[1] % 2:
+        return None
+    key = ("bf16_gemm", value, w.shape, w.strides, gate_first)
     hit = ctx.prepared.get(key)
     if hit is None:
         exact = not (np.ascontiguousarray(w).view(np.uint32) & 0xFFFF).any()
-        hit = ctx.prepared[key] = _prepare(w) if exact else False
+        if not exact:
+            hit = False
+        elif gate_first is None:
+            hit = _prepare(w)
+        else:
+            hit = amx_gemm.AmxWeight(w, gate_first)
+        ctx.prepared[key] = hit
     return hit or None
 
 
@@ -250,33 +262,37 @@ def gemm(x: np.ndarray, w: Bf16Weight | amx_gemm.AmxWeight, out: np.ndarray,
     return True
 
 
-def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str) -> Kernel | None:
+def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str,
+                gate_first: bool | None = None) -> Kernel | None:
     """The kernel of a GEMM node (x, w[, b]) -> act(x @ w + b) on the bf16 GEMM, when its
     weight is a static bf16-valued matrix and x is the policy's rounding of some `a` (read
     instead of x and rounded here) or of bf16 values an earlier step wrote (read as they are,
     KernelContext.handoff); None otherwise. `outs[0]` bf16 (fused.rounded_output: the product
-    rounded for the next GEMM) runs only on braze's AMX weight."""
+    rounded for the next GEMM) runs only on braze's AMX weight. With `gate_first` set (a gated
+    MLP's gate / up GEMM, fused.gated_gemm), outs are the gated node's (or its rounding's):
+    act(gate) * up from braze's AMX kernel's gated epilogue."""
     out16 = outs[0].dtype.name == "bf16"
     if len(ins) < 2 or ins[1].rank != 2 or ins[0].rank < 1 or \
             outs[0].dtype.name not in ("f32", "bf16"):
         return None
     handed = ctx.handoff.get(node.inputs[0]) if ctx.handoff else None
     src = handed if handed is not None else rounded_source(node, ctx, 0)
-    weight = bf16_weight(node, ctx, 1) if src is not None else None
+    weight = bf16_weight(node, ctx, 1, gate_first) if src is not None else None
     if weight is None or (out16 and not isinstance(weight, amx_gemm.AmxWeight)):
         return None
-    cols, k = weight.n, weight.k
-    rows = int(np.prod(outs[0].dims[:-1], dtype=np.int64)) if outs[0].rank > 1 else 1
-    if has_bias and tuple(ins[2].dims) not in ((cols,), ()):
+    cols, k, n_out = weight.n, weight.k, int(outs[0].dims[-1]) if outs[0].rank else 1
+    full = 2 * n_out if gate_first is not None else cols   # the product's columns
+    if n_out != (weight.out_cols if isinstance(weight, amx_gemm.AmxWeight) else cols):
         return None
-    scalar_bias = has_bias and ins[2].dims == ()
+    rows = int(np.prod(outs[0].dims[:-1], dtype=np.int64)) if outs[0].rank > 1 else 1
+    if has_bias and tuple(ins[2].dims) not in ((full,), ()):
+        return None
+    static_bias = ctx.static.get(node.inputs[2]) if has_bias else None
+    ready = None if static_bias is None else _bias(static_bias, full, gate_first)
 
     def run(x, w, *rest):
         out, x16 = rest[-2], rest[-1]
-        b = rest[0] if has_bias else None
-        if b is not None:
-            b = np.full(cols, b.reshape(()), np.float32) if scalar_bias else \
-                np.ascontiguousarray(b, np.float32)
+        b = ready if ready is not None or not has_bias else _bias(rest[0], full, gate_first)
         x = np.ascontiguousarray(x)  # held in a name: a temporary copy must outlive the call
         if not gemm(x, weight, out, b, act, x16):
             raise InterpretError(f"bf16 GEMM at node {node.label}: x {x.shape} / out "
@@ -285,5 +301,12 @@ def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str) ->
     how = "bf16 operand handed over" if handed is not None else "operand rounded in"
     return Kernel(run, Dispatch.NATIVE,
                   f"{describe(weight)}, {how} ({what}{', bf16 out' if out16 else ''})",
-                  flops=2 * rows * cols * k, bytes=nbytes(ins) + nbytes(outs),
+                  flops=2 * rows * full * k, bytes=nbytes(ins) + nbytes(outs),
                   scratch=(((scratch_elems(rows, k),), np.uint16),), reads=((0, src),))
+
+
+def _bias(b: np.ndarray, cols: int, gate_first: bool | None) -> np.ndarray:
+    """A bias [cols] (or a scalar) as the GEMM takes it: contiguous f32, in gate / up pairs
+    for a gated weight."""
+    full = np.ascontiguousarray(np.broadcast_to(np.asarray(b, np.float32), (cols,)))
+    return full if gate_first is None else gate_up_pairs(full, gate_first)

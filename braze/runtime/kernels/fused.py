@@ -133,10 +133,14 @@ def gated_gemm(node, gated_node, ins, outs, ctx) -> Kernel | None:
     """One kernel for a matmul (or a FusedMatMulBiasAct with no activation) and the
     FusedSwiGLU `gated_node` reading its product: braze's packed-weight GEMM on the weight
     packed in gate / up panel pairs, writing act(gate) * up from each finished tile
-    (pg.gemm_gated), so the [..., 2F] product never reaches memory. `ins` are the GEMM node's
-    input types, `outs` the gated node's output types. None when that does not apply: no
-    static float32 2-D weight, an activation the native kernels lack, no C compiler,
-    BRAZE_PACKED_GEMM=0, or BRAZE_GATED_GEMM=0 (the two nodes then run as two steps)."""
+    (pg.gemm_gated), so the [..., 2F] product never reaches memory. Under the bf16 policy,
+    where the bf16 GEMM takes the product: braze's AMX kernel with the same gated epilogue
+    (bf16_gemm.gemm_kernel with gate_first), whose `outs` may also be the bf16 rounding of the
+    gated node's result for the next GEMM (the bf16 hand-off: the program passes the cast's
+    type). `ins` are the GEMM node's input types, `outs` the gated node's output types. None
+    when that does not apply: no static float32 2-D weight, an activation the native kernels
+    lack, no C compiler, BRAZE_PACKED_GEMM=0, or BRAZE_GATED_GEMM=0 (the two nodes then run as
+    two steps)."""
     op = node.op
     if isinstance(op, FusedMatMulBiasAct):
         if op.act is not None:
@@ -147,17 +151,23 @@ def gated_gemm(node, gated_node, ins, outs, ctx) -> Kernel | None:
     else:
         return None
     act = _act_code(gated_node.op.act)
-    if os.environ.get("BRAZE_GATED_GEMM", "1") == "0" or not act or not is_f32(*ins, *outs):
+    if os.environ.get("BRAZE_GATED_GEMM", "1") == "0" or not act or not is_f32(*ins):
         return None
     if ins[0].rank < 1 or ins[1].rank != 2:
         return None
+    gate_first = bool(gated_node.op.gate_first)
+    what = ("bias + " if has_bias else "") + f"gated {gated_node.op.act.value}"
+    low = bf16_gemm.gemm_kernel(node, ins, outs, ctx, has_bias=has_bias, act=act, what=what,
+                                gate_first=gate_first) if native.lib() is not None else None
+    if low is not None:
+        return low
     cols = int(ins[1].dims[-1])
-    if has_bias and tuple(ins[2].dims) not in ((cols,), ()):
+    if not is_f32(*outs) or (has_bias and tuple(ins[2].dims) not in ((cols,), ())):
         return None
     if bf16_gemm.rounded_source(node, ctx, 0) is not None and \
             bf16_gemm.bf16_weight(node, ctx, 1) is not None:
         return None  # the bf16 GEMM runs the product, the gated kernel after it
-    packed = packed_weight(node, ctx, gate_first=bool(gated_node.op.gate_first))
+    packed = packed_weight(node, ctx, gate_first=gate_first)
     if packed is None:
         return None
     static_bias = ctx.static.get(node.inputs[2]) if has_bias else None
@@ -172,7 +182,6 @@ def gated_gemm(node, gated_node, ins, outs, ctx) -> Kernel | None:
                                  f"{out.shape} do not fit the packed weight {w.shape}")
 
     rows = _numel(outs[0]) // max(packed.out_cols, 1)
-    what = ("bias + " if has_bias else "") + f"gated {gated_node.op.act.value}"
     return Kernel(run, Dispatch.NATIVE, f"braze packed-weight GEMM + {what}",
                   flops=2 * rows * cols * int(ins[1].dims[0]) + 4 * rows * packed.out_cols,
                   bytes=nbytes(ins) + nbytes(outs))
