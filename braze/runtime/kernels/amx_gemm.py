@@ -177,6 +177,21 @@ static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t*
    rounded to nearest even from the f32 result. gated: B holds gate / up column pairs (n =
    2 ceil(n_out / 16) * 16) and out [m, n_out] gets act(gate) * up (see block); else n_out = n.
 */
+/* Row r of the operand as the tile loads read it, at a16 + (r - direct) * kp: rounded from
+   f32, or (bf16 in) copied, zero padded to kp columns; rows past m all zeros. */
+static inline void operand_row(const void* a, int64_t lda, int a16_in, uint16_t* a16,
+                               int64_t r, int64_t direct, int64_t m, int64_t k, int64_t kp) {
+  uint16_t* dst = a16 + (r - direct) * kp;
+  if (!a16_in) {
+    round_rows((const float*)a + r * lda, lda, r < m, k, dst, kp, kp, 1);
+  } else if (r < m) {
+    memcpy(dst, (const uint16_t*)a + r * lda, k * sizeof(uint16_t));
+    memset(dst + k, 0, (kp - k) * sizeof(uint16_t));
+  } else {
+    memset(dst, 0, kp * sizeof(uint16_t));
+  }
+}
+
 void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
                        const uint16_t* bp, void* out, int out16, int64_t m, int64_t n,
                        int64_t k, const float* bias, int act, int gated, int64_t n_out) {
@@ -188,24 +203,32 @@ void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
   const uint16_t* a_in = (const uint16_t*)a;
   #pragma omp parallel
   {
-    #pragma omp for schedule(static)
-    for (int64_t r = direct; r < mp; r++) {  /* rows past m: zeros */
-      uint16_t* dst = a16 + (r - direct) * kp;
-      if (!a16_in) {
-        round_rows((const float*)a + r * lda, lda, r < m, k, dst, kp, kp, 1);
-      } else if (r < m) {
-        memcpy(dst, a_in + r * lda, k * sizeof(uint16_t));
-        memset(dst + k, 0, (kp - k) * sizeof(uint16_t));
-      } else {
-        memset(dst, 0, kp * sizeof(uint16_t));
-      }
+    int64_t nt = omp_get_num_threads(), t = omp_get_thread_num();
+    /* An operand rounded (or copied) into a16, with at least two 32-row blocks per thread:
+       each thread takes its own rows, all columns; it prepares those rows itself, and they
+       stay in its core's L2. Split by columns, each thread read every row, half of them from
+       the other core's cache, where they were just written (1024 x 768 x 768: 0.90x the time
+       by rows). An operand read in place comes from memory either way, and a split by rows
+       reads each weight once per thread (1024 x 3072 x 768: 1.05x): by columns; so does a
+       weight far wider than the operand is tall (BERT-base at 128 rows: 1.05x by rows). */
+    int by_rows = direct == 0 && mp / 32 >= 2 * nt && 4 * m >= n;
+    int64_t lo = by_rows ? mp / 32 * t / nt * 32 : 0;
+    int64_t hi = by_rows ? mp / 32 * (t + 1) / nt * 32 : mp;
+    if (by_rows) {
+      for (int64_t r = lo > direct ? lo : direct; r < hi; r++)
+        operand_row(a, lda, a16_in, a16, r, direct, m, k, kp);
+    } else {
+      #pragma omp for schedule(static)
+      for (int64_t r = direct; r < mp; r++)
+        operand_row(a, lda, a16_in, a16, r, direct, m, k, kp);
     }
     configure_tiles();
     float tmp[32 * 32];
-    for (int64_t m0 = 0; m0 < mp; m0 += MC) {
-      int64_t m1 = m0 + MC < mp ? m0 + MC : mp;
-      #pragma omp for schedule(static)
-      for (int64_t nb = 0; nb < nb_n; nb++) {
+    for (int64_t m0 = lo; m0 < hi; m0 += MC) {
+      int64_t m1 = m0 + MC < hi ? m0 + MC : hi;
+      /* by rows: all the column blocks; else this thread's share of them */
+      int64_t nb0 = by_rows ? 0 : nb_n * t / nt, nb1 = by_rows ? nb_n : nb_n * (t + 1) / nt;
+      for (int64_t nb = nb0; nb < nb1; nb++) {
         const uint16_t* bcol = bp + nb * kb_n * 1024;
         int64_t c0 = nb * (gated ? 16 : 32);   /* the block's first output column */
         int64_t cols = n_out - c0 < (gated ? 16 : 32) ? n_out - c0 : (gated ? 16 : 32);
