@@ -166,6 +166,11 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
   int team = omp_get_max_threads() < slots ? omp_get_max_threads() : slots;
   int parallel = team > 1 && units > 1
       && BRAZE_PARALLEL(nb * hq * sq * sk * (d + dv), BRAZE_PAR_MIN_MACS);
+  /* One query block per (batch, head): the units are alike, and in order of the batch; split
+     evenly in that order, each thread reads the rows of q, k and v that the same thread's
+     projection wrote (the GEMMs split their rows so) and writes the output rows it will
+     project. Several blocks per head differ in work (causal): handed out one by one. */
+  omp_set_schedule(blocks == 1 ? omp_sched_static : omp_sched_dynamic, blocks == 1 ? 0 : 1);
   #pragma omp parallel num_threads(team) if(parallel)
   {
     configure_tiles();
@@ -182,7 +187,7 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
     float* mx = acc + rep * bq * dvp;                /* rep x bq: running max */
     float* sum = mx + rep * bq;                      /* rep x bq: running sum */
     uint16_t* rows = (uint16_t*)(sum + rep * bq);    /* 16 x dp: 16 keys rounded */
-    #pragma omp for schedule(dynamic, 1)
+    #pragma omp for schedule(runtime)
     for (int64_t u = 0; u < units; u++) {
       int64_t blk = blocks - 1 - u / (nb * hkv);  /* the blocks that see the most keys first */
       int64_t b = u % (nb * hkv) / hkv, g = u % hkv;
