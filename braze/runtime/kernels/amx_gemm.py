@@ -192,6 +192,27 @@ static inline void operand_row(const void* a, int64_t lda, int a16_in, uint16_t*
   }
 }
 
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+/* Rows [m0, m1) of the product (A row r at a + (r - m0) * lda) times column blocks
+   [nb0, nb1). */
+static void rows_by_columns(const uint16_t* a, int64_t lda, int64_t kb_n, const uint16_t* bp,
+                            int64_t m0, int64_t m1, int64_t nb0, int64_t nb1, void* out,
+                            int out16, int64_t m, int64_t n_out, const float* bias, int act,
+                            int gated, float* tmp) {
+  for (int64_t nb = nb0; nb < nb1; nb++) {
+    const uint16_t* bcol = bp + nb * kb_n * 1024;
+    int64_t c0 = nb * (gated ? 16 : 32);   /* the block's first output column */
+    int64_t cols = n_out - c0 < (gated ? 16 : 32) ? n_out - c0 : (gated ? 16 : 32);
+    for (int64_t r0 = m0; r0 < m1; r0 += 32) {
+      int64_t rows = m - r0 < 32 ? m - r0 : 32, at = r0 * n_out + c0;
+      block(a + (r0 - m0) * lda, lda, kb_n, bcol, r0 == m0, out16 ? 0 : (float*)out + at,
+            out16 ? (uint16_t*)out + at : 0, n_out, rows, cols, bias ? bias + nb * 32 : 0, act,
+            gated, tmp);
+    }
+  }
+}
+#endif
+
 void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
                        const uint16_t* bp, void* out, int out16, int64_t m, int64_t n,
                        int64_t k, const float* bias, int act, int gated, int64_t n_out) {
@@ -212,34 +233,35 @@ void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
        reads each weight once per thread (1024 x 3072 x 768: 1.05x): by columns; so does a
        weight far wider than the operand is tall (BERT-base at 128 rows: 1.05x by rows). */
     int by_rows = direct == 0 && mp / 32 >= 2 * nt && 4 * m >= n;
-    int64_t lo = by_rows ? mp / 32 * t / nt * 32 : 0;
-    int64_t hi = by_rows ? mp / 32 * (t + 1) / nt * 32 : mp;
+    configure_tiles();
+    float tmp[32 * 32];
     if (by_rows) {
-      for (int64_t r = lo > direct ? lo : direct; r < hi; r++)
-        operand_row(a, lda, a16_in, a16, r, direct, m, k, kp);
+      /* chunks of rows (about 2 per thread, at most MC) handed out in turn: a thread prepares
+         a chunk's rows and multiplies them by every column block (a thread the OS delays
+         leaves chunks to the other) */
+      int64_t size = (mp / (2 * nt) + 31) / 32 * 32;
+      size = size < 32 ? 32 : size > MC ? MC : size;
+      #pragma omp for schedule(dynamic, 1) nowait
+      for (int64_t m0 = 0; m0 < mp; m0 += size) {
+        int64_t m1 = m0 + size < mp ? m0 + size : mp;
+        for (int64_t r = m0; r < m1; r++) operand_row(a, lda, a16_in, a16, r, 0, m, k, kp);
+        rows_by_columns(a16 + m0 * kp, kp, kb_n, bp, m0, m1, 0, nb_n, out, out16, m, n_out,
+                        bias, act, gated, tmp);
+      }
     } else {
       #pragma omp for schedule(static)
       for (int64_t r = direct; r < mp; r++)
         operand_row(a, lda, a16_in, a16, r, direct, m, k, kp);
-    }
-    configure_tiles();
-    float tmp[32 * 32];
-    for (int64_t m0 = lo; m0 < hi; m0 += MC) {
-      int64_t m1 = m0 + MC < hi ? m0 + MC : hi;
-      /* by rows: all the column blocks; else this thread's share of them */
-      int64_t nb0 = by_rows ? 0 : nb_n * t / nt, nb1 = by_rows ? nb_n : nb_n * (t + 1) / nt;
-      for (int64_t nb = nb0; nb < nb1; nb++) {
-        const uint16_t* bcol = bp + nb * kb_n * 1024;
-        int64_t c0 = nb * (gated ? 16 : 32);   /* the block's first output column */
-        int64_t cols = n_out - c0 < (gated ? 16 : 32) ? n_out - c0 : (gated ? 16 : 32);
-        for (int64_t r0 = m0; r0 < m1; r0 += 32) {
-          int64_t rows = m - r0 < 32 ? m - r0 : 32;
-          const uint16_t* a0 = r0 < direct ? a_in + r0 * lda : a16 + (r0 - direct) * kp;
-          int64_t at = r0 * n_out + c0;
-          block(a0, r0 < direct ? lda : kp, kb_n, bcol, r0 == m0,
-                out16 ? 0 : (float*)out + at, out16 ? (uint16_t*)out + at : 0, n_out, rows,
-                cols, bias ? bias + nb * 32 : 0, act, gated, tmp);
-        }
+      for (int64_t m0 = 0; m0 < mp; m0 += MC) {   /* this thread's share of the columns */
+        int64_t m1 = m0 + MC < mp ? m0 + MC : mp;
+        int64_t mid = direct < m0 ? m0 : direct < m1 ? direct : m1;
+        int64_t nb0 = nb_n * t / nt, nb1 = nb_n * (t + 1) / nt;
+        if (mid > m0)   /* rows read in place */
+          rows_by_columns(a_in + m0 * lda, lda, kb_n, bp, m0, mid, nb0, nb1, out, out16, m,
+                          n_out, bias, act, gated, tmp);
+        if (m1 > mid)   /* rows from a16 */
+          rows_by_columns(a16 + (mid - direct) * kp, kp, kb_n, bp, mid, m1, nb0, nb1, out,
+                          out16, m, n_out, bias, act, gated, tmp);
       }
     }
     _tile_release();
