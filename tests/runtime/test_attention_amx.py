@@ -174,3 +174,32 @@ def test_f32_kernel_where_rounding_changes_nothing():
     q, k, v = (_bf16(a) for a in _inputs(2, 4, 4, 20, 20, 32, seed=3))
     want = _run(q, k, v, 0.125, kernel="f32")   # general p: within bf16 rounding of p
     _close(_run(q, k, v, 0.125), want, tol=4e-3)
+
+
+@pytest.mark.parametrize("case", ["plain", "causal_no_key_rows", "gqa_mask_chunks"])
+def test_bf16_operands_and_output_give_the_f32_paths_numbers(case):
+    """q, k, v handed over as bf16 values (in16) and the output written rounded to bf16
+    (out16), as a fused block's AMX projections use them: bit for bit the f32 path's result
+    on the same values, rounded (the kernel rounds its f32 operands exactly so). Causal with
+    more queries than keys takes the no-key rows' mean of the bf16 values."""
+    b, hq, hkv, sq, sk, d, causal, masked = {
+        "plain": (2, 4, 4, 40, 40, 64, False, False),
+        "causal_no_key_rows": (1, 2, 2, 37, 20, 32, True, False),
+        "gqa_mask_chunks": (2, 4, 2, 24, 300, 48, False, True)}[case]
+    q, k, v = (_bf16(a) for a in _inputs(b, hq, hkv, sq, sk, d, seed=5))
+    mask = None
+    if masked:
+        mask = np.zeros((b, 1, 1, sk), np.float32)
+        mask[0, ..., -7:] = -np.inf
+    want = _run(q, k, v, d ** -0.5, causal=causal, mask=mask)
+    shape = (b, hq, hkv, sq, sk, d, d)
+    plan = attention_amx.AmxHeadsPlan(shape, in16=True, out16=True)
+    q16, k16, v16 = (a.astype(ml_dtypes.bfloat16) for a in (q, k, v))
+    out = np.full((b, hq, sq, d), np.nan, ml_dtypes.bfloat16)
+    strides = sum((tuple(s // 2 for s in a.strides[:3]) for a in (q16, k16, v16, out)), ())
+    mst = (0, 0, 0, 0) if mask is None else (sk, 0, 0, 1)
+    scratch = np.empty(plan.scratch_shape, np.float32)
+    attention_native.attn_heads(plan, q16, k16, v16, out, strides, d ** -0.5, 0.0, causal, 0,
+                                mask, mst, scratch)
+    np.testing.assert_array_equal(out.view(np.uint16),
+                                  want.astype(ml_dtypes.bfloat16).view(np.uint16))

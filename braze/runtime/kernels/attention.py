@@ -13,7 +13,7 @@ import numpy as np
 from ...errors import InterpretError
 from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
-from . import attention_amx, bf16_gemm, blas, native
+from . import amx_gemm, attention_amx, bf16_gemm, blas, native
 from . import attention_native as heads_c
 from .fused import _c, gemm_bias_act, is_f32, packed_weight, prepared_gemm, prepared_how
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -84,9 +84,12 @@ def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias, packed
 
 
 class _Heads:
-    """attention_native.attn_heads for one attention op and shape (B, Hq, Hkv, Sq, Sk, D, Dv)."""
+    """attention_native.attn_heads for one attention op and shape (B, Hq, Hkv, Sq, Sk, D, Dv).
+    `in16` / `out16` (the AMX core only, see bf16_inside): q, k, v come, and the output
+    leaves, as bf16 values."""
 
-    def __init__(self, op: Attention, shape: tuple[int, ...]):
+    def __init__(self, op: Attention, shape: tuple[int, ...], in16: bool = False,
+                 out16: bool = False):
         b, hq, hkv, sq, sk, d, dv = shape
         self.shape = shape
         self.scale = float(op.score_scale(d))
@@ -95,7 +98,7 @@ class _Heads:
         self.window = op.window if op.mask is MaskKind.SLIDING_WINDOW else 0
         self.rounded = op.round_operands is not None  # bf16 (_core_runs)
         if self.rounded and attention_amx.available():
-            self.plan = attention_amx.AmxHeadsPlan(shape)
+            self.plan = attention_amx.AmxHeadsPlan(shape, in16, out16)
             self.how = "AMX bf16 tiles on bf16-rounded q, k, v and probabilities"
         else:
             self.plan = heads_c.HeadsPlan(shape, self.rounded)
@@ -140,10 +143,9 @@ class _BlockShape:
                       zip(op.slices().items(), op.qkv_inputs.sources)}
         self.sk = self.heads["k"][3]
 
-    def buffers(self) -> tuple:
+    def buffers(self, dtype=np.float32) -> tuple:
         """Scratch (shape, dtype) of each projection's output."""
-        return tuple(((self.b, rows, width), np.float32)
-                     for _, _, rows, width, _ in self.projections)
+        return tuple(((self.b, rows, width), dtype) for _, _, rows, width, _ in self.projections)
 
     def flops(self, op: FusedAttentionBlock, e_out: int) -> int:
         hq, d = op.num_heads, op.head_dim
@@ -200,6 +202,9 @@ def attention_block(node, ins, outs, ctx):
     low_o = bf16_gemm.bf16_weight(node, ctx, roles.index("w_o")) \
         if rounding is not None and rounding.name == "bf16" else None
     packed_o = low_o or packed_weight(node, ctx, roles.index("w_o"))
+    in16, out16 = _bf16_inside(op, low, low_o)
+    if in16 or out16:
+        heads = _Heads(op.attention_op, heads.shape, in16, out16)
     round_merged = rounding is not None and low_o is None
 
     def run_packed(*arrays):
@@ -215,8 +220,9 @@ def attention_block(node, ins, outs, ctx):
             bf16_gemm.round_through(merged, rounding)
         _projection(lib, merged, r["w_o"], out, r.get("b_o"), packed_o, x16)
 
-    scratch = shape.buffers() + (((b, s, merged_w), np.float32),
-                                 (heads.plan.scratch_shape, np.float32))
+    scratch = shape.buffers(amx_gemm.BF16 if in16 else np.float32) + (
+        ((b, s, merged_w), amx_gemm.BF16 if out16 else np.float32),
+        (heads.plan.scratch_shape, np.float32))
     if low or low_o:
         rows_k = max([bf16_gemm.scratch_elems(b * rows, e_in)
                       for _, _, rows, _, e_in in shape.projections] * bool(low)
@@ -232,8 +238,24 @@ def attention_block(node, ins, outs, ctx):
     else:
         how = "MKL"
     core = f" ({heads.how})" if heads.rounded else ""
+    if in16 or out16:
+        core += ", bf16 " + " and ".join(["q/k/v"] * in16 + ["output"] * out16)
     return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads"
                   f"{core}, no head copies)", scratch=scratch, reads=reads, **cost)
+
+
+def _bf16_inside(op: FusedAttentionBlock, low: list | None, low_o) -> tuple[bool, bool]:
+    """Whether the block's q/k/v projections hand the AMX attention core bf16 values (in16),
+    and whether the core hands the output projection bf16 values (out16): the core rounds q,
+    k, v and the projection its operand exactly so, so this is the same computation at half
+    the bytes. in16 needs braze's AMX GEMM for every q/k/v projection (it writes bf16) and no
+    q/k norm or rope between projection and core (they work on the f32 values); out16 needs
+    it for the output projection (it reads bf16 in place)."""
+    amx = attention_amx.available() and op.attention_op.round_operands is not None and \
+        op.attention_op.round_operands.name == "bf16"
+    in16 = amx and bool(low) and all(isinstance(w, amx_gemm.AmxWeight) for w in low) and \
+        op.qk_norm is None and op.rope is RopeMode.NONE
+    return in16, amx and isinstance(low_o, amx_gemm.AmxWeight)
 
 
 def _bf16_projections(node, ctx, shape: _BlockShape, roles) -> tuple[list | None, tuple]:

@@ -68,15 +68,33 @@ static inline void transpose16(__m512i r[16]) {
   for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
+/* dst rows [0, rows) (row stride ld) columns [0, w) = bf16 of the rows [0, m) (row stride
+   lds) columns [0, n) that start `at` elements into src: f32 rounded to nearest even, or
+   (in16) bf16 values copied; zero elsewhere. */
+static inline void bf16_rows(const void* src, int in16, int64_t at, int64_t lds, int64_t m,
+                             int64_t n, uint16_t* dst, int64_t ld, int64_t w, int64_t rows) {
+  if (!in16) {
+    round_rows((const float*)src + at, lds, m, n, dst, ld, w, rows);
+    return;
+  }
+  const uint16_t* s16 = (const uint16_t*)src + at;
+  for (int64_t i = 0; i < rows; i++) {
+    uint16_t* o = dst + i * ld;
+    int64_t valid = i < m ? n : 0;
+    if (valid) memcpy(o, s16 + i * lds, valid * sizeof(uint16_t));
+    memset(o + valid, 0, (w - valid) * sizeof(uint16_t));
+  }
+}
+
 /* k^T of keys [0, kcp) (zero from kc) over d (zero from d to dp) in VNNI B tiles: tile
    (j / 16, t / 32) at ((j / 16) * dp / 32 + t / 32) * 512 holds bf16(key[j][t]) at row (t % 32)
    / 2, column j % 16, half t % 2. Per 16 keys: their rows rounded into rows (16 x dp), then
    each 16 x 16 block of d pairs transposed in registers. */
-static void pack_keys_vnni(const float* key, int64_t ld, int64_t kc, int64_t kcp, int64_t d,
-                           int64_t dp, uint16_t* kt, uint16_t* rows) {
+static void pack_keys_vnni(const void* key, int in16, int64_t ld, int64_t kc, int64_t kcp,
+                           int64_t d, int64_t dp, uint16_t* kt, uint16_t* rows) {
   for (int64_t j0 = 0; j0 < kcp; j0 += 16) {
     int64_t m = kc - j0 < 16 ? (kc > j0 ? kc - j0 : 0) : 16;
-    round_rows(key + j0 * ld, ld, m, d, rows, dp, dp, 16);
+    bf16_rows(key, in16, j0 * ld, ld, m, d, rows, dp, dp, 16);
     uint16_t* o = kt + j0 * dp;   /* the 16 keys' dp / 32 tiles */
     for (int64_t t = 0; t < dp; t += 32) {
       __m512i r[16];
@@ -90,14 +108,29 @@ static void pack_keys_vnni(const float* key, int64_t ld, int64_t kc, int64_t kcp
 /* v rows [0, kcp) (zero from kc) over dv columns (zero to dvp) in VNNI B tiles: tile
    (j / 32, x / 16) at ((j / 32) * dvp / 16 + x / 16) * 512 holds bf16(val[j][x]) at row
    (j % 32) / 2, column x % 16, half j % 2. */
-static void pack_values_vnni(const float* val, int64_t ld, int64_t kc, int64_t kcp, int64_t dv,
-                             int64_t dvp, uint16_t* vt) {
+static void pack_values_vnni(const void* val, int in16, int64_t ld, int64_t kc, int64_t kcp,
+                             int64_t dv, int64_t dvp, uint16_t* vt) {
   uint32_t* vt32 = (uint32_t*)vt;
   for (int64_t pr = 0; pr < kcp / 2; pr++) {
     uint32_t* o = vt32 + pr / 16 * dvp * 16 + pr % 16 * 16;
-    const uint32_t* a = (const uint32_t*)(val + 2 * pr * ld);
-    const uint32_t* b = (const uint32_t*)(val + (2 * pr + 1) * ld);
     int64_t full = 2 * pr + 1 < kc ? dv / 16 * 16 : 0;
+    if (in16) {   /* bf16 values already */
+      const uint16_t* a = (const uint16_t*)val + 2 * pr * ld;
+      const uint16_t* b = a + ld;
+      for (int64_t x0 = 0; x0 < full; x0 += 16) {
+        #pragma omp simd
+        for (int c = 0; c < 16; c++)
+          o[x0 * 16 + c] = (uint32_t)a[x0 + c] | (uint32_t)b[x0 + c] << 16;
+      }
+      for (int64_t x = full; x < dvp; x++) {
+        uint32_t lo = 2 * pr < kc && x < dv ? a[x] : 0;
+        uint32_t hi = 2 * pr + 1 < kc && x < dv ? b[x] : 0;
+        o[x / 16 * 256 + x % 16] = lo | hi << 16;
+      }
+      continue;
+    }
+    const uint32_t* a = (const uint32_t*)val + 2 * pr * ld;
+    const uint32_t* b = a + ld;
     for (int64_t x0 = 0; x0 < full; x0 += 16) {
       #pragma omp simd
       for (int c = 0; c < 16; c++)
@@ -153,13 +186,16 @@ int attn_amx_compiled(void) {
 }
 
 /* attn_heads's arguments and results, with q, k, v and p rounded to bf16 (see the module).
-   scratch: slots x per_thread floats (AmxHeadsPlan); bq a multiple of 16, kb of 32. */
-void attn_heads_amx(const float* q, const float* k, const float* v, float* o, const int64_t* st,
+   scratch: slots x per_thread floats (AmxHeadsPlan); bq a multiple of 16, kb of 32. in16: q,
+   k and v hold bf16 values (uint16) instead of f32; out16: o gets the result rounded to bf16
+   (strides in elements either way). */
+void attn_heads_amx(const void* q, const void* k, const void* v, void* o, const int64_t* st,
                     int64_t nb, int64_t hq, int64_t hkv, int64_t sq, int64_t sk, int64_t d,
                     int64_t dv, float scale, float softcap, int causal, int64_t window,
                     const float* mask, const int64_t* mst, float* scratch, int64_t per_thread,
-                    int64_t bq, int64_t kb, int slots) {
+                    int64_t bq, int64_t kb, int slots, int in16, int out16) {
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
+  int64_t qkv_size = in16 ? 2 : 4, o_size = out16 ? 2 : 4;   /* bytes per element */
   int64_t rep = hq / hkv, off = sk - sq, dp = (d + 31) / 32 * 32, dvp = (dv + 15) / 16 * 16;
   int64_t nd = dp / 32, ndv = dvp / 16;
   int64_t blocks = (sq + bq - 1) / bq, units = blocks * nb * hkv;
@@ -196,18 +232,18 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
       row_keys(q0, off, sk, causal, window, &lo_all, &unused);
       row_keys(q0 + n - 1, off, sk, causal, window, &unused, &hi_all);
       for (int64_t r = 0; r < rep; r++) {
-        const float* qh = q + b * st[0] + (g * rep + r) * st[1] + q0 * st[2];
-        round_rows(qh, st[2], n, d, q16 + r * bq * dp, dp, dp, np);
+        bf16_rows(q, in16, b * st[0] + (g * rep + r) * st[1] + q0 * st[2], st[2], n, d,
+                  q16 + r * bq * dp, dp, dp, np);
         memset(acc + r * bq * dvp, 0, np * dvp * sizeof(float));
         for (int64_t i = 0; i < np; i++) { mx[r * bq + i] = -INFINITY; sum[r * bq + i] = 0.0f; }
       }
       memset(p16 + n * kb, 0, (np - n) * kb * sizeof(uint16_t));   /* padding rows: p = 0 */
-      const float* kh = k + b * st[3] + g * st[4];
-      const float* vh = v + b * st[6] + g * st[7];
+      const char* kh = (const char*)k + (b * st[3] + g * st[4]) * qkv_size;
+      const char* vh = (const char*)v + (b * st[6] + g * st[7]) * qkv_size;
       for (int64_t c0 = lo_all; c0 < hi_all; c0 += kb) {
         int64_t kc = hi_all - c0 < kb ? hi_all - c0 : kb, kcp = (kc + 31) / 32 * 32;
-        pack_keys_vnni(kh + c0 * st[5], st[5], kc, kcp, d, dp, k16, rows);
-        pack_values_vnni(vh + c0 * st[8], st[8], kc, kcp, dv, dvp, v16);
+        pack_keys_vnni(kh + c0 * st[5] * qkv_size, in16, st[5], kc, kcp, d, dp, k16, rows);
+        pack_values_vnni(vh + c0 * st[8] * qkv_size, in16, st[8], kc, kcp, dv, dvp, v16);
         for (int64_t r = 0; r < rep; r++) {
           int64_t h = g * rep + r;
           const float* mh = mask ? mask + b * mst[0] + h * mst[1] : 0;
@@ -243,9 +279,9 @@ void attn_heads_amx(const float* q, const float* k, const float* v, float* o, co
         }
       }
       for (int64_t r = 0; r < rep; r++)
-        write_rows(o + b * st[9] + (g * rep + r) * st[10] + q0 * st[11], st[11],
-                   acc + r * bq * dvp, dvp, sum + r * bq, n, q0, off, sk, causal, window, vh,
-                   st[8], dv, 1);
+        write_rows((char*)o + (b * st[9] + (g * rep + r) * st[10] + q0 * st[11]) * o_size,
+                   out16, st[11], acc + r * bq * dvp, dvp, sum + r * bq, n, q0, off, sk, causal,
+                   window, vh, in16, st[8], dv, 1);
     }
     _tile_release();
   }
@@ -257,7 +293,8 @@ _I64, _F32, _INT, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_vo
 _SIGNATURES = {
     "attn_amx_compiled": ([], _INT),
     "attn_heads_amx": ([_P, _P, _P, _P, _P, _I64, _I64, _I64, _I64, _I64, _I64, _I64, _F32,
-                        _F32, _INT, _I64, _P, _P, _P, _I64, _I64, _I64, _INT], None),
+                        _F32, _INT, _I64, _P, _P, _P, _I64, _I64, _I64, _INT, _INT, _INT],
+                       None),
 }
 ROWS = 16   # query rows per tile
 KEYS = 32   # keys per p @ v tile step (a pair of 16-key score tiles)
@@ -279,12 +316,14 @@ def available() -> bool:
 class AmxHeadsPlan(HeadsPlan):
     """HeadsPlan for the C attn_heads_amx (attention_native.attn_heads runs it): query blocks of
     whole 16-row tiles, key chunks of 32-key steps, and the bf16 scratch (q rows, k and v
-    tiles, probabilities) in per_thread."""
+    tiles, probabilities) in per_thread. `in16`: q, k and v come as bf16 values (the block's
+    projections wrote them so); `out16`: the output leaves rounded to bf16."""
 
-    def __init__(self, shape: tuple[int, ...]):
+    def __init__(self, shape: tuple[int, ...], in16: bool = False, out16: bool = False):
         self._blocks(shape, ROWS, KEYS)
         b, hq, hkv, sq, sk, d, dv = shape
         self.rounded, self.kernel = True, _lib().attn_heads_amx
+        self.extra = (int(in16), int(out16))
         rep, dp, dvp = hq // hkv, _round_up(d, 32), _round_up(dv, 16)
         bf16 = rep * self.bq * dp + self.kb * dp + self.kb * dvp + self.bq * self.kb
         f32 = self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq + 8 * dp

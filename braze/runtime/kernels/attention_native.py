@@ -145,35 +145,53 @@ static inline void row_keys(int64_t row, int64_t off, int64_t sk, int causal, in
 /* out[dv] = the mean of v's first n rows (row stride ld): a query a causal mask hides every key
    from (fewer keys than queries) has all its scores at the same finite stand-in for -inf. rnd:
    each value and the probability 1 / n rounded to bf16 first (the bf16 policy's core). */
-static void mean_rows(const float* v, int64_t ld, int64_t n, int64_t dv, float* out, int rnd) {
+static void mean_rows(const void* v, int v16, int64_t ld, int64_t n, int64_t dv, float* out,
+                      int rnd) {
   for (int64_t t = 0; t < dv; t++) out[t] = 0.0f;
   for (int64_t j = 0; j < n; j++) {
+    if (v16) {   /* bf16 values already (the AMX core's hand-off from its projection) */
+      const uint16_t* vj = (const uint16_t*)v + j * ld;
+      #pragma omp simd
+      for (int64_t t = 0; t < dv; t++) out[t] += bf16_to_f32(vj[t]);
+      continue;
+    }
+    const float* vj = (const float*)v + j * ld;
     #pragma omp simd
-    for (int64_t t = 0; t < dv; t++) out[t] += rnd ? bf16_value(v[j * ld + t]) : v[j * ld + t];
+    for (int64_t t = 0; t < dv; t++) out[t] += rnd ? bf16_value(vj[t]) : vj[t];
   }
   float inv = n > 0 ? 1.0f / (float)n : 0.0f;
   inv = rnd ? bf16_value(inv) : inv;
   for (int64_t t = 0; t < dv; t++) out[t] *= inv;
 }
 
-/* A unit's n output rows of one head (row stride ldo) from its sums acc (row stride dvp) and
-   running sums; a row that sees no key (every score the same finite stand-in) gets the mean
-   of v (ld apart; rounded as the probabilities and values are under rnd). */
-static void write_rows(float* oh, int64_t ldo, const float* acc, int64_t dvp, const float* sum,
-                       int64_t n, int64_t q0, int64_t off, int64_t sk, int causal,
-                       int64_t window, const float* vh, int64_t ldv, int64_t dv, int rnd) {
+/* A unit's n output rows of one head (row stride ldo; f32, or bf16 rounded to nearest even
+   under o16) from its sums acc (row stride dvp) and running sums; a row that sees no key
+   (every score the same finite stand-in) gets the mean of v (f32, or bf16 under v16; ld
+   apart; rounded as the probabilities and values are under rnd). */
+static void write_rows(void* oh, int o16, int64_t ldo, const float* acc, int64_t dvp,
+                       const float* sum, int64_t n, int64_t q0, int64_t off, int64_t sk,
+                       int causal, int64_t window, const void* vh, int v16, int64_t ldv,
+                       int64_t dv, int rnd) {
   for (int64_t i = 0; i < n; i++) {
     int64_t lo, hi;
     row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
-    float* out = oh + i * ldo;
+    float* out = (float*)oh + i * ldo;
+    uint16_t* out16 = (uint16_t*)oh + i * ldo;
     if (hi == lo) {
-      mean_rows(vh, ldv, sk, dv, out, rnd);
+      float mean[dv];
+      mean_rows(vh, v16, ldv, sk, dv, o16 ? mean : out, rnd);
+      for (int64_t t = 0; o16 && t < dv; t++) out16[t] = f32_to_bf16(mean[t]);
       continue;
     }
     float inv = sum[i] > 0.0f ? 1.0f / sum[i] : 0.0f;
     const float* a_i = acc + i * dvp;
-    #pragma omp simd
-    for (int64_t t = 0; t < dv; t++) out[t] = a_i[t] * inv;
+    if (o16) {
+      #pragma omp simd
+      for (int64_t t = 0; t < dv; t++) out16[t] = f32_to_bf16(a_i[t] * inv);
+    } else {
+      #pragma omp simd
+      for (int64_t t = 0; t < dv; t++) out[t] = a_i[t] * inv;
+    }
   }
 }
 
@@ -352,8 +370,8 @@ static void attn_core(const float* q, const float* k, const float* v, float* o,
       }
     }
     for (int64_t r = 0; r < rep; r++)
-      write_rows(o + b * st[9] + (g * rep + r) * st[10] + q0 * st[11], st[11],
-                 acc + r * bq * dvp, dvp, sum + r * bq, n, q0, off, sk, causal, window, vh,
+      write_rows(o + b * st[9] + (g * rep + r) * st[10] + q0 * st[11], 0, st[11],
+                 acc + r * bq * dvp, dvp, sum + r * bq, n, q0, off, sk, causal, window, vh, 0,
                  st[8], dv, rnd);
   }
 }
@@ -437,6 +455,7 @@ class HeadsPlan:
         rep, dvp = hq // hkv, _round_up(dv, NR)
         self.rounded = rounded
         self.kernel = lib().attn_heads_bf16 if rounded else lib().attn_heads  # same arguments
+        self.extra: tuple[int, ...] = ()  # arguments a subclass's kernel takes after those
         q_rows = max(self.bq, mr) if rounded else mr
         copy_v = dv != dvp or rounded
         self.per_thread = (rep * q_rows * d + self.kb * d + (self.kb * dvp if copy_v else 0)
@@ -465,7 +484,8 @@ def attn_heads(plan: HeadsPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray, out
     plan.kernel(q.ctypes.data, k.ctypes.data, v.ctypes.data, out.ctypes.data,
                      st.ctypes.data, *plan.shape, scale, softcap, int(causal), window,
                      None if mask is None else mask.ctypes.data, mst.ctypes.data,
-                     scratch.ctypes.data, plan.per_thread, plan.bq, plan.kb, plan.slots)
+                     scratch.ctypes.data, plan.per_thread, plan.bq, plan.kb, plan.slots,
+                     *plan.extra)
 
 
 def rope_packed(qkv: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int, d: int,

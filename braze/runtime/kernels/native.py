@@ -57,6 +57,16 @@ static inline float bf16_value(float x) {
   return c.f;
 }
 
+/* The bf16 nearest to x (ties to even), and the f32 value of a bf16. */
+static inline uint16_t f32_to_bf16(float x) {
+  union { float f; uint32_t u; } c = {x};
+  return to_bf16(c.u);
+}
+static inline float bf16_to_f32(uint16_t h) {
+  union { uint32_t u; float f; } c = {(uint32_t)h << 16};
+  return c.f;
+}
+
 /* x[0, n) rounded to bf16 values in place. */
 static inline void round_span(float* x, int64_t n) {
   #pragma omp simd
