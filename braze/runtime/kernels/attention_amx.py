@@ -18,7 +18,9 @@ keys) and v into VNNI B tiles (16 pairs of keys x 16 columns), zero padded to 32
 as 2 x 2 blocks of 16 x 16 f32 tiles into the f32 scores scratch (only the tiles a causal or
 sliding-window row block sees), probabilities rounded into [bq][kb] bf16, acc (f32, row stride
 dvp) loaded, accumulated and stored as tiles. Needs AMX-BF16, Linux's tile permission (asked
-once per process by amx_gemm) and a C compiler.
+once per process by amx_gemm) and a C compiler. A fused attention block on braze's AMX GEMMs
+hands q, k and v over as bf16 values (copied, not rounded: `in16`) and takes the output back
+in bf16 (`out16`) for its output projection: the same numbers at half the bytes.
 
 Speed (the 2-core AMX Xeon VM, idle, OMP_NUM_THREADS=2, median of 300 alternating calls, H=12
 S=128 D=64 with a [B, 1, 1, S] mask): B=8 attn_heads 3.7-3.9 ms, this 2.4-2.5 ms (1.5-1.6x);
