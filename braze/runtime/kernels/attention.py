@@ -251,8 +251,9 @@ def _bf16_inside(op: FusedAttentionBlock, low: list | None, low_o) -> tuple[bool
     the bytes. in16 needs braze's AMX GEMM for every q/k/v projection (it writes bf16) and no
     q/k norm or rope between projection and core (they work on the f32 values); out16 needs
     it for the output projection (it reads bf16 in place)."""
-    amx = attention_amx.available() and op.attention_op.round_operands is not None and \
-        op.attention_op.round_operands.name == "bf16"
+    rounds = op.attention_op.round_operands
+    amx = rounds is not None and rounds.name == "bf16" and (bool(low) or low_o is not None) \
+        and attention_amx.available()   # last: it compiles the AMX core
     in16 = amx and bool(low) and all(isinstance(w, amx_gemm.AmxWeight) for w in low) and \
         op.qk_norm is None and op.rope is RopeMode.NONE
     return in16, amx and isinstance(low_o, amx_gemm.AmxWeight)
