@@ -229,3 +229,22 @@ def test_rope_keeps_f32_q_k_v_but_hands_the_output_over(monkeypatch):
     blocks = [r for r in exe.dispatch_report(feeds).rows if r[1] == "fused_attention_block"]
     assert blocks and all(", bf16 output" in r[3] and "bf16 q/k/v" not in r[3] for r in blocks)
     _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
+
+
+def test_f32_programs_never_ask_for_the_amx_attention_core(monkeypatch):
+    """Asking builds the AMX core's C library (seconds on a cold kernel cache): an f32 compile
+    of a model with fused attention blocks must not."""
+    from braze import models
+    from braze.runtime.kernels import attention_amx
+
+    def asked():
+        raise AssertionError("an f32 program asked for the AMX attention core")
+
+    monkeypatch.setattr(attention_amx, "available", asked)
+    g = models.bert_encoder(1, 64, 4, batch=1, seq=8)
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params)
+    feeds = bz.random_feeds(g, 2)
+    assert any(r[1] == "fused_attention_block" for r in exe.dispatch_report(feeds).rows)
+    np.testing.assert_allclose(exe(feeds)[0], bz.interpret(g, feeds, params)[0], rtol=1e-4,
+                               atol=1e-4)
