@@ -170,26 +170,11 @@ static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t*
 }
 #endif
 
-/* out[m, n] = act(bf16(a[m, k]) @ B + bias), bias may be NULL. a: rows lda apart, f32 (a16_in
-   0: rounded into the scratch a16, ceil(m/32)*32 x ceil(k/32)*32, zero padded) or bf16 values
-   already (a16_in 1: read in place where k is a multiple of 32, but for the last rows short of
-   32, which are copied into a16 zero padded; else all copied). out: f32, or (out16 1) bf16
-   rounded to nearest even from the f32 result. gated: B holds gate / up column pairs (n =
-   2 ceil(n_out / 16) * 16) and out [m, n_out] gets act(gate) * up (see block); else n_out = n.
-*/
 /* Row r of the operand as the tile loads read it, at a16 + (r - direct) * kp: rounded from
    f32, or (bf16 in) copied, zero padded to kp columns; rows past m all zeros. */
 static inline void operand_row(const void* a, int64_t lda, int a16_in, uint16_t* a16,
                                int64_t r, int64_t direct, int64_t m, int64_t k, int64_t kp) {
-  uint16_t* dst = a16 + (r - direct) * kp;
-  if (!a16_in) {
-    round_rows((const float*)a + r * lda, lda, r < m, k, dst, kp, kp, 1);
-  } else if (r < m) {
-    memcpy(dst, (const uint16_t*)a + r * lda, k * sizeof(uint16_t));
-    memset(dst + k, 0, (kp - k) * sizeof(uint16_t));
-  } else {
-    memset(dst, 0, kp * sizeof(uint16_t));
-  }
+  bf16_rows(a, a16_in, r * lda, lda, r < m, k, a16 + (r - direct) * kp, kp, kp, 1);
 }
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
@@ -213,6 +198,13 @@ static void rows_by_columns(const uint16_t* a, int64_t lda, int64_t kb_n, const 
 }
 #endif
 
+/* out[m, n] = act(bf16(a[m, k]) @ B + bias), bias may be NULL. a: rows lda apart, f32 (a16_in
+   0: rounded into the scratch a16, ceil(m/32)*32 x ceil(k/32)*32, zero padded) or bf16 values
+   already (a16_in 1: read in place where k is a multiple of 32, but for the last rows short of
+   32, which are copied into a16 zero padded; else all copied). out: f32, or (out16 1) bf16
+   rounded to nearest even from the f32 result. gated: B holds gate / up column pairs (n =
+   2 ceil(n_out / 16) * 16) and out [m, n_out] gets act(gate) * up (see block); else n_out = n.
+*/
 void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
                        const uint16_t* bp, void* out, int out16, int64_t m, int64_t n,
                        int64_t k, const float* bias, int act, int gated, int64_t n_out) {
@@ -311,15 +303,13 @@ class AmxWeight:
 
     def __init__(self, w: np.ndarray, gate_first: bool | None = None):
         self.gated = gate_first is not None
-        self.out_cols = w.shape[1] // 2 if self.gated else w.shape[1]
+        self.out_cols = int(w.shape[1]) // 2 if self.gated else int(w.shape[1])
         if self.gated:
             w = gate_up_pairs(np.asarray(w, np.float32), gate_first)
         self.k, self.n = (int(x) for x in w.shape)
         src = np.ascontiguousarray(w, np.float32)
         self.packed = aligned_empty(_up32(self.n) * _up32(self.k), np.uint16)
         _lib().amx_pack(src.ctypes.data, self.k, self.n, self.packed.ctypes.data)
-        if not self.gated:
-            self.out_cols = self.n
 
 
 BF16 = np.dtype(ml_dtypes.bfloat16)

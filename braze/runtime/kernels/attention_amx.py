@@ -70,24 +70,6 @@ static inline void transpose16(__m512i r[16]) {
   for (int i = 0; i < 16; i++) r[i] = t[i];
 }
 
-/* dst rows [0, rows) (row stride ld) columns [0, w) = bf16 of the rows [0, m) (row stride
-   lds) columns [0, n) that start `at` elements into src: f32 rounded to nearest even, or
-   (in16) bf16 values copied; zero elsewhere. */
-static inline void bf16_rows(const void* src, int in16, int64_t at, int64_t lds, int64_t m,
-                             int64_t n, uint16_t* dst, int64_t ld, int64_t w, int64_t rows) {
-  if (!in16) {
-    round_rows((const float*)src + at, lds, m, n, dst, ld, w, rows);
-    return;
-  }
-  const uint16_t* s16 = (const uint16_t*)src + at;
-  for (int64_t i = 0; i < rows; i++) {
-    uint16_t* o = dst + i * ld;
-    int64_t valid = i < m ? n : 0;
-    if (valid) memcpy(o, s16 + i * lds, valid * sizeof(uint16_t));
-    memset(o + valid, 0, (w - valid) * sizeof(uint16_t));
-  }
-}
-
 /* k^T of keys [0, kcp) (zero from kc) over d (zero from d to dp) in VNNI B tiles: tile
    (j / 16, t / 32) at ((j / 16) * dp / 32 + t / 32) * 512 holds bf16(key[j][t]) at row (t % 32)
    / 2, column j % 16, half t % 2. Per 16 keys: their rows rounded into rows (16 x dp), then

@@ -33,7 +33,7 @@ from ...ir.op import Value
 from ..codegen import cc
 from ..plan import aligned_empty
 from . import amx_gemm, blas, gemm_choice, native
-from .packed_gemm import gate_up_pairs
+from .packed_gemm import gemm_bias
 from .registry import Dispatch, Kernel, nbytes
 
 __all__ = ["available", "Bf16Weight", "bf16_weight", "rounded_source", "gemm", "gemm_kernel",
@@ -288,11 +288,11 @@ def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str,
     if has_bias and tuple(ins[2].dims) not in ((full,), ()):
         return None
     static_bias = ctx.static.get(node.inputs[2]) if has_bias else None
-    ready = None if static_bias is None else _bias(static_bias, full, gate_first)
+    ready = None if static_bias is None else gemm_bias(static_bias, full, gate_first)
 
     def run(x, w, *rest):
         out, x16 = rest[-2], rest[-1]
-        b = ready if ready is not None or not has_bias else _bias(rest[0], full, gate_first)
+        b = ready if ready is not None or not has_bias else gemm_bias(rest[0], full, gate_first)
         x = np.ascontiguousarray(x)  # held in a name: a temporary copy must outlive the call
         if not gemm(x, weight, out, b, act, x16):
             raise InterpretError(f"bf16 GEMM at node {node.label}: x {x.shape} / out "
@@ -303,10 +303,3 @@ def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str,
                   f"{describe(weight)}, {how} ({what}{', bf16 out' if out16 else ''})",
                   flops=2 * rows * full * k, bytes=nbytes(ins) + nbytes(outs),
                   scratch=(((scratch_elems(rows, k),), np.uint16),), reads=((0, src),))
-
-
-def _bias(b: np.ndarray, cols: int, gate_first: bool | None) -> np.ndarray:
-    """A bias [cols] (or a scalar) as the GEMM takes it: contiguous f32, in gate / up pairs
-    for a gated weight."""
-    full = np.ascontiguousarray(np.broadcast_to(np.asarray(b, np.float32), (cols,)))
-    return full if gate_first is None else gate_up_pairs(full, gate_first)

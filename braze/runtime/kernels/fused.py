@@ -214,8 +214,7 @@ def rounded_output(node, cast_node, ins, outs, ctx) -> Kernel | None:
 
 def _gate_up_bias(bias: np.ndarray, packed: pg.PackedWeight) -> np.ndarray:
     """A bias [2F] (or a scalar) in the gated weight's gate / up panel layout."""
-    full = np.broadcast_to(np.asarray(bias, np.float32), (2 * packed.out_cols,))
-    return pg.gate_up_pairs(full, packed.gate_first)
+    return pg.gemm_bias(bias, 2 * packed.out_cols, packed.gate_first)
 
 
 @register_kernel(FusedMatMulBiasAct)
@@ -375,11 +374,10 @@ def gated(node, ins, outs, ctx):
     out16 = outs[0].dtype.name == "bf16"  # rounded_output: the result rounded for a GEMM
     if not out16 and not is_f32(*outs):
         return None
-    fn = lib.gated_bf16 if out16 else lib.gated
 
     def run(h, out):
         h = _c(h)
-        fn(h.ctypes.data, out.ctypes.data, rows, half, gate_first, act)
+        lib.gated(h.ctypes.data, out.ctypes.data, rows, half, gate_first, act, int(out16))
 
     return Kernel(run, Dispatch.NATIVE,
                   f"C gated {node.op.act.value}" + (", bf16 out" if out16 else ""),

@@ -49,15 +49,8 @@ static inline uint16_t to_bf16(uint32_t u) {
   return (uint16_t)(nan ? ((u >> 16) | 0x40u) : ((u + 0x7fffu + ((u >> 16) & 1u)) >> 16));
 }
 
-/* x rounded to the nearest bf16 value, as an f32 (the union's punning is defined in GCC; a
-   pointer cast is not, and let GCC keep a stale value). */
-static inline float bf16_value(float x) {
-  union { float f; uint32_t u; } c = {x};
-  c.u = (uint32_t)to_bf16(c.u) << 16;
-  return c.f;
-}
-
-/* The bf16 nearest to x (ties to even), and the f32 value of a bf16. */
+/* The bf16 nearest to x (ties to even), and the f32 value of a bf16 (the union's punning is
+   defined in GCC; a pointer cast is not, and let GCC keep a stale value). */
 static inline uint16_t f32_to_bf16(float x) {
   union { float f; uint32_t u; } c = {x};
   return to_bf16(c.u);
@@ -66,6 +59,9 @@ static inline float bf16_to_f32(uint16_t h) {
   union { uint32_t u; float f; } c = {(uint32_t)h << 16};
   return c.f;
 }
+
+/* x rounded to the nearest bf16 value, as an f32. */
+static inline float bf16_value(float x) { return bf16_to_f32(f32_to_bf16(x)); }
 
 /* x[0, n) rounded to bf16 values in place. */
 static inline void round_span(float* x, int64_t n) {
@@ -84,6 +80,23 @@ static inline void round_rows(const float* src, int64_t lds, int64_t m, int64_t 
     #pragma omp simd
     for (int64_t c = 0; c < n; c++) o[c] = to_bf16(s[c]);
     for (int64_t c = n; c < w; c++) o[c] = 0;
+  }
+}
+
+/* round_rows of the rows that start `at` elements into src, where src holds f32 values, or
+   (in16) bf16 values already, copied as they are. */
+static inline void bf16_rows(const void* src, int in16, int64_t at, int64_t lds, int64_t m,
+                             int64_t n, uint16_t* dst, int64_t ld, int64_t w, int64_t rows) {
+  if (!in16) {
+    round_rows((const float*)src + at, lds, m, n, dst, ld, w, rows);
+    return;
+  }
+  const uint16_t* s16 = (const uint16_t*)src + at;
+  for (int64_t i = 0; i < rows; i++) {
+    uint16_t* o = dst + i * ld;
+    int64_t valid = i < m ? n : 0;
+    if (valid) memcpy(o, s16 + i * lds, valid * sizeof(uint16_t));
+    memset(o + valid, 0, (w - valid) * sizeof(uint16_t));
   }
 }
 #endif
@@ -248,23 +261,10 @@ void rope(const float* x, const float* cosv, const float* sinv, float* y, int64_
   }
 }
 
-/* out[r, :n] = act(gate) * up, the halves of h[r, :2n] (gate first or second). */
-void gated(const float* h, float* out, int64_t rows, int64_t n, int gate_first, int act) {
-  #pragma omp parallel for schedule(static) if(rows * n > BRAZE_PAR_MIN)
-  for (int64_t r = 0; r < rows; r++) {
-    const float* g = h + r * 2 * n + (gate_first ? 0 : n);
-    const float* u = h + r * 2 * n + (gate_first ? n : 0);
-    float* o = out + r * n;
-    act_span(g, 0, o, n, act);
-    #pragma omp simd
-    for (int64_t i = 0; i < n; i++) o[i] *= u[i];
-  }
-}
-
-/* gated's result rounded to bf16 (nearest even) into out [rows, n]: the bf16 policy's rounding
-   of the next GEMM's operand, written here instead of the f32 values. */
-void gated_bf16(const float* h, uint16_t* out, int64_t rows, int64_t n, int gate_first,
-                int act) {
+/* out[r, :n] = act(gate) * up, the halves of h[r, :2n] (gate first or second): f32, or (out16)
+   rounded to bf16 (nearest even), the bf16 policy's rounding of the next GEMM's operand. */
+void gated(const float* h, void* out, int64_t rows, int64_t n, int gate_first, int act,
+           int out16) {
   #pragma omp parallel if(rows * n > BRAZE_PAR_MIN)
   {
     float buf[512];
@@ -274,10 +274,11 @@ void gated_bf16(const float* h, uint16_t* out, int64_t rows, int64_t n, int gate
       const float* u = h + r * 2 * n + (gate_first ? n : 0);
       for (int64_t c0 = 0; c0 < n; c0 += 512) {
         int64_t w = n - c0 < 512 ? n - c0 : 512;
-        act_span(g + c0, 0, buf, w, act);
+        float* o = out16 ? buf : (float*)out + r * n + c0;
+        act_span(g + c0, 0, o, w, act);
         #pragma omp simd
-        for (int64_t i = 0; i < w; i++) buf[i] *= u[c0 + i];
-        round_rows(buf, w, 1, w, out + r * n + c0, w, w, 1);
+        for (int64_t i = 0; i < w; i++) o[i] *= u[c0 + i];
+        if (out16) round_rows(buf, w, 1, w, (uint16_t*)out + r * n + c0, w, w, 1);
       }
     }
   }
@@ -286,7 +287,6 @@ void gated_bf16(const float* h, uint16_t* out, int64_t rows, int64_t n, int gate
 
 _I64, _F32, _INT, _P = ctypes.c_int64, ctypes.c_float, ctypes.c_int, ctypes.c_void_p
 _SIGNATURES = {
-    "gated_bf16": [_P, _P, _I64, _I64, _INT, _INT],
     "braze_set_threads": [_INT],
     "braze_max_threads": ([], _INT),
     "bias_act": [_P, _P, _I64, _I64, _INT],
@@ -295,7 +295,7 @@ _SIGNATURES = {
     "row_norm": [_P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _F32, _INT],
     "softmax_rows": [_P, _P, _I64, _I64],
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
-    "gated": [_P, _P, _I64, _I64, _INT, _INT],
+    "gated": [_P, _P, _I64, _I64, _INT, _INT, _INT],
 }
 
 

@@ -47,7 +47,7 @@ from ..plan import aligned_empty
 from . import native
 
 __all__ = ["PackedWeight", "lib", "pack", "gemm", "pack_gated", "gemm_gated", "gate_up_pairs",
-           "PANEL"]
+           "gemm_bias", "PANEL"]
 
 PANEL = 16  # columns per packed panel (NR)
 
@@ -376,6 +376,13 @@ def gate_up_pairs(w: np.ndarray, gate_first: bool) -> np.ndarray:
         padded[..., :f] = half
         out[..., i, :] = padded.reshape(lead + (fp // PANEL, PANEL))
     return out.reshape(lead + (2 * fp,))
+
+
+def gemm_bias(b: np.ndarray, cols: int, gate_first: bool | None = None) -> np.ndarray:
+    """A bias [cols] (or a scalar) as the GEMMs take it: contiguous float32, and for a gated
+    weight (gate_first set) in its gate / up pair layout (gate_up_pairs)."""
+    full = np.ascontiguousarray(np.broadcast_to(np.asarray(b, np.float32), (cols,)))
+    return full if gate_first is None else gate_up_pairs(full, gate_first)
 
 
 def pack_gated(w: np.ndarray, gate_first: bool = True) -> PackedWeight | None:
