@@ -89,28 +89,66 @@ void amx_pack(const float* w, int64_t k, int64_t n, uint16_t* out) {
       }
 }
 
-/* x[i] = GELU(x[i] + bias[i]) = v (1 + erf(v / sqrt 2)) / 2 for values rounded to bf16 next
-   (bias may be NULL): erf(z) as z P(z^2) / Q(z^2) on |z| <= 3.92 (erf rounds to 1 beyond), a
-   rational fit with relative error 1.9e-8 in exact arithmetic, at most ~7 float32 ulp of erf
-   evaluated in float32. Rounded to bf16 it matches the exact GELU but at near ties (1.3e-5 of
-   normal inputs with v > -1.5, libmvec's erff 1.2e-5); for v < -1.5, 1 + erf cancels as in
-   libmvec's form (absolute error a few ulps of v). No calls, so it vectorizes: with
-   libmvec's erff the GELU epilogue cost up to as much again as a 1024 x 384 x 1536 product. */
-static inline void gelu_for_bf16(float* x, const float* bias, int64_t n) {
-  #pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    float v = bias ? x[i] + bias[i] : x[i];
-    float z = fminf(fabsf(v) * 0.70710678118654752f, 3.92f), t = z * z;
-    float p = ((((2.050087687e-06f * t + 2.848568547e-04f) * t + 3.764878958e-03f) * t
-                + 5.274640024e-02f) * t + 1.903905869e-01f) * t + 1.128379107e+00f;
-    float q = ((((3.809036207e-05f * t + 1.162339468e-03f) * t + 1.496774051e-02f) * t
-                + 1.141023487e-01f) * t + 5.020620227e-01f) * t + 1.0f;
-    float e = copysignf(fminf(z * p / q, 1.0f), v);
-    x[i] = 0.5f * v * (1.0f + e);
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+#define SPLAT _mm512_set1_ps
+/* GELU(v) for 16 values: see gelu_row_bf16. */
+static inline __m512 gelu_erf16(__m512 v) {
+  const __m512 one = SPLAT(1.0f);
+  __m512 z = _mm512_min_ps(_mm512_mul_ps(_mm512_abs_ps(v), SPLAT(0.70710678118654752f)),
+                           SPLAT(3.92f));
+  __m512 t = _mm512_mul_ps(z, z);
+  __m512 p = _mm512_fmadd_ps(SPLAT(2.050087687e-06f), t, SPLAT(2.848568547e-04f));
+  p = _mm512_fmadd_ps(p, t, SPLAT(3.764878958e-03f));
+  p = _mm512_fmadd_ps(p, t, SPLAT(5.274640024e-02f));
+  p = _mm512_fmadd_ps(p, t, SPLAT(1.903905869e-01f));
+  p = _mm512_fmadd_ps(p, t, SPLAT(1.128379107e+00f));
+  __m512 q = _mm512_fmadd_ps(SPLAT(3.809036207e-05f), t, SPLAT(1.162339468e-03f));
+  q = _mm512_fmadd_ps(q, t, SPLAT(1.496774051e-02f));
+  q = _mm512_fmadd_ps(q, t, SPLAT(1.141023487e-01f));
+  q = _mm512_fmadd_ps(q, t, SPLAT(5.020620227e-01f));
+  q = _mm512_fmadd_ps(q, t, one);
+  __m512 r = _mm512_rcp14_ps(q);                   /* 1 / q to 2^-14, then one Newton step */
+  r = _mm512_fmadd_ps(_mm512_fnmadd_ps(q, r, one), r, r);
+  __m512 e = _mm512_min_ps(_mm512_mul_ps(_mm512_mul_ps(z, p), r), one);
+  e = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(e),   /* erf's sign is v's */
+        _mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32((int)0x80000000u))));
+  __m512 h = _mm512_mul_ps(v, SPLAT(0.5f));
+  return _mm512_fmadd_ps(h, e, h);
+}
+
+/* The bf16 nearest (ties to even; NaN kept quiet) to each of 16 f32 values. */
+static inline __m256i bf16_round16(__m512 x) {
+  __m512i u = _mm512_castps_si512(x);
+  __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(
+      _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), odd), 16);
+  __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                          _mm512_set1_epi32(0x7f800000));
+  r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+/* o[c] = bf16(GELU(x[c] + bias[c])) for c < n <= 32 (bias may be NULL): GELU(v) = v (1 +
+   erf(v / sqrt 2)) / 2 with erf(z) as z P(z^2) / Q(z^2) on |z| <= 3.92 (erf rounds to 1
+   beyond), a rational fit with relative error 1.9e-8 in exact arithmetic, ~7 float32 ulp of
+   erf as evaluated (1 / Q from rcp14 and a Newton step). Rounded to bf16 it matches the
+   exact GELU but at near ties (~1e-5 of normal inputs with v > -1.5, as libmvec's erff); for
+   v < -1.5, 1 + erf cancels as in libmvec's form (absolute error a few ulps of v). No calls
+   and no division: libmvec's erff made the GELU epilogue cost up to as much again as a 1024 x
+   384 x 1536 product, and a division per 16 values most of what was left. */
+static inline void gelu_row_bf16(const float* x, const float* bias, uint16_t* o, int64_t n) {
+  for (int64_t c = 0; c < n; c += 16) {
+    __mmask16 m = n - c >= 16 ? 0xffff : (__mmask16)((1u << (n - c)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(m, x + c);
+    if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c));
+    _mm256_mask_storeu_epi16(o + c, m, bf16_round16(gelu_erf16(v)));
   }
 }
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+/* x[c] = GELU(x[c]) in f32 for c < 16, as gelu_row_bf16 computes it (a gated block's gate). */
+static inline void gelu_gate(float* x) {
+  _mm512_storeu_ps(x, gelu_erf16(_mm512_loadu_ps(x)));
+}
 """ + TILE_CONFIG + r"""
 
 /* One 32 x 32 block of the product: rows r0.., columns nb*32.., from a0 (its first row of
@@ -149,15 +187,18 @@ static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t*
   _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
   _tile_stored(2, tmp + 512, 128); _tile_stored(3, tmp + 528, 128);
   int64_t width = gated ? 16 : cols;   /* the values act applies to, per row */
+  if (out16 && act == GELU_ERF && !gated) {   /* GELU and rounding in one pass */
+    for (int64_t r = 0; r < rows; r++) gelu_row_bf16(tmp + r * 32, bias, out16 + r * ld, cols);
+    return;
+  }
   for (int64_t r = 0; r < rows && (bias || act); r++) {
     float* t = tmp + r * 32;
     if (gated && bias) {
       #pragma omp simd
       for (int c = 0; c < 32; c++) t[c] += bias[c];
     }
-    const float* b = gated ? 0 : bias;
-    if (out16 && act == GELU_ERF) gelu_for_bf16(t, b, width);
-    else act_span(t, b, t, width, act);
+    if (out16 && act == GELU_ERF) gelu_gate(t);
+    else act_span(t, gated ? 0 : bias, t, width, act);
     if (gated) {
       #pragma omp simd
       for (int c = 0; c < 16; c++) t[c] *= t[16 + c];
