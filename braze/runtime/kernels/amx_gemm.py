@@ -91,7 +91,7 @@ void amx_pack(const float* w, int64_t k, int64_t n, uint16_t* out) {
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 #define SPLAT _mm512_set1_ps
-/* GELU(v) for 16 values: see gelu_row_bf16. */
+/* GELU(v) for 16 values: see row_bf16. */
 static inline __m512 gelu_erf16(__m512 v) {
   const __m512 one = SPLAT(1.0f);
   __m512 z = _mm512_min_ps(_mm512_mul_ps(_mm512_abs_ps(v), SPLAT(0.70710678118654752f)),
@@ -128,7 +128,8 @@ static inline __m256i bf16_round16(__m512 x) {
   return _mm512_cvtepi32_epi16(r);
 }
 
-/* o[c] = bf16(GELU(x[c] + bias[c])) for c < n <= 32 (bias may be NULL): GELU(v) = v (1 +
+/* o[c] = bf16(x[c] + bias[c]), or gelu: bf16(GELU(x[c] + bias[c])), for c < n <= 32 (bias
+   may be NULL), in one pass. GELU(v) = v (1 +
    erf(v / sqrt 2)) / 2 with erf(z) as z P(z^2) / Q(z^2) on |z| <= 3.92 (erf rounds to 1
    beyond), a rational fit with relative error 1.9e-8 in exact arithmetic, ~7 float32 ulp of
    erf as evaluated (1 / Q from rcp14 and a Newton step). Rounded to bf16 it matches the
@@ -136,16 +137,17 @@ static inline __m256i bf16_round16(__m512 x) {
    v < -1.5, 1 + erf cancels as in libmvec's form (absolute error a few ulps of v). No calls
    and no division: libmvec's erff made the GELU epilogue cost up to as much again as a 1024 x
    384 x 1536 product, and a division per 16 values most of what was left. */
-static inline void gelu_row_bf16(const float* x, const float* bias, uint16_t* o, int64_t n) {
+static inline void row_bf16(const float* x, const float* bias, uint16_t* o, int64_t n,
+                            int gelu) {
   for (int64_t c = 0; c < n; c += 16) {
     __mmask16 m = n - c >= 16 ? 0xffff : (__mmask16)((1u << (n - c)) - 1);
     __m512 v = _mm512_maskz_loadu_ps(m, x + c);
     if (bias) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bias + c));
-    _mm256_mask_storeu_epi16(o + c, m, bf16_round16(gelu_erf16(v)));
+    _mm256_mask_storeu_epi16(o + c, m, bf16_round16(gelu ? gelu_erf16(v) : v));
   }
 }
 
-/* x[c] = GELU(x[c]) in f32 for c < 16, as gelu_row_bf16 computes it (a gated block's gate). */
+/* x[c] = GELU(x[c]) in f32 for c < 16, as row_bf16 computes it (a gated block's gate). */
 static inline void gelu_gate(float* x) {
   _mm512_storeu_ps(x, gelu_erf16(_mm512_loadu_ps(x)));
 }
@@ -187,8 +189,11 @@ static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t*
   _tile_stored(0, tmp, 128); _tile_stored(1, tmp + 16, 128);
   _tile_stored(2, tmp + 512, 128); _tile_stored(3, tmp + 528, 128);
   int64_t width = gated ? 16 : cols;   /* the values act applies to, per row */
-  if (out16 && act == GELU_ERF && !gated) {   /* GELU and rounding in one pass */
-    for (int64_t r = 0; r < rows; r++) gelu_row_bf16(tmp + r * 32, bias, out16 + r * ld, cols);
+  if (out16 && (act == 0 || act == GELU_ERF) && !gated) {   /* bias, GELU, rounding: 1 pass */
+    if (act == GELU_ERF)
+      for (int64_t r = 0; r < rows; r++) row_bf16(tmp + r * 32, bias, out16 + r * ld, cols, 1);
+    else
+      for (int64_t r = 0; r < rows; r++) row_bf16(tmp + r * 32, bias, out16 + r * ld, cols, 0);
     return;
   }
   for (int64_t r = 0; r < rows && (bias || act); r++) {
