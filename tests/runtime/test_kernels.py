@@ -248,6 +248,26 @@ def test_kernels_above_the_parallel_threshold_match():
     assert {"fused_residual_ln", "softmax", "gelu", "fused_swiglu"} <= _native_kinds(exe)
 
 
+@pytest.mark.parametrize("rms", [False, True])
+def test_row_norms_threaded_from_their_own_threshold(rms):
+    """Row norms take both threads from cc.PARALLEL_MIN_NORM_ELEMENTS (below the other
+    memory-bound kernels' bar): residual sum and norm at that size against the interpreter."""
+    from braze.runtime.codegen import cc
+
+    cols = 384
+    rows = cc.PARALLEL_MIN_NORM_ELEMENTS // cols + 5
+    assert cc.PARALLEL_MIN_NORM_ELEMENTS <= rows * cols < cc.PARALLEL_MIN_ELEMENTS
+    g = bz.Graph("norms")
+    x = g.input("x", bz.Shape((rows, cols)))
+    r = g.input("r", bz.Shape((rows, cols)))
+    gamma = g.param("g", bz.Shape((cols,)))
+    norm = g.fused_residual_rms_norm if rms else g.fused_residual_ln
+    y, s = norm(x, r, gamma, None, eps=1e-5, expose_sum=True)
+    g.set_outputs([y, s])
+    exe = _compiled_matches(g, rtol=1e-4, atol=1e-5, seeds=(0, 1))
+    assert ("fused_residual_rms_norm" if rms else "fused_residual_ln") in _native_kinds(exe)
+
+
 @pytest.mark.parametrize("x_shape", [(3, 7, 13), (300, 13), (1, 13)])
 def test_plain_matmul_with_2d_weights(x_shape, monkeypatch):
     monkeypatch.setenv("BRAZE_PACKED_GEMM", "0")  # the BLAS path (packed is the default)

@@ -26,7 +26,7 @@ from pathlib import Path
 __all__ = ["available", "compile_c", "load_library", "set_omp_spin", "cache_dir", "FLAGS",
            "cpu_flags",
            "PRECISE_FLAGS", "CompileError", "simd_math_decls", "PARALLEL_MIN_ELEMENTS",
-           "PARALLEL_MIN_MACS", "team_size", "parallel_min_define"]
+           "PARALLEL_MIN_NORM_ELEMENTS", "PARALLEL_MIN_MACS", "team_size", "parallel_min_define"]
 
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11")
 PRECISE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
@@ -60,6 +60,14 @@ a core, while the whole of a [128, 768] LayerNorm takes 0.06 ms on one. GPT-2 at
 13% in [1024, 384] ones (8 ms each) with the bar at 2^18."""
 
 
+PARALLEL_MIN_NORM_ELEMENTS = 1 << 18
+"""Row norms (LayerNorm, RMSNorm, with or without their residual sum) take both threads from
+this many elements on: a [1024, 768] residual LayerNorm on one thread was 10% of BERT-base's
+batch-8 bf16 call. Measured in one process, the two bars alternating: BERT b8 bf16 0.88-0.91x
+the time with 2^21, MiniLM b8 0.975x, LLaMA b8 0.95-0.96x on the quiet 2-core VM; MiniLM b8
+1.06-1.09x with one busy process beside it (the barrier waits for a core, as above)."""
+
+
 PARALLEL_MIN_MACS = 1 << 22
 """Compute-bound kernels (GEMM, attention) of fewer multiply-adds than this (~4.2M, about
 0.1-0.3 ms on one core) run on the calling thread alone, MKL included. At load average 12 on
@@ -76,9 +84,11 @@ def team_size(work: int, minimum: int, threads: int) -> int:
 
 def parallel_min_define() -> str:
     """The shared parallel-work rule for C sources: `BRAZE_PAR_MIN` (elements),
+    `BRAZE_NORM_PAR_MIN` (elements of a row norm),
     `BRAZE_PAR_MIN_MACS` (multiply-adds) and `BRAZE_PARALLEL(work, minimum)`, the condition of
     an `omp parallel ... if()` (team_size's rule)."""
     return (f"#define BRAZE_PAR_MIN {PARALLEL_MIN_ELEMENTS}LL\n"
+            f"#define BRAZE_NORM_PAR_MIN {PARALLEL_MIN_NORM_ELEMENTS}LL\n"
             f"#define BRAZE_PAR_MIN_MACS {PARALLEL_MIN_MACS}LL\n"
             "#define BRAZE_PARALLEL(work, minimum) ((int64_t)(work) >= (minimum))\n")
 

@@ -201,7 +201,7 @@ void unary_act(const float* x, float* out, int64_t n, int act) {
 void row_norm(const float* x, const float* res, const float* gamma, const float* beta,
               float* y, float* sum_out, int64_t rows, int64_t cols, int64_t res_rows,
               float eps, int rms) {
-  #pragma omp parallel for schedule(static) if(rows * cols > BRAZE_PAR_MIN)
+  #pragma omp parallel for schedule(static) if(rows * cols >= BRAZE_NORM_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
     const float* xr = x + r * cols;
     float* yr = y + r * cols;
