@@ -116,8 +116,13 @@ static inline __m512 gelu_erf16(__m512 v) {
   return _mm512_fmadd_ps(h, e, h);
 }
 
-/* The bf16 nearest (ties to even; NaN kept quiet) to each of 16 f32 values. */
+/* The bf16 nearest (ties to even; NaN kept quiet) to each of 16 f32 values. With AVX512-BF16
+   one vcvtneps2bf16 (the GELU epilogue 0.93-0.97x the time), which flushes values below 2^-126
+   to zero: so does every bf16 product these values go on to (tdpbf16ps, vdpbf16ps). */
 static inline __m256i bf16_round16(__m512 x) {
+#if defined(__AVX512BF16__)
+  return (__m256i)_mm512_cvtneps_pbh(x);
+#endif
   __m512i u = _mm512_castps_si512(x);
   __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_srli_epi32(
