@@ -225,6 +225,18 @@ static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t*
    f32, or (bf16 in) copied, zero padded to kp columns; rows past m all zeros. */
 static inline void operand_row(const void* a, int64_t lda, int a16_in, uint16_t* a16,
                                int64_t r, int64_t direct, int64_t m, int64_t k, int64_t kp) {
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+  if (!a16_in && r < m) {   /* 16 values per vcvtneps2bf16 (tile products flush < 2^-126) */
+    const float* src = (const float*)a + r * lda;
+    uint16_t* dst = a16 + (r - direct) * kp;
+    for (int64_t c = 0; c < kp; c += 16) {
+      int64_t left = k - c;
+      __mmask16 mk = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+      _mm256_storeu_si256((__m256i*)(dst + c), bf16_round16(_mm512_maskz_loadu_ps(mk, src + c)));
+    }
+    return;
+  }
+#endif
   bf16_rows(a, a16_in, r * lda, lda, r < m, k, a16 + (r - direct) * kp, kp, kp, 1);
 }
 
