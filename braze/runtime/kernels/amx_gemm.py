@@ -159,22 +159,26 @@ static inline void gelu_gate(float* x) {
 """ + TILE_CONFIG + r"""
 
 /* One 32 x 32 block of the product: rows r0.., columns nb*32.., from a0 (its first row of
-   bf16 A, rows lda apart, kb_n blocks of 32 columns) and the column block's packed B; then
-   the epilogue into out (f32) or, out16 given, out16 (rounded to bf16), both with row stride
-   ld, `rows` x `cols` valid values: bias + act (cols of the block's 32), or gated: the block
-   is 16 gate columns then the matching 16 up columns (weight packed by gate_up_pairs), bias
-   added to both, and the output act(gate) * up (cols of 16). */
-static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t* bcol,
-                  int prefetch, float* out, uint16_t* out16, int64_t ld, int64_t rows,
-                  int64_t cols, const float* bias, int act, int gated, float* tmp) {
+   bf16 A, rows lda apart, kb_n blocks of 32 columns; packed: in operand_row's layout) and the
+   column block's packed B; then the epilogue into out (f32) or, out16 given, out16 (rounded
+   to bf16), both with row stride ld, `rows` x `cols` valid values: bias + act (cols of the
+   block's 32), or gated: the block is 16 gate columns then the matching 16 up columns
+   (weight packed by gate_up_pairs), bias added to both, and the output act(gate) * up (cols
+   of 16). */
+static void block(const uint16_t* a0, int64_t lda, int packed, int64_t kb_n,
+                  const uint16_t* bcol, int prefetch, float* out, uint16_t* out16, int64_t ld,
+                  int64_t rows, int64_t cols, const float* bias, int act, int gated,
+                  float* tmp) {
+  /* A's tiles: rows lda apart, or (packed) each 16 x 32 tile in 1 KiB of its own */
+  int64_t step = packed ? 512 : 32, stride = packed ? 64 : lda * 2;
   _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
   for (int64_t kb = 0; kb < kb_n; kb++) {
     if (prefetch && kb + PF < kb_n) {
       const char* pf = (const char*)(bcol + (kb + PF) * 1024);
       for (int l = 0; l < 2048; l += 64) _mm_prefetch(pf + l, _MM_HINT_T0);
     }
-    _tile_loadd(4, a0 + kb * 32, lda * 2);
-    _tile_loadd(5, a0 + 16 * lda + kb * 32, lda * 2);
+    _tile_loadd(4, a0 + kb * step, stride);
+    _tile_loadd(5, a0 + 16 * lda + kb * step, stride);
     _tile_loadd(6, bcol + kb * 1024, 64);
     _tile_loadd(7, bcol + kb * 1024 + 512, 64);
     _tile_dpbf16ps(0, 4, 6);
@@ -221,30 +225,33 @@ static void block(const uint16_t* a0, int64_t lda, int64_t kb_n, const uint16_t*
 }
 #endif
 
-/* Row r of the operand as the tile loads read it, at a16 + (r - direct) * kp: rounded from
-   f32, or (bf16 in) copied, zero padded to kp columns; rows past m all zeros. */
+#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
+/* Row r of the operand, rounded from f32 (vcvtneps2bf16 where the CPU has it: the tile
+   products flush what it flushes) or (bf16 in) copied, zero padded to kp columns (rows past m
+   all zeros), into a16 packed for the tile loads: row i = r - direct of 16-row group i / 16
+   has its 32-column pieces 512 values apart, at a16 + (i / 16) 16 kp + (i % 16) 32, so each
+   16 x 32 tile is 1 KiB of consecutive memory (a tile load of rows kp apart touches 16 lines
+   across the L2; MiniLM's 1024 x 384 x 1536 at 0.9x the time packed). */
 static inline void operand_row(const void* a, int64_t lda, int a16_in, uint16_t* a16,
                                int64_t r, int64_t direct, int64_t m, int64_t k, int64_t kp) {
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-  if (!a16_in && r < m) {   /* 16 values per vcvtneps2bf16 (tile products flush < 2^-126) */
-    const float* src = (const float*)a + r * lda;
-    uint16_t* dst = a16 + (r - direct) * kp;
-    for (int64_t c = 0; c < kp; c += 16) {
-      int64_t left = k - c;
-      __mmask16 mk = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
-      _mm256_storeu_si256((__m256i*)(dst + c), bf16_round16(_mm512_maskz_loadu_ps(mk, src + c)));
-    }
-    return;
+  int64_t i = r - direct;
+  uint16_t* dst = a16 + i / 16 * 16 * kp + i % 16 * 32;
+  const float* src = (const float*)a + r * lda;
+  const uint16_t* src16 = (const uint16_t*)a + r * lda;
+  for (int64_t c = 0; c < kp; c += 16) {
+    int64_t left = r < m ? k - c : 0;
+    __mmask16 mk = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
+    __m256i v = a16_in ? _mm256_maskz_loadu_epi16(mk, src16 + c)
+                       : bf16_round16(_mm512_maskz_loadu_ps(mk, src + c));
+    _mm256_storeu_si256((__m256i*)(dst + c / 32 * 512 + c % 32), v);
   }
-#endif
-  bf16_rows(a, a16_in, r * lda, lda, r < m, k, a16 + (r - direct) * kp, kp, kp, 1);
 }
 
-#if defined(__AMX_TILE__) && defined(__AMX_BF16__)
 /* Rows [m0, m1) of the product (A row r at a + (r - m0) * lda) times column blocks
    [nb0, nb1). */
-static void rows_by_columns(const uint16_t* a, int64_t lda, int64_t kb_n, const uint16_t* bp,
-                            int64_t m0, int64_t m1, int64_t nb0, int64_t nb1, void* out,
+static void rows_by_columns(const uint16_t* a, int64_t lda, int packed, int64_t kb_n,
+                            const uint16_t* bp, int64_t m0, int64_t m1, int64_t nb0,
+                            int64_t nb1, void* out,
                             int out16, int64_t m, int64_t n_out, const float* bias, int act,
                             int gated, float* tmp) {
   for (int64_t nb = nb0; nb < nb1; nb++) {
@@ -253,9 +260,9 @@ static void rows_by_columns(const uint16_t* a, int64_t lda, int64_t kb_n, const 
     int64_t cols = n_out - c0 < (gated ? 16 : 32) ? n_out - c0 : (gated ? 16 : 32);
     for (int64_t r0 = m0; r0 < m1; r0 += 32) {
       int64_t rows = m - r0 < 32 ? m - r0 : 32, at = r0 * n_out + c0;
-      block(a + (r0 - m0) * lda, lda, kb_n, bcol, r0 == m0, out16 ? 0 : (float*)out + at,
-            out16 ? (uint16_t*)out + at : 0, n_out, rows, cols, bias ? bias + nb * 32 : 0, act,
-            gated, tmp);
+      block(a + (r0 - m0) * lda, lda, packed, kb_n, bcol, r0 == m0,
+            out16 ? 0 : (float*)out + at, out16 ? (uint16_t*)out + at : 0, n_out, rows, cols,
+            bias ? bias + nb * 32 : 0, act, gated, tmp);
     }
   }
 }
@@ -300,8 +307,8 @@ void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
       for (int64_t m0 = 0; m0 < mp; m0 += size) {
         int64_t m1 = m0 + size < mp ? m0 + size : mp;
         for (int64_t r = m0; r < m1; r++) operand_row(a, lda, a16_in, a16, r, 0, m, k, kp);
-        rows_by_columns(a16 + m0 * kp, kp, kb_n, bp, m0, m1, 0, nb_n, out, out16, m, n_out,
-                        bias, act, gated, tmp);
+        rows_by_columns(a16 + m0 * kp, kp, 1, kb_n, bp, m0, m1, 0, nb_n, out, out16, m,
+                        n_out, bias, act, gated, tmp);
       }
     } else {
       #pragma omp for schedule(static)
@@ -312,11 +319,11 @@ void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
         int64_t mid = direct < m0 ? m0 : direct < m1 ? direct : m1;
         int64_t nb0 = nb_n * t / nt, nb1 = nb_n * (t + 1) / nt;
         if (mid > m0)   /* rows read in place */
-          rows_by_columns(a_in + m0 * lda, lda, kb_n, bp, m0, mid, nb0, nb1, out, out16, m,
-                          n_out, bias, act, gated, tmp);
+          rows_by_columns(a_in + m0 * lda, lda, 0, kb_n, bp, m0, mid, nb0, nb1, out, out16,
+                          m, n_out, bias, act, gated, tmp);
         if (m1 > mid)   /* rows from a16 */
-          rows_by_columns(a16 + (mid - direct) * kp, kp, kb_n, bp, mid, m1, nb0, nb1, out,
-                          out16, m, n_out, bias, act, gated, tmp);
+          rows_by_columns(a16 + (mid - direct) * kp, kp, 1, kb_n, bp, mid, m1, nb0, nb1,
+                          out, out16, m, n_out, bias, act, gated, tmp);
       }
     }
     _tile_release();
