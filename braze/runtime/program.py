@@ -132,11 +132,27 @@ class Program:
         """The outputs for `feeds`; with `copy=False` they are views of the arena (and of
         static values), valid until the next run of any program sharing the arena. Never views
         of a feed: an output that would be one has its feed copied into the arena."""
-        for call in self.bound_calls(feeds):
-            call()
+        calls = self.bound_calls(feeds)
+        done = 0
+        try:
+            for call in calls:
+                call()
+                done += 1
+        except InterpretError:
+            raise
+        except Exception as e:  # name the step's node and keep the cause, as interpret does
+            raise self._step_error(done, e) from e
         if copy:
             return [out.copy() for out in self.outputs]
         return list(self.outputs)
+
+    def _step_error(self, index: int, error: Exception) -> InterpretError:
+        """What a failed step raises: the node it runs, where it came from, the cause (an index
+        out of range in a gather, a kernel refusing its arrays)."""
+        node = self.steps[index].node
+        where = f" from {node.provenance}" if node.provenance else ""
+        return InterpretError(f"while running node {node.label}{where} compiled: "
+                              f"{type(error).__name__}: {error}")
 
     def profile(self, feeds: Mapping[str, np.ndarray]) -> list[tuple[Step, float]]:
         """Run once, timing every step's bound call."""

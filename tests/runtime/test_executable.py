@@ -100,6 +100,29 @@ def test_bad_feeds_are_clear_errors():
         bz.compile(g)(bz.random_feeds(g, 0))
 
 
+@pytest.mark.parametrize("axis", [0, 1])
+def test_gather_indices_wrap_only_when_negative_and_out_of_range_is_an_error(axis):
+    """The compiled gather takes NumPy's fast path after checking the indices itself:
+    negative indices count from the end, as the reference's; one out of range raises a braze
+    error naming the node, not a raw IndexError (nor a silently wrapped row)."""
+    g = bz.Graph("emb")
+    table = g.input("t", bz.Shape((10, 6)))
+    ids = g.input("ids", bz.Shape((2, 3), bz.i64))
+    g.set_outputs([g.gather(table, ids, axis=axis)])
+    exe = bz.compile(g, fuse=False)
+    n = 10 if axis == 0 else 6
+    t = np.random.default_rng(0).standard_normal((10, 6)).astype(np.float32)
+    good = np.array([[0, -1, n - 1], [-n, 2, 1]])
+    want = bz.interpret(g, {"t": t, "ids": good})[0]
+    np.testing.assert_array_equal(exe({"t": t, "ids": good})[0], want)
+    for bad in (n, -n - 1):
+        ids_bad = good.copy()
+        ids_bad[1, 2] = bad
+        with pytest.raises(bz.InterpretError, match=r"gather.*out of bounds"):
+            exe({"t": t, "ids": ids_bad})
+    np.testing.assert_array_equal(exe({"t": t, "ids": good})[0], want)  # still runs after
+
+
 def test_profile_names_every_step():
     g = models.bert_encoder(1, 32, 2, batch=1, seq=4)
     exe = bz.compile(g, params=bz.init_params(g, 0))

@@ -157,7 +157,13 @@ def gather(node, ins, outs, ctx):
     ax = node.op.axis
 
     def run(x, idx, out):
-        np.take(x, idx, axis=ax, out=out)
+        # NumPy buffers `out` when it checks the indices itself (mode "raise"): checked here
+        # first, a gather of 1024 rows of 384 took 0.17 ms instead of 0.46. An index out of
+        # range still raises, as the reference does; "wrap" only maps negative ones.
+        n = x.shape[ax]
+        if idx.size and (idx.min() < -n or idx.max() >= n):
+            np.take(x, idx, axis=ax, out=out)
+        np.take(x, idx, axis=ax, out=out, mode="wrap")
 
     return Kernel(run, Dispatch.NATIVE, "gather", bytes=nbytes(outs) * 2)
 
