@@ -3,13 +3,15 @@
 
 The weight is packed once, at its bf16 size, into VNNI tile pairs: for each block of 32
 columns and 32 rows of k, two 16 x 32 bf16 tiles (pairs of k per column). A call rounds the
-operand to bf16 (nearest even) into a scratch padded to 32-row / 32-column multiples, then
-each thread takes blocks of 32 output columns and, for each block of 32 rows, accumulates four
-16 x 16 f32 tiles with `tdpbf16ps` over k (2 A tiles x 2 B tiles; the next B tiles are
-prefetched on the first row block), stores them and applies bias + activation while the block
-is in cache. Rows go in chunks of 256 so a chunk of the operand stays in L2 across the column
-blocks. Products of bf16 values are exact in f32 and the tiles accumulate in f32: the same
-numbers as MKL's bf16 GEMM up to the order of the sums. An operand whose values are bf16
+operand to bf16 (nearest even) into a scratch padded to 32-row / 32-column multiples and packed
+tile by tile (each 16 x 32 tile in 1 KiB of its own), then accumulates 32 x 32 blocks of the
+product as four 16 x 16 f32 tiles with `tdpbf16ps` over k (2 A tiles x 2 B tiles; the next B
+tiles are prefetched on the first row block), stores them and applies bias + activation
+(+ rounding to bf16) in one vector pass per row while the block is in cache. Threads split
+the rows (a thread rounds the chunks of rows it multiplies, which stay in its L2) or, for an
+operand read in place or a weight far wider than the operand, the columns; rows go in chunks
+of at most 256. Products of bf16 values are exact in f32 and the tiles accumulate in f32: the
+same numbers as MKL's bf16 GEMM up to the order of the sums. An operand whose values are bf16
 already (the bf16 hand-off, fused.rounded_output) is read in place where k is a multiple of
 32 (only the last rows short of a 32-row block are copied into the padded scratch), and the
 result can leave as bf16, rounded to nearest even after bias and activation, for the next
