@@ -142,6 +142,22 @@ def test_opt_out_keeps_two_steps(switch, monkeypatch):
     assert _one_gemm_kinds(exe) == ["fused_matmul_bias_act", "fused_swiglu"]
 
 
+def test_mkl_packed_product_runs_before_the_gated_kernel(monkeypatch):
+    """Where MKL's packed sgemm is the choice for the plain product by the gate / up weight,
+    the MLP runs as that product and the gated kernel after it (faster than braze's packed
+    GEMM with the gated epilogue there), with the same numbers."""
+    from braze.runtime.kernels import mkl_packed
+
+    if not mkl_packed.available():
+        pytest.skip("MKL's packed sgemm is not installed")
+    monkeypatch.setenv("BRAZE_FP32_GEMM", "mkl_packed")
+    exe = _run_matches(_mlp(2, 7, 40, 24, bias=True))
+    assert not _gated_steps(exe)
+    rows = {kind: impl for _, kind, _, impl in exe.dispatch_report().rows}
+    assert rows["fused_matmul_bias_act"].startswith("MKL packed-weight sgemm")
+    assert _one_gemm_kinds(exe) == ["fused_matmul_bias_act", "fused_swiglu"]
+
+
 def test_fusion_pipeline_llama_mlp_runs_gated():
     g = llama_decoder(layers=2, hidden=48, heads=4, kv_heads=2,
                       intermediate=70, batch=2, seq=5, seed=0)
