@@ -44,6 +44,26 @@ def test_matches_numpy(rows, k, n, epilogue):
 
 
 @needs_amx
+@pytest.mark.parametrize("rows,k,n", [(200, 64, 48), (256, 96, 40), (96, 64, 1000),
+                                      (130, 40, 24), (33, 64, 32), (1030, 128, 72)])
+@pytest.mark.parametrize("out16", [False, True])
+def test_bf16_operand_matches_numpy_split_by_rows_or_columns(rows, k, n, out16):
+    """An operand of bf16 values (the hand-off) read in place in whole 32-row blocks and
+    copied for the rest (or all copied where k is no multiple of 32), through both the row
+    split (an operand tall against the weight) and the column split; f32 or bf16 out."""
+    rng = np.random.default_rng(rows + k + n)
+    x = ml_dtypes.bfloat16(rng.standard_normal((rows, k)))
+    w = _bf16(rng.standard_normal((k, n), dtype=np.float32))
+    bias = rng.standard_normal(n, dtype=np.float32)
+    out = np.full((rows, n), np.nan, ml_dtypes.bfloat16 if out16 else np.float32)
+    x16 = np.zeros(amx_gemm.scratch_elems(rows, k), np.uint16)
+    assert amx_gemm.gemm(x, amx_gemm.AmxWeight(w), out, bias, 0, x16)
+    want = x.astype(np.float64) @ w + bias
+    tol = 2.0 ** -8 if out16 else 1e-5
+    np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol, atol=tol * np.sqrt(k))
+
+
+@needs_amx
 def test_operands_that_do_not_fit_are_declined_untouched():
     w = amx_gemm.AmxWeight(np.ones((40, 24), np.float32))
     out = np.full((3, 24), 7.0, np.float32)
