@@ -95,7 +95,7 @@ void amx_pack(const float* w, int64_t k, int64_t n, uint16_t* out) {
 #define SPLAT _mm512_set1_ps
 /* v[i] = GELU(v[i]) for n (<= 4) vectors of 16 values: see row_bf16. Each step runs over
    the n vectors before the next, so n independent ~20-op chains interleave (one at a time,
-   the chain's latency left the vector units idle: 30 cycles per 16 values, 4 at once 13). */
+   the chain's latency left the vector units idle: 30 cycles per 16 values, 4 at once 20-22). */
 static inline void gelu_erf16_n(__m512* v, const int n) {
   const __m512 one = SPLAT(1.0f);
   __m512 z[4], t[4], p[4], q[4], r[4];
@@ -146,7 +146,7 @@ static inline __m512 gelu_erf16(__m512 v) {
 static inline __m256i bf16_round16(__m512 x) {
 #if defined(__AVX512BF16__)
   return (__m256i)_mm512_cvtneps_pbh(x);
-#endif
+#else
   __m512i u = _mm512_castps_si512(x);
   __m512i odd = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
   __m512i r = _mm512_srli_epi32(
@@ -155,6 +155,7 @@ static inline __m256i bf16_round16(__m512 x) {
                                           _mm512_set1_epi32(0x7f800000));
   r = _mm512_mask_or_epi32(r, nan, _mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
   return _mm512_cvtepi32_epi16(r);
+#endif
 }
 
 /* o[c] = bf16(x[c] + bias[c]), or gelu: bf16(GELU(x[c] + bias[c])), for c < n <= 32 (bias
@@ -275,13 +276,13 @@ static void block(const uint16_t* a0, int64_t lda, int packed, int64_t kb_n,
    all zeros), into a16 packed for the tile loads: row i = r - direct of 16-row group i / 16
    has its 32-column pieces 512 values apart, at a16 + (i / 16) 16 kp + (i % 16) 32, so each
    16 x 32 tile is 1 KiB of consecutive memory (a tile load of rows kp apart touches 16 lines
-   across the L2; MiniLM's 1024 x 384 x 1536 at 0.9x the time packed). */
+   across the L2; f32 operands at MiniLM / BERT shapes: 0.94-0.96x the time packed). */
 static inline void operand_row(const void* a, int64_t lda, int a16_in, uint16_t* a16,
                                int64_t r, int64_t direct, int64_t m, int64_t k, int64_t kp) {
-  int64_t i = r - direct;
+  int64_t i = r - direct, at = r < m ? r * lda : 0;   /* rows past m: nothing read */
   uint16_t* dst = a16 + i / 16 * 16 * kp + i % 16 * 32;
-  const float* src = (const float*)a + r * lda;
-  const uint16_t* src16 = (const uint16_t*)a + r * lda;
+  const float* src = (const float*)a + at;
+  const uint16_t* src16 = (const uint16_t*)a + at;
   for (int64_t c = 0; c < kp; c += 16) {
     int64_t left = r < m ? k - c : 0;
     __mmask16 mk = left >= 16 ? 0xffff : left > 0 ? (__mmask16)((1u << left) - 1) : 0;
