@@ -296,9 +296,8 @@ static inline void operand_row(const void* a, int64_t lda, int a16_in, uint16_t*
    [nb0, nb1). */
 static void rows_by_columns(const uint16_t* a, int64_t lda, int packed, int64_t kb_n,
                             const uint16_t* bp, int64_t m0, int64_t m1, int64_t nb0,
-                            int64_t nb1, void* out,
-                            int out16, int64_t m, int64_t n_out, const float* bias, int act,
-                            int gated, float* tmp) {
+                            int64_t nb1, void* out, int out16, int64_t m, int64_t n_out,
+                            const float* bias, int act, int gated, float* tmp) {
   for (int64_t nb = nb0; nb < nb1; nb++) {
     const uint16_t* bcol = bp + nb * kb_n * 1024;
     int64_t c0 = nb * (gated ? 16 : 32);   /* the block's first output column */
@@ -310,6 +309,21 @@ static void rows_by_columns(const uint16_t* a, int64_t lda, int packed, int64_t 
             bias ? bias + nb * 32 : 0, act, gated, tmp);
     }
   }
+}
+
+/* rows_by_columns over rows [m0, m1): those before `direct` read in place (a_in, rows lda
+   apart), the rest from the packed scratch a16 (its first row is row `direct`). */
+static void rows_from(const uint16_t* a_in, int64_t lda, const uint16_t* a16, int64_t kp,
+                      int64_t direct, int64_t kb_n, const uint16_t* bp, int64_t m0, int64_t m1,
+                      int64_t nb0, int64_t nb1, void* out, int out16, int64_t m,
+                      int64_t n_out, const float* bias, int act, int gated, float* tmp) {
+  int64_t mid = direct < m0 ? m0 : direct < m1 ? direct : m1;
+  if (mid > m0)
+    rows_by_columns(a_in + m0 * lda, lda, 0, kb_n, bp, m0, mid, nb0, nb1, out, out16, m,
+                    n_out, bias, act, gated, tmp);
+  if (m1 > mid)
+    rows_by_columns(a16 + (mid - direct) * kp, kp, 1, kb_n, bp, mid, m1, nb0, nb1, out,
+                    out16, m, n_out, bias, act, gated, tmp);
 }
 #endif
 
@@ -352,16 +366,10 @@ void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
       #pragma omp for schedule(static) nowait
       for (int64_t m0 = 0; m0 < mp; m0 += size) {
         int64_t m1 = m0 + size < mp ? m0 + size : mp;
-        int64_t mid = direct < m0 ? m0 : direct < m1 ? direct : m1;
-        if (mid > m0)   /* rows read in place */
-          rows_by_columns(a_in + m0 * lda, lda, 0, kb_n, bp, m0, mid, 0, nb_n, out, out16, m,
-                          n_out, bias, act, gated, tmp);
-        if (m1 > mid) {
-          for (int64_t r = mid; r < m1; r++)
-            operand_row(a, lda, a16_in, a16, r, direct, m, k, kp);
-          rows_by_columns(a16 + (mid - direct) * kp, kp, 1, kb_n, bp, mid, m1, 0, nb_n, out,
-                          out16, m, n_out, bias, act, gated, tmp);
-        }
+        for (int64_t r = direct > m0 ? direct : m0; r < m1; r++)
+          operand_row(a, lda, a16_in, a16, r, direct, m, k, kp);
+        rows_from(a_in, lda, a16, kp, direct, kb_n, bp, m0, m1, 0, nb_n, out, out16, m, n_out,
+                  bias, act, gated, tmp);
       }
     } else {
       #pragma omp for schedule(static)
@@ -369,14 +377,8 @@ void amx_gemm_bias_act(const void* a, int64_t lda, int a16_in, uint16_t* a16,
         operand_row(a, lda, a16_in, a16, r, direct, m, k, kp);
       for (int64_t m0 = 0; m0 < mp; m0 += MC) {   /* this thread's share of the columns */
         int64_t m1 = m0 + MC < mp ? m0 + MC : mp;
-        int64_t mid = direct < m0 ? m0 : direct < m1 ? direct : m1;
-        int64_t nb0 = nb_n * t / nt, nb1 = nb_n * (t + 1) / nt;
-        if (mid > m0)   /* rows read in place */
-          rows_by_columns(a_in + m0 * lda, lda, 0, kb_n, bp, m0, mid, nb0, nb1, out, out16,
-                          m, n_out, bias, act, gated, tmp);
-        if (m1 > mid)   /* rows from a16 */
-          rows_by_columns(a16 + (mid - direct) * kp, kp, 1, kb_n, bp, mid, m1, nb0, nb1,
-                          out, out16, m, n_out, bias, act, gated, tmp);
+        rows_from(a_in, lda, a16, kp, direct, kb_n, bp, m0, m1, nb_n * t / nt,
+                  nb_n * (t + 1) / nt, out, out16, m, n_out, bias, act, gated, tmp);
       }
     }
     _tile_release();

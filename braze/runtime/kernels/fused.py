@@ -86,16 +86,22 @@ def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None
     sgemm (mkl_packed.py); None when that input is not static (fed at run time) or can't be
     packed, or when MKL's tiles won (or are forced: BRAZE_PACKED_GEMM=0). Run it with
     `prepared_gemm`. With `gate_first` set, packed by braze for the gated epilogue
-    (pg.pack_gated; always: MKL has no gated epilogue) unless BRAZE_PACKED_GEMM=0. Either copy
-    costs ~1.0x the GEMM weights in RSS (bench/gemm_kernels.py --model NAME --batch B)."""
+    (pg.pack_gated: MKL has no gated epilogue), but None where MKL's packed sgemm is the
+    measured choice for the plain product, or BRAZE_PACKED_GEMM=0: the gated MLP then runs as
+    that product and the gated kernel after it. On LLaMA-small's 768 x 4096 gate / up weight
+    (whole model, one process, alternating) those two steps took 0.86-0.93x the fused kernel's
+    time at batch 1 and 0.76-0.87x at batch 8: MKL's product (1.1-1.3x braze's packed kernel
+    at those shapes) outruns the pass the epilogue saves. Either copy costs ~1.0x the GEMM
+    weights in RSS (bench/gemm_kernels.py --model NAME --batch B)."""
     value = node.inputs[position]
     w = ctx.static.get(value)
     if w is None or w.ndim != 2 or w.dtype != np.float32:
         return None
+    choice = gemm_choice.choose(*w.shape, _mkl_tiles)
     if gate_first is not None:
-        choice = "tiles" if gemm_choice.forced() == "tiles" else "packed"
-    else:
-        choice = gemm_choice.choose(*w.shape, _mkl_tiles)
+        if choice == "mkl_packed" or gemm_choice.forced() == "tiles":
+            return None
+        choice = "packed"
     if choice == "tiles":
         return None
     key = (choice, value, w.shape, w.strides, gate_first)
@@ -106,18 +112,6 @@ def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None
             ctx.prepared[key] = pg.pack(w) if gate_first is None else \
                 pg.pack_gated(w, gate_first)
     return ctx.prepared[key]
-
-
-def _mkl_packed_wins(w: np.ndarray | None) -> bool:
-    """Whether MKL's packed sgemm is the measured choice for the plain product by the static
-    float32 weight `w` (gemm_choice.py). There a gated MLP runs as that product and the gated
-    kernel after it, not as braze's packed GEMM with the gated epilogue: on LLaMA-small's
-    768 x 4096 gate / up weight (whole model, one process, alternating) the two steps took
-    0.86-0.93x the fused kernel's time at batch 1 and 0.76-0.87x at batch 8: MKL's product
-    (1.1-1.3x braze's packed kernel at those shapes) outruns the pass the epilogue saves."""
-    if w is None or w.ndim != 2 or w.dtype != np.float32:
-        return False
-    return gemm_choice.choose(*w.shape, _mkl_tiles) == "mkl_packed"
 
 
 def prepared_gemm(x: np.ndarray, prepared, out: np.ndarray, bias: np.ndarray | None,
@@ -152,7 +146,7 @@ def gated_gemm(node, gated_node, ins, outs, ctx) -> Kernel | None:
     type). `ins` are the GEMM node's input types, `outs` the gated node's output types. None
     when that does not apply: no static float32 2-D weight, an activation the native kernels
     lack, no C compiler, MKL's packed sgemm measured fastest for the plain product by this
-    weight (_mkl_packed_wins), BRAZE_PACKED_GEMM=0, or BRAZE_GATED_GEMM=0 (the two nodes then
+    weight (see packed_weight), BRAZE_PACKED_GEMM=0, or BRAZE_GATED_GEMM=0 (the two nodes then
     run as two steps)."""
     op = node.op
     if isinstance(op, FusedMatMulBiasAct):
@@ -180,8 +174,6 @@ def gated_gemm(node, gated_node, ins, outs, ctx) -> Kernel | None:
     if bf16_gemm.rounded_source(node, ctx, 0) is not None and \
             bf16_gemm.bf16_weight(node, ctx, 1) is not None:
         return None  # the bf16 GEMM runs the product, the gated kernel after it
-    if _mkl_packed_wins(ctx.static.get(node.inputs[1])):
-        return None  # MKL's packed product, then the gated kernel: faster than the epilogue
     packed = packed_weight(node, ctx, gate_first=gate_first)
     if packed is None:
         return None
