@@ -87,18 +87,21 @@ def test_leading_dims_are_rows_and_threads_do_not_change_the_result():
     np.testing.assert_array_equal(out, single)  # each element's sum has one order
 
 
-@pytest.mark.parametrize("m", [2, 4, 8, 10, 14, 16, 22, 128, 130, 1000])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 7, 11, 128, 130, 1000])
 @pytest.mark.parametrize("k", [300, 1024])
-def test_every_row_rest_matches_float64_on_one_and_two_threads(m, k):
-    # rows split into 6-row blocks (AVX2), a rest of 4 or 2 as 4-row blocks, others padded;
-    # x read in place (k = 300: two K blocks, a short second one) or copied (rows 4 KB apart)
-    x, w, bias = _operands(m, k, 40, m)
+@pytest.mark.parametrize("n", [40, 80, 90, 100, 130])
+def test_every_row_and_panel_rest_matches_float64_on_one_and_two_threads(m, k, n):
+    # rows in 6-row micro blocks, any rest of 1-5 rows its own block; columns in micro blocks
+    # of 4 panels under AVX-512 (n = 80, 90, 100: a rest of 1, 2, 3 panels; 90, 100, 130: a
+    # short last panel, so a padded bias block; n = 40: 3 panels); x read in place (k = 300: three
+    # K blocks, a short last one) or copied (k = 1024: rows 4 KB apart)
+    x, w, bias = _operands(m, k, n, m + n)
     packed = pg.pack(w)
     outs = []
     for threads in (2, 1):
         native.lib().braze_set_threads(threads)
         try:
-            out = np.full((m, 40), np.nan, np.float32)
+            out = np.full((m, n), np.nan, np.float32)
             assert pg.gemm(x, packed, out, bias, 0)
             outs.append(out)
         finally:
@@ -259,13 +262,14 @@ def test_an_older_choice_file_is_measured_again(monkeypatch, tmp_path):
     monkeypatch.delenv("BRAZE_FP32_GEMM", raising=False)
     path = gemm_choice._path()
     with open(path, "w") as f:
-        json.dump({"24x40": True, "8x8": "tiles"}, f)
+        json.dump({"fp32-2:24x40": True, "fp32-2:8x8": "tiles", "16x16": "tiles"}, f)
     assert gemm_choice.choose(8, 8, None) == "tiles"  # kept: not measured (no runner given)
     if blas.sgemm_address() is not None:
         from braze.runtime.kernels.fused import _mkl_tiles
 
-        assert gemm_choice.choose(24, 40, _mkl_tiles) in gemm_choice.CHOICES
-        assert json.loads(open(path).read())["24x40"] in gemm_choice.CHOICES
+        for k, n in ((24, 40), (16, 16)):  # a value from an older file; a key from before
+            assert gemm_choice.choose(k, n, _mkl_tiles) in gemm_choice.CHOICES  # fp32-2
+            assert json.loads(open(path).read())[f"fp32-2:{k}x{n}"] in gemm_choice.CHOICES
 
 
 def test_attention_block_and_plain_matmul_pack_their_weights(packed_on):

@@ -28,7 +28,7 @@ from ..codegen import cc
 from . import blas, mkl_packed, native
 from . import packed_gemm as pg
 
-__all__ = ["choose", "choose_bf16", "bf16_key", "forced", "CHOICES", "BF16_CHOICES"]
+__all__ = ["choose", "choose_bf16", "fp32_key", "bf16_key", "forced", "CHOICES", "BF16_CHOICES"]
 
 CHOICES = ("packed", "tiles", "mkl_packed")
 BF16_CHOICES = ("mkl", "amx")  # bf16_gemm.py: MKL's cblas_gemm_bf16bf16f32, amx_gemm.py
@@ -73,7 +73,15 @@ def choose(k: int, n: int, tiles: Callable) -> str:
         return flag
     if blas.sgemm_address() is None or native.lib() is None:
         return "packed"
-    return _remembered(f"{k}x{n}", lambda: _agreed(_fp32_runs(*_operands(k, n), tiles)))
+    return _remembered(fp32_key(k, n), lambda: _agreed(_fp32_runs(*_operands(k, n), tiles)))
+
+
+def fp32_key(k: int, n: int) -> str:
+    """The choice file's key for a float32 [k, n] weight. "fp32-2": measured since braze's
+    packed kernel runs 6 x 64 micro blocks under AVX-512 (before, 12 x 16 ones, it ran
+    ~0.75x as fast and MKL won every shape it now wins), so older "KxN" entries are measured
+    again."""
+    return f"fp32-2:{k}x{n}"
 
 
 def choose_bf16(k: int, n: int, runs: Callable) -> str:

@@ -2,18 +2,21 @@
 
 A static 2-D weight w [k, n] (any strides: stored, or a transposed view) is copied once, when
 the program is built, into panels of NR = 16 columns (rows of 16 contiguous floats; K blocks
-of 256 rows outermost, the panels within), the last panel zero padded: ceil(n / 16) * 16 * k
+of 128 rows outermost, the panels within), the last panel zero padded: ceil(n / 16) * 16 * k
 floats, about 1.0x the weight (MKL's cblas_sgemm_pack took ~4x per tile slab). A call then
 
-- cuts the output into tiles (a block of rows x a group of panels, the panels split evenly and
-  the tile count a multiple of the threads) handed out dynamically over the OpenMP threads (a
-  thread the OS delays on a busy machine leaves its tiles to the others);
-- per tile and K block of KC = 256 rows runs the register-blocked micro-kernel down the
-  tile's rows of x, panel by panel, into the tile's output in the thread's scratch: MR x 16
-  accumulators (6 x two 8-float vectors under AVX2, 12 x one 16-float vector under AVX-512; a
-  rest of rows as H2 = 4 / 8-row blocks where that covers it) fed by one broadcast of x and the
-  16 weights of the panel per k. x rows a multiple of 4 KB apart (K = 1024, 2048, 3072) in
-  place put a micro block's rows on one L1 set (~10% lost): such an x is copied once per call
+- cuts the output into tiles (a block of rows x a group of panels, whole micro blocks of 4
+  panels under AVX-512, split evenly, the tile count a multiple of the threads) handed out
+  dynamically over the OpenMP threads (a thread the OS delays on a busy machine leaves its
+  tiles to the others);
+- per tile and K block of KC = 128 rows runs the register-blocked micro-kernel down the
+  tile's rows of x, 6 rows at a time (a rest of 1-5 rows its own block), into the tile's
+  output in the thread's scratch: 6 rows x 4 panels of 16-float vectors under AVX-512 (24
+  accumulators fed per k by 4 weight vectors and one broadcast of x per row: 0.42 loads per
+  FMA), 6 x two 8-float vectors (one panel) under AVX2. Each K block's sum starts from zero
+  and is added to the earlier blocks' (blocked summation, as accurate as MKL's sgemm at K =
+  3072). x rows a multiple of 4 KB apart (K = 1024, 2048, 3072) in place put a micro
+  block's rows on one L1 set (~10% lost with 12-row blocks): such an x is copied once per call
   into rows padded by 16 floats (a per-thread buffer, up to PAD_X_FLOATS) and read there, or,
   larger, copied into the tile's padded scratch rows per K block (once per panel group: the
   down projection K = 2048 of LLaMA-small took ~6% longer that way at 128 rows);
@@ -59,65 +62,82 @@ SOURCE = r"""
 """ + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + r"""
 #if defined(__AVX512F__)
 #define VW 16
-#define MR 12
-#define H2 8
+#define QP 4  /* panels per micro block: 6 x 64 columns, 24 accumulators */
 #else
 #define VW 8
-#define MR 6
-#define H2 4
+#define QP 1  /* 6 x 16 columns, 12 accumulators of 8 floats */
 #endif
+#define MR 6
 #define NR 16
 #define NV (NR / VW)
-#define KC 256
+#define KC 128
 #define MC 144  /* rows per tile at most (balanced over the row blocks) */
 #define GELU_APPROX """ + str(native.ACT_CODES["gelu_approx"]) + r"""
 
 typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
 
-/* c[h, NR] (row stride ldc) = (load ? c : bias row or 0) + a @ bp over kc, for h = MR or
-   H2 rows (a constant in each caller, so the loops unroll into registers): a is h rows of x
-   (row stride lda), bp a panel slice [kc][NR] of the packed weight. Rows are addressed from
-   two bases, so the compiler keeps them in registers (base + lda * {0, 1, 2}). */
-static inline __attribute__((always_inline)) void micro_h(
-    int h, int64_t kc, const float* restrict a, int64_t lda, const float* restrict bp, float* c,
-    int64_t ldc, int load, const float* bias) {
+/* c[h, q NR] (row stride ldc) = (load ? c : 0) + ((bias or 0) + a @ (q panels) over kc): each
+   K block's sum starts from zero and is added to the earlier blocks' (blocked summation:
+   at K = 3072 the error was ~6x MKL's when the sum ran on from c), for h <= MR
+   rows and q <= QP panels (constants in each instantiation, so the loops unroll into
+   registers): a is h rows of x (row stride lda), bp a panel slice [kc][NR] of the packed
+   weight, the next panel's slice ps floats further; bias (q NR floats) may be NULL. Per k: q
+   NV weight vectors and one broadcast of x per row feed h q NV FMAs (0.42 loads per FMA at
+   6 x 4: one panel at a time, 12 x 1, took 1.08 and ran ~0.75x as fast). Rows are addressed
+   from two bases, so the compiler keeps them in registers (base + lda * {0, 1, 2}). */
+static inline __attribute__((always_inline)) void micro_hq(
+    int h, int q, int64_t kc, const float* restrict a, int64_t lda, const float* restrict bp,
+    int64_t ps, float* c, int64_t ldc, int load, const float* bias) {
   const float* a0 = a;
   const float* a3 = a + 3 * lda;
-  vf acc[MR][NV], b0[NV];
-  #pragma GCC unroll 4
-  for (int v = 0; v < NV; v++) b0[v] = bias ? *(const vf*)(bias + v * VW) : (vf){0};
-  #pragma GCC unroll 16
+  vf acc[MR][QP * NV], b0[QP * NV];
+  #pragma GCC unroll 8
+  for (int v = 0; v < q * NV; v++) b0[v] = bias ? *(const vf*)(bias + v * VW) : (vf){0};
+  #pragma GCC unroll 8
   for (int i = 0; i < h; i++) {
-    #pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) acc[i][v] = load ? *(const vf*)(c + i * ldc + v * VW) : b0[v];
+    #pragma GCC unroll 8
+    for (int v = 0; v < q * NV; v++) acc[i][v] = b0[v];
   }
-  #pragma GCC unroll 4
+  #pragma GCC unroll 2
   for (int64_t k = 0; k < kc; k++) {
-    vf b[NV];
-    #pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) b[v] = *(const vf*)(bp + k * NR + v * VW);
-    #pragma GCC unroll 16
+    vf b[QP * NV];
+    #pragma GCC unroll 8
+    for (int u = 0; u < q; u++) {
+      #pragma GCC unroll 4
+      for (int v = 0; v < NV; v++) b[u * NV + v] = *(const vf*)(bp + u * ps + k * NR + v * VW);
+    }
+    #pragma GCC unroll 8
     for (int i = 0; i < h; i++) {
       float x = i < 3 ? a0[k + i * lda] : a3[k + (i - 3) * lda];
-      #pragma GCC unroll 4
-      for (int v = 0; v < NV; v++) acc[i][v] += x * b[v];
+      #pragma GCC unroll 8
+      for (int v = 0; v < q * NV; v++) acc[i][v] += x * b[v];
     }
   }
-  #pragma GCC unroll 16
+  #pragma GCC unroll 8
   for (int i = 0; i < h; i++) {
-    #pragma GCC unroll 4
-    for (int v = 0; v < NV; v++) *(vf*)(c + i * ldc + v * VW) = acc[i][v];
+    #pragma GCC unroll 8
+    for (int v = 0; v < q * NV; v++) {
+      vf* cv = (vf*)(c + i * ldc + v * VW);
+      *cv = load ? *cv + acc[i][v] : acc[i][v];
+    }
   }
 }
 
-static void micro(int64_t kc, const float* restrict a, int64_t lda, const float* restrict bp,
-                  float* c, int64_t ldc, int load, const float* bias) {
-  micro_h(MR, kc, a, lda, bp, c, ldc, load, bias);
-}
+#define MICRO(h, q) micro_hq(h, q, kc, a, lda, bp, ps, c, ldc, load, bias)
+#define MICRO_ROWS(q) switch (h) { case 1: MICRO(1, q); break; case 2: MICRO(2, q); break; \
+    case 3: MICRO(3, q); break; case 4: MICRO(4, q); break; case 5: MICRO(5, q); break; \
+    default: MICRO(6, q); }
 
-static void micro2(int64_t kc, const float* restrict a, int64_t lda, const float* restrict bp,
-                   float* c, int64_t ldc, int load, const float* bias) {
-  micro_h(H2, kc, a, lda, bp, c, ldc, load, bias);
+/* micro_hq for any h in 1..MR and q in 1..QP */
+static void micro(int h, int q, int64_t kc, const float* restrict a, int64_t lda,
+                  const float* restrict bp, int64_t ps, float* c, int64_t ldc, int load,
+                  const float* bias) {
+#if QP == 4
+  if (q == 4) { MICRO_ROWS(4) return; }
+  if (q == 3) { MICRO_ROWS(3) return; }
+  if (q == 2) { MICRO_ROWS(2) return; }
+#endif
+  MICRO_ROWS(1)
 }
 
 int64_t pg_packed_floats(int64_t k, int64_t n) { return (n + NR - 1) / NR * NR * k; }
@@ -198,13 +218,13 @@ static void gated_epilogue(const float* ct, int64_t rows, int64_t pairs, float* 
    (gated = 1: out [m, n_out]; w holds gate / up column blocks of NR side by side, n = 2 *
    ceil(n_out / NR) * NR, bias in the same layout); w packed by pg_pack; bias may be NULL;
    scratch holds pg_scratch_floats() floats (64-byte aligned). The output is cut into tiles of
-   up to MC rows (balanced over the row blocks) x a group of at most 16 panels (the panels, or
-   gated the gate / up pairs, split evenly into groups, the tile count a multiple of the
-   threads), about 4 per thread, handed out dynamically (a thread the OS delays on a busy
-   machine leaves its tiles to the others). Per tile and K block each panel runs the
-   micro-kernel down the rows (MR-row blocks; a rest of H2 or 2 H2 - MR rows as H2-row blocks,
-   any other rest zero padded) into the tile's scratch output, which goes to `out` through the
-   epilogue when the tile is done. */
+   up to MC rows (balanced over the row blocks, whole micro blocks) x a group of at most 16
+   panels (whole micro blocks of QP panels, or gated gate / up pairs, split evenly into
+   groups, the tile count a multiple of the threads), about 4 per thread, handed out
+   dynamically (a thread the OS delays on a busy machine leaves its tiles to the others). Per
+   tile and K block each micro block of panels runs the micro-kernel down the rows (MR-row
+   blocks, a shorter last one) into the tile's scratch output, which goes to `out` through
+   the epilogue when the tile is done. */
 static void gemm_tiles(const float* x, int64_t ldx, const float* bp, float* out, int64_t m,
                        int64_t n, int64_t k, const float* bias, int act, float* scratch,
                        int gated, int64_t n_out, float* xpad) {
@@ -214,12 +234,13 @@ static void gemm_tiles(const float* x, int64_t ldx, const float* bp, float* out,
   int pad_x = xpad != 0 && (ldx * 4) % 4096 == 0;
   const float* a = pad_x ? xpad : x;
   int64_t lda = pad_x ? k + 16 : ldx;
-  int64_t span = gated ? 2 : 1;  /* panels a tile must keep together */
-  int64_t panels = (n + NR - 1) / NR, units = panels / span, nt = omp_get_max_threads();
-  int64_t rblocks = (m + MC - 1) / MC;
-  int64_t rb = ((m + rblocks - 1) / rblocks + 1) / 2 * 2;  /* even: H2 blocks take 2 or 4 */
+  /* panels a tile keeps together: whole micro blocks of QP panels (gated: gate / up pairs) */
+  int64_t unit = QP % (gated ? 2 : 1) == 0 ? QP : 2;
+  int64_t panels = (n + NR - 1) / NR, units = (panels + unit - 1) / unit;
+  int64_t nt = omp_get_max_threads(), rblocks = (m + MC - 1) / MC;
+  int64_t rb = ((m + rblocks - 1) / rblocks + MR - 1) / MR * MR;  /* whole micro blocks */
   rblocks = (m + rb - 1) / rb;
-  int64_t groups = (4 * nt + rblocks - 1) / rblocks, per_group = 16 / span;
+  int64_t groups = (4 * nt + rblocks - 1) / rblocks, per_group = 16 / unit;
   if (groups < (units + per_group - 1) / per_group) groups = (units + per_group - 1) / per_group;
   if (groups > units) groups = units;
   if (groups * rblocks % nt && groups + nt - groups * rblocks % nt <= units)
@@ -229,7 +250,7 @@ static void gemm_tiles(const float* x, int64_t ldx, const float* bp, float* out,
   {
     float* at = scratch + SCRATCH_FLOATS * (int64_t)omp_get_thread_num();
     float* ct = at + (MC + MR) * LDA_T;
-    float pad_bias[NR];
+    float pad_bias[QP * NR];
     if (pad_x) {
       #pragma omp for schedule(static)
       for (int64_t i = 0; i < m; i++) memcpy(xpad + i * lda, x + i * ldx, k * sizeof(float));
@@ -237,54 +258,46 @@ static void gemm_tiles(const float* x, int64_t ldx, const float* bp, float* out,
     #pragma omp for schedule(dynamic, 1)
     for (int64_t t = 0; t < tiles; t++) {
       int64_t g = t % groups, r0 = t / groups * rb;
-      int64_t p0 = g * units / groups * span, p1 = (g + 1) * units / groups * span;
+      int64_t p0 = g * units / groups * unit, p1 = (g + 1) * units / groups * unit;
+      p1 = p1 < panels ? p1 : panels;
       int64_t rows = m - r0 < rb ? m - r0 : rb;
-      int64_t n_mr = rows / MR, rest = rows % MR, n_h2 = 0;
-      if (rest == H2) n_h2 = 1;
-      if (rest == 2 * H2 - MR && n_mr > 0) n_h2 = 2, n_mr--;
-      rest = rows - n_mr * MR - n_h2 * H2;       /* 0, or a zero-padded block of H2 or MR */
-      int64_t pad = rest == 0 ? 0 : rest <= H2 ? H2 : MR, blocks = n_mr + n_h2 + (pad > 0);
+      int64_t blocks = (rows + MR - 1) / MR;
       /* x is read in place unless its rows are a multiple of 4 KB apart (a micro block's rows
-         all on one L1 set, with 4 lines of the panel: past its 8 ways); the zero-padded last
-         block is always copied */
+         all on one L1 set, with the panels' lines: past its 8 ways): then the tile's rows are
+         copied into the padded scratch per K block */
       int in_place = (lda * 4) % 4096 != 0;
       for (int64_t k0 = 0; k0 < k; k0 += KC) {
         int64_t kc = k - k0 < KC ? k - k0 : KC;
-        for (int64_t i = in_place ? rows - rest : 0; i < rows; i++)
-          memcpy(at + i * LDA_T, a + (r0 + i) * lda + k0, kc * sizeof(float));
-        if (k0 == 0) memset(at + rows * LDA_T, 0, (pad - rest) * LDA_T * sizeof(float));
-        for (int64_t p = p0; p < p1; p++) {
-          int64_t j0 = p * NR, nr = n - j0 < NR ? n - j0 : NR;
+        if (!in_place)
+          for (int64_t i = 0; i < rows; i++)
+            memcpy(at + i * LDA_T, a + (r0 + i) * lda + k0, kc * sizeof(float));
+        for (int64_t p = p0; p < p1; p += QP) {
+          int q = p1 - p < QP ? (int)(p1 - p) : QP;
+          int64_t j0 = p * NR;
           const float* bpp = bp + panel_at(p, k0, k, n);
           const float* bb = 0;
           if (bias && k0 == 0) {
-            if (nr == NR) {
+            if (j0 + q * NR <= n) {
               bb = bias + j0;
             } else {
-              for (int64_t j = 0; j < NR; j++) pad_bias[j] = j < nr ? bias[j0 + j] : 0.0f;
+              for (int64_t j = 0; j < q * NR; j++) pad_bias[j] = j0 + j < n ? bias[j0 + j] : 0.0f;
               bb = pad_bias;
             }
           }
-          /* the weights come from memory in a model (each is read once per call): while this
-             panel's rows compute, fetch the next panel's block (kc lines) into L2, a share
+          /* the weights come from memory in a model (each is read once per call): while these
+             panels' rows compute, fetch the next panels' block (q kc lines) into L2, a share
              per row block */
-          const char* next = (const char*)(bpp + kc * NR);
-          int64_t lines = p + 1 < p1 ? kc : 0, share = (lines + blocks - 1) / blocks;
+          const char* next = (const char*)(bpp + q * kc * NR);
+          int64_t lines = p + q < p1 ? q * kc : 0, share = (lines + blocks - 1) / blocks;
           float* cp = ct + (p - p0) * NR;
-          int64_t i0 = 0;
           for (int64_t blk = 0; blk < blocks; blk++) {
             for (int64_t l = blk * share; l < (blk + 1) * share && l < lines; l++)
               __builtin_prefetch(next + l * 64, 0, 2);
-            int pad_block = pad && blk == blocks - 1, here = in_place && !pad_block;
-            const float* ai = here ? a + (r0 + i0) * lda + k0 : at + i0 * LDA_T;
-            int64_t ld = here ? lda : LDA_T;
-            if (blk < n_mr || (pad_block && pad == MR)) {
-              micro(kc, ai, ld, bpp, cp + i0 * LDC_T, LDC_T, k0 > 0, bb);
-              i0 += MR;
-            } else {
-              micro2(kc, ai, ld, bpp, cp + i0 * LDC_T, LDC_T, k0 > 0, bb);
-              i0 += H2;
-            }
+            int64_t i0 = blk * MR;
+            int h = rows - i0 < MR ? (int)(rows - i0) : MR;
+            const float* ai = in_place ? a + (r0 + i0) * lda + k0 : at + i0 * LDA_T;
+            micro(h, q, kc, ai, in_place ? lda : LDA_T, bpp, kc * NR, cp + i0 * LDC_T, LDC_T,
+                  k0 > 0, bb);
           }
         }
       }
