@@ -319,3 +319,33 @@ def test_gemm_choices_file_can_be_named(monkeypatch, tmp_path):
     assert gemm_choice._path() == str(path)
     monkeypatch.delenv("BRAZE_GEMM_CHOICES")
     assert gemm_choice._path().endswith(".json") and "gemm_choice_" in gemm_choice._path()
+
+
+@pytest.mark.skipif(blas.sgemm_address() is None, reason="no MKL: the packed kernel is the choice")
+def test_a_choice_with_an_activation_measures_that_epilogue_under_its_own_key(monkeypatch,
+                                                                               tmp_path):
+    """braze's kernel applies the activation per tile in cache, MKL's in a pass after the
+    product, so a GEMM with one is measured with it (and a bias), and kept apart from the plain
+    product's choice."""
+    from braze.runtime.kernels import gemm_choice
+    from braze.runtime.kernels.fused import _mkl_tiles
+
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("BRAZE_GEMM_CHOICES", raising=False)
+    monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
+    monkeypatch.delenv("BRAZE_FP32_GEMM", raising=False)
+    monkeypatch.setattr(gemm_choice, "_choices", None)
+    gelu = native.ACT_CODES["gelu"]
+    x, w = gemm_choice._operands(24, 40)
+    out = np.empty((x.shape[0], 40), np.float32)
+    runs = gemm_choice._fp32_runs(x, w, _mkl_tiles, gelu, out)
+    want = _ACTS["gelu"](x.astype("f8") @ w.astype("f8") + gemm_choice.fp32_bias(40))
+    assert set(runs) >= {"tiles", "packed"}
+    for name, run in runs.items():
+        out[:] = np.nan
+        run()
+        np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-5, err_msg=name)
+    monkeypatch.setattr(gemm_choice, "_fastest", lambda runs: "packed")
+    assert gemm_choice.choose(24, 40, _mkl_tiles, gelu) == "packed"
+    saved = json.loads(next(tmp_path.glob("gemm_choice_*.json")).read_text())
+    assert saved == {f"fp32-2:24x40:act{gelu}": "packed"}

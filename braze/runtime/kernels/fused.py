@@ -78,7 +78,7 @@ def gemm_bias_act(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.n
     return True
 
 
-def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None
+def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None, act: int = 0
                   ) -> pg.PackedWeight | mkl_packed.MklPackedWeight | None:
     """The static 2-D float32 weight at input `position` of `node` packed once (cached in
     ctx.prepared, which update_weights empties) for the fp32 GEMM measured fastest for its
@@ -92,12 +92,14 @@ def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None
     (whole model, one process, alternating) those two steps took 0.86-0.93x the fused kernel's
     time at batch 1 and 0.76-0.87x at batch 8: MKL's product (1.1-1.3x braze's packed kernel
     at those shapes) outruns the pass the epilogue saves. Either copy costs ~1.0x the GEMM
-    weights in RSS (bench/gemm_kernels.py --model NAME --batch B)."""
+    weights in RSS (bench/gemm_kernels.py --model NAME --batch B). `act` (a native.ACT_CODES
+    value) is the epilogue the node runs: the choice is measured with it and a bias, since
+    braze's kernel applies it per tile in cache where MKL's runs a pass over the output."""
     value = node.inputs[position]
     w = ctx.static.get(value)
     if w is None or w.ndim != 2 or w.dtype != np.float32:
         return None
-    choice = gemm_choice.choose(*w.shape, _mkl_tiles)
+    choice = gemm_choice.choose(*w.shape, _mkl_tiles, act)
     if gate_first is not None:
         if choice == "mkl_packed" or gemm_choice.forced() == "tiles":
             return None
@@ -131,8 +133,9 @@ def prepared_how(prepared, epilogue: bool = False) -> str:
     return "braze packed-weight GEMM" + ", epilogue per tile" * epilogue
 
 
-def _mkl_tiles(x: np.ndarray, w: np.ndarray, out: np.ndarray) -> None:
-    gemm_bias_act(native.lib(), x, w, out, None, 0)
+def _mkl_tiles(x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.ndarray | None = None,
+               act: int = 0) -> None:
+    gemm_bias_act(native.lib(), x, w, out, bias, act)
 
 
 def gated_gemm(node, gated_node, ins, outs, ctx) -> Kernel | None:
@@ -256,7 +259,7 @@ def matmul_bias_act(node, ins, outs, ctx):
             lib.bias_act(out.ctypes.data, None if b is None else b.ctypes.data, rows, cols, act)
 
     k = int(ins[0].dims[-1])
-    packed = packed_weight(node, ctx)
+    packed = packed_weight(node, ctx, act=act)
     if packed is not None:
         how = prepared_how(packed, epilogue=True)
     elif blas.sgemm_address() and ins[1].rank == 2:

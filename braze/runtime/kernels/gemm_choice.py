@@ -8,7 +8,7 @@ They trade places by CPU: on the AVX2 EPYC VM of earlier sessions the packed ker
 0.80-0.86x the MKL tiles' time end to end; on the AMX / AVX-512 Xeon VM of 2026-11-27 MKL won
 (BERT-base sdpa b1: 152 ms median with MKL tiles against 176 packed, in one process,
 alternating), and MKL's packed sgemm beat both at 128-row products. So none is a fixed
-default: the first time a shape is seen, each runs a 128-row product a few times (best of 5,
+default: the first time a shape is seen, each runs a 128-row product a few times (median of 9,
 alternating; two such measurements, and a third where they disagree) and the winner is
 recorded in `$BRAZE_CACHE_DIR/gemm_choice_<machine>.json` (or the file `$BRAZE_GEMM_CHOICES`
 names: the test suite keeps its measurements, taken on a busy machine, out of the user's file).
@@ -34,7 +34,7 @@ CHOICES = ("packed", "tiles", "mkl_packed")
 BF16_CHOICES = ("mkl", "amx")  # bf16_gemm.py: MKL's cblas_gemm_bf16bf16f32, amx_gemm.py
 
 _ROWS = 128  # the product measured: a sequence of 128 tokens, one batch
-_RUNS = 5
+_RUNS = 9
 _lock = threading.Lock()
 _choices: dict[str, str] | None = None
 
@@ -64,24 +64,32 @@ def forced() -> str | None:
     return {"1": "packed", "0": "tiles"}.get(os.environ.get("BRAZE_PACKED_GEMM", "auto"))
 
 
-def choose(k: int, n: int, tiles: Callable) -> str:
+def choose(k: int, n: int, tiles: Callable, act: int = 0) -> str:
     """The fastest fp32 GEMM here for a static [k, n] weight, one of CHOICES; `tiles(x, w,
-    out)` runs MKL's tiles. Without MKL the packed kernel is the choice (the alternative,
-    NumPy's BLAS, measured slower on every machine so far)."""
+    out, bias, act)` runs MKL's tiles. With an activation `act` (a native.ACT_CODES value)
+    the runs measured add a bias and it, as the node will (braze's kernel applies it per tile
+    in cache, MKL's packed sgemm in a pass after the product). Without MKL the packed kernel
+    is the choice (the alternative, NumPy's BLAS, measured slower on every machine so far)."""
     flag = forced()
     if flag is not None:
         return flag
     if blas.sgemm_address() is None or native.lib() is None:
         return "packed"
-    return _remembered(fp32_key(k, n), lambda: _agreed(_fp32_runs(*_operands(k, n), tiles)))
+    return _remembered(fp32_key(k, n, act),
+                       lambda: _agreed(_fp32_runs(*_operands(k, n), tiles, act)))
 
 
-def fp32_key(k: int, n: int) -> str:
-    """The choice file's key for a float32 [k, n] weight. "fp32-2": measured since braze's
-    packed kernel runs 6 x 64 micro blocks under AVX-512 (before, 12 x 16 ones, it ran
-    ~0.75x as fast and MKL won every shape it now wins), so older "KxN" entries are measured
-    again."""
-    return f"fp32-2:{k}x{n}"
+def fp32_bias(n: int) -> np.ndarray:
+    """The bias a choice with an activation is measured with."""
+    return np.linspace(-1, 1, n, dtype=np.float32)
+
+
+def fp32_key(k: int, n: int, act: int = 0) -> str:
+    """The choice file's key for a float32 [k, n] weight (and activation code `act`, when
+    not 0). "fp32-2": measured since braze's packed kernel runs 6 x 64 micro blocks under
+    AVX-512 (before, 12 x 16 ones, it ran ~0.75x as fast and MKL won every shape it now
+    wins), so older "KxN" entries are measured again."""
+    return f"fp32-2:{k}x{n}" + (f":act{act}" if act else "")
 
 
 def choose_bf16(k: int, n: int, runs: Callable) -> str:
@@ -108,10 +116,13 @@ def _remembered(key: str, measure: Callable[[], str]) -> str:
 
 
 def _operands(k: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """The measured product's x [_ROWS, k] and w [k, n]."""
+    """The measured product's x [_ROWS, k] and w [k, n], w scaled by 1 / sqrt(k) so the
+    product is of unit scale, as a layer's is (an activation's cost depends on its inputs:
+    with |v| ~ sqrt(k), MKL's packed sgemm won 3 of 3 measurements of the tanh GELU GEMM at
+    768 x 3072 that braze's kernel wins 3 of 3 at unit scale)."""
     rng = np.random.default_rng(0)
     return (rng.standard_normal((_ROWS, k), dtype=np.float32),
-            rng.standard_normal((k, n), dtype=np.float32))
+            rng.standard_normal((k, n), dtype=np.float32) / np.float32(np.sqrt(k)))
 
 
 def _agreed(runs: dict[str, Callable]) -> str:
@@ -125,28 +136,32 @@ def _agreed(runs: dict[str, Callable]) -> str:
 
 
 def _fastest(runs: dict[str, Callable]) -> str:
-    """The name of the fastest call: best of _RUNS, alternating, after a warm call each."""
-    best = dict.fromkeys(runs, float("inf"))
+    """The name of the fastest call: the lowest median of _RUNS calls, alternating, after a
+    warm call each (on the shared VM the best of a few calls is often one lucky call)."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for fn in runs.values():
         fn()  # warm: caches, the thread team
     for r in range(_RUNS):
         for name in (list(runs) if r % 2 else list(runs)[::-1]):
             t = time.perf_counter()
             runs[name]()
-            best[name] = min(best[name], time.perf_counter() - t)
-    return min(best, key=best.get)
+            times[name].append(time.perf_counter() - t)
+    return min(times, key=lambda name: float(np.median(times[name])))
 
 
-def _fp32_runs(x: np.ndarray, w: np.ndarray, tiles: Callable) -> dict[str, Callable]:
-    """Each fp32 GEMM available here on `x @ w`, by choice name."""
-    out = np.empty((x.shape[0], w.shape[1]), np.float32)
-    runs = {"tiles": lambda: tiles(x, w, out)}
+def _fp32_runs(x: np.ndarray, w: np.ndarray, tiles: Callable, act: int = 0,
+               out: np.ndarray | None = None) -> dict[str, Callable]:
+    """Each fp32 GEMM available here on `out = act(x @ w + bias)` (no bias when act is 0,
+    else fp32_bias), by choice name."""
+    out = np.empty((x.shape[0], w.shape[1]), np.float32) if out is None else out
+    bias = fp32_bias(w.shape[1]) if act else None
+    runs = {"tiles": lambda: tiles(x, w, out, bias, act)}
     packed = pg.pack(w)
     if packed is not None:
-        runs["packed"] = lambda: pg.gemm(x, packed, out, None, 0)
+        runs["packed"] = lambda: pg.gemm(x, packed, out, bias, act)
     mkl = mkl_packed.pack(w)
     if mkl is not None:
-        runs["mkl_packed"] = lambda: mkl_packed.gemm(x, mkl, out, None, 0)
+        runs["mkl_packed"] = lambda: mkl_packed.gemm(x, mkl, out, bias, act)
     return runs
 
 
