@@ -29,6 +29,7 @@ from functools import cache
 import ml_dtypes
 import numpy as np
 
+from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
 from . import native
@@ -434,7 +435,7 @@ class AmxWeight:
         self.k, self.n = (int(x) for x in w.shape)
         src = np.ascontiguousarray(w, np.float32)
         self.packed = aligned_empty(_up32(self.n) * _up32(self.k), np.uint16)
-        _lib().amx_pack(src.ctypes.data, self.k, self.n, self.packed.ctypes.data)
+        _lib().amx_pack(address(src), self.k, self.n, address(self.packed))
 
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -463,8 +464,8 @@ def gemm(x: np.ndarray, w: AmxWeight, out: np.ndarray, bias: np.ndarray | None, 
                              or not bias.flags.c_contiguous):
         return False
     if rows:
-        _lib().amx_gemm_bias_act(x.ctypes.data, k, x.dtype == BF16, x16.ctypes.data,
-                                 w.packed.ctypes.data, out.ctypes.data, out.dtype == BF16,
-                                 rows, w.n, k, None if bias is None else bias.ctypes.data, act,
+        _lib().amx_gemm_bias_act(address(x), k, x.dtype == BF16, address(x16),
+                                 address(w.packed), address(out), out.dtype == BF16,
+                                 rows, w.n, k, None if bias is None else address(bias), act,
                                  w.gated, w.out_cols)
     return True

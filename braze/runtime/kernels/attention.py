@@ -13,6 +13,7 @@ import numpy as np
 from ...errors import InterpretError
 from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
+from ..address import address
 from . import amx_gemm, attention_amx, bf16_gemm, blas, native
 from . import attention_native as heads_c
 from .fused import _c, gemm_bias_act, is_f32, packed_weight, prepared_gemm, prepared_how
@@ -80,7 +81,7 @@ def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias, packed
         return
     blas.matmul(x, w, out)
     if bias is not None:
-        lib.bias_act(out.ctypes.data, bias.ctypes.data, x.size // x.shape[-1], out.shape[-1], 0)
+        lib.bias_act(address(out), address(bias), x.size // x.shape[-1], out.shape[-1], 0)
 
 
 class _Heads:

@@ -31,6 +31,7 @@ from functools import cache
 
 import numpy as np
 
+from ..address import address
 from ..codegen import cc
 from ..codegen.vecmath import VECMATH_C
 from .native import ROPE_ROW, TO_BF16
@@ -495,10 +496,10 @@ def attn_heads(plan: HeadsPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray, out
     strides (0 where it broadcasts)."""
     st = np.asarray(strides, np.int64)
     mst = np.asarray(mask_strides, np.int64)
-    plan.kernel(q.ctypes.data, k.ctypes.data, v.ctypes.data, out.ctypes.data,
-                     st.ctypes.data, *plan.shape, scale, softcap, int(causal), window,
-                     None if mask is None else mask.ctypes.data, mst.ctypes.data,
-                     scratch.ctypes.data, plan.per_thread, plan.bq, plan.kb, plan.slots,
+    plan.kernel(address(q), address(k), address(v), address(out),
+                     address(st), *plan.shape, scale, softcap, int(causal), window,
+                     None if mask is None else address(mask), address(mst),
+                     address(scratch), plan.per_thread, plan.bq, plan.kb, plan.slots,
                      *plan.extra)
 
 
@@ -506,5 +507,5 @@ def rope_packed(qkv: np.ndarray, cos: np.ndarray, sin: np.ndarray, heads: int, d
                 n_rot: int, interleaved: bool) -> None:
     """RoPE in place on the first `heads` heads of each row of a contiguous [B, S, W] buffer."""
     b, s, w = qkv.shape
-    lib().rope_packed(qkv.ctypes.data, cos.ctypes.data, sin.ctypes.data, b, s, w, heads, d,
+    lib().rope_packed(address(qkv), address(cos), address(sin), b, s, w, heads, d,
                       n_rot, int(interleaved))

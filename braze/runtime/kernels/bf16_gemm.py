@@ -30,6 +30,7 @@ import numpy as np
 
 from ...errors import InterpretError
 from ...ir.op import Value
+from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
 from . import amx_gemm, blas, gemm_choice, native
@@ -146,11 +147,11 @@ class Bf16Weight:
         self.k, self.n = (int(x) for x in w.shape)
         w16 = np.empty((self.k, self.n), np.uint16)
         src = np.ascontiguousarray(w, np.float32)
-        _lib().round_bf16(src.ctypes.data, self.n, w16.ctypes.data, self.k, self.n)
+        _lib().round_bf16(address(src), self.n, address(w16), self.k, self.n)
         size = int(mkl.pack_size(_B_MATRIX, 1, self.n, self.k))
         self.packed = aligned_empty(size, np.uint8)  # MKL wants 64-byte aligned packed data
-        mkl.pack(_ROW_MAJOR, _B_MATRIX, _NO_TRANS, 1, self.n, self.k, w16.ctypes.data, self.n,
-                 self.packed.ctypes.data)
+        mkl.pack(_ROW_MAJOR, _B_MATRIX, _NO_TRANS, 1, self.n, self.k, address(w16), self.n,
+                 address(self.packed))
 
 
 PREPARED = (Bf16Weight, amx_gemm.AmxWeight)  # what bf16_weight returns
@@ -230,7 +231,7 @@ def round_through(a: np.ndarray, dtype) -> None:
     policy's cast(cast(a, dtype), f32) computes it; `a` is a C-contiguous f32 array."""
     if dtype.name == "bf16" and _lib() is not None and a.flags.c_contiguous \
             and a.dtype == np.float32:
-        _lib().round_bf16_through(a.ctypes.data, a.size)
+        _lib().round_bf16_through(address(a), a.size)
     else:
         with np.errstate(over="ignore", invalid="ignore"):
             a[...] = a.astype(dtype.np).astype(np.float32)
@@ -254,10 +255,10 @@ def gemm(x: np.ndarray, w: Bf16Weight | amx_gemm.AmxWeight, out: np.ndarray,
         return False
     if x.strides[-1] != x.itemsize or (x.ndim > 1 and not x.flags.c_contiguous):
         return False
-    _lib().gemm_bf16(_mkl().compute, x.ctypes.data, k, x.dtype == amx_gemm.BF16,
-                     x16.ctypes.data, w.packed.ctypes.data, out.ctypes.data, rows, w.n, k)
+    _lib().gemm_bf16(_mkl().compute, address(x), k, x.dtype == amx_gemm.BF16,
+                     address(x16), address(w.packed), address(out), rows, w.n, k)
     if bias is not None or act:
-        native.lib().bias_act(out.ctypes.data, None if bias is None else bias.ctypes.data,
+        native.lib().bias_act(address(out), None if bias is None else address(bias),
                               rows, w.n, act)
     return True
 

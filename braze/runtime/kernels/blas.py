@@ -17,6 +17,7 @@ from functools import cache
 
 import numpy as np
 
+from ..address import address
 from ..codegen import cc
 
 __all__ = ["matmul", "provider", "sgemm_address", "local_threads_address", "set_local_threads",
@@ -102,8 +103,8 @@ def _gemm2d(fn, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
         return False
     if lda is None or ldb is None:
         return False
-    fn(_ROW_MAJOR, _NO_TRANS, tb, m, n, k, 1.0, a.ctypes.data, lda, b.ctypes.data, ldb, 0.0,
-       out.ctypes.data, n)
+    fn(_ROW_MAJOR, _NO_TRANS, tb, m, n, k, 1.0, address(a), lda, address(b), ldb, 0.0,
+       address(out), n)
     return True
 
 

@@ -28,6 +28,7 @@ from ...ir.ops.conv import (
 from ...ir.ops.elementwise import UnaryFn
 from ...ir.ops.fused import FusedConvBiasAct
 from ...ir.ops.resize import Resize, ResizeMode
+from ..address import address
 from . import blas, conv_native
 from .fused import is_f32
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -42,7 +43,7 @@ def _contiguous(a: np.ndarray) -> np.ndarray:
 
 
 def _ptr(a: np.ndarray | None):
-    return None if a is None else a.ctypes.data
+    return None if a is None else address(a)
 
 
 @dataclass(frozen=True)
@@ -173,7 +174,7 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None) -> Kernel | None:
                 if cols is None:
                     src = x[i, g * cg:(g + 1) * cg].reshape(cg, in_plane)
                 else:
-                    start = x.ctypes.data + 4 * (i * geo.c * in_plane + g * in_group)
+                    start = address(x) + 4 * (i * geo.c * in_plane + g * in_group)
                     lib.im2col(start, _ptr(cols), cg, geo.h, geo.w, *geo.window_args(), geo.ho,
                                geo.wo)
                     src = cols
@@ -220,7 +221,7 @@ def conv_transpose2d(node, ins, outs, ctx):
         for i in range(n):
             for g in range(groups):
                 blas.matmul(wt_t[g], x[i, g * cg:(g + 1) * cg].reshape(cg, h * w), cols)
-                start = out.ctypes.data + 4 * (i * o + g * og) * ho * wo
+                start = address(out) + 4 * (i * o + g * og) * ho * wo
                 lib.col2im(_ptr(cols), start, og, h, w, *window, ho, wo)
         if b is not None:
             lib.channel_epilogue(_ptr(out), _ptr(b), n * o, o, ho * wo, 0)

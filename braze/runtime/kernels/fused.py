@@ -21,6 +21,7 @@ from ...ir.ops.fused_simple import leading_broadcast_axes
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.reduce import Softmax
+from ..address import address
 from . import bf16_gemm, blas, gemm_choice, mkl_packed, native
 from . import packed_gemm as pg
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -43,7 +44,7 @@ def _act_code(fn) -> int | None:
 
 def _c(a: np.ndarray) -> np.ndarray:
     """`a`, or a C-contiguous copy. Bind the result to a name before passing its
-    `.ctypes.data` to C: a copy referenced only by the expression is freed at once."""
+    address to C: a copy referenced only by the expression is freed at once."""
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
@@ -72,9 +73,9 @@ def gemm_bias_act(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.n
     else:
         return False
     m = x.size // max(k, 1)
-    lib.gemm_bias_act(gemm, blas.local_threads_address(), x.ctypes.data, k, w.ctypes.data, ldb,
-                      trans_b, out.ctypes.data, m, n, k,
-                      None if bias is None else bias.ctypes.data, act)
+    lib.gemm_bias_act(gemm, blas.local_threads_address(), address(x), k, address(w), ldb,
+                      trans_b, address(out), m, n, k,
+                      None if bias is None else address(bias), act)
     return True
 
 
@@ -256,7 +257,7 @@ def matmul_bias_act(node, ins, outs, ctx):
             return
         blas.matmul(x, w, out)
         if b is not None or act:
-            lib.bias_act(out.ctypes.data, None if b is None else b.ctypes.data, rows, cols, act)
+            lib.bias_act(address(out), None if b is None else address(b), rows, cols, act)
 
     k = int(ins[0].dims[-1])
     packed = packed_weight(node, ctx, act=act)
@@ -311,10 +312,10 @@ def _row_norm_run(lib, op, n_in: int, rms: bool, residual: bool, expose: bool, r
         beta = _c(next(it)) if has_beta else None
         y = arrays[n_in]
         s = arrays[n_in + 1] if expose else None
-        lib.row_norm(x_a.ctypes.data, None if r_a is None else r_a.ctypes.data,
-                     None if gamma is None else gamma.ctypes.data,
-                     None if beta is None else beta.ctypes.data, y.ctypes.data,
-                     None if s is None else s.ctypes.data, rows, cols, res_rows, eps, int(rms))
+        lib.row_norm(address(x_a), None if r_a is None else address(r_a),
+                     None if gamma is None else address(gamma),
+                     None if beta is None else address(beta), address(y),
+                     None if s is None else address(s), rows, cols, res_rows, eps, int(rms))
 
     return run
 
@@ -350,7 +351,7 @@ def softmax(node, ins, outs, ctx):
 
     def run(a, out):
         a = _c(a)  # held in a name: a temporary copy would be freed before the call
-        lib.softmax_rows(a.ctypes.data, out.ctypes.data, rows, cols)
+        lib.softmax_rows(address(a), address(out), rows, cols)
 
     return Kernel(run, Dispatch.NATIVE, "C safe softmax rows", inplace=(0,),
                   bytes=nbytes(ins) + nbytes(outs), flops=5 * _numel(x))
@@ -366,7 +367,7 @@ def activation(node, ins, outs, ctx):
 
     def run(x, out):
         x = _c(x)
-        lib.unary_act(x.ctypes.data, out.ctypes.data, n, act)
+        lib.unary_act(address(x), address(out), n, act)
 
     return Kernel(run, Dispatch.NATIVE, f"C {node.op.fn.value}", inplace=(0,),
                   bytes=nbytes(ins) + nbytes(outs), flops=n)
@@ -387,7 +388,7 @@ def gated(node, ins, outs, ctx):
 
     def run(h, out):
         h = _c(h)
-        lib.gated(h.ctypes.data, out.ctypes.data, rows, half, gate_first, act, int(out16))
+        lib.gated(address(h), address(out), rows, half, gate_first, act, int(out16))
 
     return Kernel(run, Dispatch.NATIVE,
                   f"C gated {node.op.act.value}" + (", bf16 out" if out16 else ""),
@@ -409,7 +410,7 @@ def rope(node, ins, outs, ctx):
 
     def run(xa, ca, sa, out):
         xa, ca, sa = _c(xa), _c(ca), _c(sa)
-        lib.rope(xa.ctypes.data, ca.ctypes.data, sa.ctypes.data, out.ctypes.data, outer, s, d,
+        lib.rope(address(xa), address(ca), address(sa), address(out), outer, s, d,
                  n_rot, inter)
 
     return Kernel(run, Dispatch.NATIVE, "C rope", bytes=nbytes(ins) + nbytes(outs),

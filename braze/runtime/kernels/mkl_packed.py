@@ -16,6 +16,7 @@ from functools import cache
 
 import numpy as np
 
+from ..address import address
 from ..plan import aligned_empty
 from . import blas, native
 
@@ -63,8 +64,8 @@ class MklPackedWeight:
         src = np.ascontiguousarray(w, np.float32)
         size = int(mkl.size(_B_MATRIX, 1, self.n, self.k))
         self.packed = aligned_empty(size, np.uint8)
-        mkl.pack(_ROW_MAJOR, _B_MATRIX, _NO_TRANS, 1, self.n, self.k, 1.0, src.ctypes.data,
-                 self.n, self.packed.ctypes.data)
+        mkl.pack(_ROW_MAJOR, _B_MATRIX, _NO_TRANS, 1, self.n, self.k, 1.0, address(src),
+                 self.n, address(self.packed))
 
 
 def pack(w: np.ndarray) -> MklPackedWeight | None:
@@ -94,9 +95,9 @@ def gemm(x: np.ndarray, w: MklPackedWeight, out: np.ndarray, bias: np.ndarray | 
                              or not bias.flags.c_contiguous):
         return False
     if rows:
-        _mkl().compute(_ROW_MAJOR, _NO_TRANS, _PACKED, rows, w.n, w.k, x.ctypes.data, w.k,
-                       w.packed.ctypes.data, w.n, 0.0, out.ctypes.data, w.n)
+        _mkl().compute(_ROW_MAJOR, _NO_TRANS, _PACKED, rows, w.n, w.k, address(x), w.k,
+                       address(w.packed), w.n, 0.0, address(out), w.n)
         if bias is not None or act:  # the epilogue over the rows, one parallel pass
-            native.lib().bias_act(out.ctypes.data, None if bias is None else bias.ctypes.data,
+            native.lib().bias_act(address(out), None if bias is None else address(bias),
                                   rows, w.n, act)
     return True

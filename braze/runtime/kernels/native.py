@@ -11,6 +11,7 @@ from functools import cache
 
 import numpy as np
 
+from ..address import address
 from ..codegen import cc
 
 __all__ = ["lib", "ACT_CODES", "ACT_SPAN", "TO_BF16", "ptr", "fptr", "ROPE_ROW"]
@@ -307,7 +308,7 @@ def lib():
 
 def ptr(a: np.ndarray | None):
     """The data pointer of a C-contiguous float32 array (None passes NULL)."""
-    return None if a is None else a.ctypes.data
+    return None if a is None else address(a)
 
 
 def fptr(a: np.ndarray | None):
@@ -315,4 +316,4 @@ def fptr(a: np.ndarray | None):
         return None
     if a.dtype != np.float32 or not a.flags.c_contiguous:
         raise ValueError("native kernels take C-contiguous float32 arrays")
-    return a.ctypes.data
+    return address(a)

@@ -45,6 +45,7 @@ from functools import cache
 
 import numpy as np
 
+from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
 from . import native
@@ -371,7 +372,7 @@ def pack(w: np.ndarray) -> PackedWeight | None:
         return None
     size = int(so.pg_packed_floats(k, n))
     panels = aligned_empty(size, np.float32)  # panel rows on 64-byte lines: no split loads
-    so.pg_pack(w.ctypes.data, w.strides[0] // 4, w.strides[1] // 4, k, n, panels.ctypes.data)
+    so.pg_pack(address(w), w.strides[0] // 4, w.strides[1] // 4, k, n, address(panels))
     return PackedWeight(panels, k, n)
 
 
@@ -420,9 +421,9 @@ def gemm(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.ndarray 
         return False
     m = x.size // packed.k
     if m:
-        so.pg_gemm(x.ctypes.data, packed.k, packed.panels.ctypes.data, out.ctypes.data, m,
-                   packed.n, packed.k, None if bias is None else bias.ctypes.data, act,
-                   _scratch(int(so.pg_scratch_floats())).ctypes.data, _padded_x(m, packed.k))
+        so.pg_gemm(address(x), packed.k, address(packed.panels), address(out), m,
+                   packed.n, packed.k, None if bias is None else address(bias), act,
+                   address(_scratch(int(so.pg_scratch_floats()))), _padded_x(m, packed.k))
     return True
 
 
@@ -437,9 +438,9 @@ def gemm_gated(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.nd
         return False
     m = x.size // packed.k
     if m:
-        so.pg_gemm_gated(x.ctypes.data, packed.k, packed.panels.ctypes.data, out.ctypes.data, m,
-                         packed.n, packed.k, None if bias is None else bias.ctypes.data, act,
-                         _scratch(int(so.pg_scratch_floats())).ctypes.data, packed.out_cols,
+        so.pg_gemm_gated(address(x), packed.k, address(packed.panels), address(out), m,
+                         packed.n, packed.k, None if bias is None else address(bias), act,
+                         address(_scratch(int(so.pg_scratch_floats()))), packed.out_cols,
                          _padded_x(m, packed.k))
     return True
 
@@ -483,4 +484,4 @@ def _padded_x(m: int, k: int) -> int | None:
     floats = m * (k + 16)
     if (k * 4) % 4096 or floats > PAD_X_FLOATS:
         return None
-    return _scratch(floats, "padded_x").ctypes.data
+    return address(_scratch(floats, "padded_x"))

@@ -14,6 +14,7 @@ import os
 import numpy as np
 
 from ...ir.ops.region import ElementwiseRegion
+from ..address import address
 from ..codegen import cc
 from ..codegen.elementwise import Unsupported, region_source
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -53,7 +54,7 @@ def region(node, ins, outs, ctx):
 
     def run(*arrays):
         keep = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
-        fn(arg_t(*(a.ctypes.data for a in keep)))
+        fn(arg_t(*(address(a) for a in keep)))
 
     steps = len(node.op.steps)
     how = ", streaming stores" if stream else ""
