@@ -91,8 +91,9 @@ def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None, 
     measured choice for the plain product, or BRAZE_PACKED_GEMM=0: the gated MLP then runs as
     that product and the gated kernel after it. On LLaMA-small's 768 x 4096 gate / up weight
     (whole model, one process, alternating) those two steps took 0.86-0.93x the fused kernel's
-    time at batch 1 and 0.76-0.87x at batch 8: MKL's product (1.1-1.3x braze's packed kernel
-    at those shapes) outruns the pass the epilogue saves. Either copy costs ~1.0x the GEMM
+    time at batch 1 and 0.76-0.87x at batch 8 with braze's old 12 x 16 micro-kernel: MKL's
+    product (then 1.1-1.3x as fast) outran the pass the epilogue saves; with the 6 x 64 one
+    braze's kernel wins that shape here and the step is fused. Either copy costs ~1.0x the GEMM
     weights in RSS (bench/gemm_kernels.py --model NAME --batch B). `act` (a native.ACT_CODES
     value) is the epilogue the node runs: the choice is measured with it and a bias, since
     braze's kernel applies it per tile in cache where MKL's runs a pass over the output."""

@@ -7,9 +7,11 @@ the kernel cache.
 They trade places by CPU: on the AVX2 EPYC VM of earlier sessions the packed kernel took
 0.80-0.86x the MKL tiles' time end to end; on the AMX / AVX-512 Xeon VM of 2026-11-27 MKL won
 (BERT-base sdpa b1: 152 ms median with MKL tiles against 176 packed, in one process,
-alternating), and MKL's packed sgemm beat both at 128-row products. So none is a fixed
-default: the first time a shape is seen, each runs a 128-row product a few times (median of 9,
-alternating; two such measurements, and a third where they disagree) and the winner is
+alternating), and MKL's packed sgemm beat both at 128-row products, until braze's kernel
+moved to 6 x 64 micro blocks (session 11), which win most 128-row shapes there. So none is a
+fixed default: the first time a shape is seen, each runs a 128-row product (with the node's
+activation and a bias where it has one) a few times (median of 9, alternating; two such
+measurements, and a third where they disagree) and the winner is
 recorded in `$BRAZE_CACHE_DIR/gemm_choice_<machine>.json` (or the file `$BRAZE_GEMM_CHOICES`
 names: the test suite keeps its measurements, taken on a busy machine, out of the user's file).
 `BRAZE_FP32_GEMM=packed|tiles|mkl_packed` forces one (`BRAZE_PACKED_GEMM=1` / `0`: packed /

@@ -7,8 +7,10 @@ MKL's plain sgemm re-packs the weight on every call; at transformer shapes with 
 (M = 128 tokens) that copy is a large part of the product. On the AMX / AVX-512 Xeon VM
 (2 threads, loaded, alternating calls) the packed compute ran 244-249 GFLOP/s median at
 128 x 768 x {768, 2304, 3072} against 220-228 for MKL's sgemm, 134-187 for MKL's sgemm in
-per-thread tiles and 142-158 for braze's own packed kernel (packed_gemm.py). Which of those
-a weight shape gets is measured per machine (gemm_choice.py)."""
+per-thread tiles and 142-158 for braze's own packed kernel (packed_gemm.py) with its 12 x 16
+micro-kernel; with its 6 x 64 one (2026-11-27, session 11) braze's kernel took 0.8-0.95x this
+one's time at those shapes. Which of them a weight shape gets is measured per machine
+(gemm_choice.py)."""
 from __future__ import annotations
 
 import ctypes
