@@ -244,6 +244,10 @@ static void gemm_tiles(const float* x, int64_t ldx, const float* bp, float* out,
   int64_t groups = (4 * nt + rblocks - 1) / rblocks, per_group = 16 / unit;
   if (groups < (units + per_group - 1) / per_group) groups = (units + per_group - 1) / per_group;
   if (groups > units) groups = units;
+  /* equal tiles where a group count up to 4x as many gives them: 12 units in 8 groups of 1
+     or 2 left a thread idle for 2 of 7 units' time (N = 768: 0.89-0.99x as long with 12) */
+  for (int64_t g = groups; g <= units && g <= 4 * groups; g++)
+    if (units % g == 0 && g * rblocks % nt == 0) { groups = g; break; }
   if (groups * rblocks % nt && groups + nt - groups * rblocks % nt <= units)
     groups += nt - groups * rblocks % nt;
   int64_t tiles = rblocks * groups;
