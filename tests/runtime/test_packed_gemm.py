@@ -262,14 +262,14 @@ def test_an_older_choice_file_is_measured_again(monkeypatch, tmp_path):
     monkeypatch.delenv("BRAZE_FP32_GEMM", raising=False)
     path = gemm_choice._path()
     with open(path, "w") as f:
-        json.dump({"fp32-2:24x40": True, "fp32-2:8x8": "tiles", "16x16": "tiles"}, f)
+        json.dump({"fp32-3:24x40": True, "fp32-3:8x8": "tiles", "fp32-2:16x16": "tiles"}, f)
     assert gemm_choice.choose(8, 8, None) == "tiles"  # kept: not measured (no runner given)
     if blas.sgemm_address() is not None:
         from braze.runtime.kernels.fused import _mkl_tiles
 
         for k, n in ((24, 40), (16, 16)):  # a value from an older file; a key from before
-            assert gemm_choice.choose(k, n, _mkl_tiles) in gemm_choice.CHOICES  # fp32-2
-            assert json.loads(open(path).read())[f"fp32-2:{k}x{n}"] in gemm_choice.CHOICES
+            assert gemm_choice.choose(k, n, _mkl_tiles) in gemm_choice.CHOICES  # fp32-3
+            assert json.loads(open(path).read())[f"fp32-3:{k}x{n}"] in gemm_choice.CHOICES
 
 
 def test_attention_block_and_plain_matmul_pack_their_weights(packed_on):
@@ -348,4 +348,4 @@ def test_a_choice_with_an_activation_measures_that_epilogue_under_its_own_key(mo
     monkeypatch.setattr(gemm_choice, "_fastest", lambda runs: "packed")
     assert gemm_choice.choose(24, 40, _mkl_tiles, gelu) == "packed"
     saved = json.loads(next(tmp_path.glob("gemm_choice_*.json")).read_text())
-    assert saved == {f"fp32-2:24x40:act{gelu}": "packed"}
+    assert saved == {f"fp32-3:24x40:act{gelu}": "packed"}

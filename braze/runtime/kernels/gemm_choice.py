@@ -88,10 +88,11 @@ def fp32_bias(n: int) -> np.ndarray:
 
 def fp32_key(k: int, n: int, act: int = 0) -> str:
     """The choice file's key for a float32 [k, n] weight (and activation code `act`, when
-    not 0). "fp32-2": measured since braze's packed kernel runs 6 x 64 micro blocks under
+    not 0). "fp32-3": measured since braze's packed kernel runs 6 x 64 micro blocks under
     AVX-512 (before, 12 x 16 ones, it ran ~0.75x as fast and MKL won every shape it now
-    wins), so older "KxN" entries are measured again."""
-    return f"fp32-2:{k}x{n}" + (f":act{act}" if act else "")
+    wins) in tiles of equal size (768 x 768 then moved from MKL's tiles to it), so older
+    entries ("KxN", "fp32-2:") are measured again."""
+    return f"fp32-3:{k}x{n}" + (f":act{act}" if act else "")
 
 
 def choose_bf16(k: int, n: int, runs: Callable) -> str:
