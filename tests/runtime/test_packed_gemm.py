@@ -349,3 +349,25 @@ def test_a_choice_with_an_activation_measures_that_epilogue_under_its_own_key(mo
     assert gemm_choice.choose(24, 40, _mkl_tiles, gelu) == "packed"
     saved = json.loads(next(tmp_path.glob("gemm_choice_*.json")).read_text())
     assert saved == {f"fp32-3:24x40:act{gelu}": "packed"}
+
+
+def test_the_fastest_is_judged_by_each_rounds_share_not_by_a_lucky_call():
+    """A GEMM with one lucky fast call among slow ones must not win (the best-of rule crowned
+    it), and a slow stretch of the machine that hits every GEMM of some rounds cancels."""
+    import time
+
+    from braze.runtime.kernels import gemm_choice
+
+    calls = {"lucky": 0, "steady": 0}
+
+    def lucky():  # one lucky call (round 2), and 4x slower in a busy stretch (rounds 1-5)
+        calls["lucky"] += 1
+        n = calls["lucky"]
+        time.sleep(0.0002 if n == 3 else 0.016 if 2 <= n <= 6 else 0.004)
+
+    def steady():  # the faster one, as slowed by the busy stretch
+        calls["steady"] += 1
+        time.sleep(0.010 if 2 <= calls["steady"] <= 6 else 0.0025)
+
+    assert gemm_choice._fastest({"lucky": lucky, "steady": steady}) == "steady"
+    assert calls == {"lucky": gemm_choice._RUNS + 1, "steady": gemm_choice._RUNS + 1}

@@ -10,10 +10,11 @@ They trade places by CPU: on the AVX2 EPYC VM of earlier sessions the packed ker
 alternating), and MKL's packed sgemm beat both at 128-row products, until braze's kernel
 moved to 6 x 64 micro blocks (session 11), which win most 128-row shapes there. So none is a
 fixed default: the first time a shape is seen, each runs a 128-row product (with the node's
-activation and a bias where it has one) a few times (median of 9, alternating; two such
-measurements, and a third where they disagree) and the winner is
-recorded in `$BRAZE_CACHE_DIR/gemm_choice_<machine>.json` (or the file `$BRAZE_GEMM_CHOICES`
-names: the test suite keeps its measurements, taken on a busy machine, out of the user's file).
+activation and a bias where it has one) 15 times, alternating (the lowest median of each
+call's time over its round's mean; two such measurements, and a third where they disagree)
+and the winner is recorded in `$BRAZE_CACHE_DIR/gemm_choice_<machine>.json` (or the file
+`$BRAZE_GEMM_CHOICES` names: the test suite keeps its measurements, taken on a busy machine,
+out of the user's file).
 `BRAZE_FP32_GEMM=packed|tiles|mkl_packed` forces one (`BRAZE_PACKED_GEMM=1` / `0`: packed /
 tiles)."""
 from __future__ import annotations
@@ -36,7 +37,7 @@ CHOICES = ("packed", "tiles", "mkl_packed")
 BF16_CHOICES = ("mkl", "amx")  # bf16_gemm.py: MKL's cblas_gemm_bf16bf16f32, amx_gemm.py
 
 _ROWS = 128  # the product measured: a sequence of 128 tokens, one batch
-_RUNS = 9
+_RUNS = 15
 _lock = threading.Lock()
 _choices: dict[str, str] | None = None
 
@@ -139,17 +140,23 @@ def _agreed(runs: dict[str, Callable]) -> str:
 
 
 def _fastest(runs: dict[str, Callable]) -> str:
-    """The name of the fastest call: the lowest median of _RUNS calls, alternating, after a
-    warm call each (on the shared VM the best of a few calls is often one lucky call)."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
+    """The name of the fastest call, after a warm call each: _RUNS rounds of one call each,
+    alternating, each call's time divided by its round's mean, and the lowest median of
+    those. A slow stretch of a shared machine longer than a round slows every call of it
+    alike and cancels; the best of a few calls (the rule before) was often one lucky call,
+    and the plain median still followed stretches of a few calls."""
+    rounds: list[dict[str, float]] = []
     for fn in runs.values():
         fn()  # warm: caches, the thread team
     for r in range(_RUNS):
+        times = {}
         for name in (list(runs) if r % 2 else list(runs)[::-1]):
             t = time.perf_counter()
             runs[name]()
-            times[name].append(time.perf_counter() - t)
-    return min(times, key=lambda name: float(np.median(times[name])))
+            times[name] = time.perf_counter() - t
+        mean = sum(times.values()) / len(times)
+        rounds.append({name: t / mean for name, t in times.items()})
+    return min(runs, key=lambda name: float(np.median([r[name] for r in rounds])))
 
 
 def _fp32_runs(x: np.ndarray, w: np.ndarray, tiles: Callable, act: int = 0,
