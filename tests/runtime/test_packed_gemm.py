@@ -246,6 +246,8 @@ def test_gemm_measured_fastest_or_forced(monkeypatch, flag, tmp_path):
         else:
             choice = json.loads(saved[0].read_text())
             assert len(choice) == 1 and used == set(choice.values())
+            # measured as the node runs: the 45 x 71 weight with its bias and GELU
+            assert list(choice) == [f"fp32-3:45x71:act{native.ACT_CODES['gelu']}"]
     elif flag == "mkl_packed" and not mkl_packed.available():
         return
     else:
@@ -322,11 +324,13 @@ def test_gemm_choices_file_can_be_named(monkeypatch, tmp_path):
 
 
 @pytest.mark.skipif(blas.sgemm_address() is None, reason="no MKL: the packed kernel is the choice")
-def test_a_choice_with_an_activation_measures_that_epilogue_under_its_own_key(monkeypatch,
-                                                                               tmp_path):
-    """braze's kernel applies the activation per tile in cache, MKL's in a pass after the
-    product, so a GEMM with one is measured with it (and a bias), and kept apart from the plain
-    product's choice."""
+@pytest.mark.parametrize("act, bias, suffix", [("gelu", False, ":act{}"), ("gelu", True, ":act{}"),
+                                               (None, True, ":bias")])
+def test_a_choice_with_an_epilogue_measures_it_under_its_own_key(monkeypatch, tmp_path, act,
+                                                                  bias, suffix):
+    """braze's kernel applies the bias and activation per tile in cache, MKL's packed sgemm
+    in a pass after the product, so a GEMM with them is measured with them (an activation
+    always with a bias), and kept apart from the plain product's choice."""
     from braze.runtime.kernels import gemm_choice
     from braze.runtime.kernels.fused import _mkl_tiles
 
@@ -335,20 +339,20 @@ def test_a_choice_with_an_activation_measures_that_epilogue_under_its_own_key(mo
     monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
     monkeypatch.delenv("BRAZE_FP32_GEMM", raising=False)
     monkeypatch.setattr(gemm_choice, "_choices", None)
-    gelu = native.ACT_CODES["gelu"]
+    code = native.ACT_CODES[act]
     x, w = gemm_choice._operands(24, 40)
     out = np.empty((x.shape[0], 40), np.float32)
-    runs = gemm_choice._fp32_runs(x, w, _mkl_tiles, gelu, out)
-    want = _ACTS["gelu"](x.astype("f8") @ w.astype("f8") + gemm_choice.fp32_bias(40))
+    runs = gemm_choice._fp32_runs(x, w, _mkl_tiles, code, out, bias)
+    want = _ACTS[act](x.astype("f8") @ w.astype("f8") + gemm_choice.fp32_bias(40))
     assert set(runs) >= {"tiles", "packed"}
     for name, run in runs.items():
         out[:] = np.nan
         run()
         np.testing.assert_allclose(out, want, rtol=1e-4, atol=2e-5, err_msg=name)
     monkeypatch.setattr(gemm_choice, "_fastest", lambda runs: "packed")
-    assert gemm_choice.choose(24, 40, _mkl_tiles, gelu) == "packed"
+    assert gemm_choice.choose(24, 40, _mkl_tiles, code, bias) == "packed"
     saved = json.loads(next(tmp_path.glob("gemm_choice_*.json")).read_text())
-    assert saved == {f"fp32-3:24x40:act{gelu}": "packed"}
+    assert saved == {"fp32-3:24x40" + suffix.format(code): "packed"}
 
 
 def test_the_fastest_is_judged_by_each_rounds_share_not_by_a_lucky_call():

@@ -197,12 +197,13 @@ def attention_block(node, ins, outs, ctx):
     strides = sum(((widths[j][0] * widths[j][1], d, widths[j][1]) for j, *_ in views), ())
     strides += (s * merged_w, d, merged_w)
     low, reads = _bf16_projections(node, ctx, shape, roles)
-    packed = low or [packed_weight(node, ctx, roles.index(f"w_{joined}"))
+    packed = low or [packed_weight(node, ctx, roles.index(f"w_{joined}"),
+                                   bias=f"b_{joined}" in roles)
                      for _, joined, *_ in shape.projections]
     rounding = op.round_attention
     low_o = bf16_gemm.bf16_weight(node, ctx, roles.index("w_o")) \
         if rounding is not None and rounding.name == "bf16" else None
-    packed_o = low_o or packed_weight(node, ctx, roles.index("w_o"))
+    packed_o = low_o or packed_weight(node, ctx, roles.index("w_o"), bias="b_o" in roles)
     in16, out16 = _bf16_inside(op, low, low_o)
     if in16 or out16:
         heads = _Heads(op.attention_op, heads.shape, in16, out16)

@@ -79,8 +79,8 @@ def gemm_bias_act(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias: np.n
     return True
 
 
-def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None, act: int = 0
-                  ) -> pg.PackedWeight | mkl_packed.MklPackedWeight | None:
+def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None, act: int = 0,
+                  bias: bool = False) -> pg.PackedWeight | mkl_packed.MklPackedWeight | None:
     """The static 2-D float32 weight at input `position` of `node` packed once (cached in
     ctx.prepared, which update_weights empties) for the fp32 GEMM measured fastest for its
     shape on this machine (gemm_choice.py): braze's own kernel (packed_gemm.py) or MKL's packed
@@ -95,13 +95,13 @@ def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None, 
     product (then 1.1-1.3x as fast) outran the pass the epilogue saves; with the 6 x 64 one
     braze's kernel wins that shape here and the step is fused. Either copy costs ~1.0x the GEMM
     weights in RSS (bench/gemm_kernels.py --model NAME --batch B). `act` (a native.ACT_CODES
-    value) is the epilogue the node runs: the choice is measured with it and a bias, since
-    braze's kernel applies it per tile in cache where MKL's runs a pass over the output."""
+    value) and `bias` are the epilogue the node runs: the choice is measured with them, since
+    braze's kernel applies them per tile in cache where MKL's runs a pass over the output."""
     value = node.inputs[position]
     w = ctx.static.get(value)
     if w is None or w.ndim != 2 or w.dtype != np.float32:
         return None
-    choice = gemm_choice.choose(*w.shape, _mkl_tiles, act)
+    choice = gemm_choice.choose(*w.shape, _mkl_tiles, act, bias)
     if gate_first is not None:
         if choice == "mkl_packed" or gemm_choice.forced() == "tiles":
             return None
@@ -261,7 +261,7 @@ def matmul_bias_act(node, ins, outs, ctx):
             lib.bias_act(address(out), None if b is None else address(b), rows, cols, act)
 
     k = int(ins[0].dims[-1])
-    packed = packed_weight(node, ctx, act=act)
+    packed = packed_weight(node, ctx, act=act, bias=op.has_bias)
     if packed is not None:
         how = prepared_how(packed, epilogue=True)
     elif blas.sgemm_address() and ins[1].rank == 2:

@@ -67,33 +67,37 @@ def forced() -> str | None:
     return {"1": "packed", "0": "tiles"}.get(os.environ.get("BRAZE_PACKED_GEMM", "auto"))
 
 
-def choose(k: int, n: int, tiles: Callable, act: int = 0) -> str:
+def choose(k: int, n: int, tiles: Callable, act: int = 0, bias: bool = False) -> str:
     """The fastest fp32 GEMM here for a static [k, n] weight, one of CHOICES; `tiles(x, w,
-    out, bias, act)` runs MKL's tiles. With an activation `act` (a native.ACT_CODES value)
-    the runs measured add a bias and it, as the node will (braze's kernel applies it per tile
-    in cache, MKL's packed sgemm in a pass after the product). Without MKL the packed kernel
-    is the choice (the alternative, NumPy's BLAS, measured slower on every machine so far)."""
+    out, bias, act)` runs MKL's tiles. With a bias (`bias`) or an activation `act` (a
+    native.ACT_CODES value; measured with a bias too) the runs measured add them, as the node
+    will: braze's kernel applies them per tile in cache, MKL's packed sgemm in a pass after
+    the product. Without MKL the packed kernel is the choice (the alternative, NumPy's BLAS,
+    measured slower on every machine so far)."""
     flag = forced()
     if flag is not None:
         return flag
     if blas.sgemm_address() is None or native.lib() is None:
         return "packed"
-    return _remembered(fp32_key(k, n, act),
-                       lambda: _agreed(_fp32_runs(*_operands(k, n), tiles, act)))
+    return _remembered(fp32_key(k, n, act, bias),
+                       lambda: _agreed(_fp32_runs(*_operands(k, n), tiles, act, bias=bias)))
 
 
 def fp32_bias(n: int) -> np.ndarray:
-    """The bias a choice with an activation is measured with."""
+    """The bias a choice with a bias or an activation is measured with."""
     return np.linspace(-1, 1, n, dtype=np.float32)
 
 
-def fp32_key(k: int, n: int, act: int = 0) -> str:
-    """The choice file's key for a float32 [k, n] weight (and activation code `act`, when
-    not 0). "fp32-3": measured since braze's packed kernel runs 6 x 64 micro blocks under
-    AVX-512 (before, 12 x 16 ones, it ran ~0.75x as fast and MKL won every shape it now
-    wins) in tiles of equal size (768 x 768 then moved from MKL's tiles to it), so older
-    entries ("KxN", "fp32-2:") are measured again."""
-    return f"fp32-3:{k}x{n}" + (f":act{act}" if act else "")
+def fp32_key(k: int, n: int, act: int = 0, bias: bool = False) -> str:
+    """The choice file's key for a float32 [k, n] weight, with ":actN" for an activation code
+    N (measured with a bias) or ":bias" for a bias alone (MiniLM's attention projections,
+    with their biases, ran 0.96-0.97x the time on braze's kernel in the model, where the
+    plain product's measurement had chosen MKL's packed sgemm). "fp32-3": measured since
+    braze's packed kernel runs 6 x 64 micro blocks under AVX-512 (before, 12 x 16 ones, it
+    ran ~0.75x as fast and MKL won every shape it now wins) in tiles of equal size (768 x
+    768 then moved from MKL's tiles to it), so older entries ("KxN", "fp32-2:") are measured
+    again."""
+    return f"fp32-3:{k}x{n}" + (f":act{act}" if act else ":bias" if bias else "")
 
 
 def choose_bf16(k: int, n: int, runs: Callable) -> str:
@@ -160,11 +164,11 @@ def _fastest(runs: dict[str, Callable]) -> str:
 
 
 def _fp32_runs(x: np.ndarray, w: np.ndarray, tiles: Callable, act: int = 0,
-               out: np.ndarray | None = None) -> dict[str, Callable]:
-    """Each fp32 GEMM available here on `out = act(x @ w + bias)` (no bias when act is 0,
-    else fp32_bias), by choice name."""
+               out: np.ndarray | None = None, bias: bool = False) -> dict[str, Callable]:
+    """Each fp32 GEMM available here on `out = act(x @ w + b)` (b = fp32_bias with `bias`
+    or an activation, else none), by choice name."""
     out = np.empty((x.shape[0], w.shape[1]), np.float32) if out is None else out
-    bias = fp32_bias(w.shape[1]) if act else None
+    bias = fp32_bias(w.shape[1]) if act or bias else None
     runs = {"tiles": lambda: tiles(x, w, out, bias, act)}
     packed = pg.pack(w)
     if packed is not None:
