@@ -342,7 +342,7 @@ def test_a_choice_with_an_epilogue_measures_it_under_its_own_key(monkeypatch, tm
     code = native.ACT_CODES[act]
     x, w = gemm_choice._operands(24, 40)
     out = np.empty((x.shape[0], 40), np.float32)
-    runs = gemm_choice._fp32_runs(x, w, _mkl_tiles, code, out, bias)
+    runs = gemm_choice._fp32_runs(x, w, _mkl_tiles, code, bias, out)
     want = _ACTS[act](x.astype("f8") @ w.astype("f8") + gemm_choice.fp32_bias(40))
     assert set(runs) >= {"tiles", "packed"}
     for name, run in runs.items():

@@ -36,7 +36,7 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 from ..codegen.vecmath import VECMATH_C
-from .native import ROPE_ROW, TO_BF16
+from .native import REGISTER_TILE, ROPE_ROW, TO_BF16
 
 __all__ = ["lib", "attn_heads", "rope_packed", "head_strides", "HeadsPlan"]
 
@@ -60,65 +60,23 @@ typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
 
 int attn_max_threads(void) { return omp_get_max_threads(); }
 
-#if defined(__AVX512F__)
-#define QP 4  /* NR-column blocks per register tile: 6 x 64 (24 accumulators) */
-#else
-#define QP 1  /* 6 x 16: 12 accumulators of 8 floats */
-#endif
-
-/* c[6, q NR] (row stride ldc) = (acc ? c : 0) + a[6, kc] (row stride lda) @ b[kc, q NR]:
-   column block u of b starts ps floats after block u - 1 (row stride ldb). q <= QP is a
-   constant in each instantiation, so the loops unroll into registers; per k, q NV vectors of
-   b and one broadcast of a per row feed 6 q NV FMAs (0.42 loads per FMA at q = 4, against
-   1.08 for the 12 x 16 tile this replaced). */
-static inline __attribute__((always_inline)) void tile_6q(
-    int q, int64_t kc, const float* restrict a, int64_t lda, const float* restrict b,
-    int64_t ldb, int64_t ps, float* restrict c, int64_t ldc, int acc) {
-  const float* a_top = a;             /* rows 0-2 and 3-5 from two bases: both stay in */
-  const float* a_low = a + 3 * lda;   /* registers with lda (base + lda * {0, 1, 2}) */
-  vf s[6][QP * NV];
-  #pragma GCC unroll 6
-  for (int r = 0; r < 6; r++) {
-    #pragma GCC unroll 8
-    for (int v = 0; v < q * NV; v++) s[r][v] = acc ? *(const vf*)(c + r * ldc + v * VW) : (vf){0};
-  }
-  #pragma GCC unroll 2
-  for (int64_t t = 0; t < kc; t++) {
-    vf bv[QP * NV];
-    #pragma GCC unroll 4
-    for (int u = 0; u < q; u++) {
-      #pragma GCC unroll 4
-      for (int v = 0; v < NV; v++) bv[u * NV + v] = *(const vf*)(b + u * ps + t * ldb + v * VW);
-    }
-    #pragma GCC unroll 6
-    for (int r = 0; r < 6; r++) {
-      float x = r < 3 ? a_top[t + r * lda] : a_low[t + (r - 3) * lda];
-      #pragma GCC unroll 8
-      for (int v = 0; v < q * NV; v++) s[r][v] += x * bv[v];
-    }
-  }
-  #pragma GCC unroll 6
-  for (int r = 0; r < 6; r++) {
-    #pragma GCC unroll 8
-    for (int v = 0; v < q * NV; v++) *(vf*)(c + r * ldc + v * VW) = s[r][v];
-  }
-}
-
+""" + REGISTER_TILE + r"""
 /* c[MR, q NR] = (acc ? c : 0) + a[MR, kc] @ b[kc, q NR] for 1 <= q <= QP column blocks of b
    (block u ps floats after block u - 1, row stride ldb): q @ k^T on k panels (ldb = NR, ps =
    d NR) and p @ v on v rows (ldb = the row stride, ps = NR) alike, in 6-row halves. */
 static void tile_mm(int q, int64_t kc, const float* restrict a, int64_t lda,
-                    const float* restrict b, int64_t ldb, int64_t ps, float* restrict c,
-                    int64_t ldc, int acc) {
+                    const float* restrict b, int64_t ldb, int64_t ps, float* c, int64_t ldc,
+                    int acc) {
   for (int half = 0; half < MR; half += 6) {
     const float* ah = a + half * lda;
     float* ch = c + half * ldc;
+    const float* start = acc ? ch : 0;   /* accumulate onto c: one running sum per value */
 #if QP == 4
-    if (q == 4) { tile_6q(4, kc, ah, lda, b, ldb, ps, ch, ldc, acc); continue; }
-    if (q == 3) { tile_6q(3, kc, ah, lda, b, ldb, ps, ch, ldc, acc); continue; }
-    if (q == 2) { tile_6q(2, kc, ah, lda, b, ldb, ps, ch, ldc, acc); continue; }
+    if (q == 4) { tile_hq(6, 4, kc, ah, lda, b, ldb, ps, ch, ldc, start, ldc, 0); continue; }
+    if (q == 3) { tile_hq(6, 3, kc, ah, lda, b, ldb, ps, ch, ldc, start, ldc, 0); continue; }
+    if (q == 2) { tile_hq(6, 2, kc, ah, lda, b, ldb, ps, ch, ldc, start, ldc, 0); continue; }
 #endif
-    tile_6q(1, kc, ah, lda, b, ldb, ps, ch, ldc, acc);
+    tile_hq(6, 1, kc, ah, lda, b, ldb, ps, ch, ldc, start, ldc, 0);
   }
 }
 

@@ -31,6 +31,7 @@ from ...ir.ops.resize import Resize, ResizeMode
 from ..address import address
 from . import blas, conv_native
 from .fused import is_f32
+from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 __all__ = ["ConvGeometry", "resample_taps"]
@@ -40,10 +41,6 @@ _F32 = np.float32
 
 def _contiguous(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
-
-
-def _ptr(a: np.ndarray | None):
-    return None if a is None else address(a)
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ They trade places by CPU: on the AVX2 EPYC VM of earlier sessions the packed ker
 alternating), and MKL's packed sgemm beat both at 128-row products, until braze's kernel
 moved to 6 x 64 micro blocks (session 11), which win most 128-row shapes there. So none is a
 fixed default: the first time a shape is seen, each runs a 128-row product (with the node's
-activation and a bias where it has one) 15 times, alternating (the lowest median of each
+bias and activation where it has them) 15 times, alternating (the lowest median of each
 call's time over its round's mean; two such measurements, and a third where they disagree)
 and the winner is recorded in `$BRAZE_CACHE_DIR/gemm_choice_<machine>.json` (or the file
 `$BRAZE_GEMM_CHOICES` names: the test suite keeps its measurements, taken on a busy machine,
@@ -80,7 +80,7 @@ def choose(k: int, n: int, tiles: Callable, act: int = 0, bias: bool = False) ->
     if blas.sgemm_address() is None or native.lib() is None:
         return "packed"
     return _remembered(fp32_key(k, n, act, bias),
-                       lambda: _agreed(_fp32_runs(*_operands(k, n), tiles, act, bias=bias)))
+                       lambda: _agreed(_fp32_runs(*_operands(k, n), tiles, act, bias)))
 
 
 def fp32_bias(n: int) -> np.ndarray:
@@ -163,8 +163,8 @@ def _fastest(runs: dict[str, Callable]) -> str:
     return min(runs, key=lambda name: float(np.median([r[name] for r in rounds])))
 
 
-def _fp32_runs(x: np.ndarray, w: np.ndarray, tiles: Callable, act: int = 0,
-               out: np.ndarray | None = None, bias: bool = False) -> dict[str, Callable]:
+def _fp32_runs(x: np.ndarray, w: np.ndarray, tiles: Callable, act: int = 0, bias: bool = False,
+               out: np.ndarray | None = None) -> dict[str, Callable]:
     """Each fp32 GEMM available here on `out = act(x @ w + b)` (b = fp32_bias with `bias`
     or an activation, else none), by choice name."""
     out = np.empty((x.shape[0], w.shape[1]), np.float32) if out is None else out

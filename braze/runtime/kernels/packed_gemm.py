@@ -63,10 +63,8 @@ SOURCE = r"""
 """ + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + r"""
 #if defined(__AVX512F__)
 #define VW 16
-#define QP 4  /* panels per micro block: 6 x 64 columns, 24 accumulators */
 #else
 #define VW 8
-#define QP 1  /* 6 x 16 columns, 12 accumulators of 8 floats */
 #endif
 #define MR 6
 #define NR 16
@@ -76,60 +74,17 @@ SOURCE = r"""
 #define GELU_APPROX """ + str(native.ACT_CODES["gelu_approx"]) + r"""
 
 typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
-
-/* c[h, q NR] (row stride ldc) = (load ? c : 0) + ((bias or 0) + a @ (q panels) over kc): each
-   K block's sum starts from zero and is added to the earlier blocks' (blocked summation:
-   at K = 3072 the error was ~6x MKL's when the sum ran on from c), for h <= MR
-   rows and q <= QP panels (constants in each instantiation, so the loops unroll into
-   registers): a is h rows of x (row stride lda), bp a panel slice [kc][NR] of the packed
-   weight, the next panel's slice ps floats further; bias (q NR floats) may be NULL. Per k: q
-   NV weight vectors and one broadcast of x per row feed h q NV FMAs (0.42 loads per FMA at
-   6 x 4: one panel at a time, 12 x 1, took 1.08 and ran ~0.75x as fast). Rows are addressed
-   from two bases, so the compiler keeps them in registers (base + lda * {0, 1, 2}). */
-static inline __attribute__((always_inline)) void micro_hq(
-    int h, int q, int64_t kc, const float* restrict a, int64_t lda, const float* restrict bp,
-    int64_t ps, float* c, int64_t ldc, int load, const float* bias) {
-  const float* a0 = a;
-  const float* a3 = a + 3 * lda;
-  vf acc[MR][QP * NV], b0[QP * NV];
-  #pragma GCC unroll 8
-  for (int v = 0; v < q * NV; v++) b0[v] = bias ? *(const vf*)(bias + v * VW) : (vf){0};
-  #pragma GCC unroll 8
-  for (int i = 0; i < h; i++) {
-    #pragma GCC unroll 8
-    for (int v = 0; v < q * NV; v++) acc[i][v] = b0[v];
-  }
-  #pragma GCC unroll 2
-  for (int64_t k = 0; k < kc; k++) {
-    vf b[QP * NV];
-    #pragma GCC unroll 8
-    for (int u = 0; u < q; u++) {
-      #pragma GCC unroll 4
-      for (int v = 0; v < NV; v++) b[u * NV + v] = *(const vf*)(bp + u * ps + k * NR + v * VW);
-    }
-    #pragma GCC unroll 8
-    for (int i = 0; i < h; i++) {
-      float x = i < 3 ? a0[k + i * lda] : a3[k + (i - 3) * lda];
-      #pragma GCC unroll 8
-      for (int v = 0; v < q * NV; v++) acc[i][v] += x * b[v];
-    }
-  }
-  #pragma GCC unroll 8
-  for (int i = 0; i < h; i++) {
-    #pragma GCC unroll 8
-    for (int v = 0; v < q * NV; v++) {
-      vf* cv = (vf*)(c + i * ldc + v * VW);
-      *cv = load ? *cv + acc[i][v] : acc[i][v];
-    }
-  }
-}
-
-#define MICRO(h, q) micro_hq(h, q, kc, a, lda, bp, ps, c, ldc, load, bias)
+""" + native.REGISTER_TILE + r"""
+#define MICRO(h, q) tile_hq(h, q, kc, a, lda, bp, NR, ps, c, ldc, bias, 0, load)
 #define MICRO_ROWS(q) switch (h) { case 1: MICRO(1, q); break; case 2: MICRO(2, q); break; \
     case 3: MICRO(3, q); break; case 4: MICRO(4, q); break; case 5: MICRO(5, q); break; \
     default: MICRO(6, q); }
 
-/* micro_hq for any h in 1..MR and q in 1..QP */
+/* c[h, q NR] (row stride ldc) = (load ? c : 0) + ((bias or 0) + a @ (q panels) over kc) for
+   any h in 1..MR and q in 1..QP: each K block's sum starts from zero (or the bias) and is
+   added to the earlier blocks' (blocked summation: at K = 3072 the error was ~6x MKL's when
+   the sum ran on from c); bp is a panel slice [kc][NR] of the packed weight, the next
+   panel's ps floats further. */
 static void micro(int h, int q, int64_t kc, const float* restrict a, int64_t lda,
                   const float* restrict bp, int64_t ps, float* c, int64_t ldc, int load,
                   const float* bias) {
