@@ -3,12 +3,14 @@ conv2d and fused_conv_bias_act (im2col + GEMM, 1x1 direct GEMM, depthwise; strid
 padding, dilation, groups, every epilogue activation), conv_transpose2d, max / average pooling,
 global average pooling, resize_nearest_2x and resize (nearest, linear, cubic). Each case is
 compiled as built (fuse=False) and the dispatch report must show the node on a native kernel."""
+import json
+
 import numpy as np
 import pytest
 
 import braze as bz
 from braze.ir.ops.elementwise import UnaryFn
-from braze.runtime.kernels import Dispatch, conv_native
+from braze.runtime.kernels import Dispatch, conv_native, gemm_choice
 from braze.runtime.kernels.conv import resample_taps
 
 pytestmark = pytest.mark.skipif(conv_native.lib() is None, reason="no C compiler on this machine")
@@ -67,29 +69,76 @@ CONV_CASES = {
                           "depthwise"),
     "depthwise multiplier 2": (1, 3, 9, 10, 6, 3, dict(stride=(1, 2), padding=1, groups=3),
                                "depthwise"),
+    "depthwise wide rows": (2, 5, 6, 150, 5, 3, dict(padding=1, groups=5), "depthwise"),
+    "depthwise wide, stride (1, 2) dilated": (1, 4, 7, 141, 8, 3, dict(
+        stride=(1, 2), padding=(0, 3, 1, 2), dilation=(1, 3), groups=4), "depthwise"),
+    "depthwise stride (2, 1), 5x5": (1, 6, 11, 70, 6, 5, dict(stride=(2, 1), padding=2,
+                                                               groups=6), "depthwise"),
+    "depthwise stride 3 over padding": (1, 3, 5, 8, 3, 3, dict(stride=3, padding=4,
+                                                                 groups=3), "depthwise"),
     "no bias": (1, 5, 9, 9, 4, 3, dict(padding=1, bias=False), "im2col"),
+    # braze's conv tiles: whole tiles written in place, K blocks across taps, K = 1024 rows
+    "1x1 tiles in place": (2, 12, 8, 10, 20, 1, dict(), "1x1 conv"),
+    "3x3, 50 channels": (1, 50, 9, 12, 14, 3, dict(padding=1), "im2col"),
+    "1x1, 1024 channels": (1, 1024, 4, 4, 8, 1, dict(), "1x1 conv"),
 }
 
 
+@pytest.fixture(params=gemm_choice.CONV_CHOICES)
+def conv_path(request, monkeypatch):
+    """Each GEMM conv path in turn (BRAZE_CONV forces the measured choice)."""
+    monkeypatch.setenv("BRAZE_CONV", request.param)
+    return request.param
+
+
+def _expected(impl: str, path: str) -> str:
+    """The implementation a case's GEMM conv runs on `path` (depthwise has its own loop)."""
+    return "braze conv tiles" if path == "shifted" and impl != "depthwise" else impl
+
+
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
-def test_conv2d(case):
+def test_conv2d(case, conv_path):
     n, c, h, w, o, k, attrs, impl = CONV_CASES[case]
     g = _conv_graph(n, c, h, w, o, k, **attrs)
     (name,) = _compiled_matches(g, "conv2d")
-    assert impl in name
+    assert _expected(impl, conv_path) in name
+
+
+@pytest.mark.parametrize("case", ["3x3 same", "stride 2, asymmetric pad", "groups 3", "1x1"])
+def test_conv_tiles_with_weights_fed_at_run_time(case, monkeypatch):
+    """A weight that is not static (an input) goes to taps-major order on every call."""
+    monkeypatch.setenv("BRAZE_CONV", "shifted")
+    n, c, h, w, o, k, attrs, _ = CONV_CASES[case]
+    kh, kw = (k, k) if isinstance(k, int) else k
+    groups = attrs.get("groups", 1)
+    g = bz.Graph("conv_fed_weight")
+    x = g.input("x", bz.Shape((n, c, h, w)))
+    wt = g.input("w", bz.Shape((o, c // groups, kh, kw)))
+    b = g.param("b", bz.Shape((o,)))
+    g.set_outputs([g.conv2d(x, wt, b, attrs.get("stride", 1), attrs.get("padding", 0),
+                            attrs.get("dilation", 1), groups)])
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params, fuse=False)
+    for seed in (0, 1):
+        feeds = bz.random_feeds(g, seed)
+        (want,) = bz.interpret(g, feeds, params)
+        (got,) = exe(feeds)
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-5 * float(np.abs(want).max()))
+    assert any("braze conv tiles" in r[3] for r in exe.dispatch_report().rows)
 
 
 _ACTS = sorted((a for a in conv_native.ACTIVATIONS if a is not None), key=lambda a: a.value)
 
 
 @pytest.mark.parametrize("act", [None, *_ACTS, UnaryFn.EXP], ids=lambda a: str(a and a.value))
-@pytest.mark.parametrize("case", ["stride 2, asymmetric pad", "1x1", "depthwise 5x5 stride 2"])
-def test_fused_conv_bias_act(case, act):
+@pytest.mark.parametrize("case", ["stride 2, asymmetric pad", "1x1", "depthwise 5x5 stride 2",
+                                  "depthwise wide rows", "1x1 tiles in place"])
+def test_fused_conv_bias_act(case, act, conv_path):
     """Every activation the C epilogue applies, and one it leaves to NumPy (exp), on each path."""
     n, c, h, w, o, k, attrs, impl = CONV_CASES[case]
     g = _conv_graph(n, c, h, w, o, k, fused_act=act, **attrs)
     (name,) = _compiled_matches(g, "fused_conv_bias_act", tol=5e-5)
-    assert impl in name
+    assert _expected(impl, conv_path) in name
 
 
 def test_fused_conv_stays_one_node_when_compiled():
@@ -228,3 +277,34 @@ def test_rapidocr_models_compiled_match_onnxruntime(rapidocr, name):
     rows = [r for r in exe.dispatch_report().rows if r[1] in CONV_FAMILY]
     assert sum(1 for r in rows if r[1] == "fused_conv_bias_act") >= 20
     assert [r for r in rows if r[2] != Dispatch.NATIVE] == []
+
+
+def test_the_conv_choice_is_measured_once_per_geometry_and_remembered(monkeypatch, tmp_path):
+    """Without BRAZE_CONV the GEMM conv path is measured (braze's tiles against im2col + MKL)
+    the first time a geometry and epilogue are seen, saved under their key, and read back."""
+    from braze.runtime.kernels import blas
+    from braze.runtime.kernels.conv import ConvGeometry, conv_choice, conv_key
+
+    monkeypatch.delenv("BRAZE_CONV", raising=False)
+    monkeypatch.setenv("BRAZE_GEMM_CHOICES", str(tmp_path / "choices.json"))
+    monkeypatch.setattr(gemm_choice, "_choices", None)
+    g = _conv_graph(1, 6, 12, 10, 8, 3, padding=1, fused_act=UnaryFn.RELU)
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params, fuse=False)
+    feeds = bz.random_feeds(g, 0)
+    np.testing.assert_allclose(exe(feeds)[0], bz.interpret(g, feeds, params)[0], rtol=2e-5,
+                               atol=2e-5)
+    geo = ConvGeometry(1, 6, 12, 10, 8, 6, 3, 3, 12, 10, 1, (1, 1), (1, 1, 1, 1), (1, 1))
+    relu = conv_native.ACTIVATIONS[UnaryFn.RELU]
+    key = conv_key(geo, relu, True)
+    (impl,) = {r[3] for r in exe.dispatch_report().rows if r[1] == "fused_conv_bias_act"}
+    if blas.sgemm_address() is None:  # nothing to measure against: braze's tiles
+        assert "braze conv tiles" in impl and not (tmp_path / "choices.json").exists()
+        return
+    saved = json.loads((tmp_path / "choices.json").read_text())
+    assert set(saved) == {key} and saved[key] in gemm_choice.CONV_CHOICES
+    assert ("braze conv tiles" in impl) == (saved[key] == "shifted")
+    saved[key] = "im2col" if saved[key] == "shifted" else "shifted"  # read back, not measured
+    (tmp_path / "choices.json").write_text(json.dumps(saved))
+    monkeypatch.setattr(gemm_choice, "_choices", None)
+    assert conv_choice(geo, relu, True) == saved[key]

@@ -12,6 +12,7 @@ matrix row has a few consecutive nonzeros, so resampling runs as two separable p
 those taps instead of two dense GEMMs. Other dtypes decline and run the reference."""
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from functools import partial
 
@@ -29,7 +30,7 @@ from ...ir.ops.elementwise import UnaryFn
 from ...ir.ops.fused import FusedConvBiasAct
 from ...ir.ops.resize import Resize, ResizeMode
 from ..address import address
-from . import blas, conv_native
+from . import blas, conv_native, conv_tiles, gemm_choice
 from .fused import is_f32
 from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -100,11 +101,12 @@ def _epilogue(act: UnaryFn | None) -> tuple[int, UnaryFn | None]:
     return 0, act
 
 
-def _c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1):
+def _c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1, library=None):
     """(run, bind) for a kernel that is one C call: `c_call(*arrays)` gives the C function and
     its arguments (pointers, sizes) for C-contiguous arrays. `run` makes its inputs contiguous
     on every call; `bind` computes the call once (the executor's arrays never move). An
-    activation the C epilogue lacks runs in NumPy on `arrays[out]` afterwards."""
+    activation the C epilogue lacks runs in NumPy on `arrays[out]` afterwards. `library`:
+    the one `c_call`'s functions come from (conv_native's by default)."""
 
     def run(*arrays):
         fn, args = c_call(*(_contiguous(a) for a in arrays))
@@ -115,12 +117,12 @@ def _c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1):
     def bind(*arrays):
         if numpy_act is not None or not all(a.flags.c_contiguous for a in arrays):
             return partial(run, *arrays)
-        return conv_native.packed_call(*c_call(*arrays))
+        return conv_native.packed_call(*c_call(*arrays), library=library)
 
     return {"run": run, "bind": bind}
 
 
-def _conv_kernel(node, ins, outs, act: UnaryFn | None) -> Kernel | None:
+def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
     lib = conv_native.lib()
     if lib is None or not is_f32(*ins, *outs):
         return None
@@ -145,6 +147,10 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None) -> Kernel | None:
     scratch = () if geo.direct else (((k, hw_out), _F32),)
     name = ("1x1 conv: " if geo.direct else "im2col + ") + f"BLAS GEMM + C epilogue ({what})"
     sgemm = blas.sgemm_address()
+    shifted = _shifted_kernel(node, geo, ctx, code, has_bias, numpy_act, out_at)
+    if shifted is not None and (sgemm is None or conv_choice(geo, code, has_bias) == "shifted"):
+        return Kernel(**shifted, dispatch=Dispatch.NATIVE, **cost,
+                      name=f"braze conv tiles: shifted GEMM + epilogue per tile ({what})")
     if sgemm is not None:  # the whole conv is one C call
         single = blas.local_threads_address()
 
@@ -184,14 +190,87 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None) -> Kernel | None:
     return Kernel(gemm, Dispatch.NATIVE, name, scratch=scratch, **cost)
 
 
+def _shifted_kernel(node, geo: ConvGeometry, ctx, code: int, has_bias: bool,
+                    numpy_act: UnaryFn | None, out_at: int) -> dict | None:
+    """The Kernel fields (run, bind, scratch) of the conv on braze's conv tiles
+    (conv_tiles.py), or None without a compiler. A static weight goes to taps-major order
+    once (ctx.prepared); another one per call, into scratch, as the input into its phase
+    planes where the conv reads padding or strides."""
+    lib = conv_tiles.lib()
+    if lib is None:
+        return None
+    layout = conv_tiles.Layout.of(geo)
+    static = ctx.static.get(node.inputs[1]) if ctx is not None else None
+    w_t = None
+    if static is not None and static.dtype == _F32 and static.ndim == 4:
+        key = ("conv taps-major", node.inputs[1])
+        if key not in ctx.prepared:
+            ctx.prepared[key] = conv_tiles.taps_major(static)
+        w_t = ctx.prepared[key]
+    scratch = [] if layout.direct else [((layout.input_floats(geo),), _F32)]
+    if w_t is None:
+        scratch.append(((geo.o * geo.cg * geo.kh * geo.kw,), _F32))
+
+    def call(x, w, *rest):
+        extra = list(rest[out_at - 1:])
+        xq = x if layout.direct else extra.pop(0)
+        w_src, w_dst = (w_t, w_t) if w_t is not None else (w, extra.pop(0))
+        return lib.conv_tiles_run, conv_tiles.run_args(
+            geo, layout, x, xq, w_src, w_dst, rest[0] if has_bias else None,
+            rest[out_at - 2], code)
+
+    return {**_c_kernel(call, numpy_act, out_at, library=lib), "scratch": tuple(scratch)}
+
+
+def conv_key(geo: ConvGeometry, act: int, bias: bool) -> str:
+    """The choice file's key (gemm_choice.choose_conv) of a conv geometry and epilogue."""
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    return (f"conv-1:{geo.n}x{geo.c}x{geo.h}x{geo.w}:{geo.o}x{geo.cg}x{geo.kh}x{geo.kw}"
+            f":g{geo.groups}:s{sh}x{sw}:p{'x'.join(map(str, geo.padding))}:d{dh}x{dw}"
+            + (f":act{act}" if act else ":bias" if bias else ""))
+
+
+def conv_choice(geo: ConvGeometry, act: int, bias: bool) -> str:
+    """Which conv runs this geometry here, measured once per machine (gemm_choice.py): braze's
+    conv tiles ("shifted") or im2col + MKL's sgemm ("im2col"). They trade places by shape: on
+    the AMX Xeon VM the tiles took 0.79-0.91x MKL's time on 3x3 convs of 64-96 channels at
+    56-80 pixels a side, MKL 0.75-0.85x the tiles' on 1x1 convs. BRAZE_CONV=shifted|im2col
+    forces one."""
+    forced = os.environ.get("BRAZE_CONV")
+    if forced in gemm_choice.CONV_CHOICES:
+        return forced
+
+    def runs() -> dict:
+        rng = np.random.default_rng(0)
+        x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w), dtype=_F32)
+        w = rng.standard_normal((geo.o, geo.cg, geo.kh, geo.kw), dtype=_F32)
+        w /= np.float32(np.sqrt(geo.cg * geo.kh * geo.kw))
+        b = np.linspace(-1, 1, geo.o, dtype=_F32) if act or bias else None
+        y = np.empty((geo.n, geo.o, geo.ho, geo.wo), _F32)
+        layout = conv_tiles.Layout.of(geo)
+        xq = x if layout.direct else np.empty(layout.input_floats(geo), _F32)
+        w_t = conv_tiles.taps_major(w)
+        cols = None if geo.direct else \
+            np.empty((geo.cg * geo.kh * geo.kw, geo.ho * geo.wo), _F32)
+        tiles_args = conv_tiles.run_args(geo, layout, x, xq, w_t, w_t, b, y, act)
+        mkl_args = (blas.sgemm_address(), blas.local_threads_address(), _ptr(x), _ptr(w),
+                    _ptr(b), _ptr(y), _ptr(cols), geo.n, geo.c, geo.h, geo.w, geo.o,
+                    geo.groups, *geo.window_args(), geo.ho, geo.wo, int(geo.direct), act)
+        keep = (x, w, b, y, xq, w_t, cols)  # alive as long as the calls
+        return {"shifted": lambda: (keep, conv_tiles.lib().conv_tiles_run(*tiles_args)),
+                "im2col": lambda: (keep, conv_native.lib().conv_gemm(*mkl_args))}
+
+    return gemm_choice.choose_conv(conv_key(geo, act, bias), runs)
+
+
 @register_kernel(Conv2d)
 def conv2d(node, ins, outs, ctx):
-    return _conv_kernel(node, ins, outs, None)
+    return _conv_kernel(node, ins, outs, None, ctx)
 
 
 @register_kernel(FusedConvBiasAct)
 def fused_conv_bias_act(node, ins, outs, ctx):
-    return _conv_kernel(node, ins, outs, node.op.act)
+    return _conv_kernel(node, ins, outs, node.op.act, ctx)
 
 
 @register_kernel(ConvTranspose2d)

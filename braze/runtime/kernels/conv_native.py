@@ -13,39 +13,16 @@ import numpy as np
 
 from ...ir.ops.elementwise import UnaryFn
 from ..codegen import cc
+from . import native
 
-__all__ = ["lib", "ACTIVATIONS", "packed_call"]
+__all__ = ["lib", "ACTIVATIONS", "packed_call", "packed_wrappers", "with_packed", "VALID_RANGE"]
 
-# The activations the C epilogue applies (code passed as `act`); others run in NumPy after it.
-ACTIVATIONS = {None: 0, UnaryFn.RELU: 1, UnaryFn.HARD_SWISH: 2, UnaryFn.SIGMOID: 3,
-               UnaryFn.SILU: 4, UnaryFn.TANH: 5, UnaryFn.GELU: 6, UnaryFn.GELU_APPROX: 7,
-               UnaryFn.QUICK_GELU: 8}
+# The activations the C epilogue applies (code passed as `act`: native.ACT_CODES, run by
+# native.ACT_SPAN with the switch outside its vector loops); others run in NumPy after it.
+ACTIVATIONS = {None: 0, **{fn: native.ACT_CODES[fn.value] for fn in UnaryFn
+                           if fn.value in native.ACT_CODES}}
 
-SOURCE = r"""
-#include <math.h>
-#include <stdint.h>
-#include <string.h>
-
-""" + cc.parallel_min_define() + r"""
-/* Loops with less work than this (multiply-adds or copies, 2^18: a sixteenth of a GEMM's bar,
-   as these loops are not blocked for cache) run on one thread: waking the other threads and
-   meeting them at the end costs more than they save (far more when the machine is busy and a
-   woken thread waits for a core). */
-#define PARALLEL(work) BRAZE_PARALLEL(work, BRAZE_PAR_MIN_MACS / 16)
-
-static inline float epilogue(float v, int act) {
-  if (act == 1) return v > 0.0f ? v : 0.0f;
-  if (act == 2) return v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f;
-  if (act == 3) return 1.0f / (1.0f + expf(-v));
-  if (act == 4) return v / (1.0f + expf(-v));
-  if (act == 5) return tanhf(v);
-  if (act == 6) return 0.5f * v * (1.0f + erff(v * 0.70710678118654752f));
-  if (act == 7) return 0.5f * v * (1.0f + tanhf(0.79788456080286536f
-                                               * (v + 0.044715f * v * v * v)));
-  if (act == 8) return v / (1.0f + expf(-1.702f * v));
-  return v;
-}
-
+VALID_RANGE = r"""
 /* First and one-past-last output index o with 0 <= o * s + off < n (off may be negative). */
 static inline void valid_range(int64_t off, int64_t s, int64_t n, int64_t n_out,
                                int64_t* lo, int64_t* hi) {
@@ -55,7 +32,22 @@ static inline void valid_range(int64_t off, int64_t s, int64_t n, int64_t n_out,
   *hi = b < n_out ? b : n_out;
   if (*hi < *lo) *hi = *lo;
 }
+"""
 
+SOURCE = r"""
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + r"""
+/* Loops with less work than this (multiply-adds or copies, 2^18: a sixteenth of a GEMM's bar,
+   as these loops are not blocked for cache) run on one thread: waking the other threads and
+   meeting them at the end costs more than they save (far more when the machine is busy and a
+   woken thread waits for a core). */
+#define PARALLEL(work) BRAZE_PARALLEL(work, BRAZE_PAR_MIN_MACS / 16)
+
+""" + VALID_RANGE + r"""
 /* cols[(c * kh + ky) * kw + kx, oy * wo + ox] = x[c, oy*sh + ky*dh - pt, ox*sw + kx*dw - pl]
    (0 outside the image), for one image's `channels` planes of [h, w]. */
 void im2col(const float* x, float* cols, int64_t channels, int64_t h, int64_t w, int64_t kh,
@@ -87,17 +79,22 @@ void im2col(const float* x, float* cols, int64_t channels, int64_t h, int64_t w,
   }
 }
 
+/* y[i] = act(y[i] + b) over n values in place (act: native.ACT_CODES). */
+static inline void plane_act(float* y, int64_t n, float b, int act) {
+  if (b != 0.0f) {
+    #pragma omp simd
+    for (int64_t i = 0; i < n; i++) y[i] += b;
+  }
+  act_span(y, 0, y, n, act);
+}
+
 /* y[p, i] = act(y[p, i] + bias[p % channels]) over `planes` planes of `hw` values, in place;
    bias may be NULL. */
 void channel_epilogue(float* y, const float* bias, int64_t planes, int64_t channels,
                       int64_t hw, int act) {
   #pragma omp parallel for schedule(static) if (PARALLEL(planes * hw * (act ? 8 : 1)))
-  for (int64_t p = 0; p < planes; p++) {
-    float* plane = y + p * hw;
-    float b = bias ? bias[p % channels] : 0.0f;
-    #pragma omp simd
-    for (int64_t i = 0; i < hw; i++) plane[i] = epilogue(plane[i] + b, act);
-  }
+  for (int64_t p = 0; p < planes; p++)
+    plane_act(y + p * hw, hw, bias ? bias[p % channels] : 0.0f, act);
 }
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float*, int, const float*,
@@ -135,47 +132,101 @@ void conv_gemm(sgemm_fn sgemm, local_threads_fn local_threads, const float* x, c
   if (bias || act) channel_epilogue(y, bias, n * o, o, hw, act);
 }
 
+#if defined(__AVX512F__)
+#define VW 16
+#else
+#define VW 8
+#endif
+typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
+
+/* One output row of a depthwise conv: dst[ox] = b + sum over the taps t of f[t] * tap[t][ox]
+   for ox < n (n a multiple of VW), four vectors at a time with their sums in registers. */
+static void dw_row(const float* const* tap, const float* f, int64_t taps, float b, float* dst,
+                   int64_t n) {
+  int64_t ox = 0;
+  for (; ox + 4 * VW <= n; ox += 4 * VW) {
+    vf a0 = (vf){0} + b, a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t t = 0; t < taps; t++) {
+      const float* s = tap[t] + ox;
+      vf wv = (vf){0} + f[t];
+      a0 += wv * *(const vf*)s;
+      a1 += wv * *(const vf*)(s + VW);
+      a2 += wv * *(const vf*)(s + 2 * VW);
+      a3 += wv * *(const vf*)(s + 3 * VW);
+    }
+    *(vf*)(dst + ox) = a0;
+    *(vf*)(dst + ox + VW) = a1;
+    *(vf*)(dst + ox + 2 * VW) = a2;
+    *(vf*)(dst + ox + 3 * VW) = a3;
+  }
+  for (; ox < n; ox += VW) {
+    vf a0 = (vf){0} + b;
+    for (int64_t t = 0; t < taps; t++) a0 += ((vf){0} + f[t]) * *(const vf*)(tap[t] + ox);
+    *(vf*)(dst + ox) = a0;
+  }
+}
+
 /* Depthwise conv: output channel oc reads input channel oc / mult through its own kh x kw
-   filter w[oc]; bias (may be NULL) and activation fused. */
+   filter w[oc]; bias (may be NULL) and activation (native.ACT_CODES) fused. Each input plane
+   is first copied into a per-thread buffer with its zero padding around it and each row split
+   into its sw column phases (column j of a padded row at phase j % sw, index j / sw), so a tap
+   of an output row reads one unit-stride run with no bounds tests, strided or not; an output
+   row is then one pass of vectors that keep their sums in registers over all kh * kw taps. */
 void depthwise(const float* x, const float* wt, const float* bias, float* y, int64_t n,
                int64_t cin, int64_t h, int64_t w, int64_t mult, int64_t kh, int64_t kw,
                int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw,
                int64_t ho, int64_t wo, int act) {
-  int64_t cout = cin * mult;
-  #pragma omp parallel for collapse(2) schedule(static) \
-      if (PARALLEL(n * cout * ho * wo * (kh * kw + (act ? 8 : 0))))
-  for (int64_t b = 0; b < n; b++) {
-    for (int64_t oc = 0; oc < cout; oc++) {
-      const float* plane = x + (b * cin + oc / mult) * h * w;
-      const float* f = wt + oc * kh * kw;
-      float* out = y + (b * cout + oc) * ho * wo;
-      float b0 = bias ? bias[oc] : 0.0f;
-      for (int64_t oy = 0; oy < ho; oy++) {
-        float* dst = out + oy * wo;
-        for (int64_t ox = 0; ox < wo; ox++) dst[ox] = b0;
-        for (int64_t ky = 0; ky < kh; ky++) {
-          int64_t iy = oy * sh + ky * dh - pt;
-          if (iy < 0 || iy >= h) continue;
-          const float* src_row = plane + iy * w;
-          for (int64_t kx = 0; kx < kw; kx++) {
-            int64_t off = kx * dw - pl, lo, hi;
-            valid_range(off, sw, w, wo, &lo, &hi);
-            float wv = f[ky * kw + kx];
-            const float* src = src_row + off;
-            if (sw == 1) {
-              #pragma omp simd
-              for (int64_t ox = lo; ox < hi; ox++) dst[ox] += wv * src[ox];
-            } else {
-              for (int64_t ox = lo; ox < hi; ox++) dst[ox] += wv * src[ox * sw];
-            }
+  int64_t cout = cin * mult, taps = kh * kw;
+  int64_t wo_r = (wo + VW - 1) / VW * VW;                 /* outputs computed per row */
+  int64_t phase = wo_r + (kw - 1) * dw / sw;              /* floats per column phase */
+  int64_t hp = (ho - 1) * sh + (kh - 1) * dh + 1;         /* padded rows read */
+  int64_t row = sw * phase;
+  #pragma omp parallel if (PARALLEL(n * cout * ho * wo * (taps + (act ? 8 : 0))))
+  {
+    float* pad = malloc((hp * row + wo_r) * sizeof(float) + 64);
+    float* out_row = pad + hp * row;
+    const float** tap = malloc(taps * sizeof(float*));
+    #pragma omp for schedule(static)
+    for (int64_t bc = 0; bc < n * cin; bc++) {
+      const float* plane = x + bc * h * w;
+      for (int64_t r = 0; r < hp; r++) {
+        float* dst = pad + r * row;
+        int64_t iy = r - pt;
+        if (iy < 0 || iy >= h) { memset(dst, 0, row * sizeof(float)); continue; }
+        const float* src = plane + iy * w;
+        if (sw == 1) {
+          int64_t lo = pl < row ? pl : row, hi = pl + w < row ? pl + w : row;
+          memset(dst, 0, lo * sizeof(float));
+          memcpy(dst + lo, src + (lo - pl), (hi - lo) * sizeof(float));
+          memset(dst + hi, 0, (row - hi) * sizeof(float));
+          continue;
+        }
+        for (int64_t ph = 0; ph < sw; ph++) {
+          float* d = dst + ph * phase;
+          for (int64_t i = 0; i < phase; i++) {
+            int64_t ix = i * sw + ph - pl;
+            d[i] = ix >= 0 && ix < w ? src[ix] : 0.0f;
           }
         }
-        if (act) {
-          #pragma omp simd
-          for (int64_t ox = 0; ox < wo; ox++) dst[ox] = epilogue(dst[ox], act);
+      }
+      int64_t b = bc / cin, ic = bc % cin;
+      for (int64_t m = 0; m < mult; m++) {
+        int64_t oc = ic * mult + m;
+        const float* f = wt + oc * taps;
+        float b0 = bias ? bias[oc] : 0.0f;
+        float* out = y + (b * cout + oc) * ho * wo;
+        for (int64_t oy = 0; oy < ho; oy++) {
+          for (int64_t ky = 0; ky < kh; ky++)
+            for (int64_t kx = 0; kx < kw; kx++)
+              tap[ky * kw + kx] = pad + (oy * sh + ky * dh) * row + (kx * dw) % sw * phase
+                                  + kx * dw / sw;
+          dw_row(tap, f, taps, b0, out_row, wo_r);
+          act_span(out_row, 0, out + oy * wo, wo, act);
         }
       }
     }
+    free(tap);
+    free(pad);
   }
 }
 
@@ -300,12 +351,13 @@ _SIGNATURES = {
 }
 
 
-def _packed_wrappers() -> str:
-    """For each function F, `F_packed(const int64_t* a)`: F called with its arguments read from
-    one array of words (pointers and sizes). A bound step passes one pointer through ctypes
-    instead of converting up to 25 Python ints on every call."""
+def packed_wrappers(signatures: dict) -> str:
+    """For each function F of `signatures` (name -> ctypes argtypes), `F_packed(const int64_t*
+    a)`: F called with its arguments read from one array of words (pointers and sizes). A
+    bound step passes one pointer through ctypes instead of converting up to 25 Python ints
+    on every call."""
     out = []
-    for name, args in _SIGNATURES.items():
+    for name, args in signatures.items():
         cast = ["(void*)(intptr_t)" if t is _P else "(int)" if t is _INT else ""
                 for t in args]
         call = ", ".join(f"{c}a[{i}]" for i, c in enumerate(cast))
@@ -313,18 +365,25 @@ def _packed_wrappers() -> str:
     return "\n".join(out) + "\n"
 
 
+def with_packed(signatures: dict) -> dict:
+    """`signatures` and their `_packed` twins' (packed_wrappers)."""
+    return {**signatures, **{name + "_packed": [_P] for name in signatures}}
+
+
 @cache
 def lib():
     """The compiled conv-family library, or None when no C compiler is available."""
-    packed = {name + "_packed": [_P] for name in _SIGNATURES}
-    return cc.load_library(SOURCE + _packed_wrappers(), "braze_conv", {**_SIGNATURES, **packed})
+    return cc.load_library(SOURCE + packed_wrappers(_SIGNATURES), "braze_conv",
+                           with_packed(_SIGNATURES))
 
 
-def packed_call(fn, args: tuple):
-    """A zero-argument call of C function `fn` (from `lib()`) with `args` (ints or None) fixed:
-    the arguments are packed once into an int64 array that `fn`'s `_packed` twin reads."""
+def packed_call(fn, args: tuple, library=None):
+    """A zero-argument call of C function `fn` (from `library`, this module's `lib()` by
+    default; built with packed_wrappers) with `args` (ints or None) fixed: the arguments are
+    packed once into an int64 array that `fn`'s `_packed` twin reads."""
     words = np.array([0 if a is None else int(a) for a in args], dtype=np.int64)
-    twin, address = getattr(lib(), fn.__name__ + "_packed"), words.ctypes.data
+    twin = getattr(library or lib(), fn.__name__ + "_packed")
+    address = words.ctypes.data
 
     def call():
         twin(address)

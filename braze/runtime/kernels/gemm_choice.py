@@ -31,10 +31,12 @@ from ..codegen import cc
 from . import blas, mkl_packed, native
 from . import packed_gemm as pg
 
-__all__ = ["choose", "choose_bf16", "fp32_key", "bf16_key", "forced", "CHOICES", "BF16_CHOICES"]
+__all__ = ["choose", "choose_bf16", "choose_conv", "fp32_key", "bf16_key", "forced", "CHOICES",
+           "BF16_CHOICES", "CONV_CHOICES"]
 
 CHOICES = ("packed", "tiles", "mkl_packed")
 BF16_CHOICES = ("mkl", "amx")  # bf16_gemm.py: MKL's cblas_gemm_bf16bf16f32, amx_gemm.py
+CONV_CHOICES = ("shifted", "im2col")  # conv.py: conv_tiles.py, or im2col + MKL's sgemm
 
 _ROWS = 128  # the product measured: a sequence of 128 tokens, one batch
 _RUNS = 15
@@ -53,7 +55,7 @@ def _load() -> dict[str, str]:
         try:
             with open(_path()) as f:  # an older file's true / false entries are measured again
                 _choices = {k: v for k, v in json.load(f).items()
-                            if v in CHOICES + BF16_CHOICES}
+                            if v in CHOICES + BF16_CHOICES + CONV_CHOICES}
         except (OSError, ValueError, AttributeError):
             _choices = {}
     return _choices
@@ -111,6 +113,12 @@ def bf16_key(k: int, n: int) -> str:
     weights are 64-byte aligned (before, at 16 mod 64, its tile loads ran 1.3-1.7x slower and
     MKL won shapes it no longer wins), so older "bf16:" entries are measured again."""
     return f"bf16-2:{k}x{n}"
+
+
+def choose_conv(key: str, runs: Callable[[], dict[str, Callable]]) -> str:
+    """The faster conv here for the geometry `key` names (conv.py builds it), one of
+    CONV_CHOICES; `runs()` gives {choice: callable} on operands of that geometry."""
+    return _remembered(key, lambda: _agreed(runs()))
 
 
 def _remembered(key: str, measure: Callable[[], str]) -> str:

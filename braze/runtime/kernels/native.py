@@ -18,7 +18,7 @@ __all__ = ["lib", "ACT_CODES", "ACT_SPAN", "TO_BF16", "ptr", "fptr", "ROPE_ROW",
            "REGISTER_TILE"]
 
 ACT_CODES = {None: 0, "gelu": 1, "gelu_approx": 2, "silu": 3, "relu": 4, "sigmoid": 5,
-             "tanh": 6, "quick_gelu": 7}
+             "tanh": 6, "quick_gelu": 7, "hard_swish": 8}
 
 ROPE_ROW = r"""
 /* The first 2 * half values of a row rotated by cos / sin [half] (y may be x). */
@@ -184,6 +184,7 @@ static void act_span(const float* x, const float* bias, float* y, int64_t n, int
     case 5: ACT_LOOP(v < -88.0f ? 0.0f : 1.0f / (1.0f + expf(-v)))
     case 6: ACT_LOOP(tanhf(v))
     case 7: ACT_LOOP(v < -52.0f ? -0.0f : v / (1.0f + expf(-1.702f * v)))
+    case 8: ACT_LOOP(v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f)
     default: if (src != y) ACT_LOOP(v)
   }
 }
