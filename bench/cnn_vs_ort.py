@@ -1,9 +1,9 @@
-"""braze's compiled executor on CNNs against ONNX Runtime (all graph optimizations) and the NumPy
-reference interpreter, side by side in one run: the three rapidocr-onnxruntime OCR models
-(PP-OCRv4 det and rec, the mobile direction classifier) and the builtin ResNet basic block.
-Median latency per tool (2 threads), ratios to ONNX Runtime, and braze's max difference from
-ONNX Runtime relative to the output's largest magnitude. Appends rows to
-bench/results/cnn_vs_ort.csv.
+"""braze's compiled executor on CNNs against ONNX Runtime (all graph optimizations), OpenVINO
+(f32, and its default precision: bf16 on AMX) and the NumPy reference interpreter, side by side
+in one run: the three rapidocr-onnxruntime OCR models (PP-OCRv4 det and rec, the mobile
+direction classifier) and the builtin ResNet basic block. Median latency per tool (2 threads),
+ratios to ONNX Runtime, and each tool's max difference from ONNX Runtime relative to the
+output's largest magnitude. Appends rows to bench/results/cnn_vs_ort.csv.
 
     python bench/cnn_vs_ort.py [--models det,rec,cls,resnet] [--repeat 20] [--ref-repeat 2]
                                [--det-size 320] [--label NAME]
@@ -72,6 +72,18 @@ def ort_session(path: Path):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
+def openvino_call(path: Path, feeds: dict, hint: str):
+    """(call, output) of OpenVINO on the ONNX file at `hint` precision ("f32" or its
+    "default"), as executor_vs_peers sets it up; None without the openvino package."""
+    if importlib.util.find_spec("openvino") is None:
+        return None
+    from types import SimpleNamespace
+
+    from executor_vs_peers import setup_openvino
+
+    return setup_openvino(SimpleNamespace(path=path), feeds, THREADS, hint)
+
+
 def interleaved_medians(calls: dict, repeat: int, ref_repeat: int) -> dict[str, float]:
     """Median ms per tool over rounds of one call each; the slow reference runs in the first
     `ref_repeat` rounds only. Every tool is called twice first to warm up."""
@@ -109,11 +121,16 @@ def bench_model(name: str, path: Path, shape, repeat: int, ref_repeat: int) -> l
     on_reference = len(dispatch.by_dispatch(Dispatch.REFERENCE))
     (ref_out,) = bz.interpret(g, feeds)
     scale = float(np.abs(want).max()) or 1.0
-    calls = {"braze": lambda: exe(feeds), "onnxruntime": lambda: sess.run(None, feeds),
-             "reference": lambda: bz.interpret(g, feeds)}
+    calls = {"braze": lambda: exe(feeds), "onnxruntime": lambda: sess.run(None, feeds)}
+    diffs = {"braze": float(np.abs(got - want).max()) / scale, "onnxruntime": 0.0}
+    for tool, hint in (("openvino_f32", "f32"), ("openvino_default", "default")):
+        ov = openvino_call(path, feeds, hint)
+        if ov is not None:
+            calls[tool], out = ov
+            diffs[tool] = float(np.abs(out - want).max()) / scale
+    calls["reference"] = lambda: bz.interpret(g, feeds)
+    diffs["reference"] = float(np.abs(ref_out - want).max()) / scale
     ms = interleaved_medians(calls, repeat, ref_repeat)
-    diffs = {"braze": float(np.abs(got - want).max()) / scale,
-             "onnxruntime": 0.0, "reference": float(np.abs(ref_out - want).max()) / scale}
     rows = []
     for tool, t in ms.items():
         rows.append({"model": name, "input": "x".join(map(str, shape)), "tool": tool,
@@ -151,7 +168,7 @@ def main() -> None:
             for row in bench_model(name, path, shape, args.repeat, args.ref_repeat):
                 row.update(when=when, label=args.label, cpu=cpu, threads=THREADS, load_avg=load)
                 rows.append(row)
-                print(f"{row['model']:<7} {row['input']:<14} {row['tool']:<12} "
+                print(f"{row['model']:<7} {row['input']:<14} {row['tool']:<16} "
                       f"{row['ms']:>10} ms  x_ort {row['x_ort']:>8}  "
                       f"diff {row['max_rel_diff_vs_ort']}", flush=True)
     new = not RESULTS.exists()

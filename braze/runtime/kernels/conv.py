@@ -328,30 +328,16 @@ def pool2d(node, ins, outs, ctx):
 
 @register_kernel(GlobalAvgPool)
 def global_avg_pool(node, ins, outs, ctx):
-    if not is_f32(*ins):
+    lib = conv_native.lib()
+    if lib is None or not is_f32(*ins):
         return None
     n, c, h, w = (int(d) for d in ins[0].dims)
 
-    inv = _F32(1.0 / (h * w))
+    def means(x, out):
+        return lib.plane_means, (_ptr(x), _ptr(out), n * c, h * w)
 
-    def run(x, out):
-        planes = out.reshape(n * c)
-        np.add.reduce(x.reshape(n * c, h * w), axis=1, out=planes)
-        planes *= inv
-
-    def bind(x, out):
-        if not x.flags.c_contiguous:
-            return partial(run, x, out)
-        rows, planes, add, mul = x.reshape(n * c, h * w), out.reshape(n * c), np.add, np.multiply
-
-        def call():
-            add.reduce(rows, axis=1, out=planes)
-            mul(planes, inv, out=planes)
-
-        return call
-
-    return Kernel(run, Dispatch.NATIVE, "NumPy sum over planes, scaled", flops=n * c * h * w,
-                  bytes=nbytes(ins) + nbytes(outs), bind=bind)
+    return Kernel(**_c_kernel(means), dispatch=Dispatch.NATIVE, name="C plane means",
+                  flops=n * c * h * w, bytes=nbytes(ins) + nbytes(outs))
 
 
 @register_kernel(ResizeNearest2x)

@@ -324,6 +324,18 @@ void resample(const float* x, float* y, float* tmp, int64_t planes, int64_t h, i
   }
 }
 
+/* y[p] = mean of x[p, :] over `planes` rows of hw values (global average pooling). */
+void plane_means(const float* x, float* y, int64_t planes, int64_t hw) {
+  #pragma omp parallel for schedule(static) if (PARALLEL(planes * hw))
+  for (int64_t p = 0; p < planes; p++) {
+    const float* r = x + p * hw;
+    float acc = 0.0f;
+    #pragma omp simd reduction(+:acc)
+    for (int64_t i = 0; i < hw; i++) acc += r[i];
+    y[p] = acc / (float)hw;
+  }
+}
+
 /* Nearest resampling: y[p, oy, ox] = x[p, hi[oy], wi[ox]]. */
 void gather2d(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int64_t ho,
               int64_t wo, const int64_t* hi, const int64_t* wi) {
@@ -348,6 +360,7 @@ _SIGNATURES = {
     "pool2d": [_P, _P] + [_I] * 11 + [_INT, _INT],
     "resample": [_P, _P, _P, _I, _I, _I, _I, _I, _P, _P, _I, _P, _P, _I],
     "gather2d": [_P, _P, _I, _I, _I, _I, _I, _P, _P],
+    "plane_means": [_P, _P, _I, _I],
 }
 
 
