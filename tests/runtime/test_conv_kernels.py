@@ -173,19 +173,22 @@ def test_conv_transpose2d(case):
 
 
 POOL_CASES = [
-    ("max", 3, 2, (1, 1, 1, 1), False),
-    ("max", 2, 2, 0, False),
-    ("max", 3, 1, (0, 1, 2, 0), False),
-    ("avg", 3, 2, (1, 0, 0, 1), False),
-    ("avg", 3, 2, (1, 0, 0, 1), True),
-    ("avg", (2, 3), (1, 2), 0, False),
+    ("max", 3, 2, (1, 1, 1, 1), False, (2, 5, 13, 11)),
+    ("max", 2, 2, 0, False, (2, 5, 13, 11)),
+    ("max", 3, 1, (0, 1, 2, 0), False, (2, 5, 13, 11)),
+    ("avg", 3, 2, (1, 0, 0, 1), False, (2, 5, 13, 11)),
+    ("avg", 3, 2, (1, 0, 0, 1), True, (2, 5, 13, 11)),
+    ("avg", (2, 3), (1, 2), 0, False, (2, 5, 13, 11)),
+    ("max", 3, 2, (1, 1, 1, 1), False, (1, 4, 37, 70)),
+    ("avg", (3, 5), (3, 2), (2, 1, 0, 2), False, (1, 3, 17, 41)),
+    ("avg", 5, 1, (2, 2, 2, 2), True, (1, 2, 9, 33)),
 ]
 
 
-@pytest.mark.parametrize("kind, kernel, stride, padding, include_pad", POOL_CASES)
-def test_pool2d(kind, kernel, stride, padding, include_pad):
+@pytest.mark.parametrize("kind, kernel, stride, padding, include_pad, shape", POOL_CASES)
+def test_pool2d(kind, kernel, stride, padding, include_pad, shape):
     g = bz.Graph("pool")
-    x = g.input("x", bz.Shape((2, 5, 13, 11)))
+    x = g.input("x", bz.Shape(shape))
     g.set_outputs([g.pool(x, kind, kernel, stride, padding, count_include_pad=include_pad)])
     _compiled_matches(g, f"{kind}_pool2d")
 

@@ -30,7 +30,7 @@ from ...ir.ops.elementwise import UnaryFn
 from ...ir.ops.fused import FusedConvBiasAct
 from ...ir.ops.resize import Resize, ResizeMode
 from ..address import address
-from . import blas, conv_native, conv_tiles, gemm_choice
+from . import blas, conv_native, conv_tiles, gemm_choice, native
 from .fused import is_f32
 from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -223,11 +223,15 @@ def _shifted_kernel(node, geo: ConvGeometry, ctx, code: int, has_bias: bool,
 
 
 def conv_key(geo: ConvGeometry, act: int, bias: bool) -> str:
-    """The choice file's key (gemm_choice.choose_conv) of a conv geometry and epilogue."""
+    """The choice file's key (gemm_choice.choose_conv) of a conv geometry and epilogue, at the
+    calling thread's OpenMP thread count (the executable's limit while it builds a program):
+    the two paths split their work differently."""
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    lib = native.lib()
+    threads = lib.braze_max_threads() if lib is not None else 1
     return (f"conv-1:{geo.n}x{geo.c}x{geo.h}x{geo.w}:{geo.o}x{geo.cg}x{geo.kh}x{geo.kw}"
             f":g{geo.groups}:s{sh}x{sw}:p{'x'.join(map(str, geo.padding))}:d{dh}x{dw}"
-            + (f":act{act}" if act else ":bias" if bias else ""))
+            f":t{threads}" + (f":act{act}" if act else ":bias" if bias else ""))
 
 
 def conv_choice(geo: ConvGeometry, act: int, bias: bool) -> str:

@@ -132,6 +132,36 @@ void conv_gemm(sgemm_fn sgemm, local_threads_fn local_threads, const float* x, c
   if (bias || act) channel_epilogue(y, bias, n * o, o, hw, act);
 }
 
+/* Rows [0, hp) of one [h, w] plane padded for a window loop: row r is input row r - pt
+   (fill outside the image), column j of it (input column j - pl) at phase j % sw, index
+   j / sw, each phase `phase` floats long (pad: hp * sw * phase floats). A tap of an output row
+   then reads one unit-stride run with no bounds tests, strided or not. */
+static void pad_plane(const float* plane, int64_t h, int64_t w, int64_t pt, int64_t pl,
+                      int64_t sw, int64_t hp, int64_t phase, float fill, float* pad) {
+  int64_t row = sw * phase;
+  for (int64_t r = 0; r < hp; r++) {
+    float* restrict dst = pad + r * row;
+    int64_t iy = r - pt;
+    if (iy < 0 || iy >= h) {
+      for (int64_t j = 0; j < row; j++) dst[j] = fill;
+      continue;
+    }
+    const float* restrict src = plane + iy * w;
+    for (int64_t ph = 0; ph < sw; ph++) {
+      float* restrict d = dst + ph * phase;
+      int64_t lo, hi;  /* i with 0 <= i * sw + ph - pl < w */
+      valid_range(ph - pl, sw, w, phase, &lo, &hi);
+      for (int64_t i = 0; i < lo; i++) d[i] = fill;
+      if (sw == 1) {
+        for (int64_t i = lo; i < hi; i++) d[i] = src[i - pl];
+      } else {
+        for (int64_t i = lo; i < hi; i++) d[i] = src[i * sw + ph - pl];
+      }
+      for (int64_t i = hi; i < phase; i++) d[i] = fill;
+    }
+  }
+}
+
 #if defined(__AVX512F__)
 #define VW 16
 #else
@@ -197,26 +227,7 @@ void depthwise(const float* x, const float* wt, const float* bias, float* y, int
     #pragma omp for schedule(static)
     for (int64_t bc = 0; bc < n * cin; bc++) {
       const float* plane = x + bc * h * w;
-      for (int64_t r = 0; r < hp; r++) {
-        float* dst = pad + r * row;
-        int64_t iy = r - pt;
-        if (iy < 0 || iy >= h) { memset(dst, 0, row * sizeof(float)); continue; }
-        const float* src = plane + iy * w;
-        if (sw == 1) {
-          int64_t lo = pl < row ? pl : row, hi = pl + w < row ? pl + w : row;
-          memset(dst, 0, lo * sizeof(float));
-          memcpy(dst + lo, src + (lo - pl), (hi - lo) * sizeof(float));
-          memset(dst + hi, 0, (row - hi) * sizeof(float));
-          continue;
-        }
-        for (int64_t ph = 0; ph < sw; ph++) {
-          float* d = dst + ph * phase;
-          for (int64_t i = 0; i < phase; i++) {
-            int64_t ix = i * sw + ph - pl;
-            d[i] = ix >= 0 && ix < w ? src[ix] : 0.0f;
-          }
-        }
-      }
+      pad_plane(x + bc * h * w, h, w, pt, pl, sw, hp, phase, 0.0f, pad);
       int64_t b = bc / cin, ic = bc % cin;
       for (int64_t m = 0; m < mult; m++) {
         int64_t oc = ic * mult + m;
@@ -271,34 +282,51 @@ void col2im(const float* cols, float* y, int64_t channels, int64_t h, int64_t w,
 }
 
 /* Max (is_max) or average pooling of `planes` [h, w] planes; padding never enters a max;
-   an average divides by kh * kw (count_pad) or by the real elements of its window. */
+   an average divides by kh * kw (count_pad) or by the real elements of its window (the valid
+   rows times the valid columns). Each plane is padded once (pad_plane: -inf for a max, 0 for
+   a sum), then an output row takes kh * kw unit-stride vector passes over the row in L1. */
 void pool2d(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int64_t kh,
             int64_t kw, int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t ho,
             int64_t wo, int is_max, int count_pad) {
-  #pragma omp parallel for schedule(static) if (PARALLEL(planes * ho * wo * kh * kw))
-  for (int64_t p = 0; p < planes; p++) {
-    const float* plane = x + p * h * w;
-    float* out = y + p * ho * wo;
-    for (int64_t oy = 0; oy < ho; oy++) {
-      int64_t y0 = oy * sh - pt, y1 = y0 + kh;
-      y0 = y0 < 0 ? 0 : y0;
-      y1 = y1 > h ? h : y1;
-      for (int64_t ox = 0; ox < wo; ox++) {
-        int64_t x0 = ox * sw - pl, x1 = x0 + kw;
-        x0 = x0 < 0 ? 0 : x0;
-        x1 = x1 > w ? w : x1;
-        float acc = is_max ? -INFINITY : 0.0f;
-        for (int64_t iy = y0; iy < y1; iy++) {
-          const float* r = plane + iy * w;
-          for (int64_t ix = x0; ix < x1; ix++) {
-            if (is_max) acc = r[ix] > acc ? r[ix] : acc;
-            else acc += r[ix];
+  int64_t phase = wo + (kw - 1) / sw, hp = (ho - 1) * sh + kh, row = sw * phase;
+  float fill = is_max ? -INFINITY : 0.0f;
+  #pragma omp parallel if (PARALLEL(planes * ho * wo * kh * kw))
+  {
+    float* pad = malloc((hp * row + wo) * sizeof(float) + 64);
+    float* inv_x = pad + hp * row;  /* average: 1 / valid columns of output column ox */
+    for (int64_t ox = 0; ox < wo; ox++) {
+      int64_t x0 = ox * sw - pl, x1 = x0 + kw;
+      x0 = x0 < 0 ? 0 : x0;
+      x1 = x1 > w ? w : x1;
+      inv_x[ox] = count_pad ? 1.0f / (float)(kh * kw) : 1.0f / (float)(x1 > x0 ? x1 - x0 : 1);
+    }
+    #pragma omp for schedule(static)
+    for (int64_t p = 0; p < planes; p++) {
+      pad_plane(x + p * h * w, h, w, pt, pl, sw, hp, phase, fill, pad);
+      float* out = y + p * ho * wo;
+      for (int64_t oy = 0; oy < ho; oy++) {
+        float* restrict dst = out + oy * wo;
+        for (int64_t t = 0; t < kh * kw; t++) {
+          const float* restrict src = pad + (oy * sh + t / kw) * row + t % kw % sw * phase
+                                      + t % kw / sw;
+          if (t == 0) {
+            for (int64_t ox = 0; ox < wo; ox++) dst[ox] = src[ox];
+          } else if (is_max) {
+            for (int64_t ox = 0; ox < wo; ox++) dst[ox] = dst[ox] > src[ox] ? dst[ox] : src[ox];
+          } else {
+            for (int64_t ox = 0; ox < wo; ox++) dst[ox] += src[ox];
           }
         }
-        if (!is_max) acc /= count_pad ? (float)(kh * kw) : (float)((y1 - y0) * (x1 - x0));
-        out[oy * wo + ox] = acc;
+        if (!is_max) {
+          int64_t y0 = oy * sh - pt, y1 = y0 + kh;
+          y0 = y0 < 0 ? 0 : y0;
+          y1 = y1 > h ? h : y1;
+          float rows = count_pad ? 1.0f : (float)(y1 > y0 ? y1 - y0 : 1);
+          for (int64_t ox = 0; ox < wo; ox++) dst[ox] = dst[ox] * inv_x[ox] / rows;
+        }
       }
     }
+    free(pad);
   }
 }
 
