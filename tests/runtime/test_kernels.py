@@ -281,3 +281,26 @@ def test_plain_matmul_with_2d_weights(x_shape, monkeypatch):
     from braze.runtime.kernels import blas
 
     assert ("tiles" in impl) == (blas.sgemm_address() is not None)
+
+
+@pytest.mark.parametrize("op", ["clamp", "leaky_relu", "rsqrt"])
+def test_single_elementwise_ops_have_native_kernels(op):
+    """A lone clamp (ReLU6 after a conv), leaky_relu or rsqrt (GroupNorm's) forms no region;
+    each has its own kernel, NaN and in-place included, matching the reference."""
+    g = bz.Graph(op)
+    x = g.input("x", bz.Shape((5, 131)))
+    y = {"clamp": lambda: g.clamp(x, 0.0, 6.0), "leaky_relu": lambda: g.leaky_relu(x, 0.2),
+         "rsqrt": lambda: g.rsqrt(x)}[op]()
+    g.set_outputs([g.add(y, y)])  # a reader after it: y's buffer may be x's
+    exe = bz.compile(g, fuse=False)
+    rng = np.random.default_rng(3)
+    xs = (rng.standard_normal((5, 131)) * 5).astype(np.float32)
+    if op == "rsqrt":
+        xs = np.abs(xs) + 0.01
+    xs[0, :3] = np.nan
+    feeds = {"x": xs}
+    (got,), (want,) = exe(feeds), bz.interpret(g, feeds)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    rows = [r for r in exe.dispatch_report().rows if r[1] == op]
+    assert rows and rows[0][2] == "native", rows

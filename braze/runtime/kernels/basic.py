@@ -6,7 +6,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.ops.elementwise import Binary, BinaryFn, Cast, Compare, CompareFn, Unary, UnaryFn, Where
+from ...ir.ops.elementwise import (
+    Binary,
+    BinaryFn,
+    Cast,
+    Clamp,
+    Compare,
+    CompareFn,
+    LeakyRelu,
+    Unary,
+    UnaryFn,
+    Where,
+)
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.reduce import Reduce, ReduceFn
 from ...ir.ops.shape import Concat, Gather, Reshape, Split, Transpose
@@ -58,10 +69,41 @@ def unary(node, ins, outs, ctx):
             np.reciprocal(out, out=out)
 
         return _elementwise(sigmoid, ins, outs, "sigmoid")
+    if fn is UnaryFn.RSQRT and ins[0].dtype.is_float:
+        def rsqrt(x, out):
+            np.sqrt(x, out=out)
+            np.reciprocal(out, out=out)
+
+        return _elementwise(rsqrt, ins, outs, "rsqrt")
     uf = _UNARY_UFUNC.get(fn)
     if uf is None:
         return None
     return _elementwise(lambda x, out: uf(x, out=out), ins, outs, fn.value)
+
+
+@register_kernel(Clamp)
+def clamp(node, ins, outs, ctx):
+    """Floats only (NaN stays NaN, as np.clip keeps it); an integer clamp runs the reference,
+    which rounds float bounds as the op defines."""
+    if not ins[0].dtype.is_float or not _plain_float(ins[0]):
+        return None
+    lo, hi = node.op.lo, node.op.hi
+    return _elementwise(lambda x, out: np.clip(x, lo, hi, out=out), ins, outs,
+                        f"clamp [{lo:g}, {hi:g}]")
+
+
+@register_kernel(LeakyRelu)
+def leaky_relu(node, ins, outs, ctx):
+    if not _plain_float(ins[0]):
+        return None
+    alpha = ins[0].dtype.np.type(node.op.alpha)
+
+    def run(x, out):
+        neg = x < 0  # before out is written: out may be x (in place)
+        np.copyto(out, x)
+        np.multiply(out, alpha, out=out, where=neg)
+
+    return _elementwise(run, ins, outs, "leaky_relu")
 
 
 @register_kernel(Binary)
