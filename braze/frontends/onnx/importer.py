@@ -405,12 +405,12 @@ class _Importer:
         return [Known(a, braze_dtype(a.dtype)) for a in arrays]
 
     def _outputs(self, gp) -> None:
+        """The graph's outputs in ONNX's order. A name listed twice (TorchScript exports of a
+        module that returns one tensor twice) is one braze value returned twice: braze graphs
+        allow repeated outputs (the fusion pipeline's cleanup makes them too), the executor
+        returns a separate array per position and the exporter a separate named output."""
         outs = []
-        seen = set()
         for vi in gp.output:
-            if vi.name in seen:
-                raise FrontendError(f"{self.label}: graph output {vi.name!r} is listed twice")
-            seen.add(vi.name)
             t = self.ctx.env.get(vi.name)
             if t is None:
                 raise FrontendError(f"{self.label}: graph output {vi.name!r} is not produced by "

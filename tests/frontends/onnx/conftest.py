@@ -327,3 +327,25 @@ def make_model():
                                  ir_version=ir_version)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def matches_ort(ort_run):
+    """check(model, feeds, input_shapes=None, rtol=1e-5, atol=1e-5) -> the imported graph,
+    after asserting that braze's reference interpreter and its compiled CPU executable both
+    give ONNX Runtime's outputs (shapes, dtypes and values) on `feeds`."""
+    import braze as bz
+
+    def check(model, feeds, *, input_shapes=None, rtol: float = 1e-5, atol: float = 1e-5):
+        g = bz.import_onnx(model, input_shapes=input_shapes)
+        want = ort_run(model, feeds)
+        for how, got in (("interpret", bz.interpret(g, feeds)),
+                         ("compile", bz.compile(g, "cpu")(feeds))):
+            assert len(got) == len(want), how
+            for i, (a, b) in enumerate(zip(got, want)):
+                a = np.asarray(a)
+                assert (a.shape, a.dtype) == (b.shape, b.dtype), (how, i, a.dtype, b.dtype)
+                np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"{how} {i}")
+        return g
+
+    return check

@@ -52,11 +52,9 @@ EXPECTED_REFUSALS: list[tuple[str, str, str]] = [
      r"element type (FLOAT8E\w+|U?INT4)", "braze has no float8 / int4 dtypes"),
     (r"test_identity_(sequence|opt)", r"is not a tensor",
      "sequence and optional values are not tensors"),
-    # training-only behaviour (random masks, batch statistics)
+    # training-only behaviour (random masks)
     (r"test_training_dropout\w*", r"training_mode",
      "training-mode Dropout is random; braze imports inference graphs"),
-    (r"test_batchnorm_\w+_training_mode", r"training mode",
-     "training-mode BatchNormalization updates running statistics"),
     # windows braze's IR does not have (ops/nn.py refuses them by design)
     (r"test_(averagepool|maxpool|convtranspose)_3d\w*", r"rank-5 input",
      "braze has 1-D and 2-D windows only"),

@@ -1,7 +1,7 @@
 """ONNX CNN ops (braze/frontends/onnx/ops/nn.py): for each op and attribute combination a
 one-node ONNX model is imported, run with the reference interpreter and compared with ONNX
-Runtime on random inputs; bad attributes, training-mode BatchNorm and dynamic spatial dims
-raise errors that name the node."""
+Runtime on random inputs; bad attributes and dynamic spatial dims raise errors that name the
+node (training-mode BatchNormalization: test_batch_norm_training.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -217,17 +217,6 @@ def test_batch_norm_inference(shape):
               inits=[rand(c), rand(c, seed=2), rand(c, seed=3), rand(c, seed=4, positive=True)])
     g = check(m, shape)
     assert g.count("batch_norm") == 1
-
-
-@pytest.mark.parametrize("opset,attrs,n_out", [(15, dict(training_mode=1), 1),
-                                               (15, dict(training_mode=1), 3),
-                                               (12, dict(), 3)])
-def test_training_mode_batch_norm_is_an_error_naming_the_node(opset, attrs, n_out):
-    c = 3
-    m = model("BatchNormalization", [2, c, 4, 4], attrs=attrs, opset=opset, n_out=n_out,
-              inits=[rand(c), rand(c), rand(c), rand(c, positive=True)], name="bn_train")
-    with pytest.raises(FrontendError, match="bn_train.*training mode"):
-        bz.import_onnx(m)
 
 
 @pytest.mark.parametrize("shape", [[2, 3, 5, 4], [2, 3, 6]])

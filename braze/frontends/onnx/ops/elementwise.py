@@ -1,7 +1,7 @@
 """ONNX elementwise ops: arithmetic (numpy broadcasting), math and activation functions,
 comparisons and logic, Where, Cast, Clip, and activations braze writes in primitives
-(HardSigmoid, HardSwish, Elu-free set). Operands of mixed dtypes that ONNX allows (Pow's
-exponent) are cast to the base's dtype."""
+(HardSigmoid, HardSwish, Softplus, Elu, Selu, PRelu, Mish). Operands of mixed dtypes that ONNX
+allows (Pow's exponent) are cast to the base's dtype."""
 from __future__ import annotations
 
 import numpy as np
@@ -92,8 +92,64 @@ def hard_swish(ctx, node):
 
 @converter("Softplus")
 def softplus(ctx, node):
+    return [_softplus(ctx, ctx.value(node, 0))]
+
+
+def _softplus(ctx, x):
+    """log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): no overflow for large x."""
+    g = ctx.g
+    tail = g.log(g.add(g.exp(g.neg(g.abs(x))), ctx.const_like(1.0, x)))
+    return g.add(g.relu(x), tail)
+
+
+def _elu(ctx, x, alpha: float):
+    """x where x > 0, else alpha * (exp(x) - 1); exp reads min(x, 0), so it never overflows."""
+    g = ctx.g
+    zero = ctx.const_like(0.0, x)
+    neg = g.mul(g.sub(g.exp(g.minimum(x, zero)), ctx.const_like(1.0, x)), ctx.const_like(alpha, x))
+    return g.where(g.gt(x, zero), x, neg)
+
+
+@converter("Elu")
+def elu(ctx, node):
+    return [_elu(ctx, ctx.value(node, 0), float(node.attr("alpha", 1.0)))]
+
+
+@converter("Selu")
+def selu(ctx, node):
+    x = ctx.value(node, 0)
+    alpha = float(node.attr("alpha", 1.67326319217681884765625))
+    gamma = float(node.attr("gamma", 1.05070102214813232421875))
+    return [ctx.g.mul(_elu(ctx, x, alpha), ctx.const_like(gamma, x))]
+
+
+@converter("Mish")
+def mish(ctx, node):
     g, x = ctx.g, ctx.value(node, 0)
-    return [g.log(g.add(g.exp(x), ctx.const_like(1.0, x)))]
+    return [g.mul(x, g.tanh(_softplus(ctx, x)))]
+
+
+@converter("PRelu")
+def prelu(ctx, node):
+    """x where x >= 0, else slope * x. The slope broadcasts to x unidirectionally (NumPy rules,
+    aligned at the trailing axis, never growing x): a per-channel slope of an [N, C, H, W]
+    input is [C, 1, 1]."""
+    g = ctx.g
+    x, slope = ctx.value(node, 0), ctx.value(node, 1)
+    xd, sd = ctx.dims(x), ctx.dims(slope)
+    fits = len(sd) <= len(xd) and all(
+        s == 1 or str(s) == str(d) for s, d in zip(reversed(sd), reversed(xd)))
+    if not fits:
+        hint = ""
+        if len(sd) == 1 and len(xd) > 2 and sd[0] == xd[1]:
+            hint = (f"; a per-channel slope must be stored as [{sd[0]}"
+                    f"{', 1' * (len(xd) - 2)}] (ONNX aligns shapes at the trailing axis)")
+        raise ctx.fail(node, f"slope of shape {tuple(sd)} does not broadcast to the input's "
+                             f"shape {tuple(xd)} (unidirectional broadcasting){hint}")
+    if ctx.dtype(slope) != ctx.dtype(x):
+        raise ctx.fail(node, f"slope is {ctx.dtype(slope)} but the input is {ctx.dtype(x)}")
+    zero = ctx.const_like(0, x)
+    return [g.where(g.lt(x, zero), g.mul(x, slope), x)]
 
 
 @converter("Clip")

@@ -1,6 +1,6 @@
 """ONNX convolutional-network ops: Conv and ConvTranspose (2-D, and 1-D through a unit H axis),
-BatchNormalization (inference form), MaxPool / AveragePool, GlobalAveragePool / GlobalMaxPool,
-Resize / Upsample, Pad, InstanceNormalization and LpNormalization.
+MaxPool / AveragePool, GlobalAveragePool / GlobalMaxPool, Resize / Upsample and Pad (the
+normalizations are in norm.py).
 
 auto_pad, ceil_mode and ConvTranspose's output_shape become explicit padding here, computed as
 ONNX Runtime does (a ceil-mode window that would start in the right padding is dropped; SAME_UPPER
@@ -247,51 +247,6 @@ def conv_transpose(ctx, node):
     y = g.conv_transpose2d(x4, w4, b, _to2d(strides, 1), _pads4(pairs), _to2d(out_pad, 0),
                            _to2d(dilations, 1), group)
     return [_from_image(ctx, y) if n == 1 else y]
-
-
-# -- normalization ------------------------------------------------------------------------------
-@converter("BatchNormalization")
-def batch_norm(ctx, node):
-    if node.attr("training_mode", 0) or any(o for o in node.outputs[1:]):
-        raise ctx.fail(node, "BatchNormalization in training mode (training_mode=1 or running "
-                             "mean / variance outputs) is not supported; export the model in "
-                             "eval / inference mode")
-    x = ctx.value(node, 0)
-    dt = ctx.dtype(x)
-    stats = []
-    for i in range(1, 5):
-        v = ctx.value(node, i)
-        stats.append(v if ctx.dtype(v) == dt else ctx.g.cast(v, dt))
-    return [ctx.g.batch_norm(x, *stats, eps=float(node.attr("epsilon", 1e-5)))]
-
-
-@converter("InstanceNormalization")
-def instance_norm(ctx, node):
-    x = ctx.value(node, 0)
-    dims = ctx.dims(x)
-    if len(dims) < 3 or not isinstance(dims[1], int):
-        raise ctx.fail(node, f"InstanceNormalization needs [N, C, ...] with a static C, got "
-                             f"{dims}")
-    return [ctx.g.group_norm(x, dims[1], ctx.value(node, 1), ctx.value(node, 2),
-                             eps=float(node.attr("epsilon", 1e-5)))]
-
-
-@converter("LpNormalization")
-def lp_norm(ctx, node):
-    g = ctx.g
-    x = ctx.value(node, 0)
-    rank = len(ctx.dims(x))
-    axis = int(node.attr("axis", -1)) % rank
-    p = int(node.attr("p", 2))
-    if p == 2:
-        norm = g.sqrt(g.reduce(g.mul(x, x), ReduceFn.SUM, [axis], True))
-    elif p == 1:
-        norm = g.reduce(g.abs(x), ReduceFn.SUM, [axis], True)
-    else:
-        raise ctx.fail(node, f"LpNormalization p={p} is not defined (ONNX allows 1 and 2)")
-    zero = ctx.const_like(0.0, x)
-    safe = g.where(g.eq(norm, zero), ctx.const_like(1.0, x), norm)
-    return [g.div(x, safe)]
 
 
 # -- pooling ------------------------------------------------------------------------------------

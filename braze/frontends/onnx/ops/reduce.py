@@ -1,7 +1,7 @@
 """ONNX reductions and normalizations: ReduceMean/Sum/Max/Min/Prod (axes as attribute or, in
 newer opsets, as input), ReduceL1/L2/SumSquare/LogSum/LogSumExp as an elementwise map around a
 sum (F.normalize exports ReduceL2), Softmax / LogSoftmax (opset < 13 flatten at `axis`),
-LayerNormalization, CumSum, ArgMax, TopK (static k), OneHot (static depth and values)."""
+LayerNormalization, CumSum, ArgMax / ArgMin, TopK (static k), OneHot (static depth and values)."""
 from __future__ import annotations
 
 import numpy as np
@@ -164,21 +164,33 @@ def cumsum(ctx, node):
                          bool(node.attr("reverse", 0)))]
 
 
-@converter("ArgMax")
-def argmax(ctx, node):
+@converter("ArgMax", "ArgMin")
+def arg_extreme(ctx, node):
+    """ArgMax, and ArgMin as the ArgMax of an order-reversing map of x (-x for floats, -1 - x
+    for signed and MAX - x for unsigned integers: none of them overflows)."""
     x = ctx.value(node, 0)
     dims = ctx.dims(x)
     axis, keepdims = node.attr("axis", 0), bool(node.attr("keepdims", 1))
     if not -len(dims) <= axis < max(len(dims), 1):
         raise ctx.fail(node, f"axis {axis} is out of range for rank {len(dims)}")
+    g = ctx.g
+    if node.op_type == "ArgMin":
+        dt = ctx.dtype(x)
+        if dt.is_float:
+            x = g.neg(x)
+        elif dt.is_int and np.issubdtype(dt.np, np.signedinteger):
+            x = g.sub(ctx.const_like(-1, x), x)
+        elif dt.is_int:
+            x = g.sub(ctx.const_like(np.iinfo(dt.np).max, x), x)
+        else:
+            raise ctx.fail(node, f"ArgMin of a {dt} tensor is not defined (numbers only)")
     if not node.attr("select_last_index", 0):
-        return [ctx.g.argmax(x, axis, keepdims)]
-    # the last maximum: the first one of the reversed axis, counted from the end
+        return [g.argmax(x, axis, keepdims)]
+    # the last extreme: the first one of the reversed axis, counted from the end
     n = dims[axis]
     if not isinstance(n, int):
-        raise ctx.fail(node, f"ArgMax with select_last_index=1 needs a static axis {axis}, got "
-                             f"{n}; pass input_shapes= to import_onnx to fix it")
-    g = ctx.g
+        raise ctx.fail(node, f"{node.op_type} with select_last_index=1 needs a static axis "
+                             f"{axis}, got {n}; pass input_shapes= to import_onnx to fix it")
     first = g.argmax(g.slice(x, axis, -1, -(n + 1), -1), axis, keepdims)
     return [g.sub(ctx.const_like(n - 1, first), first)]
 

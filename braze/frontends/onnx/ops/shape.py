@@ -1,7 +1,7 @@
 """ONNX data-movement and shape ops: Constant, Shape, Size, Reshape, Flatten, Transpose,
 Squeeze, Unsqueeze, Concat, Split (into narrows), Slice (narrows, or strided slices), Gather,
 GatherElements, Expand (ONNX's two-way broadcast), Tile, ConstantOfShape, Range, Trilu, GatherND,
-ScatterND (compile-time values only).
+ScatterND (compile-time values only), DepthToSpace / SpaceToDepth (reshape, transpose, reshape).
 
 Shape-valued inputs (Reshape targets, Slice bounds, ...) must be known at import time; they
 may hold symbolic dims (`SymDim`)."""
@@ -411,3 +411,53 @@ def _stored(ctx, v):
     if isinstance(op, Param):
         return ctx.g.weights.get(op.name)
     return op.value if isinstance(op, Constant) else None
+
+
+# -- DepthToSpace / SpaceToDepth: a reshape, a 6-D transpose, a reshape ---------------------------
+def _blocks(ctx, node, x) -> tuple[int, tuple]:
+    b = int(node.attr("blocksize", 0))
+    dims = ctx.dims(x)
+    if b < 1:
+        raise ctx.fail(node, f"{node.op_type} needs a positive blocksize, got {b}")
+    if len(dims) != 4:
+        raise ctx.fail(node, f"{node.op_type} needs a rank-4 [N, C, H, W] input, got "
+                             f"{tuple(dims)}")
+    return b, dims
+
+
+@converter("DepthToSpace")
+def depth_to_space(ctx, node):
+    """[N, C, H, W] -> [N, C / b^2, H * b, W * b]. DCR (the default) reads the channels as
+    [b, b, C / b^2], CRD as [C / b^2, b, b]."""
+    x = ctx.value(node, 0)
+    b, (n, c, h, w) = _blocks(ctx, node, x)
+    mode = node.attr("mode", "DCR")
+    if mode not in ("DCR", "CRD"):
+        raise ctx.fail(node, f"DepthToSpace mode={mode!r} is not defined (DCR or CRD)")
+    if not isinstance(c, int) or c % (b * b):
+        raise ctx.fail(node, f"DepthToSpace needs static channels divisible by blocksize^2 = "
+                             f"{b * b}, got {c}")
+    g, cb = ctx.g, c // (b * b)
+    if mode == "DCR":
+        y = g.transpose(g.reshape(x, (n, b, b, cb, h, w)), (0, 3, 4, 1, 5, 2))
+    else:
+        y = g.transpose(g.reshape(x, (n, cb, b, b, h, w)), (0, 1, 4, 2, 5, 3))
+    return [g.reshape(y, (n, cb, _dim(SymDim.of(h) * b), _dim(SymDim.of(w) * b)))]
+
+
+@converter("SpaceToDepth")
+def space_to_depth(ctx, node):
+    """[N, C, H, W] -> [N, C * b^2, H / b, W / b], the block offsets ahead of the channels (the
+    inverse of DepthToSpace's DCR mode)."""
+    x = ctx.value(node, 0)
+    b, (n, c, h, w) = _blocks(ctx, node, x)
+    try:
+        hb, wb = (_dim(SymDim.of(d) // b) for d in (h, w))
+    except ValueError:
+        hb = wb = None
+    if hb is None or any(isinstance(d, int) and d % b for d in (h, w)):
+        raise ctx.fail(node, f"SpaceToDepth needs H and W divisible by blocksize {b}, got "
+                             f"{h} x {w}; pass input_shapes= to import_onnx to fix them")
+    g = ctx.g
+    y = g.transpose(g.reshape(x, (n, c, hb, b, wb, b)), (0, 3, 5, 1, 2, 4))
+    return [g.reshape(y, (n, _dim(SymDim.of(c) * (b * b)), hb, wb))]
