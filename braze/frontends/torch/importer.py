@@ -100,6 +100,7 @@ class _Importer:
     # -- checks before translating --------------------------------------------------------------
     def _check_supported(self) -> None:
         bad: dict[str, str] = {}
+        where: dict[str, str] = {}
         for node in self.ep.graph.nodes:
             if node.op == "get_attr":
                 key, ok = "get_attr (control flow or submodules)", False
@@ -109,9 +110,12 @@ class _Importer:
             else:
                 continue
             if not ok and key not in bad:
-                bad[key] = module_path(node) or node.name
+                path = module_path(node)
+                bad[key] = path or node.name
+                where[key] = (f"in module {path!r}" if path else
+                              f"node {node.name!r} in the top-level module's forward")
         if bad:
-            listing = "; ".join(f"{k} (in module {v!r})" for k, v in sorted(bad.items()))
+            listing = "; ".join(f"{k} ({where[k]})" for k in sorted(bad))
             raise UnsupportedOpsError(
                 f"{self.label}: braze cannot import {len(bad)} op(s): {listing}. They have no "
                 "decomposition into ops braze imports; rewrite the code that calls them, or see "
@@ -119,18 +123,25 @@ class _Importer:
 
     def _check_specialized(self) -> None:
         """A dim the user named as dynamic that torch.export fixed to a number is an error:
-        the graph would silently accept only that size."""
+        the graph would silently accept only that size. (torch.export's Dim.AUTO, which
+        braze's named form uses, specializes without complaint; a SymInt whose expression is
+        a number is as static as an int.)"""
         for node in _user_inputs(self.ep):
             val = node.meta.get("val")
             for axis, d in enumerate(getattr(val, "shape", ())):
                 label = self.labels.get((node.name, axis))
-                if label is not None and isinstance(d, int):
-                    raise FrontendError(
-                        f"{self.label}: dim {axis} of input {node.name!r} was named "
-                        f"{label[0]!r} (dynamic) but torch.export specialized it to {d}: the "
-                        "model's code needs that size, or the example size was 0 or 1 (torch "
-                        "treats those as static); export with an example of size >= 2 or leave "
-                        "the dim static")
+                size = _static_size(d)
+                if label is None or size is None:
+                    continue
+                raise FrontendError(
+                    f"{self.label}: dim {axis} of input {node.name!r} was named "
+                    f"{label[0]!r} (dynamic) but torch.export specialized it to {size}: "
+                    "either the model's code only works at that size (a reshape or view to a "
+                    "fixed size, a check against a constant), or the example size was 0 or 1 "
+                    "(torch treats those as static). Export with an example whose size is >= 2, "
+                    f"or leave dim {axis} of {node.name!r} out of dynamic_shapes to import it "
+                    f"static; passing torch.export.Dim({label[0]!r}) for that dim makes "
+                    "torch.export name the code that fixes it")
 
     # -- sources --------------------------------------------------------------------------------
     def _placeholder(self, node, spec) -> None:
@@ -235,6 +246,17 @@ class _Importer:
         if not values:
             raise FrontendError(f"{self.label}: the program returns no tensors")
         self.g.set_outputs(values)
+
+
+def _static_size(d) -> int | None:
+    """The size of an input dim when torch.export fixed it (an int, or a SymInt whose
+    expression is a number), else None."""
+    if isinstance(d, int):
+        return d
+    expr = getattr(getattr(d, "node", None), "expr", None)
+    if expr is not None and getattr(expr, "is_number", False):
+        return int(expr)
+    return None
 
 
 def _feeding_runtime_checks_only(graph) -> set:

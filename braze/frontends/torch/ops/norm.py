@@ -1,6 +1,8 @@
 """Normalizations: layer_norm (and native_layer_norm's mean / rstd when read), rms_norm (eps None
 means the dtype's machine epsilon, as torch), group_norm, and inference batch_norm (every ATen
-spelling: batch_norm, _native_batch_norm_legit_no_training, native_batch_norm in eval mode)."""
+spelling: batch_norm, _native_batch_norm_legit_no_training, native_batch_norm in eval mode), and
+batch norm with batch statistics and no running ones (`_native_batch_norm_legit.no_stats`: what
+InstanceNorm and BiT's weight standardization export as), written as reductions over the input."""
 from __future__ import annotations
 
 import numpy as np
@@ -119,3 +121,34 @@ def batch_norm(ctx, c):
     n_out = len(c.node.meta["val"]) if isinstance(c.node.meta.get("val"), (list, tuple)) else 1
     empty = Lazy(lambda: ctx.g.constant(np.zeros((0,), dt.np), dt))
     return (y,) + tuple(empty for _ in range(n_out - 1))
+
+
+@converter("aten._native_batch_norm_legit.no_stats")
+def batch_norm_batch_stats(ctx, c):
+    """Normalize [N, C, ...] with its own statistics over every axis but the channel axis 1
+    (biased variance), then the optional per-channel affine. Returns (output, save_mean,
+    save_invstd), the statistics as [C] vectors. Written as reductions rather than a braze
+    batch_norm: the statistics depend on the input, so the conv + batch_norm folds must not
+    see running statistics here."""
+    if not c.args.get("training"):
+        raise ctx.fail("batch_norm without running statistics outside training mode has no "
+                       "statistics to normalize with")
+    g = ctx.g
+    dt = ctx.out_dtype(0)
+    x = ctx.value(c["input"], dt)
+    rank = ctx.rank(x)
+    if rank < 2:
+        raise ctx.fail(f"batch_norm needs [N, C, ...], got {ctx.dims(x)}")
+    axes = (0,) + tuple(range(2, rank))
+    m = g.reduce(x, ReduceFn.MEAN, axes, True)
+    d = g.sub(x, m)
+    var = g.reduce(g.mul(d, d), ReduceFn.MEAN, axes, True)
+    invstd = g.rsqrt(g.add(var, ctx.value(float(c["eps"]), dt)))
+    y = g.mul(d, invstd)
+    w, b = _affine(ctx, c, dt)
+    per_channel = (-1,) + (1,) * (rank - 2)
+    if w is not None:
+        y = g.mul(y, g.reshape(w, per_channel))
+    if b is not None:
+        y = g.add(y, g.reshape(b, per_channel))
+    return (y, Lazy(lambda: g.reshape(m, (-1,))), Lazy(lambda: g.reshape(invstd, (-1,))))

@@ -1,7 +1,10 @@
 """Reductions and scans: sum / mean / prod / amax / amin / max / min (with indices), var / std
-(any correction), any / all, argmax / argmin, cumsum, softmax / log_softmax, logsumexp, topk
-and sort. Integer and bool sums take torch's result dtype first."""
+(any correction, integral or not), vector norms (linalg_vector_norm: any ord), any / all,
+argmax / argmin, cumsum, softmax / log_softmax, logsumexp, topk and sort. Integer and bool sums
+take torch's result dtype first."""
 from __future__ import annotations
+
+import numpy as np
 
 from ....ir.dtypes import bool_
 from ....ir.ops.reduce import ReduceFn
@@ -93,30 +96,54 @@ def max_dim(ctx, c):
     return (ctx.g.reduce(x, fn, (axis,), keep), _arg(ctx, x, axis, keep, fn is ReduceFn.MAX))
 
 
-def _count(ctx, x, axes) -> object:
+def _count(ctx, x, axes) -> SymDim:
     n = SymDim.of(1)
     for a in axes:
         n = n * SymDim.of(ctx.dims(x)[a])
     return n
 
 
+def _correction(c: Call) -> float:
+    """torch's `correction` (an int or a float: torch.export writes 1.0), or the legacy
+    `unbiased` flag (True means 1)."""
+    corr = c.args.get("correction")
+    if corr is None:
+        return 1.0 if c.args.get("unbiased", True) else 0.0
+    if isinstance(corr, SymDim):
+        corr = corr.const if corr.is_const else corr
+    if isinstance(corr, SymDim) or isinstance(corr, bool):
+        raise TypeError(f"correction {corr!r} must be a number")
+    return float(corr)
+
+
+def _bessel(ctx, x, axes, corr: float):
+    """n / (n - corr) for the `n` elements reduced over: a constant for static sizes, else
+    computed from the sizes at run time."""
+    n = _count(ctx, x, axes)
+    dt = ctx.dtype(x)
+    if n.is_const:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            factor = np.float64(n.const) / np.float64(max(n.const - corr, 0.0))
+        return ctx.value(float(factor), dt)
+    if corr.is_integer():
+        return ctx.g.div(ctx.value(n, dt), ctx.value(n - int(corr), dt))
+    nv = ctx.value(n, dt)
+    return ctx.g.div(nv, ctx.g.sub(nv, ctx.value(corr, dt)))
+
+
 def _var(ctx, c: Call):
-    """(variance, mean) over the reduced axes with torch's `correction` (default 1)."""
+    """(variance, mean) over the reduced axes with torch's `correction` (default 1; any real
+    number: the sum of squares is divided by n - correction)."""
     g = ctx.g
     x = ctx.value(c["self"], ctx.out_dtype(0))
     axes = _axes(ctx, c.args.get("dim"), ctx.rank(x))
     keep = bool(c.get("keepdim", False))
-    corr = c.args.get("correction")
-    if corr is None:
-        corr = 1 if c.args.get("unbiased", True) else 0
+    corr = _correction(c)
     m = g.reduce(x, ReduceFn.MEAN, axes, True)
     d = g.sub(x, m)
     var = g.reduce(g.mul(d, d), ReduceFn.MEAN, axes, keep)
     if corr:
-        n = _count(ctx, x, axes)
-        dt = ctx.dtype(x)
-        factor = g.div(ctx.value(n, dt), ctx.value(n - corr, dt))
-        var = g.mul(var, factor)
+        var = g.mul(var, _bessel(ctx, x, axes, corr))
     mean = m if keep else g.reduce(x, ReduceFn.MEAN, axes, False)
     return var, mean
 
@@ -140,6 +167,35 @@ def var_mean(ctx, c):
 def std_mean(ctx, c):
     v, m = _var(ctx, c)
     return ctx.g.sqrt(v), m
+
+
+@converter("aten.linalg_vector_norm.default")
+def vector_norm(ctx, c):
+    """The `ord`-norm over `dim` (None or []: every axis), computed in `dtype` when given (the
+    output dtype torch recorded): max / min |x| for +-inf, the count of non-zeros for 0,
+    sqrt(sum(x*x)) for 2, sum |x| for 1, else sum(|x|^p)^(1/p)."""
+    g = ctx.g
+    if ctx.dtype(c["self"]).kind == "complex":
+        raise ctx.fail("vector norms of complex tensors are not supported")
+    dt = ctx.out_dtype()
+    x = ctx.value(c["self"], dt)
+    p = float(c.get("ord", 2.0))
+    axes = _axes(ctx, c.args.get("dim"), ctx.rank(x))
+    keep = bool(c.get("keepdim", False))
+
+    def total(v, fn: ReduceFn = ReduceFn.SUM):
+        return g.reduce(v, fn, axes, keep) if axes else v
+
+    if p == 2:
+        return g.sqrt(total(g.mul(x, x)))
+    if p == 0:
+        return total(ctx.cast(g.ne(x, ctx.value(0.0, dt)), dt))
+    a = g.abs(x)
+    if p == 1:
+        return total(a)
+    if np.isinf(p):
+        return total(a, ReduceFn.MAX if p > 0 else ReduceFn.MIN)
+    return g.pow(total(g.pow(a, ctx.value(p, dt))), ctx.value(1.0 / p, dt))
 
 
 @converter("aten.cumsum.default")
