@@ -91,9 +91,19 @@ def conv_path(request, monkeypatch):
     return request.param
 
 
-def _expected(impl: str, path: str) -> str:
-    """The implementation a case's GEMM conv runs on `path` (depthwise has its own loop)."""
-    return "braze conv tiles" if path == "shifted" and impl != "depthwise" else impl
+def _expected(impl: str, path: str, groups: int) -> str | None:
+    """The implementation a case's GEMM conv runs on `path` (depthwise has its own loop; the
+    pixel-row form takes one group only: grouped convs then run one of the others, None)."""
+    if impl == "depthwise":
+        return impl
+    if path == "rows":
+        return "pixel rows" if groups == 1 else None
+    return "braze conv tiles" if path == "shifted" else impl
+
+
+def _check_impl(name: str, impl: str, path: str, attrs: dict) -> None:
+    want = _expected(impl, path, attrs.get("groups", 1))
+    assert want is None or want in name, (want, name)
 
 
 @pytest.mark.parametrize("case", sorted(CONV_CASES))
@@ -101,7 +111,7 @@ def test_conv2d(case, conv_path):
     n, c, h, w, o, k, attrs, impl = CONV_CASES[case]
     g = _conv_graph(n, c, h, w, o, k, **attrs)
     (name,) = _compiled_matches(g, "conv2d")
-    assert _expected(impl, conv_path) in name
+    _check_impl(name, impl, conv_path, attrs)
 
 
 @pytest.mark.parametrize("case", ["3x3 same", "stride 2, asymmetric pad", "groups 3", "1x1"])
@@ -138,7 +148,7 @@ def test_fused_conv_bias_act(case, act, conv_path):
     n, c, h, w, o, k, attrs, impl = CONV_CASES[case]
     g = _conv_graph(n, c, h, w, o, k, fused_act=act, **attrs)
     (name,) = _compiled_matches(g, "fused_conv_bias_act", tol=5e-5)
-    assert _expected(impl, conv_path) in name
+    _check_impl(name, impl, conv_path, attrs)
 
 
 def test_fused_conv_stays_one_node_when_compiled():
@@ -287,10 +297,11 @@ def test_rapidocr_models_compiled_match_onnxruntime(rapidocr, name):
 
 
 def test_the_conv_choice_is_measured_once_per_geometry_and_remembered(monkeypatch, tmp_path):
-    """Without BRAZE_CONV the GEMM conv path is measured (braze's tiles against im2col + MKL)
-    the first time a geometry and epilogue are seen, saved under their key, and read back."""
+    """Without BRAZE_CONV the GEMM conv path is measured (braze's tiles, the pixel-row form,
+    im2col + MKL where it is there) the first time a geometry and epilogue are seen, saved
+    under their key, and read back."""
     from braze.runtime.kernels import blas
-    from braze.runtime.kernels.conv import ConvGeometry, conv_choice, conv_key
+    from braze.runtime.kernels.conv import ConvGeometry, conv_choice, conv_key, conv_paths
 
     monkeypatch.delenv("BRAZE_CONV", raising=False)
     monkeypatch.setenv("BRAZE_GEMM_CHOICES", str(tmp_path / "choices.json"))
@@ -303,15 +314,15 @@ def test_the_conv_choice_is_measured_once_per_geometry_and_remembered(monkeypatc
                                atol=2e-5)
     geo = ConvGeometry(1, 6, 12, 10, 8, 6, 3, 3, 12, 10, 1, (1, 1), (1, 1, 1, 1), (1, 1))
     relu = conv_native.ACTIVATIONS[UnaryFn.RELU]
-    key = conv_key(geo, relu, True)
+    key = conv_key(geo, relu, True, conv_paths(geo, True, blas.sgemm_address() is not None))
     (impl,) = {r[3] for r in exe.dispatch_report().rows if r[1] == "fused_conv_bias_act"}
-    if blas.sgemm_address() is None:  # nothing to measure against: braze's tiles
-        assert "braze conv tiles" in impl and not (tmp_path / "choices.json").exists()
-        return
     saved = json.loads((tmp_path / "choices.json").read_text())
     assert set(saved) == {key} and saved[key] in gemm_choice.CONV_CHOICES
-    assert ("braze conv tiles" in impl) == (saved[key] == "shifted")
-    saved[key] = "im2col" if saved[key] == "shifted" else "shifted"  # read back, not measured
+    names = {"shifted": "braze conv tiles", "rows": "pixel rows", "im2col": "im2col"}
+    assert names[saved[key]] in impl
+    paths = conv_paths(geo, True, blas.sgemm_address() is not None)
+    other = next(p for p in paths if p != saved[key])
+    saved[key] = other  # read back, not measured
     (tmp_path / "choices.json").write_text(json.dumps(saved))
     monkeypatch.setattr(gemm_choice, "_choices", None)
-    assert conv_choice(geo, relu, True) == saved[key]
+    assert conv_choice(geo, relu, True, paths) == other

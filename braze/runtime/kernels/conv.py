@@ -31,6 +31,7 @@ from ...ir.ops.fused import FusedConvBiasAct
 from ...ir.ops.resize import Resize, ResizeMode
 from ..address import address
 from . import blas, conv_native, conv_tiles, gemm_choice, native
+from . import packed_gemm as pg
 from .fused import is_f32
 from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -147,10 +148,20 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
     scratch = () if geo.direct else (((k, hw_out), _F32),)
     name = ("1x1 conv: " if geo.direct else "im2col + ") + f"BLAS GEMM + C epilogue ({what})"
     sgemm = blas.sgemm_address()
-    shifted = _shifted_kernel(node, geo, ctx, code, has_bias, numpy_act, out_at)
-    if shifted is not None and (sgemm is None or conv_choice(geo, code, has_bias) == "shifted"):
-        return Kernel(**shifted, dispatch=Dispatch.NATIVE, **cost,
+    static = ctx.static.get(node.inputs[1]) if ctx is not None else None
+    if static is not None and (static.dtype != _F32 or static.ndim != 4):
+        static = None
+    paths = conv_paths(geo, static is not None, sgemm is not None)
+    choice = conv_choice(geo, code, has_bias, paths) if paths else None
+    if choice == "shifted":
+        return Kernel(**_shifted_kernel(node, geo, ctx, static, code, has_bias, numpy_act,
+                                        out_at), dispatch=Dispatch.NATIVE, **cost,
                       name=f"braze conv tiles: shifted GEMM + epilogue per tile ({what})")
+    rows = _rows_kernel(node, geo, ctx, static, code, has_bias, numpy_act, out_at) \
+        if choice == "rows" else None
+    if rows is not None:
+        return Kernel(**rows, dispatch=Dispatch.NATIVE, **cost,
+                      name=f"pixel rows (NHWC) + braze packed GEMM, epilogue per tile ({what})")
     if sgemm is not None:  # the whole conv is one C call
         single = blas.local_threads_address()
 
@@ -190,19 +201,30 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
     return Kernel(gemm, Dispatch.NATIVE, name, scratch=scratch, **cost)
 
 
-def _shifted_kernel(node, geo: ConvGeometry, ctx, code: int, has_bias: bool,
-                    numpy_act: UnaryFn | None, out_at: int) -> dict | None:
+def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool) -> tuple[str, ...]:
+    """The GEMM convs that can run `geo` here (gemm_choice.CONV_CHOICES): braze's conv tiles
+    with a C compiler, the pixel-row form for one group and a weight known when the program is
+    built (packed once), im2col + MKL's sgemm with MKL."""
+    paths = []
+    if conv_tiles.lib() is not None:
+        paths.append("shifted")
+        if geo.groups == 1 and static_weight and pg.lib() is not None:
+            paths.append("rows")
+    if mkl:
+        paths.append("im2col")
+    return tuple(paths)
+
+
+def _shifted_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
+                    numpy_act: UnaryFn | None, out_at: int) -> dict:
     """The Kernel fields (run, bind, scratch) of the conv on braze's conv tiles
-    (conv_tiles.py), or None without a compiler. A static weight goes to taps-major order
-    once (ctx.prepared); another one per call, into scratch, as the input into its phase
-    planes where the conv reads padding or strides."""
+    (conv_tiles.py). A static weight goes to taps-major order once (ctx.prepared); another
+    one per call, into scratch, as the input into its phase planes where the conv reads
+    padding or strides."""
     lib = conv_tiles.lib()
-    if lib is None:
-        return None
     layout = conv_tiles.Layout.of(geo)
-    static = ctx.static.get(node.inputs[1]) if ctx is not None else None
     w_t = None
-    if static is not None and static.dtype == _F32 and static.ndim == 4:
+    if static is not None:
         key = ("conv taps-major", node.inputs[1])
         if key not in ctx.prepared:
             ctx.prepared[key] = conv_tiles.taps_major(static)
@@ -222,7 +244,30 @@ def _shifted_kernel(node, geo: ConvGeometry, ctx, code: int, has_bias: bool,
     return {**_c_kernel(call, numpy_act, out_at, library=lib), "scratch": tuple(scratch)}
 
 
-def conv_key(geo: ConvGeometry, act: int, bias: bool) -> str:
+def _rows_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
+                 numpy_act: UnaryFn | None, out_at: int) -> dict | None:
+    """The Kernel fields (run, scratch) of the conv in pixel-row form (conv_tiles.rows_conv):
+    the static weight packed once for braze's GEMM; None where it can't be packed."""
+    key = ("conv pixel-row weight", node.inputs[1])
+    if key not in ctx.prepared:
+        ctx.prepared[key] = conv_tiles.rows_weight(conv_tiles.taps_major(static))
+    packed = ctx.prepared[key]
+    if packed is None:
+        return None
+    layout = conv_tiles.RowsLayout.of(geo)
+    call = conv_tiles.rows_conv(geo, layout, packed, code)
+
+    def run(x, w, *rest):
+        b = _contiguous(rest[0]) if has_bias else None
+        out = rest[out_at - 2]
+        call(_contiguous(x), b, out, *rest[out_at - 1:])
+        if numpy_act is not None:
+            np.copyto(out, numpy_act.apply(out))
+
+    return {"run": run, "scratch": layout.scratch(geo)}
+
+
+def conv_key(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...]) -> str:
     """The choice file's key (gemm_choice.choose_conv) of a conv geometry and epilogue, at the
     calling thread's OpenMP thread count (the executable's limit while it builds a program):
     the two paths split their work differently."""
@@ -231,18 +276,22 @@ def conv_key(geo: ConvGeometry, act: int, bias: bool) -> str:
     threads = lib.braze_max_threads() if lib is not None else 1
     return (f"conv-1:{geo.n}x{geo.c}x{geo.h}x{geo.w}:{geo.o}x{geo.cg}x{geo.kh}x{geo.kw}"
             f":g{geo.groups}:s{sh}x{sw}:p{'x'.join(map(str, geo.padding))}:d{dh}x{dw}"
-            f":t{threads}" + (f":act{act}" if act else ":bias" if bias else ""))
+            f":t{threads}:{'|'.join(paths)}" + (f":act{act}" if act else ":bias" if bias else ""))
 
 
-def conv_choice(geo: ConvGeometry, act: int, bias: bool) -> str:
-    """Which conv runs this geometry here, measured once per machine (gemm_choice.py): braze's
-    conv tiles ("shifted") or im2col + MKL's sgemm ("im2col"). They trade places by shape: on
-    the AMX Xeon VM the tiles took 0.79-0.91x MKL's time on 3x3 convs of 64-96 channels at
-    56-80 pixels a side, MKL 0.75-0.85x the tiles' on 1x1 convs. BRAZE_CONV=shifted|im2col
-    forces one."""
+def conv_choice(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...]) -> str:
+    """Which of `paths` (conv_paths) runs this geometry here, measured once per machine
+    (gemm_choice.py). They trade places by shape (AMX Xeon VM, 1 thread): braze's conv tiles
+    ("shifted") took 0.79-0.91x MKL's time on 3x3 convs of 64-96 channels at 56-80 pixels a
+    side; MKL's im2col + sgemm ("im2col") won most 1x1 convs; small planes with many channels
+    leave most of the tiles' 64-pixel vectors idle (7x7: 49 of 64), where the pixel-row form
+    ("rows": channels across the vectors, braze's packed GEMM) fits. BRAZE_CONV=shifted|rows|
+    im2col forces one where it can run."""
     forced = os.environ.get("BRAZE_CONV")
-    if forced in gemm_choice.CONV_CHOICES:
+    if forced in paths:
         return forced
+    if len(paths) == 1:
+        return paths[0]
 
     def runs() -> dict:
         rng = np.random.default_rng(0)
@@ -251,20 +300,33 @@ def conv_choice(geo: ConvGeometry, act: int, bias: bool) -> str:
         w /= np.float32(np.sqrt(geo.cg * geo.kh * geo.kw))
         b = np.linspace(-1, 1, geo.o, dtype=_F32) if act or bias else None
         y = np.empty((geo.n, geo.o, geo.ho, geo.wo), _F32)
-        layout = conv_tiles.Layout.of(geo)
-        xq = x if layout.direct else np.empty(layout.input_floats(geo), _F32)
         w_t = conv_tiles.taps_major(w)
-        cols = None if geo.direct else \
-            np.empty((geo.cg * geo.kh * geo.kw, geo.ho * geo.wo), _F32)
-        tiles_args = conv_tiles.run_args(geo, layout, x, xq, w_t, w_t, b, y, act)
-        mkl_args = (blas.sgemm_address(), blas.local_threads_address(), _ptr(x), _ptr(w),
-                    _ptr(b), _ptr(y), _ptr(cols), geo.n, geo.c, geo.h, geo.w, geo.o,
-                    geo.groups, *geo.window_args(), geo.ho, geo.wo, int(geo.direct), act)
-        keep = (x, w, b, y, xq, w_t, cols)  # alive as long as the calls
-        return {"shifted": lambda: (keep, conv_tiles.lib().conv_tiles_run(*tiles_args)),
-                "im2col": lambda: (keep, conv_native.lib().conv_gemm(*mkl_args))}
+        keep = [x, w, b, y, w_t]  # alive as long as the calls
+        calls = {}
+        if "shifted" in paths:
+            layout = conv_tiles.Layout.of(geo)
+            xq = x if layout.direct else np.empty(layout.input_floats(geo), _F32)
+            args = conv_tiles.run_args(geo, layout, x, xq, w_t, w_t, b, y, act)
+            keep.append(xq)
+            calls["shifted"] = lambda: conv_tiles.lib().conv_tiles_run(*args)
+        if "rows" in paths:
+            rows = conv_tiles.RowsLayout.of(geo)
+            scratch = [np.empty(shape, dt) for shape, dt in rows.scratch(geo)]
+            packed = conv_tiles.rows_weight(w_t)
+            call = conv_tiles.rows_conv(geo, rows, packed, act)
+            keep += [scratch, packed]
+            calls["rows"] = lambda: call(x, b, y, *scratch)
+        if "im2col" in paths:
+            cols = None if geo.direct else \
+                np.empty((geo.cg * geo.kh * geo.kw, geo.ho * geo.wo), _F32)
+            mkl_args = (blas.sgemm_address(), blas.local_threads_address(), _ptr(x), _ptr(w),
+                        _ptr(b), _ptr(y), _ptr(cols), geo.n, geo.c, geo.h, geo.w, geo.o,
+                        geo.groups, *geo.window_args(), geo.ho, geo.wo, int(geo.direct), act)
+            keep.append(cols)
+            calls["im2col"] = lambda: conv_native.lib().conv_gemm(*mkl_args)
+        return {name: (lambda fn=fn: (keep, fn())) for name, fn in calls.items()}
 
-    return gemm_choice.choose_conv(conv_key(geo, act, bias), runs)
+    return gemm_choice.choose_conv(conv_key(geo, act, bias, paths), runs)
 
 
 @register_kernel(Conv2d)

@@ -1,5 +1,5 @@
-"""braze's own conv (float32, NCHW): a "shifted GEMM" over the padded input, in tiles of output
-channels x pixels, with no im2col matrix.
+"""braze's own convs (float32, NCHW): a "shifted GEMM" over the padded input, in tiles of output
+channels x pixels, with no im2col matrix; and a pixel-row form on braze's packed GEMM.
 
 The im2col + BLAS path writes the whole im2col matrix to memory first (a 3x3 conv of 96
 channels at 80x80: 22 MB) and applies bias and activation in a second pass over the output.
@@ -21,8 +21,15 @@ first block's sums start from the bias, later blocks' are added (blocked summati
 packed GEMM). Where the tile's columns are output pixels themselves (wq == wo: 1x1 convs,
 strided ones too), whole vectors of them, the micro-kernel writes the output in place and
 the activation runs there; otherwise the tile goes through the thread's scratch, and bias +
-activation (native.ACT_SPAN) take it to the output. `lib()` is None without a C compiler;
-conv.py measures this against im2col + MKL's sgemm per geometry (gemm_choice.choose_conv)."""
+activation (native.ACT_SPAN) take it to the output.
+
+The pixel-row form (`conv_rows` / `rows_conv`, one group) is for small planes with many
+channels, where 64-pixel vectors go idle (a 7x7 plane fills 49 of 64): the input is copied into
+a zero-padded NHWC buffer, each output pixel's row of the transposed im2col matrix is one copy
+of c floats per tap, braze's packed GEMM (packed_gemm.py, the weight packed once as [kh kw c,
+o]) runs with output channels across its vectors and bias + activation in its tiles, and the
+product goes back to NCHW in 16 x 16 blocks. `lib()` is None without a C compiler; conv.py
+measures both forms against im2col + MKL's sgemm per geometry (gemm_choice.choose_conv)."""
 from __future__ import annotations
 
 import ctypes
@@ -34,9 +41,11 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 from . import conv_native, native
+from . import packed_gemm as pg
 from .conv_native import VALID_RANGE
 
-__all__ = ["lib", "MC", "Layout", "taps_major", "run_args"]
+__all__ = ["lib", "MC", "Layout", "taps_major", "run_args", "RowsLayout", "rows_weight",
+           "rows_conv"]
 
 MC = 192  # output channels per tile at most
 
@@ -220,6 +229,60 @@ void conv_shifted(const float* xq, const float* wt, const float* bias, float* y,
   free(off);
 }
 
+/* The pixel-row form of a conv (groups 1): rows [n * ho * wo, kh * kw * c] = each image's
+   im2col matrix transposed (row p = oy * wo + ox, column t * c + ci for tap t = ky * kw + kx:
+   x[ci, oy*sh + ky*dh - pt, ox*sw + kx*dw - pl], 0 outside the image), built through xt, a
+   zero-padded NHWC copy [n, hp, wp, c] of the input, so that each (pixel, tap) is one copy of
+   c floats. With one tap read in place (a 1x1 stride-1 conv) xt is rows itself. */
+void conv_rows(const float* x, float* xt, float* rows, int64_t n, int64_t c, int64_t h,
+               int64_t w, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t pt,
+               int64_t pl, int64_t dh, int64_t dw, int64_t hp, int64_t wp, int64_t ho,
+               int64_t wo) {
+  int64_t taps = kh * kw, k = taps * c, px = ho * wo;
+  #pragma omp parallel for schedule(static) \
+      if (BRAZE_PARALLEL(n * hp * wp * c, BRAZE_PAR_MIN_MACS / 16))
+  for (int64_t iu = 0; iu < n * hp; iu++) {
+    int64_t i = iu / hp, iy = iu % hp - pt;
+    float* dst = xt + iu * wp * c;
+    if (iy < 0 || iy >= h) {
+      memset(dst, 0, wp * c * sizeof(float));
+      continue;
+    }
+    for (int64_t v = 0; v < wp; v++) {
+      int64_t ix = v - pl;
+      if (ix < 0 || ix >= w) memset(dst + v * c, 0, c * sizeof(float));
+    }
+    int64_t lo = pl, hi = pl + w < wp ? pl + w : wp;
+    for (int64_t ci = 0; ci < c; ci++) {
+      const float* restrict src = x + ((i * c + ci) * h + iy) * w - pl;
+      for (int64_t v = lo; v < hi; v++) dst[v * c + ci] = src[v];
+    }
+  }
+  if (rows == xt) return;
+  #pragma omp parallel for schedule(static) \
+      if (BRAZE_PARALLEL(n * px * k, BRAZE_PAR_MIN_MACS / 16))
+  for (int64_t ip = 0; ip < n * px; ip++) {
+    int64_t i = ip / px, oy = ip % px / wo, ox = ip % wo;
+    float* dst = rows + ip * k;
+    for (int64_t t = 0; t < taps; t++) {
+      int64_t u = oy * sh + t / kw * dh, v = ox * sw + t % kw * dw;
+      memcpy(dst + t * c, xt + ((i * hp + u) * wp + v) * c, c * sizeof(float));
+    }
+  }
+}
+
+/* y [n, o, px] = out [n * px, o] transposed per image, in 16 x 16 blocks. */
+void rows_to_nchw(const float* out, float* y, int64_t n, int64_t px, int64_t o) {
+  int64_t pb = (px + 15) / 16, ob = (o + 15) / 16;
+  #pragma omp parallel for schedule(static) if (BRAZE_PARALLEL(n * px * o, BRAZE_PAR_MIN_MACS / 16))
+  for (int64_t b = 0; b < n * pb * ob; b++) {
+    int64_t i = b / (pb * ob), p0 = b / ob % pb * 16, o0 = b % ob * 16;
+    int64_t p1 = p0 + 16 < px ? p0 + 16 : px, o1 = o0 + 16 < o ? o0 + 16 : o;
+    for (int64_t co = o0; co < o1; co++)
+      for (int64_t p = p0; p < p1; p++) y[(i * o + co) * px + p] = out[(i * px + p) * o + co];
+  }
+}
+
 /* wt_t [o, taps, cg] = wt [o, cg, taps]. */
 static void taps_major(const float* wt, float* wt_t, int64_t o, int64_t cg, int64_t taps) {
   for (int64_t oc = 0; oc < o; oc++)
@@ -243,7 +306,9 @@ void conv_tiles_run(const float* x, float* xq, const float* wt, float* wt_t, con
 """
 
 _I, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-_SIGNATURES = {"conv_tiles_run": [_P] * 6 + [_I] * 19 + [_INT]}
+_SIGNATURES = {"conv_tiles_run": [_P] * 6 + [_I] * 19 + [_INT],
+               "conv_rows": [_P] * 3 + [_I] * 16,
+               "rows_to_nchw": [_P] * 2 + [_I] * 3}
 
 
 @cache
@@ -292,3 +357,60 @@ def run_args(geo, layout: Layout, x, xq, w, w_t, bias, y, act: int) -> tuple:
             None if bias is None else address(bias), address(y), geo.n, geo.c, geo.h, geo.w,
             geo.o, geo.groups, geo.kh, geo.kw, sh, sw, geo.padding[0], geo.padding[1], dh, dw,
             layout.hq, layout.wq, layout.ps, geo.ho, geo.wo, act)
+
+
+@dataclass(frozen=True)
+class RowsLayout:
+    """The pixel-row form of a conv (groups 1, conv_rows): the padded NHWC copy's rows / columns
+    read (hp, wp), and whether it is the row matrix itself (`in_place`: 1x1, stride 1, no
+    padding read)."""
+
+    hp: int
+    wp: int
+    in_place: bool
+
+    @classmethod
+    def of(cls, geo) -> RowsLayout:
+        (sh, sw), (dh, dw) = geo.stride, geo.dilation
+        hp = (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1
+        wp = (geo.wo - 1) * sw + (geo.kw - 1) * dw + 1
+        one = (geo.kh, geo.kw, sh, sw) == (1, 1, 1, 1) and (hp, wp) == (geo.ho, geo.wo) \
+            and geo.padding[:2] == (0, 0)
+        return cls(hp, wp, one)
+
+    def scratch(self, geo) -> tuple:
+        """(shape, dtype) of the NHWC copy, the row matrix (unless in place) and the product."""
+        px, k = geo.n * geo.ho * geo.wo, geo.kh * geo.kw * geo.c
+        out = [((geo.n * self.hp * self.wp * geo.c,), np.float32)]
+        if not self.in_place:
+            out.append(((px, k), np.float32))
+        return (*out, ((px, geo.o), np.float32))
+
+
+def rows_weight(w_t: np.ndarray):
+    """A taps-major weight [o, kh, kw, c] packed for the pixel-row GEMM (rows @ w: [k, o]), or
+    None without the packed GEMM."""
+    o = w_t.shape[0]
+    return pg.pack(w_t.reshape(o, -1).T)
+
+
+def rows_conv(geo, layout: RowsLayout, packed, act: int):
+    """`call(x, bias, y, *scratch)`: the conv as conv_rows, braze's packed GEMM on the pixel
+    rows (bias and activation in its tiles), then the product back to NCHW; all arrays
+    C-contiguous float32 (scratch as RowsLayout.scratch)."""
+    so = lib()
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    px = geo.ho * geo.wo
+
+    def call(x, bias, y, xt, *rest):
+        rows = xt.reshape(geo.n * px, geo.c) if layout.in_place else rest[0]
+        out = rest[-1]
+        so.conv_rows(address(x), address(xt), address(rows), geo.n, geo.c, geo.h, geo.w,
+                     geo.kh, geo.kw, sh, sw, geo.padding[0], geo.padding[1], dh, dw, layout.hp,
+                     layout.wp, geo.ho, geo.wo)
+        if not pg.gemm(rows, packed, out, bias, act):
+            raise ValueError(f"pixel-row conv: rows {rows.shape} / product {out.shape} do not "
+                             f"fit the packed weight [{packed.k}, {packed.n}]")
+        so.rows_to_nchw(address(out), address(y), geo.n, px, geo.o)
+
+    return call

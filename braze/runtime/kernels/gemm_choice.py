@@ -36,7 +36,7 @@ __all__ = ["choose", "choose_bf16", "choose_conv", "fp32_key", "bf16_key", "forc
 
 CHOICES = ("packed", "tiles", "mkl_packed")
 BF16_CHOICES = ("mkl", "amx")  # bf16_gemm.py: MKL's cblas_gemm_bf16bf16f32, amx_gemm.py
-CONV_CHOICES = ("shifted", "im2col")  # conv.py: conv_tiles.py, or im2col + MKL's sgemm
+CONV_CHOICES = ("shifted", "rows", "im2col")  # conv.py: conv_tiles.py's two, im2col + MKL
 
 _ROWS = 128  # the product measured: a sequence of 128 tokens, one batch
 _RUNS = 15
