@@ -318,6 +318,13 @@ def lib():
                            conv_native.with_packed(_SIGNATURES))
 
 
+def padded_extent(geo) -> tuple[int, int]:
+    """The rows and columns of the zero-padded input a conv reads (from the top-left padding
+    on; the bottom / right padding read, if any, is inside)."""
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    return (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1, (geo.wo - 1) * sw + (geo.kw - 1) * dw + 1
+
+
 @dataclass(frozen=True)
 class Layout:
     """How conv_tiles_run reads one conv's input: in place (`direct`: stride 1, no padding
@@ -331,9 +338,7 @@ class Layout:
     @classmethod
     def of(cls, geo) -> Layout:
         """geo: a conv.ConvGeometry."""
-        (sh, sw), (dh, dw) = geo.stride, geo.dilation
-        hp = (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1  # padded rows / columns read
-        wp = (geo.wo - 1) * sw + (geo.kw - 1) * dw + 1
+        (sh, sw), (hp, wp) = geo.stride, padded_extent(geo)
         if (sh, sw) == (1, 1) and geo.padding[:2] == (0, 0) and hp <= geo.h and wp <= geo.w:
             return cls(True, geo.h, geo.w, geo.h * geo.w)
         hq, wq = -(-hp // sh), -(-wp // sw)
@@ -371,9 +376,7 @@ class RowsLayout:
 
     @classmethod
     def of(cls, geo) -> RowsLayout:
-        (sh, sw), (dh, dw) = geo.stride, geo.dilation
-        hp = (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1
-        wp = (geo.wo - 1) * sw + (geo.kw - 1) * dw + 1
+        (sh, sw), (hp, wp) = geo.stride, padded_extent(geo)
         one = (geo.kh, geo.kw, sh, sw) == (1, 1, 1, 1) and (hp, wp) == (geo.ho, geo.wo) \
             and geo.padding[:2] == (0, 0)
         return cls(hp, wp, one)
