@@ -11,6 +11,7 @@ import numpy as np
 from .ir.dtypes import f32, i32, i64
 from .ir.graph import Graph
 from .ir.op import Value
+from .ir.ops.indexing import DynamicNarrow
 from .ir.shapes import Shape
 from .op_examples_backward import BACKWARD_EXAMPLES
 
@@ -102,6 +103,8 @@ OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
     "reshape": lambda g, x: g.reshape(x, (6, -1)),
     "transpose": lambda g, x: g.transpose(x, (2, 0, 1)),
     "narrow": lambda g, x: g.narrow(x, 2, 1, 4),
+    # a symbolic start in the static example's terms ("8-s" with s bound would need a symbol)
+    "dynamic_narrow": lambda g, x: g.add_node(DynamicNarrow(2, 1, 4), (x,))[0],
     "concat": lambda g, x: g.concat([x, x], 1),
     "expand": lambda g, x: g.expand(g.reshape(x, (2, 1, 3, 8)), (2, 5, 3, 8)),
     "gather": lambda g, x: g.gather(x, g.constant(np.array([2, 0, 1, 2], np.int64)), 1),

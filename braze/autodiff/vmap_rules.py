@@ -17,7 +17,7 @@ from ..ir.op import Value
 from ..ir.ops.attention import Attention
 from ..ir.ops.conv import Conv2d, ConvTranspose2d, GlobalAvgPool, Pool2d, ResizeNearest2x
 from ..ir.ops.elementwise import Binary, Cast, Clamp, Compare, IsInf, IsNan, LeakyRelu, Unary, Where
-from ..ir.ops.indexing import GatherElements, Slice, TopK, Trilu
+from ..ir.ops.indexing import DynamicNarrow, GatherElements, Slice, TopK, Trilu
 from ..ir.ops.linalg import DotGeneral, MatMul
 from ..ir.ops.norm import LayerNorm, RmsNorm
 from ..ir.ops.reduce import ArgMax, Cumsum, LogSoftmax, Reduce, Softmax
@@ -69,8 +69,8 @@ def _all_batched(b: Graph, ins, flags) -> list[Value]:
     return [materialize(b, v, f, bdim) for v, f in zip(ins, flags)]
 
 
-@batch_rule(Softmax, LogSoftmax, Cumsum, ArgMax, Narrow, Slice, Split, Concat, TopK,
-            GatherElements)
+@batch_rule(Softmax, LogSoftmax, Cumsum, ArgMax, Narrow, DynamicNarrow, Slice, Split, Concat,
+            TopK, GatherElements)
 def _axis_op(b: Graph, node: Node, ins, flags) -> Outs:
     op = dataclasses.replace(node.op, axis=_shift(node.op.axis))
     return _emit(b, node, op, _all_batched(b, ins, flags))

@@ -10,7 +10,7 @@ from ...errors import AutodiffError
 from ...ir.graph import Graph
 from ...ir.node import Node
 from ...ir.op import Value
-from ...ir.ops.indexing import Slice, Trilu
+from ...ir.ops.indexing import DynamicNarrow, Slice, Trilu
 from ...ir.ops.shape import Concat, Expand, Narrow, Pad, PadMode, Reshape, Split, Transpose
 from ...ir.shapes import Dim
 from ...ir.symbolic import SymDim
@@ -60,7 +60,7 @@ def _zero_pad_axis(b: Graph, v: Value, axis: int, before: Dim, after: Dim) -> Va
     return b.concat(pieces, axis)
 
 
-@vjp_rule(Narrow)
+@vjp_rule(Narrow, DynamicNarrow)
 def narrow_vjp(b, node, ins, outs, cts):
     if cts[0] is None:
         return [None]
@@ -171,7 +171,7 @@ def _same_op_on_tangent(b: Graph, node: Node, tangents) -> list[Value | None]:
     return [None] * len(node.outputs) if t is None else list(b.add_node(node.op, (t,)))
 
 
-for _cls in (Reshape, Transpose, Narrow, Slice, Expand, Trilu, Split):
+for _cls in (Reshape, Transpose, Narrow, DynamicNarrow, Slice, Expand, Trilu, Split):
     jvp_rule(_cls)(lambda b, node, ins, outs, tangents: _same_op_on_tangent(b, node, tangents))
 
 

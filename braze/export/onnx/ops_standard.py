@@ -29,7 +29,7 @@ from ...ir.ops.elementwise import (
     Where,
 )
 from ...ir.ops.generate import Range, SymConst
-from ...ir.ops.indexing import GatherElements, Slice, TopK, Trilu
+from ...ir.ops.indexing import DynamicNarrow, GatherElements, Slice, TopK, Trilu
 from ...ir.ops.linalg import DotGeneral, MatMul
 from ...ir.ops.norm import BatchNorm, LayerNorm
 from ...ir.ops.reduce import ArgMax, Cumsum, LogSoftmax, Reduce, ReduceFn, Softmax
@@ -207,6 +207,16 @@ def narrow(b, n, ins, target):
     else:
         end = b.dims_tensor(((SymDim.of(op.length) + op.start).to_dim(),))
     return [b.op1("Slice", ins[0], start, end, b.const(np.asarray([op.axis], np.int64)))]
+
+
+@exporter(DynamicNarrow)
+def dynamic_narrow(b, n, ins, target):
+    """ONNX Slice with starts / ends computed from the input dims (ONNX would clamp where braze
+    raises; the exported model equals braze's wherever braze's bounds check passes)."""
+    op = n.op
+    start, stop = SymDim.of(op.start), SymDim.of(op.start) + SymDim.of(op.length)
+    return [b.op1("Slice", ins[0], b.dims_tensor((start.to_dim(),)),
+                  b.dims_tensor((stop.to_dim(),)), b.const(np.asarray([op.axis], np.int64)))]
 
 
 @exporter(Slice)

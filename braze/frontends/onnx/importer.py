@@ -21,10 +21,12 @@ from ...interpret import interpret
 from ...ir.graph import Graph
 from ...ir.op import Value
 from ...ir.shapes import Shape
+from ...ir.symbolic import SymDim
+from ..clamps import check_assumptions, clamp_choice
 from . import ops  # noqa: F401  (registers the converters)
 from .context import CONVERTERS, ImportContext, NodeView, Tensor
 from .dtypes import braze_dtype, onnx_dtype, tensor_array
-from .known import FOLDERS, Known, NotFoldable
+from .known import FOLDERS, FOLDERS_PICK, Known, NotFoldable
 from .loader import load_model
 from .schema import check_input_types, check_node, node_schema
 
@@ -95,6 +97,7 @@ class _Importer:
         self.proto = proto
         self.payloads = list(payloads or [])
         self.label = label
+        self.assumed: list[SymDim] = []  # clamps resolved by assumption (frontends.clamps)
         self.input_shapes = dict(input_shapes)
         gp = proto.graph
         self.g = Graph(name or gp.name or "onnx_model", record_provenance=False)
@@ -130,6 +133,7 @@ class _Importer:
         for node in self._topological(nodes):
             self._convert(node)
         self._outputs(gp)
+        check_assumptions(self.g, self.assumed, self.label)
         return self.g
 
     def _view(self, n) -> NodeView:
@@ -372,12 +376,39 @@ class _Importer:
             try:
                 return fold(node.attrs, ins, self.opset)
             except (NotFoldable, ValueError, TypeError, IndexError, AttributeError):
-                pass  # computed at run time instead
+                if op in ("Max", "Min") and len(present) == 2 and all(k.symbolic or
+                                                                     k.dtype.is_int
+                                                                     for k in present):
+                    return self._assumed_clamp(op == "Max", present)
+                # otherwise computed at run time instead
         if any(k.symbolic for k in present):
             return None
         if sum(k.array.size for k in present) > FOLD_LIMIT:
             return None
         return self._evaluate(node, present)
+
+    def _assumed_clamp(self, is_max: bool, ins: list[Known]) -> list[Known] | None:
+        """Max / Min of shape values that no binding orders (MPT's max(0, 64 - seq)): the
+        symbolic side, with its requirement recorded (braze.frontends.clamps) and checked
+        against the graph's dynamic_narrows at the end of the import."""
+        needs: list[SymDim] = []
+
+        def pick(x, y):
+            try:
+                return FOLDERS_PICK[is_max](x, y)
+            except NotFoldable:
+                choice = clamp_choice(SymDim.of(x), SymDim.of(y), is_max)
+                if choice is None:
+                    raise
+                needs.append(choice[1])
+                return choice[0]
+
+        try:
+            out = np.frompyfunc(pick, 2, 1)(ins[0].array, ins[1].array)
+        except NotFoldable:
+            return None
+        self.assumed.extend(n for n in needs if n not in self.assumed)
+        return [Known(np.asarray(out, dtype=object), ins[0].dtype)]
 
     def _cast_like(self, node: NodeView, k: Known) -> list[Known] | None:
         """CastLike of a compile-time value: a compile-time value of input 1's dtype."""

@@ -288,8 +288,10 @@ def _pick(fn):
     return choose
 
 
-FOLDERS["Max"] = _binary(_pick(lambda x, y: not _decide_lt(x, y)))
-FOLDERS["Min"] = _binary(_pick(lambda x, y: _decide_lt(x, y) or _decide_eq(x, y)))
+FOLDERS_PICK = {True: _pick(lambda x, y: not _decide_lt(x, y)),   # max of two shape values
+                False: _pick(lambda x, y: _decide_lt(x, y) or _decide_eq(x, y))}
+FOLDERS["Max"] = _binary(FOLDERS_PICK[True])
+FOLDERS["Min"] = _binary(FOLDERS_PICK[False])
 
 
 @folder("Neg")

@@ -15,6 +15,7 @@ from ...ir.graph import Graph
 from ...ir.op import Value
 from ...ir.shapes import Shape
 from ...ir.symbolic import SymDim
+from ..clamps import check_assumptions
 from . import ops  # noqa: F401  (registers the converters)
 from .context import CONVERTERS, Lazy, LazyParam, TorchContext, target_key
 from .dtypes import braze_dtype, to_numpy
@@ -95,7 +96,9 @@ class _Importer:
             else:
                 raise FrontendError(f"{self.label}: FX node {node.name} is a {node.op}; braze "
                                     "imports flat programs (no submodule calls)")
+        check_assumptions(self.g, self.ctx.names.assumed, self.label)
         return self.g
+
 
     # -- checks before translating --------------------------------------------------------------
     def _check_supported(self) -> None:

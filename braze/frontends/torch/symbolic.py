@@ -15,6 +15,7 @@ from typing import Any
 
 from ...errors import FrontendError
 from ...ir.symbolic import SymDim
+from ..clamps import clamp_choice
 
 __all__ = ["SymbolNames", "NotRepresentable", "torch_dynamic_shapes", "decide_lt", "decide_eq",
            "scalar_value"]
@@ -34,6 +35,8 @@ class SymbolNames:
     """torch symbol name ("s43") -> braze dim name ("seq")."""
 
     names: dict[str, str] = field(default_factory=dict)
+    # expressions assumed >= 0 to resolve a clamp (Max(0, 64 - s)); see braze.frontends.clamps
+    assumed: list[SymDim] = field(default_factory=list)
 
     def bind(self, symbol: str, name: str) -> None:
         self.names.setdefault(symbol, _sanitize(name))
@@ -103,17 +106,29 @@ class SymbolNames:
             except ValueError:
                 raise NotRepresentable(f"{e} rounds up a division") from None
         if kind in ("Max", "Min") or isinstance(e, (sympy.Max, sympy.Min)):
+            is_max = kind == "Max" or isinstance(e, sympy.Max)
             vals = [self._convert(x) for x in e.args]
             best = vals[0]
             for v in vals[1:]:
                 lt = decide_lt(best, v)
                 if lt is None:
-                    raise NotRepresentable(f"cannot decide {e} for every size")
-                if (kind == "Max" or isinstance(e, sympy.Max)) == lt:
+                    best = self.clamp_choice(best, v, is_max, e)
+                elif is_max == lt:
                     best = v
             return best
         raise NotRepresentable(f"size expression {e} ({kind}) is not a polynomial braze can "
                                "write")
+
+    def clamp_choice(self, a: SymDim, b: SymDim, is_max: bool, e) -> SymDim:
+        """Max / Min of a constant and a size no binding orders (MPT's `max(0, 64 - seq)`):
+        the size, with the requirement recorded in `assumed` (braze.frontends.clamps)."""
+        choice = clamp_choice(a, b, is_max)
+        if choice is None:
+            raise NotRepresentable(f"cannot decide {e} for every size")
+        value, need = choice
+        if need not in self.assumed:
+            self.assumed.append(need)
+        return value
 
     def decide(self, x) -> bool:
         """A torch SymBool (or bool) as a Python bool, deciding relations between sizes under

@@ -9,7 +9,7 @@ from ...errors import GraphError, ShapeError
 from ..dtypes import DType, i64
 from ..op import Value
 from ..ops.generate import Range, SymConst
-from ..ops.indexing import GatherElements, Slice, TopK, Trilu
+from ..ops.indexing import DynamicNarrow, GatherElements, Slice, TopK, Trilu
 from ..ops.shape import (
     Concat,
     Expand,
@@ -23,6 +23,7 @@ from ..ops.shape import (
     resolve_reshape,
 )
 from ..shapes import Dim, normalize_axis
+from ..symbolic import canonical_dim
 from .rlx_args import check_shape
 
 __all__ = ["ShapeBuilder", "axis_for", "axes_for"]
@@ -78,11 +79,16 @@ class ShapeBuilder:
 
     transpose_ = transpose
 
-    def narrow(self, x: Value, axis: int, start: int, length: Dim) -> Value:
-        """Slice `[start, start + length)` along `axis`; `length` may be a symbol ("seq")."""
+    def narrow(self, x: Value, axis: int, start: Dim, length: Dim) -> Value:
+        """Slice `[start, start + length)` along `axis`; `length` may be a symbol ("seq").
+        A symbolic `start` ("72-seq") makes a `dynamic_narrow`, bounds-checked when the
+        symbols bind."""
         ax = axis_for("narrow", axis, self.shape_of(x).rank)
         length = length if isinstance(length, str) else int(length)
-        return self.add_node(Narrow(ax, int(start), length), (x,))[0]
+        start = canonical_dim(start)
+        if isinstance(start, str):
+            return self.add_node(DynamicNarrow(ax, start, length), (x,))[0]
+        return self.add_node(Narrow(ax, start, length), (x,))[0]
 
     narrow_ = narrow
 

@@ -1,17 +1,21 @@
-"""Indexing ops beyond gather: strided `slice` along one axis, `gather_elements`
-(np.take_along_axis), `top_k` (values and i64 indices) and `trilu` (keep the upper or lower
-triangle of the last two axes)."""
+"""Indexing ops beyond gather: strided `slice` along one axis, `dynamic_narrow` (a step-1
+slice whose start is a symbolic dim expression), `gather_elements` (np.take_along_axis), `top_k`
+(values and i64 indices) and `trilu` (keep the upper or lower triangle of the last two axes)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from ...errors import ShapeError
 from ..dtypes import i64
 from ..op import Op, require
-from ..shapes import Shape, normalize_axis
+from ..shapes import Dim, Shape, normalize_axis
+from ..symbolic import SymDim, canonical_dim, eval_dim
 
-__all__ = ["Slice", "GatherElements", "TopK", "Trilu", "slice_length"]
+__all__ = ["Slice", "DynamicNarrow", "GatherElements", "TopK", "Trilu", "slice_length"]
 
 
 def slice_length(size: int, start: int, stop: int, step: int) -> int:
@@ -46,6 +50,66 @@ class Slice(Op):
         idx = [slice(None)] * x.ndim
         idx[normalize_axis(self.axis, x.ndim)] = slice(self.start, self.stop, self.step)
         return np.ascontiguousarray(x[tuple(idx)])
+
+
+@dataclass(frozen=True)
+class DynamicNarrow(Op):
+    """`[start, start + length)` along `axis` where `start` is a symbolic dim expression
+    ("72-seq": an ALiBi table cut as `table[..., -seq:]`; "seq-1": `x[:, -1:]` of a symbolic
+    axis), evaluated when the symbols bind. Unlike ONNX Slice / PyTorch it never clamps: importers
+    emit it only where the source slice needs no clamping for the bindings the graph is meant
+    for, and a binding for which `0 <= start` and `start + length <= size` fail raises a
+    ShapeError naming the bounds (e.g. seq longer than the table) instead of returning a
+    differently sized or wrapped-around slice. A static start is a `narrow`."""
+
+    kind = "dynamic_narrow"
+    arity = 1
+    needs_symbols: ClassVar[bool] = True
+    axis: int
+    start: Dim
+    length: Dim
+
+    def __post_init__(self):
+        object.__setattr__(self, "start", canonical_dim(self.start))
+        object.__setattr__(self, "length", canonical_dim(self.length))
+
+    def infer(self, ins):
+        (x,) = ins
+        ax = normalize_axis(self.axis, x.rank)
+        start, length = SymDim.of(self.start), SymDim.of(self.length)
+        room = SymDim.of(x.dims[ax]) - start - length
+        for what, expr in (("start", start), ("length", length), ("room after the slice", room)):
+            require(not expr.is_const or expr.const >= 0,
+                    f"dynamic_narrow [{start}, {start + length}) on axis {ax} of size "
+                    f"{x.dims[ax]}: {what} is {expr} < 0 for every binding")
+        return x.with_dims(x.dims[:ax] + (self.length,) + x.dims[ax + 1:])
+
+    def bounds(self, size: int, symbols: Mapping[str, int] | None) -> tuple[int, int]:
+        """(start, stop) under `symbols`; ShapeError when they leave [0, size]."""
+        env = dict(symbols or {})
+        try:
+            start, length = eval_dim(self.start, env), eval_dim(self.length, env)
+        except KeyError as e:
+            raise ShapeError(f"dynamic_narrow needs a value for symbol {e}; pass symbols=") \
+                from None
+        if start < 0 or length < 0 or start + length > size:
+            bound = ", ".join(f"{k}={v}" for k, v in sorted(env.items())
+                              if k in SymDim.of(self.start).symbols | SymDim.of(
+                                  self.length).symbols)
+            raise ShapeError(
+                f"dynamic_narrow [{self.start}, {self.start}+{self.length}) is [{start}, "
+                f"{start + length}) for {bound or 'this binding'}, outside axis {self.axis} of "
+                f"size {size}: the graph was imported assuming this slice needs no clamping "
+                "(e.g. a position table at least as long as the sequence); this binding "
+                "breaks that assumption")
+        return start, start + length
+
+    def reference(self, x, *, symbols: Mapping[str, int] | None = None):
+        ax = normalize_axis(self.axis, x.ndim)
+        start, stop = self.bounds(x.shape[ax], symbols)
+        idx = [slice(None)] * x.ndim
+        idx[ax] = slice(start, stop)
+        return x[tuple(idx)]
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,12 @@
 """ONNX data-movement and shape ops: Constant, Shape, Size, Reshape, Flatten, Transpose,
-Squeeze, Unsqueeze, Concat, Split (into narrows), Slice (narrows, or strided slices), Gather,
+Squeeze, Unsqueeze, Concat, Split (into narrows), Slice (narrows, dynamic narrows, strided
+slices, gathers of ranges for strided or reversed symbolic axes), Gather,
 GatherElements, Expand (ONNX's two-way broadcast), Tile, ConstantOfShape, Range, Trilu, GatherND,
 ScatterND (compile-time values only), DepthToSpace / SpaceToDepth (reshape, transpose, reshape).
 
 Shape-valued inputs (Reshape targets, Slice bounds, ...) must be known at import time; they
-may hold symbolic dims (`SymDim`)."""
+may hold symbolic dims (`SymDim`). A Slice start that depends on the dims becomes a
+`dynamic_narrow`, checked when the dims bind; see `_symbolic_bounds` for the clamping rules."""
 from __future__ import annotations
 
 import math
@@ -205,25 +207,66 @@ def _slice_axis(ctx, node, x, ax: int, start, end, step: int):
                 return x
             return ctx.g.narrow(x, ax, lo, max(hi - lo, 0))
         return ctx.g.slice(x, ax, start, max(min(end, _BIG), -_BIG), step)
-    if step != 1:
-        raise ctx.fail(node, f"a strided Slice of symbolic axis {ax} ({d}) is not supported")
     dim = SymDim.of(d)
-    lo = SymDim.of(start)
-    if _negative(lo):
-        lo = dim + lo
-    if isinstance(end, int) and end >= _BIG:
-        hi = dim
-    else:
-        hi = SymDim.of(end)
-        if _negative(hi):
-            hi = dim + hi
-    if not lo.is_const:
-        raise ctx.fail(node, f"Slice start {lo} on axis {ax} depends on a symbolic dim; braze "
-                             "slices from static starts (pass input_shapes= to fix the dims)")
+    if step < 0:
+        return _reverse_axis(ctx, node, x, ax, start, end, step, dim)
+    lo, hi = _symbolic_bounds(start, end, dim)
     length = hi - lo
-    if length == dim and lo.const == 0:
+    if step != 1:
+        return _strided(ctx, node, x, ax, lo, length, step)
+    if length == dim and lo == 0:
         return x
-    return ctx.g.narrow(x, ax, lo.const, length.to_dim())
+    return ctx.g.narrow(x, ax, lo.to_dim(), length.to_dim())
+
+
+def _symbolic_bounds(start, end, dim: SymDim) -> tuple[SymDim, SymDim]:
+    """ONNX Slice's [start, end) of an axis with symbolic bounds or size, clamped where the
+    clamp can be decided at import (constant bounds, ends past the axis). What cannot be decided
+    (`-seq` on a table of 72 rows is row 72-seq, in range only while seq <= 72) is left as
+    the expression; the narrow / dynamic_narrow it becomes checks it at run time and raises
+    rather than clamping, so a binding that needs the clamp fails loudly."""
+    lo = SymDim.of(start)
+    lo = dim + lo if _negative(lo) else lo
+    if lo.is_const:
+        lo = SymDim.of(max(lo.const, 0))
+    if isinstance(end, int) and end >= _BIG:
+        return lo, dim
+    hi = SymDim.of(end)
+    hi = dim + hi if _negative(hi) else hi
+    past = (hi - dim).lower_bound()
+    if past is not None and past >= 0:  # an end at or beyond the axis end: the axis end
+        hi = dim
+    return lo, hi
+
+
+def _strided(ctx, node, x, ax: int, lo: SymDim, length: SymDim, step: int):
+    """`x[lo:lo+length:step]` of a symbolic axis as a gather of a range: the span must split
+    into whole steps for every size (`x[:, ::2]` of an axis "2*n"), or the output has no
+    polynomial size. The span itself is cut first, so its bounds are checked."""
+    try:
+        count = -((-length) // step) if length.is_const else length // step
+    except ValueError:
+        raise ctx.fail(node, f"a Slice with step {step} of the {length} elements from {lo} "
+                             f"on symbolic axis {ax} has size ceil(({length})/{step}), which is "
+                             "not a polynomial in the input dims; fix the dims with "
+                             "input_shapes= or make the length a multiple of the step") from None
+    span = ctx.g.narrow(x, ax, lo.to_dim(), length.to_dim())
+    return ctx.g.gather(span, ctx.g.arange(count.to_dim(), 0, step, i64), ax)
+
+
+def _reverse_axis(ctx, node, x, ax: int, start, end, step: int, dim: SymDim):
+    """A negative-step Slice of a symbolic axis: only the whole axis reversed (torch.flip:
+    start -1 or past the end, end before the beginning, step -1), as a gather of
+    (size-1) - range(size)."""
+    first = isinstance(start, int) and (start == -1 or start >= _BIG) or \
+        SymDim.of(start) == dim - 1
+    whole = isinstance(end, int) and end <= -_BIG
+    if step != -1 or not (first and whole):
+        raise ctx.fail(node, f"a Slice with step {step} of symbolic axis {ax} ({dim}) from "
+                             f"{start} to {end} is not supported (the whole axis reversed, "
+                             "torch.flip, is); fix the dims with input_shapes=")
+    idx = ctx.g.sub(ctx.g.sym_const(((dim - 1).to_dim(),), (), i64), ctx.g.arange(dim.to_dim()))
+    return ctx.g.gather(x, idx, ax)
 
 
 def _negative(bound: SymDim) -> bool:

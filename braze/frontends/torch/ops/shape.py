@@ -2,7 +2,8 @@
 select, narrow, cat / stack, split / chunk / unbind, repeat, flip, roll, padding, and slice
 assignment (slice_scatter and copy: the untouched parts concatenated around the source).
 Targets hold SymDims (folded size arithmetic), so symbolic dims survive; a slice whose start
-depends on the sizes becomes a gather of a range."""
+depends on the sizes becomes a dynamic_narrow (bounds-checked when the dims bind), a strided
+one a gather of a range."""
 from __future__ import annotations
 
 from ....ir.dtypes import i64
@@ -106,28 +107,31 @@ def _norm_bound(ctx, b, size, default):
     if isinstance(b, int) and b <= -_BIG:
         return SymDim.of(0)
     s = ctx.sym(b)
-    if s.is_const and s.const < 0:
-        s = SymDim.of(size) + s.const
+    if all(c <= 0 for c in s.terms.values()) and s != 0:  # -1, -seq: from the end
+        s = SymDim.of(size) + s
     if s.is_const and s.const < 0:
         return SymDim.of(0)
     if decide_lt(SymDim.of(size), s):
         return SymDim.of(size)
-    return s
+    return s  # symbolic and undecided: a dynamic_narrow checks 0 <= s at run time
 
 
 def take_range(ctx, x, axis: int, start, length, step: int = 1):
-    """Elements start, start + step, ... (`length` of them) along `axis`: a narrow when start is
-    static and step 1, a strided slice on a static axis, else a gather of a range."""
+    """Elements start, start + step, ... (`length` of them) along `axis`: a narrow when step is
+    1 (a dynamic_narrow, bounds-checked at run time, when start is symbolic), a strided slice on
+    a static axis, else a gather of a range from a narrow that checks the span's bounds."""
     g = ctx.g
     start, length = SymDim.of(start), SymDim.of(length)
     size = ctx.dims(x)[axis]
-    if start.is_const and step == 1:
-        if start.const == 0 and SymDim.of(size) == length:
+    if step == 1:
+        if start == 0 and SymDim.of(size) == length:
             return x
-        return g.narrow(x, axis, start.const, length.to_dim())
+        return g.narrow(x, axis, start.to_dim(), length.to_dim())
     if start.is_const and isinstance(size, int) and length.is_const:
         stop = start.const + step * length.const
         return g.slice(x, axis, start.const, stop if stop >= 0 else -size - 1, step)
+    if step > 0 and not start.is_const:  # negative indices would wrap: cut the span first
+        x, start = g.narrow(x, axis, start.to_dim(), (step * (length - 1) + 1).to_dim()), 0
     idx = g.arange(length.to_dim(), 0, step, i64)
     if start != 0:
         idx = g.add(idx, ctx.value(start, i64))
