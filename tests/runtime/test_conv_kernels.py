@@ -326,3 +326,34 @@ def test_the_conv_choice_is_measured_once_per_geometry_and_remembered(monkeypatc
     (tmp_path / "choices.json").write_text(json.dumps(saved))
     monkeypatch.setattr(gemm_choice, "_choices", None)
     assert conv_choice(geo, relu, True, paths) == other
+
+
+@pytest.mark.parametrize("geometry", [
+    (1, 96, 480, 480, 96, 3, 3, 480, 480, (1, 1), (1, 1, 1, 1), (1, 1)),
+    (4, 64, 56, 56, 64, 3, 3, 28, 28, (2, 2), (1, 1, 1, 1), (1, 1)),
+    (2, 3, 640, 641, 16, 7, 5, 318, 321, (2, 2), (2, 1, 0, 3), (1, 1)),
+    (1, 32, 200, 90, 32, 3, 3, 196, 86, (1, 1), (0, 0, 0, 0), (2, 2)),
+    (1, 8, 9, 9, 8, 3, 3, 9, 9, (1, 1), (1, 1, 1, 1), (1, 1)),
+])
+def test_the_conv_measured_for_a_choice_is_small_and_consistent(geometry):
+    """A large conv's choice is measured on one image and the first output rows only (bounded
+    work), a conv whose padding, stride and dilation give exactly those rows."""
+    from braze.runtime.kernels.conv import MEASURED_MACS, ConvGeometry, measured_geometry
+
+    n, c, h, w, o, kh, kw, ho, wo, stride, padding, dilation = geometry
+    geo = ConvGeometry(n, c, h, w, o, c, kh, kw, ho, wo, 1, stride, padding, dilation)
+    m = measured_geometry(geo)
+    sh, dh = m.stride[0], m.dilation[0]
+    pt, pl, pb, pr = m.padding
+    assert m.n == 1 and (m.c, m.w, m.o, m.wo, m.kh, m.kw) == (c, w, o, wo, kh, kw)
+    assert (pt, pl, pr) == (padding[0], padding[1], padding[3]) and pb >= 0
+    assert (m.h + pt + pb - dh * (kh - 1) - 1) // sh + 1 == m.ho <= ho
+    macs = m.o * m.ho * m.wo * m.cg * kh * kw
+    assert macs <= max(MEASURED_MACS, o * wo * c * kh * kw)  # at most one row past the budget
+    if n == 1 and o * ho * wo * c * kh * kw <= MEASURED_MACS:
+        assert m == geo
+    g = bz.Graph("measured")  # a valid conv: the builder infers the same output
+    x = g.input("x", bz.Shape((1, c, m.h, m.w)))
+    wt = g.param("w", bz.Shape((o, c, kh, kw)))
+    y = g.conv2d(x, wt, None, m.stride, m.padding, m.dilation, 1)
+    assert tuple(g.shape_of(y).dims) == (1, o, m.ho, m.wo)

@@ -13,7 +13,7 @@ those taps instead of two dense GEMMs. Other dtypes decline and run the referenc
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
@@ -294,39 +294,68 @@ def conv_choice(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...])
         return paths[0]
 
     def runs() -> dict:
-        rng = np.random.default_rng(0)
-        x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w), dtype=_F32)
-        w = rng.standard_normal((geo.o, geo.cg, geo.kh, geo.kw), dtype=_F32)
-        w /= np.float32(np.sqrt(geo.cg * geo.kh * geo.kw))
-        b = np.linspace(-1, 1, geo.o, dtype=_F32) if act or bias else None
-        y = np.empty((geo.n, geo.o, geo.ho, geo.wo), _F32)
-        w_t = conv_tiles.taps_major(w)
-        keep = [x, w, b, y, w_t]  # alive as long as the calls
-        calls = {}
-        if "shifted" in paths:
-            layout = conv_tiles.Layout.of(geo)
-            xq = x if layout.direct else np.empty(layout.input_floats(geo), _F32)
-            args = conv_tiles.run_args(geo, layout, x, xq, w_t, w_t, b, y, act)
-            keep.append(xq)
-            calls["shifted"] = lambda: conv_tiles.lib().conv_tiles_run(*args)
-        if "rows" in paths:
-            rows = conv_tiles.RowsLayout.of(geo)
-            scratch = [np.empty(shape, dt) for shape, dt in rows.scratch(geo)]
-            packed = conv_tiles.rows_weight(w_t)
-            call = conv_tiles.rows_conv(geo, rows, packed, act)
-            keep += [scratch, packed]
-            calls["rows"] = lambda: call(x, b, y, *scratch)
-        if "im2col" in paths:
-            cols = None if geo.direct else \
-                np.empty((geo.cg * geo.kh * geo.kw, geo.ho * geo.wo), _F32)
-            mkl_args = (blas.sgemm_address(), blas.local_threads_address(), _ptr(x), _ptr(w),
-                        _ptr(b), _ptr(y), _ptr(cols), geo.n, geo.c, geo.h, geo.w, geo.o,
-                        geo.groups, *geo.window_args(), geo.ho, geo.wo, int(geo.direct), act)
-            keep.append(cols)
-            calls["im2col"] = lambda: conv_native.lib().conv_gemm(*mkl_args)
-        return {name: (lambda fn=fn: (keep, fn())) for name, fn in calls.items()}
+        return _choice_runs(measured_geometry(geo), act, bias, paths)
 
     return gemm_choice.choose_conv(conv_key(geo, act, bias, paths), runs)
+
+
+MEASURED_MACS = 1 << 23  # a choice's measured conv does at most about this many multiply-adds
+
+
+def measured_geometry(geo: ConvGeometry) -> ConvGeometry:
+    """The conv a choice for `geo` is measured on: one image, and only as many output rows as
+    keep it near MEASURED_MACS (a 960 x 960 OCR image's convs took 10-100 ms a call: dozens of
+    calls per path and geometry would have made a cold compile take minutes). The width,
+    channels, kernel, stride and top padding stay: the paths' costs depend on them, and per row
+    they scale with the rows."""
+    per_row = geo.o * geo.wo * geo.cg * geo.kh * geo.kw
+    ho = max(1, min(geo.ho, MEASURED_MACS // max(per_row, 1)))
+    if geo.n == 1 and ho == geo.ho:
+        return geo
+    (sh, _), (dh, _) = geo.stride, geo.dilation
+    pt, pl, pb, pr = geo.padding
+    if ho < geo.ho:  # the rows the first ho outputs read, bottom padding where they run past
+        need = (ho - 1) * sh + (geo.kh - 1) * dh + 1 - pt
+        h = max(1, min(geo.h, need))
+        pb = max(0, need - h)
+    else:
+        h = geo.h
+    return replace(geo, n=1, h=h, ho=ho, padding=(pt, pl, pb, pr))
+
+
+def _choice_runs(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...]) -> dict:
+    """{path: call} for each of `paths` on random operands of `geo`."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((geo.n, geo.c, geo.h, geo.w), dtype=_F32)
+    w = rng.standard_normal((geo.o, geo.cg, geo.kh, geo.kw), dtype=_F32)
+    w /= np.float32(np.sqrt(geo.cg * geo.kh * geo.kw))
+    b = np.linspace(-1, 1, geo.o, dtype=_F32) if act or bias else None
+    y = np.empty((geo.n, geo.o, geo.ho, geo.wo), _F32)
+    w_t = conv_tiles.taps_major(w)
+    keep = [x, w, b, y, w_t]  # alive as long as the calls
+    calls = {}
+    if "shifted" in paths:
+        layout = conv_tiles.Layout.of(geo)
+        xq = x if layout.direct else np.empty(layout.input_floats(geo), _F32)
+        args = conv_tiles.run_args(geo, layout, x, xq, w_t, w_t, b, y, act)
+        keep.append(xq)
+        calls["shifted"] = lambda: conv_tiles.lib().conv_tiles_run(*args)
+    if "rows" in paths:
+        rows = conv_tiles.RowsLayout.of(geo)
+        scratch = [np.empty(shape, dt) for shape, dt in rows.scratch(geo)]
+        packed = conv_tiles.rows_weight(w_t)
+        call = conv_tiles.rows_conv(geo, rows, packed, act)
+        keep += [scratch, packed]
+        calls["rows"] = lambda: call(x, b, y, *scratch)
+    if "im2col" in paths:
+        cols = None if geo.direct else \
+            np.empty((geo.cg * geo.kh * geo.kw, geo.ho * geo.wo), _F32)
+        mkl_args = (blas.sgemm_address(), blas.local_threads_address(), _ptr(x), _ptr(w),
+                    _ptr(b), _ptr(y), _ptr(cols), geo.n, geo.c, geo.h, geo.w, geo.o,
+                    geo.groups, *geo.window_args(), geo.ho, geo.wo, int(geo.direct), act)
+        keep.append(cols)
+        calls["im2col"] = lambda: conv_native.lib().conv_gemm(*mkl_args)
+    return {name: (lambda fn=fn: (keep, fn())) for name, fn in calls.items()}
 
 
 @register_kernel(Conv2d)
