@@ -127,10 +127,11 @@ void conv_prep(const float* x, float* xq, int64_t planes, int64_t h, int64_t w, 
 
 /* y = act(conv(x, w) + bias) for y [n, o, ho, wo] from xq (conv_prep's layout: phase planes
    of hq x wq, plane stride ps, or x itself when the conv reads no padding and no stride) and
-   wt = w [o, cg, kh, kw] as [groups, kh * kw, og, cg] (each tap's weights a matrix over
-   channels); bias [o] or NULL; act a native.ACT_CODES value. Output pixel (oy, ox) is column
-   oy * wq + ox of the GEMM (columns with ox >= wo are computed and dropped); tap (ky, kx)
-   reads its phase plane's column P + (ky dh / sh) wq + kx dw / sw: a unit-stride run. */
+   wt = w [o, cg, kh, kw] as [o, kh, kw, cg] (taps_major: K = kh * kw * cg runs over the taps'
+   channels, so a K block may span taps); bias [o] or NULL; act a native.ACT_CODES value.
+   Output pixel (oy, ox) is column P = oy * wq + ox of the GEMM (columns with ox >= wo are
+   computed and dropped); tap (ky, kx) reads its phase plane's column P + (ky dh / sh) wq +
+   kx dw / sw: a unit-stride run. */
 void conv_shifted(const float* xq, const float* wt, const float* bias, float* y, int64_t n,
                   int64_t c, int64_t o, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
                   int64_t sw, int64_t dh, int64_t dw, int64_t hq, int64_t wq, int64_t ps,
