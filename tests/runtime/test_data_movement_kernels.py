@@ -44,3 +44,54 @@ def test_reflect_pad_runs_its_reference():
     x = g.input("x", bz.Shape((2, 3, 5, 6)))
     g.set_outputs([g.relu(g.pad(x, ((0, 0), (0, 0), (1, 1), (2, 2)), mode=PadMode.REFLECT))])
     assert _compiled(g)["pad"] == Dispatch.REFERENCE
+
+
+def _gather_elements_graph(x_shape, idx_shape, axis, x_dtype=bz.f32, idx_dtype=bz.i64):
+    from braze.ir.ops.indexing import GatherElements
+
+    g = bz.Graph("gather_elements")
+    x = g.input("x", bz.Shape(x_shape, x_dtype))
+    i = g.input("i", bz.Shape(idx_shape, idx_dtype))
+    g.set_outputs([g.add_node(GatherElements(axis=axis), [x, i])[0]])
+    return g
+
+
+def _gather_feeds(g, x_shape, idx_shape, axis, seed):
+    rng = np.random.default_rng(seed)
+    n = x_shape[axis]
+    feeds = bz.random_feeds(g, seed)
+    feeds["i"] = rng.integers(-n, n, idx_shape).astype(feeds["i"].dtype)  # negatives too
+    return feeds
+
+
+@pytest.mark.parametrize("x_shape, idx_shape, axis, x_dtype, idx_dtype", [
+    ((3, 17, 40), (3, 17, 29), -1, bz.f32, bz.i64),   # DeBERTa's row gather
+    ((5, 7, 9), (5, 11, 9), 1, bz.i64, bz.i32),       # a middle axis, 8-byte data, more rows
+    ((6, 4), (2, 4), 0, bz.f32, bz.i64),
+    ((2, 3, 4, 5), (2, 3, 4, 1), 3, bz.i32, bz.i32),
+])
+def test_gather_elements_matches_the_interpreter(x_shape, idx_shape, axis, x_dtype, idx_dtype):
+    g = _gather_elements_graph(x_shape, idx_shape, axis, x_dtype, idx_dtype)
+    exe = bz.compile(g, fuse=False)
+    for seed in (0, 1):
+        feeds = _gather_feeds(g, x_shape, idx_shape, axis, seed)
+        np.testing.assert_array_equal(exe(feeds)[0], bz.interpret(g, feeds)[0])
+    rows = exe.dispatch_report().rows
+    assert [(k, d, impl) for _, k, d, impl in rows] == [
+        ("gather_elements", Dispatch.NATIVE, "C gather_elements")]
+
+
+def test_gather_elements_out_of_range_and_smaller_dims():
+    """An index outside [-n, n) is a braze error naming the node; indices smaller than the data
+    off the axis (which ONNX allows) run the reference."""
+    g = _gather_elements_graph((4, 6), (4, 3), 1)
+    exe = bz.compile(g, fuse=False)
+    feeds = _gather_feeds(g, (4, 6), (4, 3), 1, 0)
+    feeds["i"][2, 1] = 6
+    with pytest.raises(bz.InterpretError, match="gather_elements .* outside"):
+        exe(feeds)
+    g = _gather_elements_graph((4, 6), (3, 2), 1)
+    exe = bz.compile(g, fuse=False)
+    feeds = _gather_feeds(g, (4, 6), (3, 2), 1, 1)
+    np.testing.assert_array_equal(exe(feeds)[0], bz.interpret(g, feeds)[0])
+    assert {d for _, k, d, _ in exe.dispatch_report().rows} == {Dispatch.REFERENCE}

@@ -289,6 +289,49 @@ void row_norm(const float* x, const float* res, const float* gamma, const float*
   }
 }
 
+/* out[o, j, i] = x[o, k, i], k = idx[o, j, i] (k + n when negative), for o < outer, j < m,
+   i < inner: x [outer, n, inner], idx and out [outer, m, inner]; elements of `elem` bytes (4
+   or 8), indices int64 (idx64) or int32. Returns 0, or 1 when an index is outside [-n, n)
+   (out is then incomplete). */
+int gather_elements(const void* x, const void* idx, void* out, int64_t outer, int64_t n,
+                    int64_t m, int64_t inner, int elem, int idx64) {
+  int bad = 0;
+  if (inner == 1) {  /* along the last axis (DeBERTa's position scores): a row gather */
+#define GATHER_ROWS(T, I) { \
+    _Pragma("omp parallel for schedule(static) if(outer * m > BRAZE_PAR_MIN) reduction(|:bad)") \
+    for (int64_t o = 0; o < outer; o++) { \
+      const T* xr = (const T*)x + o * n; const I* ir = (const I*)idx + o * m; \
+      T* orow = (T*)out + o * m; \
+      for (int64_t j = 0; j < m; j++) { \
+        int64_t k = (int64_t)ir[j]; k += k < 0 ? n : 0; \
+        int ok = k >= 0 && k < n; bad |= !ok; orow[j] = xr[ok ? k : 0]; } } }
+    if (elem == 4 && idx64) GATHER_ROWS(uint32_t, int64_t)
+    else if (elem == 4) GATHER_ROWS(uint32_t, int32_t)
+    else if (idx64) GATHER_ROWS(uint64_t, int64_t)
+    else GATHER_ROWS(uint64_t, int32_t)
+#undef GATHER_ROWS
+    return bad;
+  }
+  #pragma omp parallel for schedule(static) if(outer * m * inner > BRAZE_PAR_MIN) \
+      reduction(|:bad)
+  for (int64_t o = 0; o < outer; o++) {
+    for (int64_t j = 0; j < m; j++) {
+      int64_t r = (o * m + j) * inner;
+      const int64_t* i64 = (const int64_t*)idx + r;
+      const int32_t* i32 = (const int32_t*)idx + r;
+      for (int64_t i = 0; i < inner; i++) {
+        int64_t k = idx64 ? i64[i] : (int64_t)i32[i];
+        k += k < 0 ? n : 0;
+        if (k < 0 || k >= n) { bad = 1; continue; }
+        int64_t at = (o * n + k) * inner + i;
+        if (elem == 4) ((uint32_t*)out)[r + i] = ((const uint32_t*)x)[at];
+        else ((uint64_t*)out)[r + i] = ((const uint64_t*)x)[at];
+      }
+    }
+  }
+  return bad;
+}
+
 /* Safe softmax of `rows` rows of `cols` (a row of only -inf gives zeros), out may be in. */
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {
   #pragma omp parallel for schedule(static) if(rows * cols > BRAZE_PAR_MIN)
@@ -357,6 +400,7 @@ _SIGNATURES = {
     "softmax_rows": [_P, _P, _I64, _I64],
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
     "gated": [_P, _P, _I64, _I64, _INT, _INT, _INT],
+    "gather_elements": ([_P, _P, _P, _I64, _I64, _I64, _I64, _INT, _INT], _INT),
 }
 
 
