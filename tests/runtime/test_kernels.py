@@ -304,3 +304,26 @@ def test_single_elementwise_ops_have_native_kernels(op):
     np.testing.assert_allclose(got, want, rtol=1e-6)
     rows = [r for r in exe.dispatch_report().rows if r[1] == op]
     assert rows and rows[0][2] == "native", rows
+
+
+@pytest.mark.parametrize("a_shape, b_shape, transposed_b, sliced", [
+    ((12, 33, 17), (12, 17, 40), False, False),     # the batch over the threads
+    ((5, 2, 9, 16), (5, 2, 16, 7), False, False),   # leading dims collapsed
+    ((12, 33, 17), (12, 40, 17), True, False),      # b read transposed (k @ q^T)
+    ((10, 21, 8), (10, 8, 19), False, True),        # the first columns of a wider a
+    ((1, 30, 20), (1, 20, 10), False, False),       # one matrix: tiles of it
+])
+def test_batched_matmul_of_activations(a_shape, b_shape, transposed_b, sliced):
+    """blas.matmul of 3-D (or more) operands, batch by batch, against float64: one native
+    call where every matrix has the same strides, strided and transposed views included."""
+    from braze.runtime.kernels import blas
+
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal(a_shape[:-1] + (a_shape[-1] * (2 if sliced else 1),),
+                            dtype=np.float32)[..., :a_shape[-1]]
+    b = rng.standard_normal(b_shape, dtype=np.float32)
+    b = b.swapaxes(-1, -2) if transposed_b else b
+    out = np.empty(a.shape[:-1] + (b.shape[-1],), np.float32)
+    blas.matmul(a, b, out)
+    want = np.matmul(a.astype(np.float64), b.astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())

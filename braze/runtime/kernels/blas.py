@@ -108,6 +108,35 @@ def _gemm2d(fn, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     return True
 
 
+def _batched(fn, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
+    """out[i] = a[i] @ b[i] for 3-D float32 operands in one native call (native.batched_gemm:
+    the batch over the OpenMP threads, one sequential sgemm each) when every matrix has the
+    same strides and rows that MKL can read; False (nothing written) otherwise."""
+    from . import native
+
+    lib = native.lib()
+    if lib is None or a.dtype != np.float32 or b.dtype != np.float32 or \
+            out.dtype != np.float32 or not out.flags.c_contiguous or len(a) < 2:
+        return False
+    _, m, k = a.shape
+    n = b.shape[2]
+    if a.strides[2] != 4 or a.strides[0] % 4 or b.strides[0] % 4:
+        return False
+    lda = _leading(m, k, a.strides[1])
+    if b.strides[2] == 4:
+        trans, ldb = 0, _leading(k, n, b.strides[1])
+    elif b.strides[1] == 4:
+        trans, ldb = 1, _leading(n, k, b.strides[2])
+    else:
+        return False
+    if lda is None or ldb is None or a.strides[0] < 0 or b.strides[0] < 0:
+        return False
+    lib.batched_gemm(sgemm_address(), local_threads_address(), address(a),
+                     a.strides[0] // 4, lda, address(b), b.strides[0] // 4, ldb, trans,
+                     address(out), m, n, k, len(a))
+    return True
+
+
 def _leading(rows: int, cols: int, row_stride: int) -> int | None:
     """The BLAS leading dimension of a row-major float32 block whose rows are `row_stride`
     bytes apart, or None when rows overlap (a view broadcast along them, stride 0): BLAS takes
@@ -146,6 +175,6 @@ def _mkl_matmul(fn, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> np.ndarray
         a3 = a.reshape(-1, *a.shape[-2:])
         b3 = b.reshape(-1, *b.shape[-2:])
         o3 = out.reshape(-1, *out.shape[-2:])
-        if all(_gemm2d(fn, x, y, z) for x, y, z in zip(a3, b3, o3)):
+        if _batched(fn, a3, b3, o3) or all(_gemm2d(fn, x, y, z) for x, y, z in zip(a3, b3, o3)):
             return out
     return np.matmul(a, b, out=out)
