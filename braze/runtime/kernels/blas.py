@@ -19,6 +19,7 @@ import numpy as np
 
 from ..address import address
 from ..codegen import cc
+from . import native
 
 __all__ = ["matmul", "provider", "sgemm_address", "local_threads_address", "set_local_threads",
            "mkl_library"]
@@ -112,8 +113,6 @@ def _batched(fn, a: np.ndarray, b: np.ndarray, out: np.ndarray) -> bool:
     """out[i] = a[i] @ b[i] for 3-D float32 operands in one native call (native.batched_gemm:
     the batch over the OpenMP threads, one sequential sgemm each) when every matrix has the
     same strides and rows that MKL can read; False (nothing written) otherwise."""
-    from . import native
-
     lib = native.lib()
     if lib is None or a.dtype != np.float32 or b.dtype != np.float32 or \
             out.dtype != np.float32 or not out.flags.c_contiguous or len(a) < 2:

@@ -163,15 +163,10 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
         return Kernel(**rows, dispatch=Dispatch.NATIVE, **cost,
                       name=f"pixel rows (NHWC) + braze packed GEMM, epilogue per tile ({what})")
     if sgemm is not None:  # the whole conv is one C call
-        single = blas.local_threads_address()
-
         def conv_gemm(x, w, *rest):
-            b = rest[0] if has_bias else None
-            cols = None if geo.direct else rest[-1]
-            return lib.conv_gemm, (sgemm, single, _ptr(x), _ptr(w), _ptr(b),
-                                   _ptr(rest[out_at - 2]), _ptr(cols), geo.n, geo.c, geo.h,
-                                   geo.w, geo.o, geo.groups, *geo.window_args(), geo.ho,
-                                   geo.wo, int(geo.direct), code)
+            return lib.conv_gemm, _im2col_args(geo, x, w, rest[0] if has_bias else None,
+                                               rest[out_at - 2],
+                                               None if geo.direct else rest[-1], code)
 
         return Kernel(**_c_kernel(conv_gemm, numpy_act, out_at), dispatch=Dispatch.NATIVE,
                       name=name.replace("BLAS GEMM", "MKL sgemm"), scratch=scratch, **cost)
@@ -199,6 +194,13 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
             np.copyto(out, numpy_act.apply(out))
 
     return Kernel(gemm, Dispatch.NATIVE, name, scratch=scratch, **cost)
+
+
+def _im2col_args(geo: ConvGeometry, x, w, b, y, cols, act: int) -> tuple:
+    """conv_native.conv_gemm's arguments (im2col + MKL's sgemm; cols None when direct)."""
+    return (blas.sgemm_address(), blas.local_threads_address(), _ptr(x), _ptr(w), _ptr(b),
+            _ptr(y), _ptr(cols), geo.n, geo.c, geo.h, geo.w, geo.o, geo.groups,
+            *geo.window_args(), geo.ho, geo.wo, int(geo.direct), act)
 
 
 def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool) -> tuple[str, ...]:
@@ -269,8 +271,8 @@ def _rows_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool
 
 def conv_key(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...]) -> str:
     """The choice file's key (gemm_choice.choose_conv) of a conv geometry and epilogue, at the
-    calling thread's OpenMP thread count (the executable's limit while it builds a program):
-    the two paths split their work differently."""
+    calling thread's OpenMP thread count (the executable's limit while it builds a program:
+    the paths split their work over threads differently) and the paths that could run."""
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     lib = native.lib()
     threads = lib.braze_max_threads() if lib is not None else 1
@@ -350,9 +352,7 @@ def _choice_runs(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...]
     if "im2col" in paths:
         cols = None if geo.direct else \
             np.empty((geo.cg * geo.kh * geo.kw, geo.ho * geo.wo), _F32)
-        mkl_args = (blas.sgemm_address(), blas.local_threads_address(), _ptr(x), _ptr(w),
-                    _ptr(b), _ptr(y), _ptr(cols), geo.n, geo.c, geo.h, geo.w, geo.o,
-                    geo.groups, *geo.window_args(), geo.ho, geo.wo, int(geo.direct), act)
+        mkl_args = _im2col_args(geo, x, w, b, y, cols, act)
         keep.append(cols)
         calls["im2col"] = lambda: conv_native.lib().conv_gemm(*mkl_args)
     return {name: (lambda fn=fn: (keep, fn())) for name, fn in calls.items()}
