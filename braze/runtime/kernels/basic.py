@@ -21,7 +21,7 @@ from ...ir.ops.elementwise import (
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.reduce import Reduce, ReduceFn
 from ...ir.ops.shape import Concat, Gather, Reshape, Split, Transpose
-from . import bf16_gemm, blas, native
+from . import bf16_batched, bf16_gemm, blas, native
 from .fused import gemm_bias_act, is_f32, packed_weight, prepared_gemm, prepared_how
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
@@ -150,6 +150,8 @@ def matmul(node, ins, outs, ctx):
     lib = native.lib()
     low = bf16_gemm.gemm_kernel(node, ins, outs, ctx, has_bias=False, act=0, what="matmul") \
         if lib is not None and is_f32(a, b) else None
+    if low is None and lib is not None and is_f32(a, b):
+        low = bf16_batched.batched_kernel(node, ins, outs, ctx)
     if low is not None:
         return low
     packed = packed_weight(node, ctx) if lib is not None and is_f32(a, b) else None

@@ -270,7 +270,7 @@ def _rows_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool
 
 
 def conv_key(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...]) -> str:
-    """The choice file's key (gemm_choice.choose_conv) of a conv geometry and epilogue, at the
+    """The choice file's key (gemm_choice.choose_keyed) of a conv geometry and epilogue, at the
     calling thread's OpenMP thread count (the executable's limit while it builds a program:
     the paths split their work over threads differently) and the paths that could run."""
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
@@ -298,7 +298,7 @@ def conv_choice(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...])
     def runs() -> dict:
         return _choice_runs(measured_geometry(geo), act, bias, paths)
 
-    return gemm_choice.choose_conv(conv_key(geo, act, bias, paths), runs)
+    return gemm_choice.choose_keyed(conv_key(geo, act, bias, paths), runs)
 
 
 MEASURED_MACS = 1 << 23  # a choice's measured conv does at most about this many multiply-adds

@@ -29,7 +29,7 @@ a zero-padded NHWC buffer, each output pixel's row of the transposed im2col matr
 of c floats per tap, braze's packed GEMM (packed_gemm.py, the weight packed once as [kh kw c,
 o]) runs with output channels across its vectors and bias + activation in its tiles, and the
 product goes back to NCHW in 16 x 16 blocks. `lib()` is None without a C compiler; conv.py
-measures both forms against im2col + MKL's sgemm per geometry (gemm_choice.choose_conv)."""
+measures both forms against im2col + MKL's sgemm per geometry (gemm_choice.choose_keyed)."""
 from __future__ import annotations
 
 import ctypes

@@ -22,7 +22,7 @@ from ...ir.ops.linalg import MatMul
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.reduce import Softmax
 from ..address import address
-from . import bf16_gemm, blas, gemm_choice, mkl_packed, native
+from . import bf16_batched, bf16_gemm, blas, gemm_choice, mkl_packed, native
 from . import packed_gemm as pg
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
@@ -243,6 +243,9 @@ def matmul_bias_act(node, ins, outs, ctx):
     bias_full = op.has_bias and ins[2].dims == (cols,)
     what = op.act.value if op.act else "bias"
     low = bf16_gemm.gemm_kernel(node, ins, outs, ctx, has_bias=op.has_bias, act=act, what=what)
+    if low is None:
+        low = bf16_batched.batched_kernel(node, ins, outs, ctx, has_bias=op.has_bias, act=act,
+                                          what=what)
     if low is not None:
         return low
 

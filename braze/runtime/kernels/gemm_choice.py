@@ -31,12 +31,13 @@ from ..codegen import cc
 from . import blas, mkl_packed, native
 from . import packed_gemm as pg
 
-__all__ = ["choose", "choose_bf16", "choose_conv", "fp32_key", "bf16_key", "forced", "CHOICES",
-           "BF16_CHOICES", "CONV_CHOICES"]
+__all__ = ["choose", "choose_bf16", "choose_keyed", "fp32_key", "bf16_key",
+           "forced", "CHOICES", "BF16_CHOICES", "CONV_CHOICES", "BATCHED_CHOICES"]
 
 CHOICES = ("packed", "tiles", "mkl_packed")
 BF16_CHOICES = ("mkl", "amx")  # bf16_gemm.py: MKL's cblas_gemm_bf16bf16f32, amx_gemm.py
 CONV_CHOICES = ("shifted", "rows", "im2col")  # conv.py: conv_tiles.py's two, im2col + MKL
+BATCHED_CHOICES = ("bf16_batched", "f32_rounded")  # bf16_batched.py, or the policy's f32 GEMM
 
 _ROWS = 128  # the product measured: a sequence of 128 tokens, one batch
 _RUNS = 15
@@ -55,7 +56,7 @@ def _load() -> dict[str, str]:
         try:
             with open(_path()) as f:  # an older file's true / false entries are measured again
                 _choices = {k: v for k, v in json.load(f).items()
-                            if v in CHOICES + BF16_CHOICES + CONV_CHOICES}
+                            if v in CHOICES + BF16_CHOICES + CONV_CHOICES + BATCHED_CHOICES}
         except (OSError, ValueError, AttributeError):
             _choices = {}
     return _choices
@@ -115,9 +116,10 @@ def bf16_key(k: int, n: int) -> str:
     return f"bf16-2:{k}x{n}"
 
 
-def choose_conv(key: str, runs: Callable[[], dict[str, Callable]]) -> str:
-    """The faster conv here for the geometry `key` names (conv.py builds it), one of
-    CONV_CHOICES; `runs()` gives {choice: callable} on operands of that geometry."""
+def choose_keyed(key: str, runs: Callable[[], dict[str, Callable]]) -> str:
+    """The fastest of the runs `runs()` gives ({choice: callable} on operands of the geometry
+    `key` names) here, measured once: a conv's path (conv.py, one of CONV_CHOICES) or a
+    batched matmul of rounded operands (bf16_batched.py, one of BATCHED_CHOICES)."""
     return _remembered(key, lambda: _agreed(runs()))
 
 
