@@ -26,6 +26,7 @@ class FusionOptions:
     canonicalize: bool = True
     conv_bn_fold: bool = True
     conv_bias_act: bool = True
+    conv_residual: bool = True
     shared_matmul: bool = True
     swiglu: bool = True
     attention_block: bool = True
@@ -46,6 +47,7 @@ def _fusion_steps() -> tuple[tuple[str, Pass], ...]:
         attention_block,
         conv_bias_act,
         conv_bn,
+        conv_residual,
         matmul_bias_act,
         matmul_bn,
         residual_norm,
@@ -58,6 +60,7 @@ def _fusion_steps() -> tuple[tuple[str, Pass], ...]:
     return (
         ("conv_bn_fold", RulePass("FoldConvBatchNorm", conv_bn.RULES + matmul_bn.RULES)),
         ("conv_bias_act", RulePass("FuseConvBiasAct", conv_bias_act.RULES)),
+        ("conv_residual", RulePass("FuseConvResidual", conv_residual.RULES)),
         ("swiglu", RulePass("FuseSwiGLUDualMatmul", swiglu.DUAL_RULES)),
         ("attention_block", RulePass("FuseAttentionBlock", attention_block.RULES)),
         ("shared_matmul", RulePass("FuseSharedInputMatMul", shared_matmul.RULES)),

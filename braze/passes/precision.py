@@ -46,8 +46,9 @@ class PrecisionPolicy:
     compute: DType = bf16
     ops: tuple[type, ...] = _LOWERED
     skip_roles: frozenset[str] = field(default_factory=lambda: frozenset(
-        {"b", "b_qkv", "b_q", "b_kv", "b_qk", "b_v", "b_o", "cos", "sin", "mask"}))
-    # biases (the attention block's per input projection too) and tables stay f32
+        {"b", "residual", "b_qkv", "b_q", "b_kv", "b_qk", "b_v", "b_o", "cos", "sin", "mask"}))
+    # biases (the attention block's per input projection too), a conv's residual and tables
+    # stay f32
     unfuse: tuple[type, ...] = (FusedTransformerLayer,)
     # composite kinds holding lowered ops: decomposed first, so their matmuls are rounded too
     attention_core: bool = True

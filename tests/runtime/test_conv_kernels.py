@@ -151,6 +151,41 @@ def test_fused_conv_bias_act(case, act, conv_path):
     _check_impl(name, impl, conv_path, attrs)
 
 
+def _residual_conv_graph(n, c, h, w, o, k, act, *, bias=True, **attrs):
+    """act(conv(x) + b + r) as one fused node; r is computed (tanh of an input), its buffer
+    free after the conv reads it."""
+    probe = _conv_graph(n, c, h, w, o, k, bias=False, **attrs)
+    out = probe.shape_of(probe.outputs[0])  # the conv's output type
+    g = bz.Graph("conv_residual")
+    x = g.input("x", bz.Shape((n, c, h, w)))
+    kh, kw = (k, k) if isinstance(k, int) else k
+    groups = attrs.get("groups", 1)
+    wt = g.param("w", bz.Shape((o, c // groups, kh, kw)))
+    b = g.param("b", bz.Shape((o,))) if bias else g.constant(np.zeros(o, np.float32))
+    r = g.tanh(g.input("r", bz.Shape(out.dims)))
+    g.set_outputs([g.fused_conv_bias_act(x, wt, b, attrs.get("stride", 1),
+                                         attrs.get("padding", 0), attrs.get("dilation", 1),
+                                         groups, act=act, residual=r)])
+    return g
+
+
+@pytest.mark.parametrize("act", [None, UnaryFn.RELU, UnaryFn.SILU, UnaryFn.EXP],
+                         ids=lambda a: str(a and a.value))
+@pytest.mark.parametrize("case", ["stride 2, asymmetric pad", "1x1", "depthwise 5x5 stride 2",
+                                  "depthwise wide rows", "1x1 tiles in place", "groups 3",
+                                  "3x3, 50 channels", "batch 3"])
+def test_fused_conv_with_a_residual(case, act, conv_path):
+    """The residual joins each path's epilogue before the activation (exp: the NumPy one
+    after it); the pixel-row form declines a residual (its tiles are NHWC)."""
+    n, c, h, w, o, k, attrs, impl = CONV_CASES[case]
+    g = _residual_conv_graph(n, c, h, w, o, k, act, **attrs)
+    (name,) = _compiled_matches(g, "fused_conv_bias_act", tol=5e-5)
+    assert "residual" in name
+    assert "pixel rows" not in name
+    if conv_path != "rows":
+        _check_impl(name, impl, conv_path, attrs)
+
+
 def test_fused_conv_stays_one_node_when_compiled():
     """With a kernel registered, compile no longer decomposes fused_conv_bias_act."""
     g = _conv_graph(1, 4, 9, 9, 6, 3, padding=1, fused_act=UnaryFn.HARD_SWISH)

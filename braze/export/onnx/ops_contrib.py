@@ -13,7 +13,7 @@ outside them is exported as its decomposition instead.
   for self-attention; cross-attention and a separate value input: their projections, then
   MultiHeadAttention (separate query, key, value); then the output projection;
   attention: MultiHeadAttention; rope: RotaryEmbedding
-- fused_conv_bias_act: FusedConv (relu / sigmoid / tanh)
+- fused_conv_bias_act: FusedConv (relu / sigmoid / tanh; a residual as its Z input)
 
 ORT's softmax gives NaN for a query whose keys are all masked with -inf; braze gives zeros, so
 the output of an attention with a mask input passes through where(isnan(y), 0, y). Without one
@@ -271,9 +271,13 @@ _CONV_ACTS = {UnaryFn.RELU: "Relu", UnaryFn.SIGMOID: "Sigmoid", UnaryFn.TANH: "T
 
 @exporter(FusedConvBiasAct, accept=lambda n, g, t: True)
 def conv_bias_act(b, n, ins, target):
+    """FusedConv for ONNX Runtime (a residual as its Z input, added before the activation);
+    else Conv (+ Add of the residual) + the activation."""
     op = n.op
     attrs = conv_attrs(op.conv)
     if _ort(target) and op.act in _CONV_ACTS:
         return [b.op1("FusedConv", *ins, domain=MS, activation=_CONV_ACTS[op.act], **attrs)]
-    y = b.op1("Conv", *ins, **attrs)
+    y = b.op1("Conv", *ins[:3], **attrs)
+    if op.residual:
+        y = b.op1("Add", y, ins[3])
     return [y if op.act is None else unary_fn(b, op.act, y, n.outputs[0].dtype, target)]

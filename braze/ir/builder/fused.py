@@ -175,11 +175,14 @@ class FusedBuilder:
 
     def fused_conv_bias_act(self, x: Value, w: Value, b: Value, stride=1, padding=0,
                             dilation=1, groups: int = 1,
-                            act: UnaryFn | str | None = None) -> Value:
-        """`act(conv2d(x, w, b))` as one node; attributes as `conv2d`."""
+                            act: UnaryFn | str | None = None,
+                            residual: Value | None = None) -> Value:
+        """`act(conv2d(x, w, b) + residual)` as one node (no residual: `act(conv2d(x, w,
+        b))`); attributes as `conv2d`."""
         op = FusedConvBiasAct(_pair(stride, "stride"), _padding4(padding),
-                              _pair(dilation, "dilation"), int(groups), _act(act))
-        return self.add_node(op, (x, w, b))[0]
+                              _pair(dilation, "dilation"), int(groups), _act(act),
+                              residual is not None)
+        return self.add_node(op, (x, w, b) + ((residual,) if residual is not None else ()))[0]
 
     def elementwise_region(self, body, inputs: Sequence[Value]) -> Value | tuple[Value, ...]:
         """An ElementwiseRegion running `body` (a Graph with inputs in0, in1, ...) on `inputs`;

@@ -283,7 +283,9 @@ class FusedRmsNormReshape(FusedOp):
 # -- conv + bias + activation -------------------------------------------------------------------
 @dataclass(frozen=True)
 class FusedConvBiasAct(FusedOp):
-    """`act(conv2d(x, w, b))`, NCHW, attributes as `Conv2d`: inputs (x, w, b)."""
+    """`act(conv2d(x, w, b) + r)`, NCHW, attributes as `Conv2d`: inputs (x, w, b), and with
+    `residual` the residual r (a ResNet block's shortcut: the conv's output shape and dtype),
+    added before the activation."""
 
     kind = "fused_conv_bias_act"
     stride: tuple[int, int] = (1, 1)
@@ -291,22 +293,31 @@ class FusedConvBiasAct(FusedOp):
     dilation: tuple[int, int] = (1, 1)
     groups: int = 1
     act: UnaryFn | None = None
+    residual: bool = False
 
     @property
     def conv(self) -> Conv2d:
         return Conv2d(self.stride, self.padding, self.dilation, self.groups, True)
 
     def input_roles(self) -> tuple[str, ...]:
-        return ("x", "w", "b")
+        return ("x", "w", "b", "residual") if self.residual else ("x", "w", "b")
 
     def infer(self, ins):
         self.check_arity(len(ins))
-        return _act_infer(self.act, self.conv.infer(tuple(ins)))
+        y = self.conv.infer(tuple(ins[:3]))
+        if self.residual:
+            r = ins[3]
+            require(r.dtype == y.dtype and tuple(r.dims) == tuple(y.dims),
+                    f"{self.kind} residual {r} must be the conv's output type {y}")
+        return _act_infer(self.act, y)
 
-    def reference(self, x, w, b):
-        return _act_ref(self.act, self.conv.reference(x, w, b))
+    def reference(self, x, w, b, *residual):
+        y = self.conv.reference(x, w, b)
+        return _act_ref(self.act, y + residual[0] if residual else y)
 
     def decompose(self, g: Graph, ins: Sequence[Value]) -> Value:
-        x, w, b = ins
+        x, w, b = ins[:3]
         y = g.conv2d(x, w, b, self.stride, self.padding, self.dilation, self.groups)
+        if self.residual:
+            y = g.add(y, ins[3])
         return y if self.act is None else g.activation(y, self.act)

@@ -129,8 +129,10 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
         return None
     geo = ConvGeometry.of(node.op, ins[0].dims, ins[1].dims, outs[0].dims)
     code, numpy_act = _epilogue(act)
-    has_bias = len(ins) == 3
+    has_bias = len(ins) >= 3
+    residual = isinstance(node.op, FusedConvBiasAct) and node.op.residual  # input 3: rest[1]
     what = act.value if act is not None else ("bias" if has_bias else "none")
+    what = f"residual + {what}" if residual else what
     cost = {"flops": geo.flops(), "bytes": nbytes(ins) + nbytes(outs)}
     out_at = len(ins)  # position of the output among the step's arrays
     if geo.depthwise:
@@ -138,8 +140,10 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
 
         def depthwise(x, w, *rest):
             b = rest[0] if has_bias else None
-            return lib.depthwise, (_ptr(x), _ptr(w), _ptr(b), _ptr(rest[-1]), geo.n, geo.c,
-                                   geo.h, geo.w, mult, *geo.window_args(), geo.ho, geo.wo, code)
+            r = rest[1] if residual else None
+            return lib.depthwise, (_ptr(x), _ptr(w), _ptr(b), _ptr(r), _ptr(rest[-1]), geo.n,
+                                   geo.c, geo.h, geo.w, mult, *geo.window_args(), geo.ho,
+                                   geo.wo, code)
 
         return Kernel(**_c_kernel(depthwise, numpy_act, out_at), dispatch=Dispatch.NATIVE,
                       name=f"C depthwise conv (epilogue {what})", **cost)
@@ -151,11 +155,11 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
     static = ctx.static.get(node.inputs[1]) if ctx is not None else None
     if static is not None and (static.dtype != _F32 or static.ndim != 4):
         static = None
-    paths = conv_paths(geo, static is not None, sgemm is not None)
+    paths = conv_paths(geo, static is not None, sgemm is not None, residual)
     choice = conv_choice(geo, code, has_bias, paths) if paths else None
     if choice == "shifted":
-        return Kernel(**_shifted_kernel(node, geo, ctx, static, code, has_bias, numpy_act,
-                                        out_at), dispatch=Dispatch.NATIVE, **cost,
+        return Kernel(**_shifted_kernel(node, geo, ctx, static, code, has_bias, residual,
+                                        numpy_act, out_at), dispatch=Dispatch.NATIVE, **cost,
                       name=f"braze conv tiles: shifted GEMM + epilogue per tile ({what})")
     rows = _rows_kernel(node, geo, ctx, static, code, has_bias, numpy_act, out_at) \
         if choice == "rows" else None
@@ -166,7 +170,8 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
         def conv_gemm(x, w, *rest):
             return lib.conv_gemm, _im2col_args(geo, x, w, rest[0] if has_bias else None,
                                                rest[out_at - 2],
-                                               None if geo.direct else rest[-1], code)
+                                               None if geo.direct else rest[-1], code,
+                                               rest[1] if residual else None)
 
         return Kernel(**_c_kernel(conv_gemm, numpy_act, out_at), dispatch=Dispatch.NATIVE,
                       name=name.replace("BLAS GEMM", "MKL sgemm"), scratch=scratch, **cost)
@@ -188,29 +193,33 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
                                geo.wo)
                     src = cols
                 blas.matmul(filters[g], src, out[i, g * og:(g + 1) * og].reshape(og, hw_out))
-        if b is not None or code:
-            lib.channel_epilogue(_ptr(out), _ptr(b), geo.n * geo.o, geo.o, hw_out, code)
+        r = _contiguous(rest[1]) if residual else None
+        if b is not None or code or residual:
+            lib.channel_epilogue(_ptr(out), _ptr(b), _ptr(r), geo.n * geo.o, geo.o, hw_out,
+                                 code)
         if numpy_act is not None:
             np.copyto(out, numpy_act.apply(out))
 
     return Kernel(gemm, Dispatch.NATIVE, name, scratch=scratch, **cost)
 
 
-def _im2col_args(geo: ConvGeometry, x, w, b, y, cols, act: int) -> tuple:
-    """conv_native.conv_gemm's arguments (im2col + MKL's sgemm; cols None when direct)."""
+def _im2col_args(geo: ConvGeometry, x, w, b, y, cols, act: int, res=None) -> tuple:
+    """conv_native.conv_gemm's arguments (im2col + MKL's sgemm; cols None when direct; res a
+    residual of y's shape or None)."""
     return (blas.sgemm_address(), blas.local_threads_address(), _ptr(x), _ptr(w), _ptr(b),
-            _ptr(y), _ptr(cols), geo.n, geo.c, geo.h, geo.w, geo.o, geo.groups,
+            _ptr(res), _ptr(y), _ptr(cols), geo.n, geo.c, geo.h, geo.w, geo.o, geo.groups,
             *geo.window_args(), geo.ho, geo.wo, int(geo.direct), act)
 
 
-def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool) -> tuple[str, ...]:
+def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool, residual: bool = False
+               ) -> tuple[str, ...]:
     """The GEMM convs that can run `geo` here (gemm_choice.CONV_CHOICES): braze's conv tiles
-    with a C compiler, the pixel-row form for one group and a weight known when the program is
-    built (packed once), im2col + MKL's sgemm with MKL."""
+    with a C compiler, the pixel-row form for one group, a weight known when the program is
+    built (packed once) and no residual (its tiles are NHWC), im2col + MKL's sgemm with MKL."""
     paths = []
     if conv_tiles.lib() is not None:
         paths.append("shifted")
-        if geo.groups == 1 and static_weight and pg.lib() is not None:
+        if geo.groups == 1 and static_weight and not residual and pg.lib() is not None:
             paths.append("rows")
     if mkl:
         paths.append("im2col")
@@ -218,7 +227,7 @@ def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool) -> tuple[str, 
 
 
 def _shifted_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
-                    numpy_act: UnaryFn | None, out_at: int) -> dict:
+                    residual: bool, numpy_act: UnaryFn | None, out_at: int) -> dict:
     """The Kernel fields (run, bind, scratch) of the conv on braze's conv tiles
     (conv_tiles.py). A static weight goes to taps-major order once (ctx.prepared); another
     one per call, into scratch, as the input into its phase planes where the conv reads
@@ -241,7 +250,7 @@ def _shifted_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: b
         w_src, w_dst = (w_t, w_t) if w_t is not None else (w, extra.pop(0))
         return lib.conv_tiles_run, conv_tiles.run_args(
             geo, layout, x, xq, w_src, w_dst, rest[0] if has_bias else None,
-            rest[out_at - 2], code)
+            rest[out_at - 2], code, rest[1] if residual else None)
 
     return {**_c_kernel(call, numpy_act, out_at, library=lib), "scratch": tuple(scratch)}
 
@@ -395,7 +404,7 @@ def conv_transpose2d(node, ins, outs, ctx):
                 start = address(out) + 4 * (i * o + g * og) * ho * wo
                 lib.col2im(_ptr(cols), start, og, h, w, *window, ho, wo)
         if b is not None:
-            lib.channel_epilogue(_ptr(out), _ptr(b), n * o, o, ho * wo, 0)
+            lib.channel_epilogue(_ptr(out), _ptr(b), None, n * o, o, ho * wo, 0)
 
     return Kernel(run, Dispatch.NATIVE, "BLAS GEMM + C col2im",
                   flops=2 * n * c * h * w * og * kh * kw, bytes=nbytes(ins) + nbytes(outs),

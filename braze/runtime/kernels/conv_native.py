@@ -79,22 +79,24 @@ void im2col(const float* x, float* cols, int64_t channels, int64_t h, int64_t w,
   }
 }
 
-/* y[i] = act(y[i] + b) over n values in place (act: native.ACT_CODES). */
-static inline void plane_act(float* y, int64_t n, float b, int act) {
+/* y[i] = act(y[i] + b (+ res[i])) over n values in place (act: native.ACT_CODES; res, a
+   residual, may be NULL). */
+static inline void plane_act(float* y, int64_t n, float b, const float* res, int act) {
   if (b != 0.0f) {
     #pragma omp simd
     for (int64_t i = 0; i < n; i++) y[i] += b;
   }
-  act_span(y, 0, y, n, act);
+  act_span(y, res, y, n, act);
 }
 
-/* y[p, i] = act(y[p, i] + bias[p % channels]) over `planes` planes of `hw` values, in place;
-   bias may be NULL. */
-void channel_epilogue(float* y, const float* bias, int64_t planes, int64_t channels,
-                      int64_t hw, int act) {
-  #pragma omp parallel for schedule(static) if (PARALLEL(planes * hw * (act ? 8 : 1)))
+/* y[p, i] = act(y[p, i] + bias[p % channels] (+ res[p, i])) over `planes` planes of `hw`
+   values, in place; bias and res may be NULL. */
+void channel_epilogue(float* y, const float* bias, const float* res, int64_t planes,
+                      int64_t channels, int64_t hw, int act) {
+  #pragma omp parallel for schedule(static) \
+      if (PARALLEL(planes * hw * (act ? 8 : 1 + (res != 0))))
   for (int64_t p = 0; p < planes; p++)
-    plane_act(y + p * hw, hw, bias ? bias[p % channels] : 0.0f, act);
+    plane_act(y + p * hw, hw, bias ? bias[p % channels] : 0.0f, res ? res + p * hw : 0, act);
 }
 
 typedef void (*sgemm_fn)(int, int, int, int, int, int, float, const float*, int, const float*,
@@ -104,12 +106,14 @@ typedef int (*local_threads_fn)(int);
 /* A whole conv in one call: per image and group, im2col into cols (skipped when `direct`: a
    1x1 stride-1 unpadded conv reads the image as its columns), then the GEMM
    y[i, g*og:(g+1)*og] [og, ho*wo] = w[g] [og, k] @ cols [k, ho*wo] through `sgemm`
-   (cblas_sgemm, row-major), then bias + activation in place. A GEMM of fewer than
+   (cblas_sgemm, row-major), then bias (+ the residual res, may be NULL) + activation in
+   place. A GEMM of fewer than
    BRAZE_PAR_MIN_MACS multiply-adds (codegen.cc) runs on the calling thread alone, set through
    MKL's thread-local count (`local_threads`, may be NULL): waking a second thread for a
    0.05 ms GEMM costs more than it saves, and far more when the machine is busy. */
 void conv_gemm(sgemm_fn sgemm, local_threads_fn local_threads, const float* x, const float* wt,
-               const float* bias, float* y, float* cols, int64_t n, int64_t c, int64_t h,
+               const float* bias, const float* res, float* y, float* cols, int64_t n,
+               int64_t c, int64_t h,
                int64_t w, int64_t o, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
                int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw, int64_t ho,
                int64_t wo, int direct, int act) {
@@ -129,7 +133,7 @@ void conv_gemm(sgemm_fn sgemm, local_threads_fn local_threads, const float* x, c
     }
   }
   if (single) local_threads(before);
-  if (bias || act) channel_epilogue(y, bias, n * o, o, hw, act);
+  if (bias || act || res) channel_epilogue(y, bias, res, n * o, o, hw, act);
 }
 
 /* Rows [0, hp) of one [h, w] plane padded for a window loop: row r is input row r - pt
@@ -197,13 +201,15 @@ static void dw_row(const float* const* tap, const float* f, int64_t taps, float 
 }
 
 /* Depthwise conv: output channel oc reads input channel oc / mult through its own kh x kw
-   filter w[oc]; bias (may be NULL) and activation (native.ACT_CODES) fused. Each input plane
+   filter w[oc]; bias and a residual res of y's shape (either may be NULL), then the
+   activation (native.ACT_CODES), fused. Each input plane
    is first copied into a per-thread buffer with its zero padding around it and each row split
    into its sw column phases (column j of a padded row at phase j % sw, index j / sw), so a tap
    of an output row reads one unit-stride run with no bounds tests, strided or not; an output
    row (stride 1: the whole plane, as one run over the padded rows) is then one pass of vectors
    that keep their sums in registers over all kh * kw taps. */
-void depthwise(const float* x, const float* wt, const float* bias, float* y, int64_t n,
+void depthwise(const float* x, const float* wt, const float* bias, const float* res, float* y,
+               int64_t n,
                int64_t cin, int64_t h, int64_t w, int64_t mult, int64_t kh, int64_t kw,
                int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw,
                int64_t ho, int64_t wo, int act) {
@@ -234,11 +240,12 @@ void depthwise(const float* x, const float* wt, const float* bias, float* y, int
         const float* f = wt + oc * taps;
         float b0 = bias ? bias[oc] : 0.0f;
         float* out = y + (b * cout + oc) * ho * wo;
+        const float* rp = res ? res + (b * cout + oc) * ho * wo : 0;
         if (flat) {
           for (int64_t t = 0; t < taps; t++) tap[t] = pad + t / kw * dh * row + t % kw * dw;
           dw_row(tap, f, taps, b0, out_row, outs);
           for (int64_t oy = 0; oy < ho; oy++)
-            act_span(out_row + oy * phase, 0, out + oy * wo, wo, act);
+            act_span(out_row + oy * phase, rp ? rp + oy * wo : 0, out + oy * wo, wo, act);
           continue;
         }
         for (int64_t oy = 0; oy < ho; oy++) {
@@ -247,7 +254,7 @@ void depthwise(const float* x, const float* wt, const float* bias, float* y, int
               tap[ky * kw + kx] = pad + (oy * sh + ky * dh) * row + (kx * dw) % sw * phase
                                   + kx * dw / sw;
           dw_row(tap, f, taps, b0, out_row, wo_r);
-          act_span(out_row, 0, out + oy * wo, wo, act);
+          act_span(out_row, rp ? rp + oy * wo : 0, out + oy * wo, wo, act);
         }
       }
     }
@@ -397,9 +404,9 @@ _I, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 _SIGNATURES = {
     "im2col": [_P, _P] + [_I] * 13,
     "col2im": [_P, _P] + [_I] * 13,
-    "channel_epilogue": [_P, _P, _I, _I, _I, _INT],
-    "depthwise": [_P, _P, _P, _P] + [_I] * 15 + [_INT],
-    "conv_gemm": [_P] * 7 + [_I] * 16 + [_INT, _INT],
+    "channel_epilogue": [_P, _P, _P, _I, _I, _I, _INT],
+    "depthwise": [_P] * 5 + [_I] * 15 + [_INT],
+    "conv_gemm": [_P] * 8 + [_I] * 16 + [_INT, _INT],
     "pool2d": [_P, _P] + [_I] * 11 + [_INT, _INT],
     "resample": [_P, _P, _P, _I, _I, _I, _I, _I, _P, _P, _I, _P, _P, _I],
     "gather2d": [_P, _P, _I, _I, _I, _I, _I, _P, _P],

@@ -125,14 +125,16 @@ void conv_prep(const float* x, float* xq, int64_t planes, int64_t h, int64_t w, 
   }
 }
 
-/* y = act(conv(x, w) + bias) for y [n, o, ho, wo] from xq (conv_prep's layout: phase planes
+/* y = act(conv(x, w) + bias (+ res)) for y [n, o, ho, wo] from xq (conv_prep's layout: phase planes
    of hq x wq, plane stride ps, or x itself when the conv reads no padding and no stride) and
    wt = w [o, cg, kh, kw] as [o, kh, kw, cg] (taps_major: K = kh * kw * cg runs over the taps'
-   channels, so a K block may span taps); bias [o] or NULL; act a native.ACT_CODES value.
+   channels, so a K block may span taps); bias [o] or NULL; res (a residual of y's shape) or
+   NULL, added to each finished tile before the activation; act a native.ACT_CODES value.
    Output pixel (oy, ox) is column P = oy * wq + ox of the GEMM (columns with ox >= wo are
    computed and dropped); tap (ky, kx) reads its phase plane's column P + (ky dh / sh) wq +
    kx dw / sw: a unit-stride run. */
-void conv_shifted(const float* xq, const float* wt, const float* bias, float* y, int64_t n,
+void conv_shifted(const float* xq, const float* wt, const float* bias, const float* res,
+                  float* y, int64_t n,
                   int64_t c, int64_t o, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
                   int64_t sw, int64_t dh, int64_t dw, int64_t hq, int64_t wq, int64_t ps,
                   int64_t ho, int64_t wo, int act) {
@@ -209,16 +211,19 @@ void conv_shifted(const float* xq, const float* wt, const float* bias, float* y,
          scratch */
       for (int64_t r = 0; r < rows; r++) {
         float* src = cp + r * ldc;
+        int64_t at = (i * o + g * og + r0 + r) * ho * wo;  /* the output plane */
         if (in_place) {
-          if (act) act_span(src, 0, src, np, act);
+          if (act || res) act_span(src, res ? res + at + p0 : 0, src, np, act);
           continue;
         }
-        float* plane = y + (i * o + g * og + r0 + r) * ho * wo;
+        float* plane = y + at;
+        const float* rplane = res ? res + at : 0;
         int64_t j = 0, oy = p0 / wq, ox = p0 % wq;
         while (j < np) {
           int64_t run = wq - ox < np - j ? wq - ox : np - j;
           if (ox < wo)
-            act_span(src + j, 0, plane + oy * wo + ox, (wo - ox < run ? wo - ox : run), act);
+            act_span(src + j, rplane ? rplane + oy * wo + ox : 0, plane + oy * wo + ox,
+                     (wo - ox < run ? wo - ox : run), act);
           j += run;
           oy++;
           ox = 0;
@@ -295,19 +300,19 @@ static void taps_major(const float* wt, float* wt_t, int64_t o, int64_t cg, int6
 /* The whole conv: the weights to taps-major order (unless wt_t is wt: prepared once), the
    input to conv_prep's layout (unless xq is x: read in place), then conv_shifted. */
 void conv_tiles_run(const float* x, float* xq, const float* wt, float* wt_t, const float* bias,
-                    float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t o,
-                    int64_t groups, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t pt,
-                    int64_t pl, int64_t dh, int64_t dw, int64_t hq, int64_t wq, int64_t ps,
-                    int64_t ho, int64_t wo, int act) {
+                    const float* res, float* y, int64_t n, int64_t c, int64_t h, int64_t w,
+                    int64_t o, int64_t groups, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                    int64_t pt, int64_t pl, int64_t dh, int64_t dw, int64_t hq, int64_t wq,
+                    int64_t ps, int64_t ho, int64_t wo, int act) {
   if (wt_t != wt) taps_major(wt, wt_t, o, c / groups, kh * kw);
   if (xq != x) conv_prep(x, xq, n * c, h, w, sh, sw, pt, pl, hq, wq, ps);
-  conv_shifted(xq, wt_t, bias, y, n, c, o, groups, kh, kw, sh, sw, dh, dw, hq, wq, ps, ho, wo,
-               act);
+  conv_shifted(xq, wt_t, bias, res, y, n, c, o, groups, kh, kw, sh, sw, dh, dw, hq, wq, ps, ho,
+               wo, act);
 }
 """
 
 _I, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-_SIGNATURES = {"conv_tiles_run": [_P] * 6 + [_I] * 19 + [_INT],
+_SIGNATURES = {"conv_tiles_run": [_P] * 7 + [_I] * 19 + [_INT],
                "conv_rows": [_P] * 3 + [_I] * 16,
                "rows_to_nchw": [_P] * 2 + [_I] * 3}
 
@@ -355,12 +360,13 @@ def taps_major(w: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(w.transpose(0, 2, 3, 1), dtype=np.float32)
 
 
-def run_args(geo, layout: Layout, x, xq, w, w_t, bias, y, act: int) -> tuple:
+def run_args(geo, layout: Layout, x, xq, w, w_t, bias, y, act: int, res=None) -> tuple:
     """conv_tiles_run's arguments (addresses of C-contiguous float32 arrays, or None; xq is x
-    when direct, w_t is w when w is already taps-major)."""
+    when direct, w_t is w when w is already taps-major; res: a residual of y's shape)."""
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     return (address(x), address(xq), address(w), address(w_t),
-            None if bias is None else address(bias), address(y), geo.n, geo.c, geo.h, geo.w,
+            None if bias is None else address(bias), None if res is None else address(res),
+            address(y), geo.n, geo.c, geo.h, geo.w,
             geo.o, geo.groups, geo.kh, geo.kw, sh, sw, geo.padding[0], geo.padding[1], dh, dw,
             layout.hq, layout.wq, layout.ps, geo.ho, geo.wo, act)
 
