@@ -74,6 +74,24 @@ def test_softmax_activations_and_gated():
     assert {"softmax", "gelu", "fused_swiglu"} <= _native_kinds(exe)
 
 
+@pytest.mark.parametrize("shape, axis", [((3, 11, 18), 1), ((2, 7, 5, 300), 1),
+                                         ((4, 9, 3), 0), ((5, 6, 1), 1)])
+def test_softmax_over_an_inner_axis(shape, axis):
+    """A softmax over another axis than the last (ConvBERT's dynamic conv kernels): vectors
+    across the values after the axis, more than one 256-column block included; a column of
+    only -inf gives zeros, as the reference does."""
+    g = bz.Graph("softmax_axis")
+    x = g.input("x", bz.Shape(shape))
+    g.set_outputs([g.softmax(x, axis)])
+    exe = _compiled_matches(g, rtol=1e-5, atol=2e-6)
+    assert _native_kinds(exe) == {"softmax"}
+    xs = np.random.default_rng(3).standard_normal(shape, dtype=np.float32)
+    xs[(0,) * axis + (slice(None),)] = -np.inf  # a whole column (along the axis) masked
+    (got,), (want,) = exe({"x": xs}), bz.interpret(g, {"x": xs})
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+    assert not got[(0,) * axis + (slice(None),)].any()
+
+
 @pytest.mark.parametrize("interleaved, n_rot", [(False, None), (True, None), (False, 4)])
 def test_rope(interleaved, n_rot):
     g = bz.Graph("rope")

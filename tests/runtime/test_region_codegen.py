@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import braze as bz
+from braze.ir.dtypes import dtype_from_numpy
 from braze.runtime.codegen import cc
 from braze.runtime.codegen.elementwise import (
     STREAM_TILE,
@@ -247,21 +248,54 @@ def test_dims_merge_where_every_input_walks_them_as_one():
 
 
 def test_what_the_generator_declines():
-    """A non-scalar constant and integer division have no C form: the region falls back."""
+    """Integer powers have no C form here: the region falls back to its reference."""
     body = bz.Graph("body")
     shape = bz.Shape((4,), bz.i32)
     x = body.input("in0", shape)
-    body.set_outputs([body.div(x, body.add(x, 1))])
+    body.set_outputs([body.pow(x, body.add(x, 1))])
     g = bz.Graph("r")
     g.set_outputs([g.elementwise_region(body, [g.input("x", shape)])])
     op = next(n.op for n in g.nodes if n.op.kind == "elementwise_region")
-    with pytest.raises(Unsupported, match="integer division"):
+    with pytest.raises(Unsupported, match="pow"):
         region_source(op, [shape], shape, "f")
     exe = bz.compile(g, target="cpu")
-    feeds = {"x": np.array([7, -7, 3, 9], np.int32)}
+    feeds = {"x": np.array([2, 0, 3, 1], np.int32)}
     np.testing.assert_array_equal(exe(feeds)[0], bz.interpret(g, feeds)[0])
     kinds = {kind: d for _, kind, d, _ in exe.dispatch_report().rows}
     assert kinds["elementwise_region"] != Dispatch.GENERATED
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint8, np.float32])
+def test_division_and_remainders_follow_numpy(dtype):
+    """div (floor on integers), mod (the divisor's sign) and fmod (the dividend's) on every
+    sign combination, a zero divisor (integers: 0; floats: inf / NaN) and, for signed
+    integers, the smallest value divided by -1 (wraps, as NumPy does)."""
+    info = np.iinfo(dtype) if dtype != np.float32 else None
+    vals = [7, -7, 3, -3, 0, 1, -1, 5, 100, -100]
+    if info is not None and info.min < 0:
+        vals += [int(info.min), int(info.max)]
+    if info is not None and info.min == 0:
+        vals = [abs(v) % (int(info.max) + 1) for v in vals] + [int(info.max)]
+    a = np.array([x for x in vals for _ in vals], dtype)
+    b = np.array([y for _ in vals for y in vals], dtype)
+    if dtype == np.float32:
+        a, b = a * np.float32(0.75), b * np.float32(1.5)
+    shape = bz.Shape((len(a),), dtype_from_numpy(np.dtype(dtype)))
+    body = bz.Graph("body")
+    x, y = body.input("in0", shape), body.input("in1", shape)
+    body.set_outputs([body.div(x, y), body.mod(x, y), body.fmod(x, y)])
+    g = bz.Graph("r")
+    g.set_outputs(list(g.elementwise_region(body, [g.input("x0", shape),
+                                                    g.input("x1", shape)])))
+    with np.errstate(all="ignore"):
+        exe = bz.compile(g, target="cpu")
+        (got, want) = exe({"x0": a, "x1": b}), bz.interpret(g, {"x0": a, "x1": b})
+    rows = {kind: d for _, kind, d, _ in exe.dispatch_report().rows}
+    assert rows["elementwise_region"] == Dispatch.GENERATED
+    for o, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(o, w)
+        if dtype == np.float32:
+            np.testing.assert_array_equal(np.signbit(o), np.signbit(w))
 
 
 def test_cache_key_includes_the_machine(monkeypatch, tmp_path):

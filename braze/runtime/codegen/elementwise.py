@@ -124,9 +124,34 @@ def _unary(fn: UnaryFn, a: str, t: str) -> str:
     return table[fn]
 
 
+def _integer_division(fn: BinaryFn, a: str, b: str, t: str) -> str | None:
+    """DIV (floor), MOD (the divisor's sign) and FMOD (the dividend's) on integers as NumPy
+    computes them: a zero divisor gives 0, and x / -1 wraps (no C overflow)."""
+    if not t.startswith(("int", "uint")) or fn not in (BinaryFn.DIV, BinaryFn.MOD,
+                                                      BinaryFn.FMOD):
+        return None
+    if t.startswith("uint"):
+        return f"({b} == 0 ? ({t})0 : ({t})({a} {'/' if fn is BinaryFn.DIV else '%'} {b}))"
+    u = "u" + t
+    if fn is BinaryFn.DIV:
+        q = (f"({a} / {b} - (({a} % {b} != 0) && (({a} < 0) != ({b} < 0))))")
+        return f"({b} == 0 ? ({t})0 : ({b} == -1 ? ({t})(({u})0 - ({u}){a}) : ({t}){q}))"
+    r = f"({a} % {b})"
+    if fn is BinaryFn.MOD:
+        r = f"({r} + (({r} != 0 && (({r} < 0) != ({b} < 0))) ? {b} : 0))"
+    return f"(({b} == 0 || {b} == -1) ? ({t})0 : ({t}){r})"
+
+
 def _binary(fn: BinaryFn, a: str, b: str, t: str) -> str:
-    if fn is BinaryFn.DIV and t.startswith(("int", "uint")):
-        raise Unsupported("integer division")
+    integer = _integer_division(fn, a, b, t)
+    if integer is not None:
+        return integer
+    if fn is BinaryFn.FMOD and t in ("float", "double"):
+        return f"{_f(t, 'fmod')}({a}, {b})"
+    if fn is BinaryFn.MOD and t in ("float", "double"):  # NumPy: the divisor's sign, -0 kept
+        m = f"{_f(t, 'fmod')}({a}, {b})"
+        return (f"({b} == 0 ? {m} : ({m} != 0 ? ((({m} < 0) != ({b} < 0)) ? {m} + {b} : {m})"
+                f" : {_f(t, 'copysign')}(({t})0, {b})))")
     ops = {BinaryFn.ADD: "+", BinaryFn.SUB: "-", BinaryFn.MUL: "*", BinaryFn.DIV: "/",
            BinaryFn.AND: "&&", BinaryFn.OR: "||"}
     if fn in ops:

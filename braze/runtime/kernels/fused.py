@@ -348,17 +348,27 @@ def residual_rms(node, ins, outs, ctx):
 def softmax(node, ins, outs, ctx):
     lib = native.lib()
     x = ins[0]
-    if lib is None or not is_f32(x) or node.op.axis % x.rank != x.rank - 1:
+    if lib is None or not is_f32(x) or x.rank == 0:
         return None
-    cols = int(x.dims[-1])
-    rows = _numel(x) // max(cols, 1)
+    axis = node.op.axis % x.rank
+    n = int(x.dims[axis])
+    inner = int(np.prod(x.dims[axis + 1:], dtype=np.int64))
+    outer = _numel(x) // max(n * inner, 1)
+    cost = dict(bytes=nbytes(ins) + nbytes(outs), flops=5 * _numel(x))
+    if inner == 1:
+        def run(a, out):
+            a = _c(a)  # held in a name: a temporary copy would be freed before the call
+            lib.softmax_rows(address(a), address(out), outer, n)
 
-    def run(a, out):
-        a = _c(a)  # held in a name: a temporary copy would be freed before the call
-        lib.softmax_rows(address(a), address(out), rows, cols)
+        return Kernel(run, Dispatch.NATIVE, "C safe softmax rows", inplace=(0,), **cost)
 
-    return Kernel(run, Dispatch.NATIVE, "C safe softmax rows", inplace=(0,),
-                  bytes=nbytes(ins) + nbytes(outs), flops=5 * _numel(x))
+    def run_strided(a, out):
+        a = _c(a)
+        lib.softmax_strided(address(a), address(out), outer, n, inner)
+
+    return Kernel(run_strided, Dispatch.NATIVE, f"C safe softmax over axis {axis} of "
+                  f"{x.rank} (vectors across the {inner} values after it)", inplace=(0,),
+                  **cost)
 
 
 @register_kernel(Unary)

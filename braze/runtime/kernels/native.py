@@ -320,6 +320,7 @@ void row_norm(const float* x, const float* res, const float* gamma, const float*
    i < inner: x [outer, n, inner], idx and out [outer, m, inner]; elements of `elem` bytes (4
    or 8), indices int64 (idx64) or int32. Returns 0, or 1 when an index is outside [-n, n)
    (out is then incomplete). */
+__attribute__((optimize("no-tree-vectorize")))  /* scalar loads: AVX-512 gathers ran slower */
 int gather_elements(const void* x, const void* idx, void* out, int64_t outer, int64_t n,
                     int64_t m, int64_t inner, int elem, int idx64) {
   int bad = 0;
@@ -377,6 +378,42 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {
   }
 }
 
+/* Safe softmax over the middle axis of x viewed as [outer, n, inner] (inner > 1: a softmax
+   over a non-last axis), in blocks of up to 256 inner columns, each a vector loop over the n
+   rows: a column of only -inf gives zeros; out may be x. */
+void softmax_strided(const float* x, float* y, int64_t outer, int64_t n, int64_t inner) {
+  int64_t blocks = (inner + 255) / 256;
+  #pragma omp parallel for schedule(static) if(outer * n * inner > BRAZE_PAR_MIN)
+  for (int64_t t = 0; t < outer * blocks; t++) {
+    int64_t o = t / blocks, i0 = t % blocks * 256;
+    int64_t w = inner - i0 < 256 ? inner - i0 : 256;
+    const float* xo = x + o * n * inner + i0;
+    float* yo = y + o * n * inner + i0;
+    float mx[256], inv[256];
+    for (int64_t i = 0; i < w; i++) { mx[i] = -INFINITY; inv[i] = 0.0f; }
+    for (int64_t k = 0; k < n; k++) {
+      #pragma omp simd
+      for (int64_t i = 0; i < w; i++) {
+        float v = xo[k * inner + i];
+        mx[i] = v > mx[i] ? v : mx[i];
+      }
+    }
+    for (int64_t k = 0; k < n; k++) {
+      #pragma omp simd
+      for (int64_t i = 0; i < w; i++) {
+        float e = mx[i] == -INFINITY ? 0.0f : expf(xo[k * inner + i] - mx[i]);
+        yo[k * inner + i] = e;
+        inv[i] += e;
+      }
+    }
+    for (int64_t i = 0; i < w; i++) inv[i] = mx[i] == -INFINITY ? 0.0f : 1.0f / inv[i];
+    for (int64_t k = 0; k < n; k++) {
+      #pragma omp simd
+      for (int64_t i = 0; i < w; i++) yo[k * inner + i] *= inv[i];
+    }
+  }
+}
+
 /* RoPE on x viewed as [outer, s, d] rows (outer = batch * heads), cos / sin [s, n_rot / 2]. */
 void rope(const float* x, const float* cosv, const float* sinv, float* y, int64_t outer,
           int64_t s, int64_t d, int64_t n_rot, int interleaved) {
@@ -426,6 +463,7 @@ _SIGNATURES = {
     "unary_act": [_P, _P, _I64, _INT],
     "row_norm": [_P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _F32, _INT],
     "softmax_rows": [_P, _P, _I64, _I64],
+    "softmax_strided": [_P, _P, _I64, _I64, _I64],
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
     "gated": [_P, _P, _I64, _I64, _INT, _INT, _INT],
     "gather_elements": ([_P, _P, _P, _I64, _I64, _I64, _I64, _INT, _INT], _INT),
