@@ -265,6 +265,25 @@ def test_what_the_generator_declines():
     assert kinds["elementwise_region"] != Dispatch.GENERATED
 
 
+@pytest.mark.parametrize("table_dims", [(3, 1, 6), (1, 3, 1, 6), (2, 3, 4, 6)])
+def test_constant_tables_in_the_body_are_read_from_arrays(table_dims):
+    """A body constant of many values (Swin's shifted-window mask folded into the region)
+    is passed as an array with its own broadcast, not a reason to fall back."""
+    rng = np.random.default_rng(5)
+    table = rng.standard_normal(table_dims).astype(np.float32)
+    flags = rng.random((3, 1, 6)) > 0.5
+    shape = (2, 3, 4, 6)
+
+    def build(b, x):
+        masked = b.where(b.constant(flags), b.add(x, b.constant(table)), x)
+        return b.mul(b.add(masked, b.constant(table)), 0.5)
+
+    g = _region_graph([shape], build)
+    feeds = {"x0": rng.standard_normal(shape).astype(np.float32)}
+    impl = _check_compiled(g, feeds)
+    assert impl.startswith("generated C region")
+
+
 @pytest.mark.parametrize("dtype", [np.int64, np.int32, np.int8, np.uint8, np.float32])
 def test_division_and_remainders_follow_numpy(dtype):
     """div (floor on integers), mod (the divisor's sign) and fmod (the dividend's) on every

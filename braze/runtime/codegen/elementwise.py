@@ -34,7 +34,7 @@ from ...ir.ops.io import Constant
 from .cc import PARALLEL_MIN_ELEMENTS
 from .vecmath import CALLS, VECMATH_C, libmvec_decls
 
-__all__ = ["region_source", "Unsupported", "C_TYPES", "STREAM_TILE"]
+__all__ = ["region_source", "region_constants", "Unsupported", "C_TYPES", "STREAM_TILE"]
 
 C_TYPES = {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "uint8_t",
            "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "u32": "uint32_t"}
@@ -241,28 +241,40 @@ def coalesce(dims: tuple[int, ...], strides: list[list[int]]
     return tuple(out_d), out_s
 
 
+def region_constants(op) -> list[np.ndarray]:
+    """The region body's constants of more than one value (a mask or table folded into the
+    body), in body order: the generated function reads each as an array after the outputs."""
+    return [np.ascontiguousarray(n.op.value) for n in op.body.nodes
+            if isinstance(n.op, Constant) and n.op.value.size != 1]
+
+
 def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) -> str:
-    """C source of `void fn_name(void** args)` computing the region (inputs, then outputs, in
-    args) for concrete input shapes broadcast to `out_shape` (all outputs share it)."""
+    """C source of `void fn_name(void** args)` computing the region (inputs, then outputs,
+    then region_constants(op), in args) for concrete input shapes broadcast to `out_shape`
+    (all outputs share it)."""
     body = op.body
     full = tuple(int(d) for d in out_shape.dims)
     total = int(np.prod(full, dtype=np.int64)) if full else 1
-    raw = [broadcast_strides(tuple(int(d) for d in s.dims), full) for s in in_shapes]
+    tables = [n for n in body.nodes if isinstance(n.op, Constant) and n.op.value.size != 1]
+    sources = [(nid, s, f"in{i}", i) for i, (nid, s) in enumerate(zip(body.input_ids, in_shapes))]
+    first_table = len(in_shapes) + len(body.outputs)
+    sources += [(n.id, n.outputs[0], f"k{i}", first_table + i) for i, n in enumerate(tables)]
+    raw = [broadcast_strides(tuple(int(d) for d in s.dims), full) for _, s, _, _ in sources]
     dims, strides = coalesce(full, raw)
     cols = dims[-1] if dims else 1
     lead = dims[:-1]
     decls, env, row_offsets = [], {}, []
-    for i, (nid, s, st) in enumerate(zip(body.input_ids, in_shapes, strides)):
+    for (nid, s, name, at), st in zip(sources, strides):
         t = C_TYPES.get(s.dtype.name)
         if t is None:
             raise Unsupported(s.dtype.name)
-        decls.append(f"  const {t}* in{i} = (const {t}*)args[{i}];")
+        decls.append(f"  const {t}* {name} = (const {t}*)args[{at}];")
         off = _row_offset(lead, st[:-1]) if lead else "0"
         inner = "c" if st and st[-1] else "0"
         if off != "0":
-            row_offsets.append(f"      const int64_t o{i} = {off};")
-            inner = f"o{i} + {inner}" if inner != "0" else f"o{i}"
-        env[(nid, 0)] = (f"in{i}[{inner}]", t)
+            row_offsets.append(f"      const int64_t o{name} = {off};")
+            inner = f"o{name} + {inner}" if inner != "0" else f"o{name}"
+        env[(nid, 0)] = (f"{name}[{inner}]", t)
     lines = _body_lines(body, env)
     outs, tiles, stores = [], [], []
     for j, v in enumerate(body.outputs):
@@ -312,14 +324,12 @@ def _body_lines(body, env: dict) -> list[str]:
     lines = []
     for node in body.nodes:
         op_ = node.op
-        if op_.source and not isinstance(op_, Constant):
-            continue
+        if (op_.source and not isinstance(op_, Constant)) or (node.id, 0) in env:
+            continue  # an input, or a table read from its array
         t = C_TYPES.get(node.outputs[0].dtype.name)
         if t is None:
             raise Unsupported(node.outputs[0].dtype.name)
-        if isinstance(op_, Constant):
-            if op_.value.size != 1:
-                raise Unsupported("a non-scalar constant")
+        if isinstance(op_, Constant):  # a scalar: tables are read from their arrays
             env[(node.id, 0)] = (_literal(op_.value.reshape(-1)[0], t), t)
             continue
         a = [env[(v.node, v.index)][0] for v in node.inputs]

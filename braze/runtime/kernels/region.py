@@ -16,7 +16,7 @@ import numpy as np
 from ...ir.ops.region import ElementwiseRegion
 from ..address import address
 from ..codegen import cc
-from ..codegen.elementwise import Unsupported, region_source
+from ..codegen.elementwise import Unsupported, region_constants, region_source
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 __all__ = ["region", "stream_min_bytes"]
@@ -49,12 +49,13 @@ def region(node, ins, outs, ctx):
         return None
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = None
-    n = len(ins) + len(outs)
+    tables = region_constants(node.op)  # alive as long as the kernel
+    n = len(ins) + len(outs) + len(tables)
     arg_t = ctypes.c_void_p * n
 
     def run(*arrays):
         keep = [a if a.flags.c_contiguous else np.ascontiguousarray(a) for a in arrays]
-        fn(arg_t(*(address(a) for a in keep)))
+        fn(arg_t(*(address(a) for a in keep + tables)))
 
     steps = len(node.op.steps)
     how = ", streaming stores" if stream else ""
