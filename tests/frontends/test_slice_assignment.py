@@ -1,6 +1,6 @@
 """Slice assignment through both importers: ONNX ScatterND on values known at import time
 (index tables written by `t[1:, 1:] = v`, BEiT's relative position index) folds to a constant,
-and one reading a run-time value is refused naming the node; torch's slice_scatter /
+and one reading a run-time value is computed at run time; torch's slice_scatter /
 copy (what `y[:, 1:3] = v` and `z.copy_(y)` export to) become concats of the
 untouched parts around the source and reproduce PyTorch."""
 from __future__ import annotations
@@ -12,7 +12,6 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 import braze as bz  # noqa: E402
-from braze.errors import FrontendError  # noqa: E402
 
 F, I64 = TensorProto.FLOAT, TensorProto.INT64
 
@@ -47,10 +46,15 @@ def test_scatter_nd_of_import_time_values_folds_to_a_constant():
     np.testing.assert_allclose(got, x + table, rtol=1e-6)
 
 
-def test_scatter_nd_of_a_run_time_value_is_refused_naming_the_node():
-    model, _ = _scatter_model(data_is_input=True)
-    with pytest.raises(FrontendError, match=r"write_rows.*known at import time"):
-        bz.import_onnx(model)
+def test_scatter_nd_of_a_run_time_value_writes_the_rows_at_run_time():
+    model, want_table = _scatter_model(data_is_input=True)
+    g = bz.import_onnx(model)
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    table = np.arange(12, dtype=np.int64).reshape(3, 4)
+    for got in (bz.interpret(g, {"x": x, "table": table}),
+                bz.compile(g, "cpu")({"x": x, "table": table})):
+        np.testing.assert_allclose(got[0], x + want_table, rtol=1e-6)
 
 
 torch = pytest.importorskip("torch")

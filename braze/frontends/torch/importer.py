@@ -20,7 +20,7 @@ from . import ops  # noqa: F401  (registers the converters)
 from .context import CONVERTERS, Lazy, LazyParam, TorchContext, target_key
 from .dtypes import braze_dtype, to_numpy
 from .ops.elementwise import RUNTIME_CHECKS
-from .provenance import module_path, owner_path
+from .provenance import module_path, normalize_path, owner_path
 from .symbolic import NotRepresentable, SymbolNames, scalar_value
 
 __all__ = ["import_program", "SUPPORTED_OPS", "name_symbols"]
@@ -144,7 +144,7 @@ class _Importer:
                     "(torch treats those as static). Export with an example whose size is >= 2, "
                     f"or leave dim {axis} of {node.name!r} out of dynamic_shapes to import it "
                     f"static; passing torch.export.Dim({label[0]!r}) for that dim makes "
-                    "torch.export name the code that fixes it")
+                    f"torch.export name the code that fixes it{_recurrent_hint(self.ep)}")
 
     # -- sources --------------------------------------------------------------------------------
     def _placeholder(self, node, spec) -> None:
@@ -249,6 +249,27 @@ class _Importer:
         if not values:
             raise FrontendError(f"{self.label}: the program returns no tensors")
         self.g.set_outputs(values)
+
+
+_RECURRENT = ("torch.nn.modules.rnn.LSTM", "torch.nn.modules.rnn.GRU",
+              "torch.nn.modules.rnn.RNN")
+
+
+def _recurrent_hint(ep) -> str:
+    """A note naming the program's nn.LSTM / nn.GRU / nn.RNN modules, whose torch
+    decomposition unrolls the sequence (so it always fixes the sequence length)."""
+    found = set()
+    for node in ep.graph.nodes:
+        for entry in (node.meta.get("nn_module_stack") or {}).values():
+            if isinstance(entry, tuple) and len(entry) > 1 and str(entry[1]) in _RECURRENT:
+                kind = f"nn.{str(entry[1]).rsplit('.', 1)[1]}"
+                path = normalize_path(entry[0])
+                found.add(f"{kind} {path!r}" if path else kind)
+    if not found:
+        return ""
+    return (f". The program runs {', '.join(sorted(found))}: torch.export unrolls recurrent "
+            "layers step by step, so their sequence length is always static; leave the "
+            "sequence dim out of dynamic_shapes (the graph then runs that length only)")
 
 
 def _static_size(d) -> int | None:

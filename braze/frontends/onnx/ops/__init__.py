@@ -1,2 +1,13 @@
 """ONNX op converters, one file per family; importing this package registers them all."""
-from . import contrib, contrib_attention, elementwise, linalg, nn, norm, reduce, shape  # noqa: F401
+from . import (  # noqa: F401
+    contrib,
+    contrib_attention,
+    elementwise,
+    linalg,
+    nn,
+    norm,
+    recurrent,
+    reduce,
+    scatter,
+    shape,
+)

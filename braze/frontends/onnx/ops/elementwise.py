@@ -76,43 +76,40 @@ def leaky_relu(ctx, node):
 @converter("HardSigmoid")
 def hard_sigmoid(ctx, node):
     x = ctx.value(node, 0)
-    return [_hard_sigmoid(ctx, x, node.attr("alpha", 0.2), node.attr("beta", 0.5))]
+    return [hard_sigmoid_of(ctx.g, x, node.attr("alpha", 0.2), node.attr("beta", 0.5))]
 
 
-def _hard_sigmoid(ctx, x, alpha: float, beta: float):
-    g = ctx.g
-    return g.clamp(g.add(g.mul(x, ctx.const_like(alpha, x)), ctx.const_like(beta, x)), 0.0, 1.0)
+def hard_sigmoid_of(g, x, alpha: float, beta: float):
+    """clamp(alpha * x + beta, 0, 1)."""
+    return g.clamp(g.add(g.mul(x, float(alpha)), float(beta)), 0.0, 1.0)
 
 
 @converter("HardSwish")
 def hard_swish(ctx, node):
     x = ctx.value(node, 0)
-    return [ctx.g.mul(x, _hard_sigmoid(ctx, x, 1.0 / 6.0, 0.5))]
+    return [ctx.g.mul(x, hard_sigmoid_of(ctx.g, x, 1.0 / 6.0, 0.5))]
 
 
 @converter("Softplus")
 def softplus(ctx, node):
-    return [_softplus(ctx, ctx.value(node, 0))]
+    return [softplus_of(ctx.g, ctx.value(node, 0))]
 
 
-def _softplus(ctx, x):
+def softplus_of(g, x):
     """log(1 + exp(x)) as max(x, 0) + log(1 + exp(-|x|)): no overflow for large x."""
-    g = ctx.g
-    tail = g.log(g.add(g.exp(g.neg(g.abs(x))), ctx.const_like(1.0, x)))
+    tail = g.log(g.add(g.exp(g.neg(g.abs(x))), 1.0))
     return g.add(g.relu(x), tail)
 
 
-def _elu(ctx, x, alpha: float):
+def elu_of(g, x, alpha: float):
     """x where x > 0, else alpha * (exp(x) - 1); exp reads min(x, 0), so it never overflows."""
-    g = ctx.g
-    zero = ctx.const_like(0.0, x)
-    neg = g.mul(g.sub(g.exp(g.minimum(x, zero)), ctx.const_like(1.0, x)), ctx.const_like(alpha, x))
-    return g.where(g.gt(x, zero), x, neg)
+    neg = g.mul(g.sub(g.exp(g.minimum(x, 0.0)), 1.0), float(alpha))
+    return g.where(g.gt(x, 0.0), x, neg)
 
 
 @converter("Elu")
 def elu(ctx, node):
-    return [_elu(ctx, ctx.value(node, 0), float(node.attr("alpha", 1.0)))]
+    return [elu_of(ctx.g, ctx.value(node, 0), float(node.attr("alpha", 1.0)))]
 
 
 @converter("Selu")
@@ -120,13 +117,13 @@ def selu(ctx, node):
     x = ctx.value(node, 0)
     alpha = float(node.attr("alpha", 1.67326319217681884765625))
     gamma = float(node.attr("gamma", 1.05070102214813232421875))
-    return [ctx.g.mul(_elu(ctx, x, alpha), ctx.const_like(gamma, x))]
+    return [ctx.g.mul(elu_of(ctx.g, x, alpha), ctx.const_like(gamma, x))]
 
 
 @converter("Mish")
 def mish(ctx, node):
     g, x = ctx.g, ctx.value(node, 0)
-    return [g.mul(x, g.tanh(_softplus(ctx, x)))]
+    return [g.mul(x, g.tanh(softplus_of(ctx.g, x)))]
 
 
 @converter("PRelu")

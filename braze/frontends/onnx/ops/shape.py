@@ -1,8 +1,8 @@
 """ONNX data-movement and shape ops: Constant, Shape, Size, Reshape, Flatten, Transpose,
 Squeeze, Unsqueeze, Concat, Split (into narrows), Slice (narrows, dynamic narrows, strided
 slices, gathers of ranges for strided or reversed symbolic axes), Gather,
-GatherElements, Expand (ONNX's two-way broadcast), Tile, ConstantOfShape, Range, Trilu, GatherND,
-ScatterND (compile-time values only), DepthToSpace / SpaceToDepth (reshape, transpose, reshape).
+GatherElements, Expand (ONNX's two-way broadcast), Tile, ConstantOfShape, EyeLike, Range, Trilu,
+GatherND, DepthToSpace / SpaceToDepth (reshape, transpose, reshape). Scatters are in scatter.py.
 
 Shape-valued inputs (Reshape targets, Slice bounds, ...) must be known at import time; they
 may hold symbolic dims (`SymDim`). A Slice start that depends on the dims becomes a
@@ -14,11 +14,10 @@ import math
 import numpy as np
 
 from ....ir.dtypes import f32, i64
-from ....ir.ops.io import Constant, Param
 from ....ir.symbolic import SymDim
 from ..context import ImportContext, NodeView, converter
-from ..dtypes import braze_dtype, tensor_array
-from ..known import Known, scalar_known, scatter_nd
+from ..dtypes import braze_dtype, onnx_dtype, tensor_array
+from ..known import Known, scalar_known
 
 _BIG = 1 << 40  # Slice ends at or beyond this mean "to the end"
 CONST_FOLD_ELEMENTS = 1 << 16
@@ -353,6 +352,31 @@ def constant_of_shape(ctx, node):
     return [ctx.g.expand(scalar, [_dim(d) for d in dims])]
 
 
+@converter("EyeLike")
+def eye_like(ctx, node):
+    """Ones on diagonal `k` (above the main one for k > 0) of a matrix shaped like the input,
+    zeros elsewhere, in `dtype` (default: the input's). Only the input's shape is read: static
+    dims give a constant, symbolic ones a compare of two ranges."""
+    dims = ctx.dims(ctx.value(node, 0)) if ctx.known(node, 0) is None else \
+        ctx.known(node, 0).array.shape
+    if len(dims) != 2:
+        raise ctx.fail(node, f"EyeLike needs a rank-2 input, got dims {tuple(dims)}")
+    k = int(node.attr("k", 0))
+    if "dtype" in node.attrs:
+        dt = onnx_dtype(node.attrs["dtype"])
+    else:
+        dt = ctx.known(node, 0).dtype if ctx.known(node, 0) is not None else \
+            ctx.dtype(ctx.value(node, 0))
+    rows, cols = dims
+    if isinstance(rows, int) and isinstance(cols, int):
+        eye = np.eye(rows, cols, k, dtype=dt.np)
+        return [Known(eye, dt) if eye.size <= CONST_FOLD_ELEMENTS else ctx.g.constant(eye, dt)]
+    g = ctx.g
+    r = g.reshape(g.arange(rows, k, 1, i64), (rows, 1))
+    c = g.reshape(g.arange(cols, 0, 1, i64), (1, cols))
+    return [g.cast(g.eq(r, c), dt)]
+
+
 @converter("Range")
 def range_(ctx, node):
     start = ctx.scalar(node, 0, "Range start")
@@ -426,34 +450,6 @@ def gather_nd(ctx, node):
         stride = stride * n_batch
     flat = g.reshape(data, (stride.to_dim(),) + tuple(dims[b + k:]))
     return [g.gather(flat, linear, 0)]
-
-
-@converter("ScatterND")
-def scatter_nd_(ctx, node):
-    """ScatterND whose inputs are all stored (weights, constants) becomes a constant; one of
-    compile-time values only folds earlier (known.py). braze has no run-time scatter op."""
-    arrays = []
-    for i in range(3):
-        k = ctx.known(node, i)
-        arrays.append(k.array if k is not None and not k.symbolic
-                      else _stored(ctx, ctx.value(node, i)))
-    if any(a is None for a in arrays):
-        raise ctx.fail(node, "ScatterND is supported only on values known at import time "
-                             "(weights, constants, index tables built from shapes and ranges); "
-                             "this one reads a value computed at run time. Export the model "
-                             "with the scattered tensor precomputed (a buffer), or write the "
-                             "update as Where / Concat")
-    data = ctx.value(node, 0)
-    out = scatter_nd(*arrays, node.attr("reduction", "none"))
-    return [ctx.g.constant(out.astype(ctx.dtype(data).np), ctx.dtype(data))]
-
-
-def _stored(ctx, v):
-    """The stored array of a weight or constant value; None for a value computed at run time."""
-    op = ctx.g.node(v).op
-    if isinstance(op, Param):
-        return ctx.g.weights.get(op.name)
-    return op.value if isinstance(op, Constant) else None
 
 
 # -- DepthToSpace / SpaceToDepth: a reshape, a 6-D transpose, a reshape ---------------------------

@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     linalg,
     norm,
     reduce,
+    scatter,
     shape,
     symint,
 )
