@@ -508,7 +508,7 @@ def _static_value(n: Node, g: Graph, weights, symbols, env, slot_of, cache) -> t
                          cache, n.id),)
     if isinstance(op, Constant):
         return (_aligned(op.value, cache, n.id),)
-    key = ("static", n.id) if not _binds(n, g) else None
+    key = ("static", n.id) if not _binds(n, g, cache) else None
     if key is not None and key in cache:
         return cache[key]
     args = [env[slot_of[v]] for v in n.inputs]
@@ -527,11 +527,20 @@ def _static_value(n: Node, g: Graph, weights, symbols, env, slot_of, cache) -> t
     return out
 
 
-def _binds(n: Node, g: Graph) -> bool:
-    """Whether a static node's value may differ between bindings of the symbols."""
-    return bool(getattr(n.op, "needs_symbols", False)) or any(
-        not s.is_static for s in n.outputs) or any(not g.shape_of(v).is_static
-                                                   for v in n.inputs)
+def _binds(n: Node, g: Graph, cache: dict) -> bool:
+    """Whether a static node's value may differ between bindings of the symbols: it reads
+    them, has or reads a symbolic shape, or reads a value that binds (`seq - 1` from a
+    sym_const of seq is a static scalar of a binding-dependent value). Remembered in `cache`
+    per node; static nodes are built in order, so an input's answer is there already."""
+    key = ("binds", n.id)
+    hit = cache.get(key)
+    if hit is None:
+        hit = bool(getattr(n.op, "needs_symbols", False)) or any(
+            not s.is_static for s in n.outputs) or any(
+            not g.shape_of(v).is_static or _binds(g.nodes[v.node], g, cache)
+            for v in n.inputs)
+        cache[key] = hit
+    return hit
 
 
 def _buffers(g, steps, last_use, shapes, outputs, alias) -> list[Buffer]:

@@ -62,6 +62,20 @@ def test_programs_are_cached_per_binding_and_outputs_are_copies():
     assert len(exe._programs) == 2
 
 
+def test_values_computed_from_a_dim_follow_each_binding():
+    """seq - 1 from a sym_const of seq is a static scalar whose value depends on the binding
+    through its input: never cached across programs (it read 2 for seq = 3, 7, 3)."""
+    g = bz.Graph("dims")
+    x = g.input("x", bz.Shape(("seq",)))
+    last = g.sub(g.sym_const(("seq",), (), bz.i64), 1)
+    g.set_outputs([g.mul(last, 2), g.add(x, g.cast(last, bz.f32))])
+    exe = bz.compile(g)
+    for seq in (3, 7, 3, 1):
+        got = exe({"x": np.zeros(seq, np.float32)})
+        assert int(got[0]) == 2 * (seq - 1)
+        np.testing.assert_array_equal(got[1], np.full(seq, seq - 1, np.float32))
+
+
 def test_weight_preparation_is_static_and_update_weights_recomputes_it():
     g = models.bert_encoder(1, 32, 2, batch=2, seq=4)        # QKV concat of unstored params
     params = bz.init_params(g, 0)
