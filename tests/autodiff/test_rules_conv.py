@@ -23,6 +23,9 @@ ROWS = [
     ("conv_transpose2d_groups",
      lambda g, x, w: g.conv_transpose2d(x, w, stride=(1, 2), groups=2, dilation=(2, 1)),
      [(2, 4, 3, 3), (4, 1, 2, 2)], 1),
+    ("fused_conv_residual_tanh",  # act(conv + b + r): through its decomposition
+     lambda g, x, w, b, r: g.fused_conv_bias_act(x, w, b, padding=1, act="tanh", residual=r),
+     [(2, 3, 5, 4), (4, 3, 3, 3), (4,), (2, 4, 5, 4)], 2),
     ("max_pool", lambda g, x: g.max_pool2d(x, 2, 2), [(2, 3, 4, 6)], 1),
     ("max_pool_overlap_pad", lambda g, x: g.max_pool2d(x, 3, 1, padding=1), [(1, 2, 5, 4)], 1),
     ("avg_pool_pad", lambda g, x: g.avg_pool2d(x, 3, 2, padding=1), [(1, 2, 5, 6)], 2),
