@@ -9,7 +9,9 @@ GEMM runs those matmuls on the rounded operands directly. A fused attention bloc
 projection is a matmul too: the policy sets the block's `round_attention`, which rounds the
 attention result (an operand inside the block) the same way. Attention's own matmuls (q @ k^T
 and p @ v) run on rounded q, k, v and probabilities, softmax in f32 (`attention_core`): the
-attention op's `round_operands`, a block's `round_core`."""
+attention op's `round_operands`, a block's `round_core`. A patch-embedding conv (kernel =
+stride, no padding: ViT's) becomes the matmul it is (patches @ the weight as a matrix), so it
+runs the bf16 GEMM too."""
 from __future__ import annotations
 
 import dataclasses
@@ -88,14 +90,16 @@ def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int
                                                       provenance=node.provenance)))
             count += 1
             continue
+        if policy.lowers(node.op) and node.outputs[0].dtype == f32 and \
+                policy.lowers(FusedMatMulBiasAct()) and patch_size(g, node) is not None:
+            vmap[node.values[0]] = _patch_matmul(new, node, ins, policy, rounded)
+            count += 1
+            continue
         if policy.lowers(node.op) and node.outputs[0].dtype == f32:
             names = _roles(node.op, len(ins))
             for i, (v, role) in enumerate(zip(ins, names)):
-                if role in policy.skip_roles or new.shape_of(v).dtype != f32:
-                    continue
-                if v not in rounded:
-                    rounded[v] = new.cast(new.cast(v, policy.compute), f32)
-                ins[i] = rounded[v]
+                if role not in policy.skip_roles:
+                    ins[i] = _rounded(new, v, policy, rounded)
             count += 1
             op = _round_inside(node.op, policy)
             if op is not node.op:
@@ -107,6 +111,55 @@ def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int
     new.weights = dict(g.weights)
     new.set_outputs([vmap[v] for v in g.outputs])
     return new, count
+
+
+def _rounded(new: Graph, v: Value, policy: PrecisionPolicy, rounded: dict) -> Value:
+    """`v` rounded to the policy's dtype and back (once per value), or `v` when not f32."""
+    if new.shape_of(v).dtype != f32:
+        return v
+    if v not in rounded:
+        rounded[v] = new.cast(new.cast(v, policy.compute), f32)
+    return rounded[v]
+
+
+def patch_size(g: Graph, node) -> tuple[int, int] | None:
+    """(ph, pw) when `node` is a patch-embedding conv: a conv2d / fused_conv_bias_act (no
+    residual) of one group whose kernel, larger than 1x1, equals its stride, with no padding
+    or dilation, over a static H and W that the patches tile exactly: a matmul of each
+    patch's values by the weight, nothing overlapping or left over (ViT's, Swin's,
+    ConvNeXt's stem)."""
+    op = node.op
+    if not isinstance(op, (Conv2d, FusedConvBiasAct)) or getattr(op, "residual", False):
+        return None
+    if op.groups != 1 or any(op.padding) or tuple(op.dilation) != (1, 1):
+        return None
+    kh, kw = g.shape_of(node.inputs[1]).dims[2:]
+    h, w = g.shape_of(node.inputs[0]).dims[2:]
+    if (kh, kw) != tuple(op.stride) or kh * kw == 1 or not all(
+            isinstance(d, int) for d in (h, w)) or h % kh or w % kw:
+        return None
+    return kh, kw
+
+
+def _patch_matmul(new: Graph, node, ins: list, policy: PrecisionPolicy, rounded: dict
+                  ) -> Value:
+    """A patch-embedding conv (see patch_size) as patches [B, Hp * Wp, C * ph * pw] @ the
+    weight as [C * ph * pw, O] (+ bias, activation) on rounded operands, the result back in
+    NCHW: the bf16 GEMM runs it (braze's convs are f32 only). The weight's reshape /
+    transpose read only params: weight preparation."""
+    ph, pw = node.op.stride  # = the kernel (patch_size)
+    x, w = ins[0], ins[1]
+    n, c, h, wd = new.shape_of(x).dims
+    o = new.shape_of(w).dims[0]
+    hp, wp = h // ph, wd // pw
+    patches = new.reshape(new.transpose(new.reshape(x, (n, c, hp, ph, wp, pw)),
+                                        (0, 2, 4, 1, 3, 5)), (n, hp * wp, c * ph * pw))
+    w2 = new.transpose(new.reshape(w, (o, c * ph * pw)), (1, 0))
+    act = node.op.act if isinstance(node.op, FusedConvBiasAct) else None
+    bias = ins[2] if len(ins) > 2 else None
+    y = new.linear_fused(_rounded(new, patches, policy, rounded),
+                         _rounded(new, w2, policy, rounded), bias, act)
+    return new.transpose(new.reshape(y, (n, hp, wp, o)), (0, 3, 1, 2))
 
 
 def _round_inside(op, policy: PrecisionPolicy):

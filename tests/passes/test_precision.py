@@ -129,3 +129,51 @@ def test_whole_transformer_layers_are_unfused_so_their_matmuls_are_rounded():
     assert np.abs(got - want).max() < 4e-3 * np.abs(want).max()
     f32 = bz.interpret(g, feeds, params)[0]
     assert np.abs(got - f32).max() > 10 * np.abs(got - want).mean()
+
+
+def _patch_graph(kernel, stride, padding=0, hw=(16, 12), act="gelu"):
+    g = bz.Graph("patches")
+    x = g.input("x", bz.Shape(("batch", 3, *hw)))
+    w = g.param("w", bz.Shape((24, 3, *kernel)))
+    b = g.param("b", bz.Shape((24,)))
+    y = g.fused_conv_bias_act(x, w, b, stride, padding, act=act)
+    n, c, h, wd = g.shape_of(y).dims
+    g.set_outputs([g.transpose(g.reshape(y, (n, c, h * wd)), (0, 2, 1))])  # ViT's flatten
+    return g
+
+
+@pytest.mark.parametrize("kernel, act", [((4, 4), "gelu"), ((2, 3), None)])
+def test_a_patch_embedding_conv_becomes_a_bf16_matmul(kernel, act):
+    """kernel = stride, no padding: patches @ the weight as a matrix, which the bf16 GEMM
+    runs; the numbers are the policy's, at two batch sizes."""
+    from braze.passes.precision import patch_size
+
+    g = _patch_graph(kernel, kernel, act=act)
+    out, count = apply_precision(g, "bf16")
+    assert count == 1 and out.count("fused_conv_bias_act") == 0
+    (mm,) = [n for n in out.nodes if n.op.kind == "fused_matmul_bias_act"]
+    assert [out.nodes[v.node].op.kind for v in mm.inputs[:2]] == ["cast", "cast"]
+    assert patch_size(g, next(n for n in g.nodes if n.op.kind == "fused_conv_bias_act")) \
+        == kernel
+    params = bz.init_params(g, 1)
+    exe = bz.compile(g, params=params, precision="bf16", threads=2)
+    rows = exe.dispatch_report(bz.random_feeds(g, 0, {"batch": 2})).rows
+    assert not [r for r in rows if r[1] in ("conv2d", "fused_conv_bias_act")]
+    for batch in (1, 3):
+        feeds = bz.random_feeds(g, batch, {"batch": batch})
+        (got,), (want,) = exe(feeds), bz.interpret(exe.graph, feeds, params)
+        assert np.abs(got - want).max() < 4e-3 * np.abs(want).max()
+        (f32,) = bz.interpret(g, feeds, params)
+        assert np.abs(got - f32).max() < 3e-2 * np.abs(f32).max()
+
+
+@pytest.mark.parametrize("kernel, stride, padding, hw", [
+    ((3, 3), (3, 3), 1, (16, 12)),     # padded
+    ((4, 4), (2, 2), 0, (16, 12)),     # overlapping
+    ((4, 4), (4, 4), 0, (18, 12)),     # rows left over
+    ((1, 1), (1, 1), 0, (16, 12)),     # a 1x1 conv: no patches to gather
+])
+def test_other_convs_stay_convs(kernel, stride, padding, hw):
+    g = _patch_graph(kernel, stride, padding, hw)
+    out, _ = apply_precision(g, "bf16")
+    assert out.count("fused_conv_bias_act") == 1
