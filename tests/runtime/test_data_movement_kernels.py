@@ -95,3 +95,36 @@ def test_gather_elements_out_of_range_and_smaller_dims():
     feeds = _gather_feeds(g, (4, 6), (3, 2), 1, 1)
     np.testing.assert_array_equal(exe(feeds)[0], bz.interpret(g, feeds)[0])
     assert {d for _, k, d, _ in exe.dispatch_report().rows} == {Dispatch.REFERENCE}
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_gather_elements_index_repeated_over_leading_axes(static):
+    """DeBERTa's relative-position index: [1, S, S] expanded over batch x heads. Static (a
+    param here; in the model, computed once per binding) it is reduced to its distinct block
+    and read from cache; fed at run time, its broadcast view is read without a copy."""
+    from braze.ir.ops.indexing import GatherElements
+
+    rng = np.random.default_rng(2)
+    s, n, reps = 9, 20, 6
+    table = rng.integers(-n, n, (1, s, s)).astype(np.int64)
+    g = bz.Graph("rel")
+    x = g.input("x", bz.Shape((reps, s, n)))
+    idx = g.param("idx", bz.Shape((1, s, s), bz.i64)) if static else \
+        g.input("idx", bz.Shape((1, s, s), bz.i64))
+    full = g.expand(idx, (reps, s, s))
+    g.set_outputs([g.add_node(GatherElements(axis=2), [g.tanh(x), full])[0]])
+    params = {"idx": table} if static else {}
+    exe = bz.compile(g, params=params, fuse=False)
+    for _ in range(2):
+        feeds = {"x": rng.standard_normal((reps, s, n)).astype(np.float32)}
+        if not static:
+            feeds["idx"] = table
+        np.testing.assert_array_equal(exe(feeds)[0], bz.interpret(g, feeds, params)[0])
+    (impl,) = [r[3] for r in exe.dispatch_report().rows if r[1] == "gather_elements"]
+    assert impl.startswith("C gather_elements")
+    assert ("block reused 6 times" in impl) == static
+    if static:
+        bad = dict(params, idx=np.where(table == table[0, 0, 0], n, table))
+        exe2 = bz.compile(g, params=bad, fuse=False)
+        with pytest.raises(bz.InterpretError, match="gather_elements .* outside"):
+            exe2(feeds)

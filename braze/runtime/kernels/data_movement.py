@@ -47,7 +47,11 @@ def constant_pad(node, ins, outs, ctx):
 @register_kernel(GatherElements)
 def gather_elements(node, ins, outs, ctx):
     """Data of 4- or 8-byte elements, int32 / int64 indices whose dims off the axis equal the
-    data's (the collapsed [outer, n, inner] form); other cases run the reference."""
+    data's (the collapsed [outer, n, inner] form); other cases run the reference. An index
+    repeated over leading axes (DeBERTa's relative positions, expanded over batch x heads) is
+    read once per repeat from cache instead of copied out: a broadcast view as it is, and a
+    static index (computed once per binding) reduced to its distinct leading blocks and to
+    int32, its range checked once."""
     x, idx = ins
     lib = native.lib()
     ax = node.op.axis % x.rank
@@ -58,15 +62,53 @@ def gather_elements(node, ins, outs, ctx):
     outer = int(np.prod(x.dims[:ax], dtype=np.int64))
     inner = int(np.prod(x.dims[ax + 1:], dtype=np.int64))
     n, m = int(x.dims[ax]), int(idx.dims[ax])
-    elem, idx64 = x.dtype.np.itemsize, int(idx.dtype.np.itemsize == 8)
+    elem = x.dtype.np.itemsize
+    static = ctx.static.get(node.inputs[1]) if ctx is not None else None
+    ready = None if static is None else _static_index(static, ax, n)
+
+    def fail():
+        raise InterpretError(f"gather_elements at node {node.label}: an index is outside "
+                             f"[-{n}, {n}) along axis {ax}")
 
     def run(data, indices, out):
         data = np.ascontiguousarray(data)
-        indices = np.ascontiguousarray(indices)
+        if ready is not None:
+            if ready[2]:
+                fail()
+            indices, rows = ready[0], ready[1]
+        else:
+            indices, rows = _leading_repeats(indices, ax)
         if lib.gather_elements(address(data), address(indices), address(out), outer, n, m,
-                               inner, elem, idx64):
-            raise InterpretError(f"gather_elements at node {node.label}: an index is outside "
-                                 f"[-{n}, {n}) along axis {ax}")
+                               inner, elem, int(indices.dtype.itemsize == 8), rows):
+            fail()
 
-    return Kernel(run, Dispatch.NATIVE, "C gather_elements",
+    how = "" if ready is None or ready[1] == outer else \
+        f", a static index block reused {outer // max(ready[1], 1)} times"
+    return Kernel(run, Dispatch.NATIVE, "C gather_elements" + how,
                   bytes=2 * nbytes(outs) + nbytes(ins[1:]))
+
+
+def _leading_repeats(indices: np.ndarray, ax: int) -> tuple[np.ndarray, int]:
+    """(contiguous index blocks, how many) for indices broadcast over leading axes before
+    `ax` (stride 0: an expand's view), without copying the repeats."""
+    lead = 0
+    while lead < ax and indices.strides[lead] == 0:
+        lead += 1
+    block = np.ascontiguousarray(indices[(0,) * lead])
+    return block, int(np.prod(block.shape[:ax - lead], dtype=np.int64))
+
+
+def _static_index(index: np.ndarray, ax: int, n: int) -> tuple[np.ndarray, int, bool]:
+    """A static index as (its distinct leading blocks, contiguous, negatives wrapped, int32;
+    how many blocks; whether any index is outside [-n, n)): leading axes along which it does
+    not change are dropped, whether a broadcast view or copied out."""
+    lead = 0
+    while lead < ax and index.shape[0] and (index.strides[0] == 0
+                                            or not (index != index[:1]).any()):
+        index = index[0]  # the next leading axis is axis 0 again
+        lead += 1
+    index = index.astype(np.int64)
+    bad = bool(((index < -n) | (index >= n)).any())
+    wrapped = np.where(index < 0, index + n, index)
+    index = np.ascontiguousarray(wrapped.astype(np.int32 if n < 2 ** 31 else np.int64))
+    return index, int(np.prod(index.shape[:ax - lead], dtype=np.int64)), bad

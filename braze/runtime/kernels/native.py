@@ -316,19 +316,20 @@ void row_norm(const float* x, const float* res, const float* gamma, const float*
   }
 }
 
-/* out[o, j, i] = x[o, k, i], k = idx[o, j, i] (k + n when negative), for o < outer, j < m,
-   i < inner: x [outer, n, inner], idx and out [outer, m, inner]; elements of `elem` bytes (4
-   or 8), indices int64 (idx64) or int32. Returns 0, or 1 when an index is outside [-n, n)
-   (out is then incomplete). */
+/* out[o, j, i] = x[o, k, i], k = idx[o % idx_outer, j, i] (k + n when negative), for o <
+   outer, j < m, i < inner: x [outer, n, inner], out [outer, m, inner], idx [idx_outer, m,
+   inner] (idx_outer < outer: an index repeated over leading axes, read from cache);
+   elements of `elem` bytes (4 or 8), indices int64 (idx64) or int32. Returns 0, or 1 when an
+   index is outside [-n, n) (out is then incomplete). */
 __attribute__((optimize("no-tree-vectorize")))  /* scalar loads: AVX-512 gathers ran slower */
 int gather_elements(const void* x, const void* idx, void* out, int64_t outer, int64_t n,
-                    int64_t m, int64_t inner, int elem, int idx64) {
+                    int64_t m, int64_t inner, int elem, int idx64, int64_t idx_outer) {
   int bad = 0;
   if (inner == 1) {  /* along the last axis (DeBERTa's position scores): a row gather */
 #define GATHER_ROWS(T, I) { \
     _Pragma("omp parallel for schedule(static) if(outer * m > BRAZE_PAR_MIN) reduction(|:bad)") \
     for (int64_t o = 0; o < outer; o++) { \
-      const T* xr = (const T*)x + o * n; const I* ir = (const I*)idx + o * m; \
+      const T* xr = (const T*)x + o * n; const I* ir = (const I*)idx + o % idx_outer * m; \
       T* orow = (T*)out + o * m; \
       for (int64_t j = 0; j < m; j++) { \
         int64_t k = (int64_t)ir[j]; k += k < 0 ? n : 0; \
@@ -344,9 +345,9 @@ int gather_elements(const void* x, const void* idx, void* out, int64_t outer, in
       reduction(|:bad)
   for (int64_t o = 0; o < outer; o++) {
     for (int64_t j = 0; j < m; j++) {
-      int64_t r = (o * m + j) * inner;
-      const int64_t* i64 = (const int64_t*)idx + r;
-      const int32_t* i32 = (const int32_t*)idx + r;
+      int64_t r = (o * m + j) * inner, ri = (o % idx_outer * m + j) * inner;
+      const int64_t* i64 = (const int64_t*)idx + ri;
+      const int32_t* i32 = (const int32_t*)idx + ri;
       for (int64_t i = 0; i < inner; i++) {
         int64_t k = idx64 ? i64[i] : (int64_t)i32[i];
         k += k < 0 ? n : 0;
@@ -466,7 +467,7 @@ _SIGNATURES = {
     "softmax_strided": [_P, _P, _I64, _I64, _I64],
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
     "gated": [_P, _P, _I64, _I64, _INT, _INT, _INT],
-    "gather_elements": ([_P, _P, _P, _I64, _I64, _I64, _I64, _INT, _INT], _INT),
+    "gather_elements": ([_P, _P, _P, _I64, _I64, _I64, _I64, _INT, _INT, _I64], _INT),
 }
 
 
