@@ -19,7 +19,7 @@ from ...ir.op import Value
 from ...ir.shapes import Shape
 from ...ir.symbolic import SymDim
 from .dtypes import braze_dtype
-from .symbolic import NotRepresentable, SymbolNames
+from .symbolic import NotRepresentable, SymbolNames, static_hint
 
 __all__ = ["Call", "TorchContext", "Converter", "CONVERTERS", "converter", "target_key",
            "LazyParam", "Lazy"]
@@ -253,7 +253,7 @@ class TorchContext:
         if isinstance(x, SymDim):
             if not x.is_const:
                 raise self.fail(f"{what} is {x}, which depends on the input sizes; braze needs "
-                                "it static")
+                                f"it static{static_hint(sorted(x.symbols))}")
             return x.const
         if isinstance(x, bool) or not isinstance(x, (int, np.integer)):
             raise self.fail(f"{what} must be an int, got {x!r}")

@@ -22,7 +22,22 @@ __all__ = ["SymbolNames", "NotRepresentable", "torch_dynamic_shapes", "decide_lt
 
 
 class NotRepresentable(Exception):
-    """A torch size expression braze cannot write as a polynomial over named dims."""
+    """A torch size expression braze cannot write as a polynomial over named dims; `dims` are
+    the braze names of the dynamic dims it depends on (importing them static avoids it)."""
+
+    def __init__(self, message: str, dims: Sequence[str] = ()):
+        super().__init__(message + static_hint(dims))
+        self.dims = tuple(dims)
+
+
+def static_hint(dims: Sequence[str]) -> str:
+    """The hint to import `dims` static (empty when there are none), to end an error."""
+    if not dims:
+        return ""
+    names = " and ".join(sorted(dims))
+    which = "that dim" if len(dims) == 1 else "those dims"
+    return (f"; import with {names} static: leave {which} out of dynamic_shapes (the graph then "
+            "runs the example input's size only)")
 
 
 def _sanitize(name: str) -> str:
@@ -58,6 +73,16 @@ class SymbolNames:
         """A Shape dim (int or canonical symbol string) for `x`."""
         return self.sym(x).to_dim()
 
+    def show(self, e) -> str:
+        """A torch size expression written with braze's dim names: `(seq - 3) % seq`."""
+        return _size_printer(self.names).doprint(e)
+
+    def unrepresentable(self, e, why: str) -> NotRepresentable:
+        """NotRepresentable for `e`: `why` with `{}` standing for `e` as braze names it."""
+        dims = {self.names[s.name] for s in getattr(e, "free_symbols", ())
+                if s.name in self.names}
+        return NotRepresentable(why.format(self.show(e)), sorted(dims))
+
     def _convert(self, e) -> SymDim:
         import sympy
 
@@ -81,13 +106,13 @@ class SymbolNames:
             out = SymDim.of(1)
             for a in e.args:
                 if a.is_Rational and not a.is_Integer:
-                    raise NotRepresentable(f"{e} has a fractional coefficient")
+                    raise self.unrepresentable(e, "the size {} has a fractional coefficient")
                 out = out * self._convert(a)
             return out
         if isinstance(e, sympy.Pow) or type(e).__name__ == "PowByNatural":
             base, ex = e.args
             if not (ex.is_Integer and int(ex) >= 0):
-                raise NotRepresentable(f"{e} is not a polynomial")
+                raise self.unrepresentable(e, "the size {} is not a polynomial")
             out = SymDim.of(1)
             for _ in range(int(ex)):
                 out = out * self._convert(base)
@@ -98,13 +123,17 @@ class SymbolNames:
             try:
                 return a // b
             except ValueError:
-                raise NotRepresentable(f"{e} is not an exact division") from None
+                raise self.unrepresentable(e, "the size {} rounds a division down; braze "
+                                                "writes sizes as polynomials in the input dims"
+                                            ) from None
         if kind == "CeilDiv":
             a, b = (self._convert(x) for x in e.args)
             try:
                 return a // b
             except ValueError:
-                raise NotRepresentable(f"{e} rounds up a division") from None
+                raise self.unrepresentable(e, "the size {} rounds a division up; braze writes "
+                                                "sizes as polynomials in the input dims"
+                                            ) from None
         if kind in ("Max", "Min") or isinstance(e, (sympy.Max, sympy.Min)):
             is_max = kind == "Max" or isinstance(e, sympy.Max)
             vals = [self._convert(x) for x in e.args]
@@ -116,15 +145,15 @@ class SymbolNames:
                 elif is_max == lt:
                     best = v
             return best
-        raise NotRepresentable(f"size expression {e} ({kind}) is not a polynomial braze can "
-                               "write")
+        raise self.unrepresentable(e, "the size {} is not a polynomial in the input dims, "
+                                       "which is how braze writes sizes")
 
     def clamp_choice(self, a: SymDim, b: SymDim, is_max: bool, e) -> SymDim:
         """Max / Min of a constant and a size no binding orders (MPT's `max(0, 64 - seq)`):
         the size, with the requirement recorded in `assumed` (braze.frontends.clamps)."""
         choice = clamp_choice(a, b, is_max)
         if choice is None:
-            raise NotRepresentable(f"cannot decide {e} for every size")
+            raise self.unrepresentable(e, "cannot decide {} for every size")
         value, need = choice
         if need not in self.assumed:
             self.assumed.append(need)
@@ -145,14 +174,48 @@ class SymbolNames:
         rel = {sympy.Eq: "eq", sympy.Ne: "ne", sympy.Lt: "lt", sympy.Le: "le", sympy.Gt: "gt",
                sympy.Ge: "ge"}.get(type(e))
         if rel is None:
-            raise NotRepresentable(f"cannot decide {e}")
+            raise self.unrepresentable(e, "cannot decide {}")
         a, b = (self._convert(v) for v in e.args)
         out = {"eq": lambda: decide_eq(a, b), "ne": lambda: _not(decide_eq(a, b)),
                "lt": lambda: decide_lt(a, b), "ge": lambda: _not(decide_lt(a, b)),
                "gt": lambda: decide_lt(b, a), "le": lambda: _not(decide_lt(b, a))}[rel]()
         if out is None:
-            raise NotRepresentable(f"{e} depends on the input sizes")
+            raise self.unrepresentable(e, "{} depends on the input sizes")
         return out
+
+
+_SHOW = {"FloorDiv": "{} // {}", "CleanDiv": "{} // {}", "CeilDiv": "ceil({} / {})",
+         "PythonMod": "{} % {}", "Mod": "{} % {}", "IntTrueDiv": "{} / {}",
+         "FloatTrueDiv": "{} / {}", "PowByNatural": "{} ** {}", "FloatPow": "{} ** {}",
+         "ToFloat": "float({})", "TruncToInt": "trunc({})", "TruncToFloat": "trunc({})",
+         "CeilToInt": "ceil({})", "FloorToInt": "floor({})", "RoundToInt": "round({})",
+         "Identity": "{}"}
+
+
+def _size_printer(names: Mapping[str, str]):
+    """A sympy printer for torch's size functions (FloorDiv, PythonMod, ToFloat, ...) as Python
+    operators, with braze's dim names for torch's symbols."""
+    from sympy.printing.str import StrPrinter
+
+    class SizePrinter(StrPrinter):
+        printmethod = "_braze_str"  # not torch's `_sympystr`, so the table below applies
+
+        def _print_Symbol(self, s):
+            return names.get(s.name, s.name)
+
+        def _print_Function(self, e):
+            form = _SHOW.get(type(e).__name__)
+            if form is None or form.count("{}") != len(e.args):
+                return super()._print_Function(e)
+            if len(e.args) == 1:
+                return form.format(self._print(e.args[0]))
+            return form.format(*(self._arg(a) for a in e.args))
+
+        def _arg(self, a):
+            text = self._print(a)
+            return text if a.is_Atom or a.is_Function else f"({text})"
+
+    return SizePrinter()
 
 
 def _not(v: bool | None) -> bool | None:
@@ -206,7 +269,9 @@ def scalar_value(names: SymbolNames, x):
         e = _expr(x)
         if e is not None and e.is_number:
             return float(e)
-        raise NotRepresentable(f"float {e} depends on the input sizes")
+        raise names.unrepresentable(e, "{} is a float computed from the input sizes; braze "
+                                        "folds size arithmetic at import time into integer "
+                                        "sizes")
     raise NotRepresentable(f"{type(x).__name__} is not a scalar")
 
 

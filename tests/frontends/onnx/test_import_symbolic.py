@@ -229,3 +229,94 @@ def test_range_from_a_symbolic_start(make_model, ort_run):
     g = bz.import_onnx(m)
     assert g.shape_of(g.outputs[0]).dims == ("2*seq",)
     check_sizes(g, m, ort_run, lambda b, s: {"x": np.zeros((b, s), np.float32)})
+
+
+
+def _float_range_model(make_model, start, delta, limit_scale=1):
+    """Range(start, float(limit_scale * seq), delta) in f32: what both torch.onnx exporters write
+    for `torch.arange(seq, dtype=torch.float32)` (sinusoidal position embeddings)."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i1"], ["seq"], name="seq_len", axis=0),
+        helper.make_node("Mul", ["seq", "k"], ["limit_i"], name="scale_limit"),
+        helper.make_node("Cast", ["limit_i"], ["limit"], name="limit_f", to=F),
+        helper.make_node("Range", ["start", "limit", "delta"], ["pos"], name="positions"),
+    ]
+    inits = [ints("i1", 1), ints("k", limit_scale),
+             numpy_helper.from_array(np.array(start, np.float32), "start"),
+             numpy_helper.from_array(np.array(delta, np.float32), "delta")]
+    return make_model(nodes, [("x", F, ["batch", "seq"])], [("pos", F, None)], inits)
+
+
+@pytest.mark.parametrize("start, delta, limit_scale, length", [
+    (0.0, 1.0, 1, "seq"),          # torch.arange(seq, dtype=float32)
+    (2.0, 1.0, 1, "seq - 2"),
+    (0.5, 1.0, 1, "seq"),          # a fractional start rounds the count up: ceil(seq - 0.5)
+    (1.0, 2.0, 2, "seq"),          # ceil((2*seq - 1) / 2)
+    (0.0, 3.0, 3, "seq"),
+    (12.5, -1.0, 1, "13 - seq"),   # counting down: ceil(12.5 - seq)
+])
+def test_float_range_with_a_symbolic_limit(make_model, matches_ort, start, delta, limit_scale,
+                                           length):
+    m = _float_range_model(make_model, start, delta, limit_scale)
+    for batch, seq in SIZES:
+        x = np.zeros((batch, seq), np.float32)
+        g = matches_ort(m, {"x": x})
+    assert node_of(g, "range").op.length == bz.Shape((length,)).dims[0]
+
+
+def test_float_range_from_a_symbolic_start_counts_down(make_model, matches_ort):
+    """Range(float(seq), 0.0, -1.0): seq values from seq down to 1."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i1"], ["seq"], name="seq_len", axis=0),
+        helper.make_node("Cast", ["seq"], ["start"], name="start_f", to=F),
+        helper.make_node("Range", ["start", "zero", "minus_one"], ["pos"], name="positions"),
+    ]
+    inits = [ints("i1", 1), numpy_helper.from_array(np.array(0.0, np.float32), "zero"),
+             numpy_helper.from_array(np.array(-1.0, np.float32), "minus_one")]
+    m = make_model(nodes, [("x", F, ["batch", "seq"])], [("pos", F, None)], inits)
+    for batch, seq in SIZES:
+        g = matches_ort(m, {"x": np.zeros((batch, seq), np.float32)})
+    assert g.shape_of(g.outputs[0]).dims == ("seq",)
+
+
+@pytest.mark.parametrize("start, delta, limit_scale", [(0.0, 0.5, 1), (0.0, 2.0, 1)])
+def test_float_range_whose_count_is_not_a_dim_is_refused(make_model, start, delta,
+                                                          limit_scale):
+    """ceil(seq / 0.5) needs a fractional step, ceil(seq / 2) rounds: neither is a dim."""
+    m = _float_range_model(make_model, start, delta, limit_scale)
+    with pytest.raises(bz.FrontendError, match=r"node positions \(Range\).*whole-number delta"
+                       r".*arange\(n\) \* step.*input_shapes="):
+        bz.import_onnx(m)
+
+
+@pytest.mark.parametrize("dynamo", [False, True])
+def test_float_arange_of_a_dynamic_dim_from_both_exporters(dynamo, ort_run, tmp_path):
+    """torch.arange(seq, dtype=torch.float32) exported by the TorchScript and dynamo
+    exporters imports and matches PyTorch and ONNX Runtime at two sequence lengths."""
+    torch = pytest.importorskip("torch")
+
+    class Positions(torch.nn.Module):
+        def forward(self, x):
+            pos = torch.arange(x.shape[1], dtype=torch.float32)
+            return x + torch.sin(pos)[None, :, None]
+
+    m, x = Positions().eval(), torch.randn(2, 6, 4)
+    path = str(tmp_path / f"positions_{dynamo}.onnx")
+    if dynamo:
+        dims = {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}
+        torch.onnx.export(m, (x,), path, input_names=["x"], dynamo=True,
+                          dynamic_shapes={"x": dims}, verbose=False)
+    else:
+        torch.onnx.export(m, (x,), path, input_names=["x"], dynamo=False, opset_version=17,
+                          dynamic_axes={"x": {0: "batch", 1: "seq"}})
+    g = bz.import_onnx(path)
+    exe = bz.compile(g, "cpu")
+    model = open(path, "rb").read()
+    for batch, seq in SIZES:
+        xs = np.random.default_rng(seq).normal(size=(batch, seq, 4)).astype(np.float32)
+        want = m(torch.from_numpy(xs)).numpy()
+        np.testing.assert_allclose(ort_run(model, {"x": xs})[0], want, rtol=1e-6, atol=1e-6)
+        for got in (bz.interpret(g, {"x": xs})[0], exe({"x": xs})[0]):
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)

@@ -379,6 +379,9 @@ def eye_like(ctx, node):
 
 @converter("Range")
 def range_(ctx, node):
+    """Static bounds fold to a constant; with a symbolic bound the element count
+    ceil((limit - start) / delta) must be a dim (`_range_length`): integral delta, any start.
+    Float Ranges (torch.arange(seq, dtype=float32) for position embeddings) count the same."""
     start = ctx.scalar(node, 0, "Range start")
     limit = ctx.scalar(node, 1, "Range limit")
     delta = ctx.scalar(node, 2, "Range delta")
@@ -389,14 +392,43 @@ def range_(ctx, node):
         if n <= CONST_FOLD_ELEMENTS:
             return [Known((start + np.arange(n, dtype=np.float64) * delta).astype(dt.np), dt)]
         return [ctx.g.arange(n, start, delta, dt)]
-    if isinstance(delta, SymDim) or delta not in (1, -1):
-        raise ctx.fail(node, f"Range({start}, {limit}, {delta}) with symbolic bounds needs a "
-                             "step of 1 or -1")
-    length = (SymDim.of(limit) - start) * delta
+    length = _range_length(start, limit, delta)
+    if length is None:
+        raise ctx.fail(node, f"Range({start}, {limit}, {delta}): with a symbolic bound braze "
+                             "needs the element count ceil((limit - start) / delta) as a dim, "
+                             "which takes a whole-number delta (and a count that rounds "
+                             "exactly); write the range with an integer step and scale it "
+                             "(arange(n) * step), or import with that dim static "
+                             "(input_shapes=)")
     if isinstance(start, SymDim):  # Funnel's Range(-2*seq, 2*seq): from 0, shifted at run time
         base = ctx.g.arange(length.to_dim(), 0, delta, dt)
         return [ctx.g.add(base, ctx.g.sym_const([start.to_dim()], (), dt))]
     return [ctx.g.arange(length.to_dim(), start, delta, dt)]
+
+
+def _range_length(start, limit, delta) -> SymDim | None:
+    """ceil((limit - start) / delta) as a dim when it is one for every binding, else None.
+
+    The bounds are ints, SymDims or floats; delta must be a nonzero constant integer. A
+    constant part c of (limit - start) * sign(delta) may be fractional: for an integer x and
+    0 <= f < 1, ceil((x - f) / d) == ceil(x / d), so c rounds up first. ceil(x / d) is then
+    (x + r) // d for the r in [0, d) that makes the division exact for every binding."""
+    if isinstance(delta, SymDim) or delta == 0 or float(delta) != int(delta):
+        return None
+    sign, d = (1 if delta > 0 else -1), abs(int(delta))
+    sym, const = SymDim.of(0), 0.0
+    for v, s in ((limit, sign), (start, -sign)):
+        if isinstance(v, SymDim):
+            sym = sym + v * s
+        else:
+            const += float(v) * s
+    x = sym + math.ceil(const)
+    for r in range(d):
+        try:
+            return (x + r) // d
+        except ValueError:
+            continue
+    return None
 
 
 @converter("Trilu")

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 from ....ir.ops.reduce import ReduceFn
 from ....ir.ops.resize import CoordinateMode, NearestMode, ResizeMode
+from ....ir.symbolic import dim_symbols
 from ..context import Call, Lazy, TorchContext, converter
+from ..symbolic import static_hint
 
 
 def _pair(ctx, v, what: str, n: int, default=None) -> list[int]:
@@ -183,8 +185,9 @@ def adaptive_pool(ctx, c):
                          True)
     else:
         if not all(isinstance(s, int) and s % o == 0 for s, o in zip(sizes, out)):
+            dims = sorted(set().union(*(dim_symbols(s) for s in sizes)))
             raise ctx.fail(f"adaptive pooling of {sizes} to {out} is supported when the output "
-                           "divides a static input")
+                           f"divides a static input{static_hint(dims)}")
         k = [s // o for s, o in zip(sizes, out)]
         x4 = _as_image(ctx, x) if n == 1 else x
         pool = g.max_pool2d if is_max else g.avg_pool2d
@@ -211,8 +214,11 @@ def _scales(c: Call):
 
 def _resize_size(ctx, x):
     size = ctx.out_dims()[2:]
-    if not all(isinstance(s, int) for s in size) or ctx.rank(x) != 4:
-        raise ctx.fail(f"upsampling to {size} needs a static output size of a 4-D input")
+    if ctx.rank(x) != 4:
+        raise ctx.fail(f"upsampling needs a 4-D input, got dims {ctx.dims(x)}")
+    if not all(isinstance(s, int) for s in size):
+        dims = sorted(set().union(*(dim_symbols(s) for s in size)))
+        raise ctx.fail(f"upsampling to {size} needs a static output size{static_hint(dims)}")
     return size
 
 

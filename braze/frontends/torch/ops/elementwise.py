@@ -336,8 +336,13 @@ def prelu(ctx, c):
 
 @converter("aten.clamp.default", "aten.clamp_min.default", "aten.clamp_max.default")
 def clamp(ctx, c):
+    """Static bounds become one clamp; a bound that depends on the input sizes (`size - 1`, as
+    the decompositions of replicate / reflect pad and linear interpolation write it) becomes a
+    maximum / minimum with the size as a run-time scalar."""
     lo = c.args.get("min") if c.key != "aten.clamp_max.default" else None
     hi = c.args.get("max") if c.key != "aten.clamp_min.default" else None
+    if isinstance(lo, SymDim) or isinstance(hi, SymDim):
+        return _clamp_values(ctx, c["self"], lo, hi)
     x = ctx.value(c["self"], ctx.out_dtype())
     lo = -math.inf if lo is None else float(lo)
     hi = math.inf if hi is None else float(hi)
@@ -346,17 +351,22 @@ def clamp(ctx, c):
     return ctx.g.clamp(x, lo, hi)
 
 
-@converter("aten.clamp.Tensor", "aten.clamp_min.Tensor", "aten.clamp_max.Tensor")
-def clamp_tensor(ctx, c):
+def _clamp_values(ctx, x, lo, hi):
+    """min(max(x, lo), hi) in the node's dtype: every element is `hi` when lo > hi, as in torch."""
     dt = ctx.out_dtype()
-    y = ctx.value(c["self"], dt)
-    lo = c.args.get("min") if c.key != "aten.clamp_max.Tensor" else None
-    hi = c.args.get("max") if c.key != "aten.clamp_min.Tensor" else None
+    y = ctx.value(x, dt)
     if lo is not None:
         y = ctx.g.maximum(y, ctx.value(lo, dt))
     if hi is not None:
         y = ctx.g.minimum(y, ctx.value(hi, dt))
     return y
+
+
+@converter("aten.clamp.Tensor", "aten.clamp_min.Tensor", "aten.clamp_max.Tensor")
+def clamp_tensor(ctx, c):
+    lo = c.args.get("min") if c.key != "aten.clamp_max.Tensor" else None
+    hi = c.args.get("max") if c.key != "aten.clamp_min.Tensor" else None
+    return _clamp_values(ctx, c["self"], lo, hi)
 
 
 # -- casts and ops that vanish ------------------------------------------------------------------

@@ -26,8 +26,7 @@ def sym_scalar(ctx: TorchContext, c: Call):
     try:
         return scalar_value(ctx.names, val)
     except NotRepresentable as e:
-        raise ctx.fail(f"{e}; braze folds size arithmetic at import time and needs every size "
-                       "to be a polynomial in the input dims") from None
+        raise ctx.fail(str(e)) from None
 
 
 @converter("aten.sym_stride.int")

@@ -1,0 +1,99 @@
+"""import_torch with sizes computed from dynamic dims. An index clamped to `size - 1` (torch's
+decompositions of replicate / reflect pad and linear interpolation, or a clamp the model writes)
+imports as a run-time maximum / minimum and matches PyTorch at two bindings, interpreted and
+compiled. A size braze cannot write as a polynomial (a pooling that rounds, roll on a dynamic
+dim) is a FrontendError naming the node and the dim as the user named it, and saying how to
+import it."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+F = torch.nn.functional
+
+import braze as bz  # noqa: E402
+from braze.errors import FrontendError  # noqa: E402
+
+
+class Fn(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+SEQ = ((2, 4, 8), {0: "batch", 2: "seq"}, [(2, 4, 8), (3, 4, 13)])
+IMAGE = ((2, 3, 6, 7), {0: "batch", 2: "h", 3: "w"}, [(2, 3, 6, 7), (1, 3, 9, 5)])
+
+CASES = {
+    "pad_1d": (lambda x: (F.pad(x, (3, 0), mode="reflect"),
+                          F.pad(x, (0, 2), mode="replicate")), SEQ),
+    "pad_2d": (lambda x: (F.pad(x, (1, 2, 2, 1), mode="reflect"),
+                          F.pad(x, (1, 2, 0, 3), mode="replicate")), IMAGE),
+    "linear_interpolate": (lambda x: F.interpolate(x, scale_factor=3, mode="linear"), SEQ),
+    "clamp_by_size": (lambda x: (x * 10).clamp(min=1 - x.shape[2], max=x.shape[2] - 1), SEQ),
+    "clamp_min_max_by_size": (lambda x: (torch.clamp_min(x * 10, -x.shape[2]),
+                                         torch.clamp_max(x * 10, x.shape[2])), SEQ),
+    "clamp_index_by_size": (lambda x: torch.gather(
+        x, 2, (x * 10).long().clamp(0, x.shape[2] - 1)), SEQ),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_clamps_to_a_dynamic_size_match_torch_at_two_bindings(name):
+    fn, (example, dynamic, bindings) = CASES[name]
+    m = Fn(fn).eval()
+    g = bz.import_torch(m, (torch.randn(*example),), dynamic_shapes={"x": dynamic})
+    exe = bz.compile(g, target="cpu")
+    for i, shape in enumerate(bindings):
+        x = torch.from_numpy(np.random.default_rng(i).normal(size=shape).astype(np.float32))
+        want = m(x)
+        want = [w.numpy() for w in (want if isinstance(want, tuple) else (want,))]
+        for how, got in (("interpret", bz.interpret(g, {"x": x.numpy()})),
+                         ("compile", exe({"x": x.numpy()}))):
+            assert len(got) == len(want)
+            for a, b in zip(got, want):
+                assert a.shape == b.shape, (how, shape)
+                np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5, err_msg=f"{how} {shape}")
+
+
+def _import_error(fn, spec) -> str:
+    example, dynamic, _ = spec
+    with pytest.raises(FrontendError) as info:
+        bz.import_torch(Fn(fn).eval(), (torch.randn(*example),),
+                        dynamic_shapes={"x": dynamic})
+    return str(info.value)
+
+
+@pytest.mark.parametrize("fn, expected", [
+    (lambda x: F.avg_pool2d(x, 2, ceil_mode=True),
+     r"node avg_pool2d \(aten\.avg_pool2d\.default\): the size \(h - 1\) // 2 rounds a "
+     r"division down.*import with h static: leave that dim out of dynamic_shapes"),
+    (lambda x: F.max_pool2d(x, 3, 2, 1, ceil_mode=True),
+     r"node max_pool2d .*the size h // 2 rounds .*import with h static"),
+    (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"),
+     r"node upsample_bilinear2d .*\('2\*h', '2\*w'\) needs a static output size; import with "
+     r"h and w static: leave those dims out"),
+])
+def test_sizes_braze_cannot_write_name_the_users_dims(fn, expected):
+    message = _import_error(fn, IMAGE)
+    assert re.search(expected, message), message
+    assert not re.search(r"\bs\d+\b", message), message  # no torch symbols (s53)
+
+
+def test_roll_of_a_dynamic_dim_names_the_dim():
+    message = _import_error(lambda x: torch.roll(x, 3, 2), SEQ)
+    assert re.search(r"node mod \(operator\.mod\): the size \(seq - 3\) % seq is not a "
+                     r"polynomial.*import with seq static", message), message
+    assert not re.search(r"\bs\d+\b", message), message
+
+
+def test_a_float_computed_from_a_size_names_the_dim():
+    message = _import_error(lambda x: F.interpolate(x, size=5, mode="linear"), SEQ)
+    assert re.search(r"seq / 5 is a float computed from the input sizes.*import with seq "
+                     r"static", message), message
