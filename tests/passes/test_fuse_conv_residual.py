@@ -66,6 +66,21 @@ def test_residual_add_and_activation_join_the_conv(act, stride):
         assert_equivalent(g, fused, symbols=sym, seeds=(5, 6))
 
 
+def test_a_conv_without_any_bias_fuses_with_a_zero_bias():
+    """relu(conv2d(x, w) + r): FuseConvBiasAct leaves a bias-less conv with no activation
+    after it alone; the residual rule takes it."""
+    g = bz.Graph("no_bias")
+    x = g.input("x", bz.Shape((2, 4, 6, 6)))
+    r = g.input("r", bz.Shape((2, 8, 6, 6)))
+    y = g.conv2d(x, g.param("w", bz.Shape((8, 4, 3, 3))), padding=1)
+    g.set_outputs([g.relu(g.add(r, y))])
+    fused, misses = fuse(g)
+    assert fused.op_counts() == {"fused_conv_bias_act": 1}
+    (node,) = fused_nodes(fused)
+    assert node.op.residual and node.op.act is bz.UnaryFn.RELU and misses == []
+    assert_equivalent(g, fused)
+
+
 def test_resnet_block_shortcut_fuses_into_the_second_conv():
     g = resnet_basic_block(channels=4, hw=6)
     fused, report = bz.fuse(g, "cpu")

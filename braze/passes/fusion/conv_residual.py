@@ -1,8 +1,9 @@
 """FuseConvResidual: act(fused_conv_bias_act(x, w, b) + r) (or the add alone), where the conv
-has no activation of its own and r has the conv's output type, into one FusedConvBiasAct with
-`residual`: a ResNet block's shortcut add and ReLU join its last conv's epilogue, so the
-conv's output tile takes the shortcut and the activation while it is in cache (ONNX Runtime's
-FusedConv with its Z input). Runs after FuseConvBiasAct, whose result it extends.
+has no activation of its own (or is a bias-less conv2d, given a zero bias) and r has the
+conv's output type, into one FusedConvBiasAct with `residual`: a ResNet block's shortcut add
+and ReLU join its last conv's epilogue, so the conv's output tile takes the shortcut and the
+activation while it is in cache (ONNX Runtime's FusedConv with its Z input). Runs after
+FuseConvBiasAct, whose result it extends.
 
 Refused, with the reason in the report: a residual that broadcasts (a bias-like operand is
 FuseConvBiasAct's), an activation the target does not apply in an epilogue, and the conv's
@@ -10,12 +11,15 @@ output read elsewhere or returned (the rewrite engine's multi-consumer / graph-o
 rules: fusing would drop that value)."""
 from __future__ import annotations
 
+import numpy as np
+
 from ...ir.ops.elementwise import Unary
 from ...ir.ops.fused import FusedConvBiasAct
 from ...rewrite import Miss, MissReason, P, Rule, V, fail
 from .checks import epilogue_activation_allowed, same_dtype, target_claims
 
-_conv = P.of(FusedConvBiasAct, V("x"), V("w"), V("b"), name="conv", act=None, residual=False)
+_conv = (P.of(FusedConvBiasAct, V("x"), V("w"), V("b"), name="conv", act=None, residual=False)
+         | P.conv2d(V("x"), V("w"), name="conv"))  # no bias: FuseConvBiasAct left it alone
 _sum = P.add(_conv, V("r"), name="add")
 _act_sum = P.of(Unary, _sum, name="act")
 
@@ -33,10 +37,12 @@ def residual_has_output_shape(m, ctx) -> Miss | None:
 
 
 def _build(b, m):
-    conv: FusedConvBiasAct = m.op("conv")
+    conv = m.op("conv")
     act = m.op("act").fn if "act" in m.nodes else None
     op = FusedConvBiasAct(conv.stride, conv.padding, conv.dilation, conv.groups, act, True)
-    return b.add_node(op, (m.v("x"), m.v("w"), m.v("b"), m.v("r")))[0]
+    bias = m.v("b") if "b" in m.values else \
+        b.constant(np.zeros(m.shape("conv").dims[1], m.shape("conv").dtype.np))
+    return b.add_node(op, (m.v("x"), m.v("w"), bias, m.v("r")))[0]
 
 
 FUSE_CONV_RESIDUAL = Rule(
