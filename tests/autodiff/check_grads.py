@@ -32,6 +32,10 @@ def random_feeds(shapes: Sequence[tuple], seed: int, domain: str = "real"
         x = rng.normal(size=s)
         if domain == "positive":
             x = np.abs(x) + 0.5
+        elif domain == "unit":       # inside (-1, 1): asin, acos, atanh; tan away from poles
+            x = np.tanh(x) * 0.8
+        elif domain == "above_one":  # acosh
+            x = np.abs(x) + 1.5
         feeds[f"x{i}"] = x
     return feeds
 

@@ -86,6 +86,28 @@ def _unary_derivative(b: Graph, fn: UnaryFn, x: Value, y: Value) -> Value:
         return b.mul(c(2.0), x)
     if fn is UnaryFn.RECIPROCAL:
         return b.neg(b.square(y))
+    return _inverse_or_hyperbolic_derivative(b, fn, x, y, c)
+
+
+def _inverse_or_hyperbolic_derivative(b: Graph, fn: UnaryFn, x: Value, y: Value, c) -> Value:
+    """d fn(x) / dx for tan, the inverse trigonometric and the hyperbolic functions."""
+    if fn is UnaryFn.TAN:
+        return b.add(c(1.0), b.square(y))
+    if fn in (UnaryFn.ASIN, UnaryFn.ACOS):
+        d = b.rsqrt(b.sub(c(1.0), b.square(x)))
+        return d if fn is UnaryFn.ASIN else b.neg(d)
+    if fn is UnaryFn.ATAN:
+        return b.reciprocal(b.add(c(1.0), b.square(x)))
+    if fn is UnaryFn.SINH:
+        return b.cosh(x)
+    if fn is UnaryFn.COSH:
+        return b.sinh(x)
+    if fn is UnaryFn.ASINH:
+        return b.rsqrt(b.add(b.square(x), c(1.0)))
+    if fn is UnaryFn.ACOSH:
+        return b.rsqrt(b.sub(b.square(x), c(1.0)))
+    if fn is UnaryFn.ATANH:
+        return b.reciprocal(b.sub(c(1.0), b.square(x)))
     raise NotImplementedError(f"no derivative for unary {fn.value}")
 
 

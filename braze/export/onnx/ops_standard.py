@@ -56,7 +56,10 @@ _DIRECT_UNARY = {UnaryFn.RELU: "Relu", UnaryFn.SIGMOID: "Sigmoid", UnaryFn.TANH:
                  UnaryFn.NEG: "Neg", UnaryFn.ABS: "Abs", UnaryFn.SIN: "Sin", UnaryFn.COS: "Cos",
                  UnaryFn.ERF: "Erf", UnaryFn.RECIPROCAL: "Reciprocal", UnaryFn.FLOOR: "Floor",
                  UnaryFn.CEIL: "Ceil", UnaryFn.SIGN: "Sign", UnaryFn.NOT: "Not",
-                 UnaryFn.ROUND: "Round", UnaryFn.HARD_SWISH: "HardSwish"}
+                 UnaryFn.ROUND: "Round", UnaryFn.HARD_SWISH: "HardSwish", UnaryFn.TAN: "Tan",
+                 UnaryFn.ASIN: "Asin", UnaryFn.ACOS: "Acos", UnaryFn.ATAN: "Atan",
+                 UnaryFn.SINH: "Sinh", UnaryFn.COSH: "Cosh", UnaryFn.ASINH: "Asinh",
+                 UnaryFn.ACOSH: "Acosh", UnaryFn.ATANH: "Atanh"}
 
 
 def unary_fn(b, fn: UnaryFn, x: str, dt, target: str) -> str:

@@ -67,6 +67,15 @@ class UnaryFn(enum.Enum):
     ROUND = "round"
     QUICK_GELU = "quick_gelu"
     HARD_SWISH = "hard_swish"
+    TAN = "tan"
+    ASIN = "asin"
+    ACOS = "acos"
+    ATAN = "atan"
+    SINH = "sinh"
+    COSH = "cosh"
+    ASINH = "asinh"
+    ACOSH = "acosh"
+    ATANH = "atanh"
 
     @property
     def is_activation(self) -> bool:
@@ -106,6 +115,15 @@ _UNARY_IMPL = {
     UnaryFn.ROUND: np.round,  # half to even, as ONNX Round
     UnaryFn.QUICK_GELU: _quick_gelu,  # x * sigmoid(1.702 x), CLIP's quick_gelu
     UnaryFn.HARD_SWISH: _hard_swish,  # x * relu6(x + 3) / 6, MobileNetV3 / PP-LCNet
+    UnaryFn.TAN: np.tan,
+    UnaryFn.ASIN: np.arcsin,
+    UnaryFn.ACOS: np.arccos,
+    UnaryFn.ATAN: np.arctan,
+    UnaryFn.SINH: np.sinh,
+    UnaryFn.COSH: np.cosh,
+    UnaryFn.ASINH: np.arcsinh,
+    UnaryFn.ACOSH: np.arccosh,
+    UnaryFn.ATANH: np.arctanh,
 }
 # Activations that are compositions of math primitives (`Unary.decompose` writes them out).
 LOGICAL_UNARY = frozenset({UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.SILU, UnaryFn.QUICK_GELU,

@@ -112,6 +112,9 @@ def _unary(fn: UnaryFn, a: str, t: str) -> str:
         UnaryFn.SQUARE: f"({a} * {a})", UnaryFn.RECIPROCAL: f"({one} / {a})",
         UnaryFn.FLOOR: f"{f('floor')}({a})", UnaryFn.CEIL: f"{f('ceil')}({a})",
         UnaryFn.NOT: f"(!{a})", UnaryFn.ROUND: f"{f('nearbyint')}({a})",
+        **{fn: f"{f(fn.value)}({a})" for fn in (UnaryFn.TAN, UnaryFn.ASIN, UnaryFn.ACOS,
+                                                UnaryFn.ATAN, UnaryFn.SINH, UnaryFn.COSH,
+                                                UnaryFn.ASINH, UnaryFn.ACOSH, UnaryFn.ATANH)},
     }
     if t in ("float", "double"):  # keep -0.0 and NaN as NumPy does
         table[UnaryFn.ABS] = f"{f('fabs')}({a})"

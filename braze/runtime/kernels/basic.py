@@ -30,7 +30,10 @@ _UNARY_UFUNC = {
     UnaryFn.NEG: np.negative, UnaryFn.ABS: np.abs, UnaryFn.SIN: np.sin, UnaryFn.COS: np.cos,
     UnaryFn.SQUARE: np.square, UnaryFn.RECIPROCAL: np.reciprocal, UnaryFn.FLOOR: np.floor,
     UnaryFn.CEIL: np.ceil, UnaryFn.SIGN: np.sign, UnaryFn.NOT: np.logical_not,
-    UnaryFn.ROUND: np.rint,
+    UnaryFn.ROUND: np.rint, UnaryFn.TAN: np.tan, UnaryFn.ASIN: np.arcsin,
+    UnaryFn.ACOS: np.arccos, UnaryFn.ATAN: np.arctan, UnaryFn.SINH: np.sinh,
+    UnaryFn.COSH: np.cosh, UnaryFn.ASINH: np.arcsinh, UnaryFn.ACOSH: np.arccosh,
+    UnaryFn.ATANH: np.arctanh,
 }
 _BINARY_UFUNC = {
     BinaryFn.ADD: np.add, BinaryFn.SUB: np.subtract, BinaryFn.MUL: np.multiply,

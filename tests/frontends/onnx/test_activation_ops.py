@@ -1,7 +1,9 @@
 """ONNX activations braze writes in primitives (ops/elementwise.py): Elu, Selu, Mish, PRelu and
-Softplus. Each one-node model is imported and run by braze's interpreter and compiled CPU
-executable and compared with ONNX Runtime, on inputs that include large magnitudes (where a
-naive exp overflows); a PRelu slope that does not broadcast to the input is refused."""
+Softplus; and the trigonometric / hyperbolic family braze has as unary functions (Tan, Asin,
+Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh). Each one-node model is imported and run by
+braze's interpreter and compiled CPU executable and compared with ONNX Runtime, on inputs that
+include large magnitudes (where a naive exp overflows); a PRelu slope that does not broadcast
+to the input is refused."""
 from __future__ import annotations
 
 import numpy as np
@@ -103,3 +105,20 @@ def test_new_activations_are_listed_as_supported():
     from braze.frontends.onnx.importer import SUPPORTED_OPS
 
     assert {"Elu", "Selu", "Mish", "PRelu"} <= set(SUPPORTED_OPS())
+
+
+_TRIG = {"Tan": (-1.2, 1.2), "Asin": (-0.99, 0.99), "Acos": (-0.99, 0.99), "Atan": (-50, 50),
+         "Sinh": (-8, 8), "Cosh": (-8, 8), "Asinh": (-1e3, 1e3), "Acosh": (1.0, 1e3),
+         "Atanh": (-0.99, 0.99)}
+
+
+@pytest.mark.parametrize("op", sorted(_TRIG))
+def test_trigonometric_and_hyperbolic_functions(make_model, matches_ort, op):
+    """In their domains, through the interpreter and compiled (a lone op and a region)."""
+    lo, hi = _TRIG[op]
+    x = np.random.default_rng(3).uniform(lo, hi, (4, 37)).astype(np.float32)
+    matches_ort(unary(make_model, op, [4, 37], opset=13), {"x": x}, rtol=2e-6, atol=1e-6)
+    nodes = [helper.make_node(op, ["x"], ["t"], name="f"),
+             helper.make_node("Mul", ["t", "x"], ["y"], name="m")]
+    region = make_model(nodes, [("x", F32, [4, 37])], [("y", F32, None)], opset=13)
+    matches_ort(region, {"x": x}, rtol=2e-6, atol=1e-6)

@@ -18,7 +18,10 @@ _UNARY = {"Relu": UnaryFn.RELU, "Sigmoid": UnaryFn.SIGMOID, "Tanh": UnaryFn.TANH
           "Exp": UnaryFn.EXP, "Log": UnaryFn.LOG, "Sqrt": UnaryFn.SQRT, "Neg": UnaryFn.NEG,
           "Abs": UnaryFn.ABS, "Sin": UnaryFn.SIN, "Cos": UnaryFn.COS, "Erf": UnaryFn.ERF,
           "Reciprocal": UnaryFn.RECIPROCAL, "Floor": UnaryFn.FLOOR, "Ceil": UnaryFn.CEIL,
-          "Sign": UnaryFn.SIGN, "Not": UnaryFn.NOT, "Round": UnaryFn.ROUND}
+          "Sign": UnaryFn.SIGN, "Not": UnaryFn.NOT, "Round": UnaryFn.ROUND,
+          "Tan": UnaryFn.TAN, "Asin": UnaryFn.ASIN, "Acos": UnaryFn.ACOS, "Atan": UnaryFn.ATAN,
+          "Sinh": UnaryFn.SINH, "Cosh": UnaryFn.COSH, "Asinh": UnaryFn.ASINH,
+          "Acosh": UnaryFn.ACOSH, "Atanh": UnaryFn.ATANH}
 _COMPARE = {"Equal": CompareFn.EQ, "Less": CompareFn.LT, "Greater": CompareFn.GT,
             "LessOrEqual": CompareFn.LE, "GreaterOrEqual": CompareFn.GE}
 

@@ -198,7 +198,10 @@ _UNARY = {"abs": UnaryFn.ABS, "neg": UnaryFn.NEG, "exp": UnaryFn.EXP, "log": Una
           "tanh": UnaryFn.TANH, "sigmoid": UnaryFn.SIGMOID, "relu": UnaryFn.RELU,
           "erf": UnaryFn.ERF, "floor": UnaryFn.FLOOR, "ceil": UnaryFn.CEIL, "round": UnaryFn.ROUND,
           "sign": UnaryFn.SIGN, "reciprocal": UnaryFn.RECIPROCAL, "silu": UnaryFn.SILU,
-          "hardswish": UnaryFn.HARD_SWISH, "square": UnaryFn.SQUARE}
+          "hardswish": UnaryFn.HARD_SWISH, "square": UnaryFn.SQUARE, "tan": UnaryFn.TAN,
+          "asin": UnaryFn.ASIN, "acos": UnaryFn.ACOS, "atan": UnaryFn.ATAN, "sinh": UnaryFn.SINH,
+          "cosh": UnaryFn.COSH, "asinh": UnaryFn.ASINH, "acosh": UnaryFn.ACOSH,
+          "atanh": UnaryFn.ATANH}
 
 
 def _unary(fn: UnaryFn):
@@ -260,21 +263,6 @@ def trunc(ctx, c):
     if ctx.dtype(x).is_int:
         return x
     return ctx.g.mul(ctx.g.sign(x), ctx.g.floor(ctx.g.abs(x)))
-
-
-@converter("aten.tan.default")
-def tan(ctx, c):
-    x = _float_in(ctx, c)
-    return ctx.g.div(ctx.g.sin(x), ctx.g.cos(x))
-
-
-@converter("aten.sinh.default", "aten.cosh.default")
-def sinh_cosh(ctx, c):
-    x = _float_in(ctx, c)
-    g = ctx.g
-    e, ne = g.exp(x), g.exp(g.neg(x))
-    both = g.sub(e, ne) if c.key == "aten.sinh.default" else g.add(e, ne)
-    return g.mul(both, ctx.value(0.5, ctx.dtype(x)))
 
 
 @converter("aten.leaky_relu.default")
