@@ -2,14 +2,16 @@
 merging `x[:, 0::2, 1::2]`, LeViT's query subsampling) copy a strided view of the input,
 constant padding (EfficientNet's asymmetric "same" padding before its convs) fills the border
 and copies the input into the interior, and gather_elements (DeBERTa's disentangled attention
-gathers its position scores with it: 29% of a call on the NumPy reference) is one C loop.
-Reflect / edge padding runs its reference."""
+gathers its position scores with it: 29% of a call on the NumPy reference) and cumsum
+(position ids from an attention mask) are C loops. Reflect / edge padding runs its
+reference."""
 from __future__ import annotations
 
 import numpy as np
 
 from ...errors import InterpretError
 from ...ir.ops.indexing import GatherElements, Slice
+from ...ir.ops.reduce import Cumsum
 from ...ir.ops.shape import Pad, PadMode
 from ..address import address
 from . import native
@@ -112,3 +114,30 @@ def _static_index(index: np.ndarray, ax: int, n: int) -> tuple[np.ndarray, int, 
     wrapped = np.where(index < 0, index + n, index)
     index = np.ascontiguousarray(wrapped.astype(np.int32 if n < 2 ** 31 else np.int64))
     return index, int(np.prod(index.shape[:ax - lead], dtype=np.int64)), bad
+
+
+_CUMSUM_KINDS = {"f32": 0, "f64": 1, "i32": 2, "i64": 3}
+
+
+@register_kernel(Cumsum)
+def cumsum(node, ins, outs, ctx):
+    """float32 / float64 / int32 / int64 running sums along any axis, exclusive or reversed,
+    in NumPy's order (bit-identical to the reference); other dtypes run the reference."""
+    x = ins[0]
+    lib = native.lib()
+    kind = _CUMSUM_KINDS.get(x.dtype.name)
+    if lib is None or kind is None or x.rank == 0:
+        return None
+    ax = node.op.axis % x.rank
+    n = int(x.dims[ax])
+    inner = int(np.prod(x.dims[ax + 1:], dtype=np.int64))
+    outer = int(np.prod(x.dims[:ax], dtype=np.int64))
+    op = node.op
+
+    def run(data, out):
+        data = np.ascontiguousarray(data)
+        lib.cumsum(address(data), address(out), outer, n, inner, kind, int(op.exclusive),
+                   int(op.reverse))
+
+    return Kernel(run, Dispatch.NATIVE, "C cumsum", bytes=nbytes(ins) + nbytes(outs),
+                  flops=x.numel() or 0)

@@ -369,6 +369,31 @@ int gather_elements(const void* x, const void* idx, void* out, int64_t outer, in
   return bad;
 }
 
+/* Running sums along the middle axis of x viewed as [outer, n, inner] into y (not x): y at k =
+   y at the previous position + x at k (exclusive: + x at the previous position, the first
+   0), from the end when `reverse`. `kind`: 0 float, 1 double, 2 int32, 3 int64; integers
+   add as unsigned (two's complement wrap, as NumPy's). The sums run in NumPy's order. */
+void cumsum(const void* x, void* y, int64_t outer, int64_t n, int64_t inner, int kind,
+            int exclusive, int reverse) {
+#define CUMSUM(T, A) { const T* xs = (const T*)x; T* ys = (T*)y; \
+    _Pragma("omp parallel for schedule(static) if(outer * n * inner > BRAZE_PAR_MIN)") \
+    for (int64_t o = 0; o < outer; o++) { \
+      const T* xo = xs + o * n * inner; T* yo = ys + o * n * inner; \
+      int64_t first = reverse ? n - 1 : 0, step = reverse ? -1 : 1; \
+      for (int64_t i = 0; i < inner; i++) \
+        yo[first * inner + i] = exclusive ? (T)0 : xo[first * inner + i]; \
+      for (int64_t t = 1; t < n; t++) { \
+        int64_t k = first + t * step, p = k - step, src = exclusive ? p : k; \
+        for (int64_t i = 0; i < inner; i++) \
+          yo[k * inner + i] = (T)((A)yo[p * inner + i] + (A)xo[src * inner + i]); } } }
+  if (n <= 0) return;
+  if (kind == 0) CUMSUM(float, float)
+  else if (kind == 1) CUMSUM(double, double)
+  else if (kind == 2) CUMSUM(int32_t, uint32_t)
+  else CUMSUM(int64_t, uint64_t)
+#undef CUMSUM
+}
+
 /* Safe softmax of `rows` rows of `cols` (a row of only -inf gives zeros), out may be in. */
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {
   #pragma omp parallel for schedule(static) if(rows * cols > BRAZE_PAR_MIN)
@@ -473,6 +498,7 @@ _SIGNATURES = {
     "row_norm": [_P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _F32, _INT],
     "softmax_rows": [_P, _P, _I64, _I64],
     "softmax_strided": [_P, _P, _I64, _I64, _I64],
+    "cumsum": [_P, _P, _I64, _I64, _I64, _INT, _INT, _INT],
     "rope": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _INT],
     "gated": [_P, _P, _I64, _I64, _INT, _INT, _INT],
     "gather_elements": ([_P, _P, _P, _I64, _I64, _I64, _I64, _INT, _INT, _I64], _INT),
