@@ -244,11 +244,16 @@ def coalesce(dims: tuple[int, ...], strides: list[list[int]]
     return tuple(out_d), out_s
 
 
+def _tables(body) -> list:
+    """The body's constant nodes of more than one value (a mask or table folded into the
+    region), in body order."""
+    return [n for n in body.nodes if isinstance(n.op, Constant) and n.op.value.size != 1]
+
+
 def region_constants(op) -> list[np.ndarray]:
-    """The region body's constants of more than one value (a mask or table folded into the
-    body), in body order: the generated function reads each as an array after the outputs."""
-    return [np.ascontiguousarray(n.op.value) for n in op.body.nodes
-            if isinstance(n.op, Constant) and n.op.value.size != 1]
+    """The arrays of the body's tables (`_tables`), which the generated function reads after
+    the outputs."""
+    return [np.ascontiguousarray(n.op.value) for n in _tables(op.body)]
 
 
 def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) -> str:
@@ -258,7 +263,7 @@ def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) 
     body = op.body
     full = tuple(int(d) for d in out_shape.dims)
     total = int(np.prod(full, dtype=np.int64)) if full else 1
-    tables = [n for n in body.nodes if isinstance(n.op, Constant) and n.op.value.size != 1]
+    tables = _tables(body)
     sources = [(nid, s, f"in{i}", i) for i, (nid, s) in enumerate(zip(body.input_ids, in_shapes))]
     first_table = len(in_shapes) + len(body.outputs)
     sources += [(n.id, n.outputs[0], f"k{i}", first_table + i) for i, n in enumerate(tables)]

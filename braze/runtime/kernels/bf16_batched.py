@@ -99,12 +99,8 @@ def _operand(node, ctx, pos: int):
     if src is not None:
         return "rounded", src
     w = ctx.static.get(node.inputs[pos])
-    if w is None or w.dtype != np.float32:
-        return None
-    bits = np.ascontiguousarray(w).view(np.uint32)
-    if (bits & 0xFFFF).any():
-        return None
-    return "static", (bits >> 16).astype(np.uint16)
+    bits = None if w is None or w.dtype != np.float32 else bf16_gemm.bf16_bits(w)
+    return None if bits is None else ("static", bits)
 
 
 def batched_kernel(node, ins, outs, ctx, *, has_bias: bool = False, act: int = 0,
@@ -135,13 +131,15 @@ def batched_kernel(node, ins, outs, ctx, *, has_bias: bool = False, act: int = 0
         return None
     b16 = None if static_b is None else np.ascontiguousarray(static_b.reshape(batch, k, n))
     lib, local = _lib(), blas.local_threads_address()
+    static_bias = ctx.static.get(node.inputs[2]) if has_bias else None
+    ready = None if static_bias is None else _bias_row(static_bias, n)
 
     def run(x, y, *rest):
         out, scratch = rest[-2], rest[-1]
         product(x, y, out, scratch)
         if has_bias or act:
-            bias = np.broadcast_to(rest[0], (n,)).astype(np.float32, order="C") \
-                if has_bias else None
+            bias = None if not has_bias else ready if ready is not None else \
+                _bias_row(rest[0], n)
             native.lib().bias_act(address(out), None if bias is None else address(bias),
                                   batch * m, n, act)
 
@@ -172,6 +170,11 @@ def batched_kernel(node, ins, outs, ctx, *, has_bias: bool = False, act: int = 0
                   f"{what})",
                   flops=2 * batch * m * n * k, bytes=nbytes(ins) + nbytes(outs),
                   scratch=(((slots * per,), np.uint16),), reads=reads)
+
+
+def _bias_row(bias: np.ndarray, n: int) -> np.ndarray:
+    """A bias [n] or a scalar as a contiguous float32 row of n values."""
+    return np.ascontiguousarray(np.broadcast_to(bias, (n,)), np.float32)
 
 
 def _pays(batch: int, m: int, k: int, n: int, slots: int, static_b: bool) -> bool:

@@ -37,7 +37,8 @@ from . import amx_gemm, blas, gemm_choice, native
 from .packed_gemm import gemm_bias
 from .registry import Dispatch, Kernel, nbytes
 
-__all__ = ["available", "Bf16Weight", "bf16_weight", "rounded_source", "gemm", "gemm_kernel",
+__all__ = ["available", "Bf16Weight", "bf16_weight", "bf16_bits", "rounded_source", "gemm",
+           "gemm_kernel",
            "round_through", "scratch_elems", "describe", "PREPARED"]
 
 _ROW_MAJOR, _NO_TRANS, _B_MATRIX = 101, 111, 162  # CBLAS enums (the C code uses 151: packed)
@@ -175,8 +176,7 @@ def bf16_weight(node, ctx, position: int = 1, gate_first: bool | None = None
     key = ("bf16_gemm", value, w.shape, w.strides, gate_first)
     hit = ctx.prepared.get(key)
     if hit is None:
-        exact = not (np.ascontiguousarray(w).view(np.uint32) & 0xFFFF).any()
-        if not exact:
+        if bf16_bits(w) is None:
             hit = False
         elif gate_first is None:
             hit = _prepare(w)
@@ -184,6 +184,15 @@ def bf16_weight(node, ctx, position: int = 1, gate_first: bool | None = None
             hit = amx_gemm.AmxWeight(w, gate_first)
         ctx.prepared[key] = hit
     return hit or None
+
+
+def bf16_bits(w: np.ndarray) -> np.ndarray | None:
+    """The bf16 bit patterns (uint16, contiguous) of a float32 array whose values are all bf16
+    numbers (the policy rounded them), else None."""
+    bits = np.ascontiguousarray(w, np.float32).view(np.uint32)
+    if (bits & 0xFFFF).any():
+        return None
+    return (bits >> 16).astype(np.uint16)
 
 
 def _prepare(w: np.ndarray) -> Bf16Weight | amx_gemm.AmxWeight:
