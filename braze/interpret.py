@@ -15,7 +15,7 @@ from .ir.op import Op
 from .ir.ops.elementwise import Cast
 from .ir.ops.io import Input, Param
 from .ir.shapes import Shape
-from .ir.symbolic import dim_symbols, eval_dim
+from .ir.symbolic import SymDim, dim_symbols, eval_dim
 
 
 def bind_symbols(g: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
@@ -43,6 +43,7 @@ def bind_symbols(g: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
             elif env.setdefault(d, actual) != actual:
                 raise InterpretError(f"symbol {d!r} is {env[d]} elsewhere but input {name!r} "
                                      f"gives {actual}")
+    _solve_linear(later, env)
     for name, d, shape, actual, fed in later:
         try:
             want = eval_dim(d, env)
@@ -53,6 +54,29 @@ def bind_symbols(g: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
             raise InterpretError(f"input {name!r} declared {shape} ({d} = {want}) but was fed "
                                  f"shape {fed}")
     return env
+
+
+def _solve_linear(later: list, env: dict[str, int]) -> None:
+    """Bind the symbol of a dim written `c*name+k` ("32*h", "2*n+1") that no input binds by name:
+    name = (actual - k) / c, which must be a whole number >= 0 (an image of 737 rows for
+    "32*h" is refused, naming the input and the multiple it needs)."""
+    for name, d, shape, actual, fed in later:
+        p = SymDim.of(d)
+        free = p.symbols - env.keys()
+        if len(free) != 1:
+            continue
+        (sym,) = free
+        linear = {m: c for m, c in p.terms.items() if m}
+        if list(linear) != [(sym,)]:
+            continue
+        coef = linear[(sym,)]
+        value, rem = divmod(actual - p.const, coef)
+        if rem or value < 0:
+            what = f"a multiple of {coef}" if not p.const else \
+                f"of the form {d} for a whole {sym} >= 0"
+            raise InterpretError(f"input {name!r} declared {shape}: dim {d} must be {what}, "
+                                 f"but was fed {actual} (shape {fed}); pad or resize the input")
+        env[sym] = value
 
 
 def _resolve(shape: Shape, env: Mapping[str, int]) -> tuple[int, ...]:

@@ -126,6 +126,16 @@ class SymDim:
     def __rfloordiv__(self, other) -> SymDim:
         return SymDim.of(other) // self
 
+    def divmod_int(self, m: int) -> tuple[SymDim, int] | None:
+        """(q, r) with self == m*q + r and 0 <= r < m for every binding, when every non-constant
+        coefficient is a multiple of m ("32*h+3" by 2 is (16*h+1, 1)); else None. This is how a
+        strided window over a dim declared a multiple of its stride keeps a symbolic size."""
+        if m < 1 or any(c % m for mono, c in self.terms.items() if mono):
+            return None
+        r = self.const % m
+        return SymDim({mono: c // m for mono, c in self.terms.items() if mono}
+                      | {(): (self.const - r) // m}), r
+
     def __eq__(self, other) -> bool:
         try:
             return self.terms == SymDim.of(other).terms

@@ -53,8 +53,9 @@ def name_symbols(ep, labels: Mapping) -> SymbolNames:
                     continue
                 label = labels.get((node.name, axis))
                 if fallback:
-                    if isinstance(expr, sympy.Symbol):
-                        names.bind(expr.name, f"{node.name}_dim{axis}")
+                    if isinstance(expr, sympy.Symbol) or len(expr.free_symbols) == 1:
+                        # a derived dim (8*h) names its root after the input axis too
+                        names.bind(next(iter(expr.free_symbols)).name, f"{node.name}_dim{axis}")
                 elif label is not None:
                     text, is_root = label
                     if isinstance(expr, sympy.Symbol):

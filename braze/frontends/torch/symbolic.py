@@ -120,6 +120,9 @@ class SymbolNames:
         kind = type(e).__name__
         if kind in ("FloorDiv", "CleanDiv", "IntTrueDiv"):
             a, b = (self._convert(x) for x in e.args)
+            split = a.divmod_int(b.const) if b.is_const and kind == "FloorDiv" else None
+            if split is not None:  # (8*h + 3) // 2 = 4*h + 1
+                return split[0]
             try:
                 return a // b
             except ValueError:
@@ -128,6 +131,9 @@ class SymbolNames:
                                             ) from None
         if kind == "CeilDiv":
             a, b = (self._convert(x) for x in e.args)
+            split = a.divmod_int(b.const) if b.is_const else None
+            if split is not None:
+                return split[0] + (1 if split[1] else 0)
             try:
                 return a // b
             except ValueError:
@@ -283,7 +289,9 @@ def torch_dynamic_shapes(spec, arg_names: Sequence[str]) -> tuple[Any, dict]:
     `spec` is torch.export's own form (Dim objects; passed through) or braze's simple one:
     {input name: {axis: "name"}} or {input name: ("batch", None, ...)} (one entry per axis,
     None for static). Named axes become `Dim.AUTO`, so torch infers their ranges (a BERT's
-    sequence stops at max_position_embeddings) and the names label the symbols it picks."""
+    sequence stops at max_position_embeddings) and the names label the symbols it picks. A
+    multiple of a name ("32*h": an image size a strided CNN divides) becomes torch's derived
+    dim 32 * Dim("h")."""
     if spec is None:
         return None, {}
     labels: dict[tuple[str, int], tuple[str, bool]] = {}
@@ -292,39 +300,51 @@ def torch_dynamic_shapes(spec, arg_names: Sequence[str]) -> tuple[Any, dict]:
         if unknown:
             raise FrontendError(f"dynamic_shapes names {unknown}, which are not inputs of the "
                                 f"module (its inputs: {list(arg_names)})")
-        out = {k: _axes(v, k, labels) for k, v in spec.items()}
+        roots: dict = {}
+        out = {k: _axes(v, k, labels, roots) for k, v in spec.items()}
         return out, labels
     if isinstance(spec, (tuple, list)):
         if len(spec) > len(arg_names):
             raise FrontendError(f"dynamic_shapes has {len(spec)} entries for "
                                 f"{len(arg_names)} inputs")
-        return type(spec)(_axes(v, arg_names[i], labels) for i, v in enumerate(spec)), labels
+        roots = {}
+        return type(spec)(_axes(v, arg_names[i], labels, roots)
+                          for i, v in enumerate(spec)), labels
     raise FrontendError(f"dynamic_shapes must be a dict keyed by input name or a tuple, got "
                         f"{type(spec).__name__}")
 
 
-def _axes(v, input_name: str, labels: dict):
-    from torch.export import Dim
-
+def _axes(v, input_name: str, labels: dict, roots: dict):
     if v is None:
         return None
     if isinstance(v, Mapping):
-        return {int(ax): _one(d, input_name, int(ax), labels, Dim) for ax, d in v.items()}
+        return {int(ax): _one(d, input_name, int(ax), labels, roots) for ax, d in v.items()}
     if isinstance(v, (tuple, list)):
-        return type(v)(_one(d, input_name, ax, labels, Dim) for ax, d in enumerate(v))
+        return type(v)(_one(d, input_name, ax, labels, roots) for ax, d in enumerate(v))
     raise FrontendError(f"dynamic_shapes[{input_name!r}] must map axes to dim names, got "
                         f"{v!r}")
 
 
-def _one(d, input_name: str, axis: int, labels: dict, dim_cls):
+def _one(d, input_name: str, axis: int, labels: dict, roots: dict):
+    """One axis: a name ("seq": Dim.AUTO, labelled), a multiple of a name ("32*h": torch's
+    derived dim 32 * Dim("h"), one root per name), a torch Dim (passed through) or None."""
+    from torch.export import Dim
+
     if d is None:
         return None
     if isinstance(d, str):
+        coef, _, root = d.replace(" ", "").rpartition("*")
+        if coef.isdigit() and int(coef) >= 1 and _sanitize(root) == root:
+            labels[(input_name, axis)] = (root, True)
+            if root not in roots:
+                roots[root] = Dim(root, min=1)
+            return int(coef) * roots[root]
         if not _sanitize(d) == d:
-            raise FrontendError(f"dynamic_shapes[{input_name!r}][{axis}] = {d!r}: dim names must "
-                                "be identifiers such as 'batch' or 'seq'")
+            raise FrontendError(f"dynamic_shapes[{input_name!r}][{axis}] = {d!r}: dims must be "
+                                "names such as 'batch' or 'seq', or a multiple of one such as "
+                                "'32*h'")
         labels[(input_name, axis)] = (d, False)
-        return dim_cls.AUTO
+        return Dim.AUTO
     name = dim_name(d)
     if name is not None:
         labels[(input_name, axis)] = (name, getattr(d, "root", None) is not None)

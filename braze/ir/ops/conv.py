@@ -1,8 +1,9 @@
 """Convolution family, NCHW: conv2d, conv_transpose2d, max/avg pooling, global average pooling
 and 2x nearest-neighbour upsampling. Plain (non-composite) ops with vectorized NumPy references.
 
-Padding is always a 4-tuple (top, left, bottom, right). Batch N may be symbolic; spatial dims
-must be static unless the op provably keeps them unchanged (stride 1, "same" padding)."""
+Padding is always a 4-tuple (top, left, bottom, right). Batch N may be symbolic, and so may H
+and W where the output size stays a polynomial: stride 1, or a dim declared a multiple of the
+stride ("32*h": a stride-2 3x3 window padded 1 gives "16*h")."""
 from __future__ import annotations
 
 import enum
@@ -14,6 +15,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 from ...errors import ShapeError
 from ..op import Op, require, same_dtype
 from ..shapes import Dim, Shape
+from ..symbolic import SymDim, to_dim
 
 __all__ = ["Conv2d", "ConvTranspose2d", "PoolKind", "Pool2d", "GlobalAvgPool", "ResizeNearest2x"]
 
@@ -32,8 +34,16 @@ def _conv_out(op: Op, axis: str, size: Dim, k: int, s: int, lo: int, hi: int, d:
     if isinstance(size, str):
         if s == 1 and lo + hi == span - 1:
             return size
-        raise ShapeError(f"{op.kind} needs a static {axis} (got symbol {size!r}) unless stride "
-                         "is 1 and padding keeps the size; bind the symbol or pad 'same'")
+        split = (SymDim.of(size) + (lo + hi - span)).divmod_int(s)
+        if split is None:
+            raise ShapeError(f"{op.kind} with stride {s} needs {axis} static or declared a "
+                             f"multiple of the stride (got {size!r}; e.g. '{s}*{axis.lower()}' "
+                             "or '32*h' for a 5-stage CNN), or pad 'same' at stride 1")
+        out = split[0] + 1
+        low = out.lower_bound()
+        require(low is None or low >= 1, f"{op.kind} window ({span} along {axis}) is larger "
+                f"than the padded input ({size}+{lo + hi}) for the smallest {size}")
+        return out.to_dim()
     padded = size + lo + hi
     require(padded >= span, f"{op.kind} window ({span} along {axis}) is larger than the padded "
             f"input ({padded})")
@@ -146,15 +156,16 @@ class ConvTranspose2d(_OptionalBias, Op):
     groups: int = 1
     has_bias: bool = False
 
-    def _out_len(self, axis: str, size: Dim, k: int, i: int) -> int:
-        require(isinstance(size, int), f"{self.kind} needs a static {axis}, got symbol {size!r}")
+    def _out_len(self, axis: str, size: Dim, k: int, i: int) -> Dim:
         s, d, op = self.stride[i], self.dilation[i], self.output_padding[i]
         require(op < max(s, d), f"{self.kind} output_padding {op} along {axis} must be smaller "
                 f"than stride or dilation ({s}, {d})")
         lo, hi = self.padding[i], self.padding[i + 2]
-        out = (size - 1) * s - lo - hi + d * (k - 1) + op + 1
-        require(out > 0, f"{self.kind} padding {self.padding} leaves no output along {axis}")
-        return out
+        out = (SymDim.of(size) - 1) * s - lo - hi + d * (k - 1) + op + 1
+        low = out.lower_bound()
+        require(low is None or low > 0, f"{self.kind} padding {self.padding} leaves no output "
+                f"along {axis}")
+        return out.to_dim()
 
     def infer(self, ins):
         x, w = ins[0], ins[1]
@@ -286,7 +297,7 @@ class GlobalAvgPool(Op):
 
 @dataclass(frozen=True)
 class ResizeNearest2x(Op):
-    """Nearest-neighbour 2x upsampling: [N, C, H, W] -> [N, C, 2H, 2W]; H and W static."""
+    """Nearest-neighbour 2x upsampling: [N, C, H, W] -> [N, C, 2H, 2W]."""
 
     kind = "resize_nearest_2x"
     arity = 1
@@ -295,9 +306,8 @@ class ResizeNearest2x(Op):
         (x,) = ins
         _image(self, x)
         h, w = x.dims[2:]
-        require(isinstance(h, int) and isinstance(w, int),
-                f"{self.kind} needs static H and W, got {x}")
-        return Shape((x.dims[0], x.dims[1], 2 * h, 2 * w), x.dtype)
+        return Shape((x.dims[0], x.dims[1], to_dim(2 * SymDim.of(h)), to_dim(2 * SymDim.of(w))),
+                     x.dtype)
 
     def reference(self, x):
         return np.repeat(np.repeat(x, 2, axis=2), 2, axis=3)

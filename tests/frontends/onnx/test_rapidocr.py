@@ -4,7 +4,9 @@ small transformer neck) and the mobile text-direction classifier). Each is impor
 image size, fused for the CPU target (batch norms and the learnable affine blocks folded into
 the convs, every conv one fused_conv_bias_act with its hard-swish / relu / silu, except the
 ones named below) and run fused and unfused by the reference interpreter against ONNX Runtime on
-the original file, on a rendered text image (random noise gives the detector nothing to see)."""
+the original file, on a rendered text image (random noise gives the detector nothing to see).
+Imported with the image size left dynamic as a multiple of the network's stride ("32*h"), each
+compiles once and runs at every such size."""
 from __future__ import annotations
 
 import importlib.util
@@ -98,8 +100,47 @@ def test_detector_upsamplings_are_2x_nearest_or_general_resizes(models):
 
 def test_unfixed_image_size_says_to_pass_input_shapes():
     with pytest.raises(FrontendError, match=r"p2o\.Conv\.0 .*input_shapes=\{\"x\": "
-                                            r"\(1, 3, 224, 224\)\}"):
+                                            r"\(1, 3, 224, 224\)\}.* multiples .*"
+                                            r"input_shapes=\{\"x\": \(\"batch\", 3, "
+                                            r"\"32\*h\", \"32\*w\"\)\}"):
         bz.import_onnx(MODELS / CASES["det"][0])
+
+
+DYNAMIC = {"det": ("batch", 3, "32*h", "32*w"), "rec": ("batch", 3, 48, "8*w"),
+           "cls": ("batch", 3, 48, "8*w")}
+SIZES = {"det": [(1, 3, 64, 96), (2, 3, 96, 160)], "rec": [(1, 3, 48, 160), (2, 3, 48, 96)],
+         "cls": [(1, 3, 48, 192), (3, 3, 48, 104)]}
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_dynamic_image_size_as_multiples_of_the_stride(name):
+    """One import, one compile, every image size that is a multiple of the network's stride:
+    compiled and reference results match ONNX Runtime on the original file at each size."""
+    path = MODELS / CASES[name][0]
+    g = bz.import_onnx(path, input_shapes={"x": DYNAMIC[name]})
+    assert g.inputs[0].op.shape.dims == DYNAMIC[name]
+    fused, _ = bz.fuse(g, "cpu")
+    assert fused.count("fused_conv_bias_act") == Model(name).fused.count("fused_conv_bias_act")
+    exe = bz.compile(g, target="cpu")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    for shape in SIZES[name]:
+        x = np.concatenate([text_image(*shape[2:])] * shape[0])
+        x[1:] += np.random.default_rng(shape[3]).standard_normal(x[1:].shape).astype(np.float32)
+        (want,) = sess.run(None, {"x": x})
+        (got,) = exe({"x": x})
+        assert _relative_error(got, want) < TOLERANCE, shape
+        (ref,) = bz.interpret(fused, {"x": x})
+        assert _relative_error(ref, want) < TOLERANCE, shape
+
+
+def test_dynamic_image_size_refuses_a_size_that_is_not_a_multiple():
+    g = bz.import_onnx(MODELS / CASES["det"][0], input_shapes={"x": DYNAMIC["det"]})
+    x = text_image(70, 96)
+    with pytest.raises(bz.InterpretError, match=r"input 'x' .* dim 32\*h must be a multiple "
+                                                r"of 32, but was fed 70"):
+        bz.compile(g, target="cpu")({"x": x})
 
 
 # -- fusion -------------------------------------------------------------------------------------

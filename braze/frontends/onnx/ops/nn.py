@@ -4,8 +4,10 @@ normalizations are in norm.py).
 
 auto_pad, ceil_mode and ConvTranspose's output_shape become explicit padding here, computed as
 ONNX Runtime does (a ceil-mode window that would start in the right padding is dropped; SAME_UPPER
-puts the odd padding element at the end). Strided windows and resizes need static spatial dims:
-when a model leaves them dynamic, the error says to fix them with `input_shapes=`."""
+puts the odd padding element at the end). Strided windows over dynamic spatial dims need them
+declared multiples of the stride (`input_shapes={"x": (1, 3, "32*h", "32*w")}`); resizes of
+dynamic dims are nearest upsampling by a power of two. Anything else names the fix
+(`input_shapes=`) in its error."""
 from __future__ import annotations
 
 import math
@@ -16,9 +18,16 @@ from ....errors import ShapeError
 from ....ir.ops.conv import ResizeNearest2x
 from ....ir.ops.io import Constant, Param
 from ....ir.ops.reduce import ReduceFn
-from ....ir.ops.resize import CoordinateMode, NearestMode, Resize, ResizeMode
+from ....ir.ops.resize import (
+    CoordinateMode,
+    NearestMode,
+    Resize,
+    ResizeMode,
+    nearest_indices,
+    source_coordinates,
+)
 from ....ir.ops.shape import PadMode
-from ....ir.symbolic import SymDim
+from ....ir.symbolic import SymDim, to_dim
 from ..context import ImportContext, NodeView, converter
 
 _AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -26,18 +35,28 @@ _AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 
 # -- shared helpers -----------------------------------------------------------------------------
 def input_shapes_hint(ctx: ImportContext) -> str:
-    """How to fix the dynamic dims of the graph's inputs, with an example per input."""
-    parts = []
+    """How to fix the dynamic dims of the graph's inputs, with an example per input: static
+    sizes, or sizes kept dynamic as multiples of the network's stride."""
+    fixed, multiples = [], []
     for n in ctx.g.inputs:
         dims = n.op.shape.dims
         if all(isinstance(d, int) for d in dims):
             continue
-        example = tuple(d if isinstance(d, int) else (1 if i == 0 else 224)
-                        for i, d in enumerate(dims))
-        parts.append(f'"{n.op.name}": {example}')
-    example = "{" + ", ".join(parts or ['"x": (1, 3, 224, 224)']) + "}"
-    return (f"pass input_shapes={example} (with your image size) to import_onnx to fix the "
-            "spatial dims")
+        fixed.append(f'"{n.op.name}": {_example(dims, [1] + [224] * 4)}')
+        multiples.append(f'"{n.op.name}": '
+                         f'{_example(dims, ["batch", "c", "32*h", "32*w", "32*d"])}')
+    fixed_text = "{" + ", ".join(fixed or ['"x": (1, 3, 224, 224)']) + "}"
+    multiple_text = "{" + ", ".join(multiples or ['"x": ("batch", 3, "32*h", "32*w")']) + "}"
+    return (f"pass input_shapes={fixed_text} (with your image size) to import_onnx to fix the "
+            f"spatial dims, or keep them dynamic as multiples of the network's total stride: "
+            f"input_shapes={multiple_text}")
+
+
+def _example(dims, values) -> str:
+    """An input_shapes tuple: static dims kept, symbolic ones replaced by values[axis]."""
+    items = [d if isinstance(d, int) else values[min(i, len(values) - 1)]
+             for i, d in enumerate(dims)]
+    return str(tuple(items)).replace("'", '"')
 
 
 def _spatial_rank(ctx, node, x) -> int:
@@ -63,6 +82,23 @@ def _static_spatial(ctx, node, dims, why: str) -> list[int]:
     return list(dims)
 
 
+def _residue_sizes(ctx, node, sizes, strides, why: str) -> list[int]:
+    """Stand-ins for padding rules that depend on a size only modulo its stride (SAME pads,
+    ceil_mode): a symbolic size declared a multiple of the stride ("32*h", any "32*h+r")
+    becomes a large int with the same remainder; other symbolic sizes are an import error."""
+    out = []
+    for size, s in zip(sizes, strides):
+        split = None if isinstance(size, int) else SymDim.of(size).divmod_int(s)
+        if isinstance(size, int):
+            out.append(size)
+        elif split is None:
+            raise ctx.fail(node, f"{why} needs each spatial dim static or a multiple of the "
+                                 f"stride {s}, got {size!r}; {input_shapes_hint(ctx)}")
+        else:
+            out.append(split[1] + s * (1 << 20))
+    return out
+
+
 def _same_pads(ctx, node, sizes, kernel, strides, dilations, upper: bool):
     """SAME_UPPER / SAME_LOWER: output ceil(in / stride), padding split with the odd element
     at the end (upper) or the start (lower)."""
@@ -72,8 +108,9 @@ def _same_pads(ctx, node, sizes, kernel, strides, dilations, upper: bool):
         if s == 1:
             total = span - 1
         else:
-            (size,) = _static_spatial(ctx, node, [size], f"auto_pad={node.attr('auto_pad')} "
-                                                         f"with stride {s}")
+            (size,) = _residue_sizes(ctx, node, [size], [s], f"auto_pad="
+                                                             f"{node.attr('auto_pad')} with "
+                                                             f"stride {s}")
             total = max(0, (-(-size // s) - 1) * s + span - size)
         lo = total // 2 if upper else total - total // 2
         pairs.append((lo, total - lo))
@@ -101,7 +138,7 @@ def _ceil_extra(ctx, node, sizes, kernel, strides, pairs) -> list[tuple[int, int
     last partial window (dropped when it would start in the end padding, as ONNX Runtime
     rules)."""
     out = []
-    sizes = _static_spatial(ctx, node, sizes, "ceil_mode=1")
+    sizes = _residue_sizes(ctx, node, sizes, strides, "ceil_mode=1")
     for size, k, s, (lo, hi) in zip(sizes, kernel, strides, pairs):
         span = size + lo + hi - k
         n_out = -(-span // s) + 1
@@ -201,7 +238,10 @@ def _transpose_pads(ctx, node, sizes, kernel, strides, dilations, out_pad):
             return [(0, 0)] * n, out_pad
         pads = _ints_attr(ctx, node, "pads", 2 * n, 0)
         return [(pads[i], pads[i + n]) for i in range(n)], out_pad
-    sizes = _static_spatial(ctx, node, sizes, "ConvTranspose with auto_pad / output_shape")
+    if shape is None:  # SAME: the crop does not depend on the size
+        sizes = [1 << 20] * n
+    else:
+        sizes = _static_spatial(ctx, node, sizes, "ConvTranspose with output_shape")
     if shape is not None and len(shape) != n:
         raise ctx.fail(node, f"output_shape {list(shape)} must give the {n} spatial dims")
     pairs, extra_pad = [], []
@@ -237,7 +277,7 @@ def conv_transpose(ctx, node):
     strides = _ints_attr(ctx, node, "strides", n, 1)
     dilations = _ints_attr(ctx, node, "dilations", n, 1)
     out_pad = _ints_attr(ctx, node, "output_padding", n, 0)
-    sizes = _static_spatial(ctx, node, ctx.dims(x)[2:], "ConvTranspose")
+    sizes = ctx.dims(x)[2:]
     pairs, out_pad = _transpose_pads(ctx, node, sizes, kernel, strides, dilations, out_pad)
     group = int(node.attr("group", 1))
     if n == 1:
@@ -396,7 +436,11 @@ def _resize_targets(ctx, node, dims, axes):
             if s != 1.0:
                 raise ctx.fail(node, f"Resize of axis {i} (batch / channels, scale {s}) is not "
                                      "supported; braze resizes the spatial axes")
-        spatial = _static_spatial(ctx, node, dims[2:], "Resize with scales")
+        if any(not isinstance(d, int) for d in dims[2:]) and _doubling(scales[2:]):
+            return [to_dim(int(s) * SymDim.of(d)) for s, d in zip(scales[2:], dims[2:])], \
+                scales[2:]
+        spatial = _static_spatial(ctx, node, dims[2:], "Resize with scales (other than one "
+                                  "power of two on every spatial axis)")
         out = [int(np.float32(s) * np.float32(d)) for s, d in zip(scales[2:], spatial)]
         return out, scales[2:]
     sizes = _full_list(ctx, node, sizes, axes, rank, list(dims), "sizes")
@@ -421,6 +465,31 @@ def _resize_targets(ctx, node, dims, axes):
     return out, [float(s) if (i + 2) in resized else 1.0 for i in range(len(spatial))]
 
 
+def _doubling(scales) -> bool:
+    """One scale, a power of two >= 2, on every spatial axis."""
+    s = scales[0]
+    return all(v == s for v in scales) and s >= 2 and s == int(s) and int(s) & (int(s) - 1) == 0
+
+
+def _repeat_nearest_2x(ctx, node, x, scales, mode, coord, nearest):
+    """Nearest upsampling by 2^m of symbolic H / W as m resize_nearest_2x: exact when the
+    op's index table is i // 2^m, checked on every size up to 64 and on a few large ones
+    (with the scale given, the coordinates depend on the size only at the clamped ends;
+    align_corners depends on it, and its float32 rounding leaves i // 2 at large sizes)."""
+    factor = int(scales[0])
+    exact = mode is ResizeMode.NEAREST and all(
+        np.array_equal(nearest_indices(source_coordinates(coord, d, factor * d, float(factor)),
+                                       nearest, d), np.arange(factor * d) // factor)
+        for d in [*range(1, 65), 1000, 1023, 4097])
+    if not exact:
+        raise ctx.fail(node, f"Resize ({mode.value}, {coord.value}) of symbolic spatial dims "
+                             f"{tuple(ctx.dims(x)[2:])} is not supported (nearest upsampling by a "
+                             f"power of two is); {input_shapes_hint(ctx)}")
+    for _ in range(factor.bit_length() - 1):
+        x = ctx.g.add_node(ResizeNearest2x(), (x,))[0]
+    return x
+
+
 def _resize(ctx, node, x, out_sizes, scales, mode, coord, nearest, cubic_a=-0.75,
             exclude=False):
     """Resize x ([N, C, L] or [N, C, H, W]) to the spatial `out_sizes`."""
@@ -429,6 +498,8 @@ def _resize(ctx, node, x, out_sizes, scales, mode, coord, nearest, cubic_a=-0.75
     n = len(dims) - 2
     if list(dims[2:]) == list(out_sizes) and (scales is None or all(s == 1.0 for s in scales)):
         return x
+    if n == 2 and any(not isinstance(d, int) for d in out_sizes):
+        return _repeat_nearest_2x(ctx, node, x, scales, mode, coord, nearest)
     x4 = _as_image(ctx, x) if n == 1 else x
     size = (1, out_sizes[0]) if n == 1 else tuple(out_sizes)
     scale = None if scales is None else ((1.0, scales[0]) if n == 1 else tuple(scales))

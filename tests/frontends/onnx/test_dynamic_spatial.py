@@ -1,0 +1,141 @@
+"""Strided windows and upsampling over dynamic image sizes: an input dim declared a multiple of
+the stride ("12*h+1") keeps every later size a polynomial, so one import (and one compile) runs
+every such size. Each case is compared with ONNX Runtime at two sizes; sizes braze cannot keep
+symbolic are import errors that name the node and the fix."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import braze as bz  # noqa: E402
+from braze.errors import FrontendError, InterpretError  # noqa: E402
+
+DIMS = ("n", 4, "12*h+1", "12*w+2")  # a multiple of both strides 2 and 3, plus a remainder
+SIZES = [(1, 4, 13, 14), (2, 4, 37, 26)]
+
+
+def rand(*shape, seed=1):
+    return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
+
+
+def one_node(op_type, attrs, inits=(), x_dims=DIMS, name="node0"):
+    names, tensors = ["x"], []
+    for i, arr in enumerate(inits):
+        names.append("" if arr is None else f"in{i}")
+        if arr is not None:
+            tensors.append(numpy_helper.from_array(np.asarray(arr), f"in{i}"))
+    node = helper.make_node(op_type, names, ["y"], name=name, **attrs)
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_dims))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([node], "g", [x], [y], tensors)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+
+
+def check_sizes(m, dims=DIMS, sizes=SIZES):
+    """Import once with the symbolic dims, compile once, compare with ORT at every size."""
+    g = bz.import_onnx(m, input_shapes={"x": dims})
+    assert any(isinstance(d, str) for d in g.inputs[0].op.shape.dims[2:])
+    exe = bz.compile(g, target="cpu")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    for shape in sizes:
+        x = rand(*shape, seed=shape[2])
+        (want,) = sess.run(None, {"x": x})
+        for got in (bz.interpret(g, {"x": x})[0], exe({"x": x})[0]):
+            assert got.shape == want.shape, (shape, got.shape, want.shape)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    return g
+
+
+CONV = {
+    "strided": dict(strides=[2, 3], pads=[1, 1, 1, 1]),
+    "strided_dilated": dict(strides=[2, 2], dilations=[2, 1], pads=[2, 1, 1, 0]),
+    "same_upper": dict(auto_pad="SAME_UPPER", strides=[2, 2]),
+    "same_lower": dict(auto_pad="SAME_LOWER", strides=[3, 2]),
+    "valid": dict(auto_pad="VALID", strides=[2, 3]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONV))
+def test_strided_conv(case):
+    g = check_sizes(one_node("Conv", CONV[case], [rand(6, 4, 3, 3), rand(6, seed=2)]))
+    assert all(isinstance(d, str) for d in g.shape_of(g.outputs[0]).dims[2:])
+
+
+POOL = {
+    "plain": dict(kernel_shape=[2, 2], strides=[2, 2]),
+    "pads": dict(kernel_shape=[3, 3], strides=[2, 3], pads=[1, 1, 1, 0]),
+    "ceil": dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+    "ceil_dropped_window": dict(kernel_shape=[2, 2], strides=[2, 2], pads=[1, 1, 1, 1],
+                                ceil_mode=1),
+    "same_upper": dict(kernel_shape=[3, 3], strides=[2, 3], auto_pad="SAME_UPPER"),
+}
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+@pytest.mark.parametrize("case", sorted(POOL))
+def test_strided_pool(op, case):
+    check_sizes(one_node(op, POOL[case]))
+
+
+@pytest.mark.parametrize("attrs", [dict(strides=[2, 2]), dict(strides=[2, 3], pads=[1, 0, 0, 1]),
+                                   dict(strides=[2, 2], auto_pad="SAME_UPPER")])
+def test_conv_transpose(attrs):
+    check_sizes(one_node("ConvTranspose", attrs, [rand(4, 3, 3, 3), rand(3, seed=3)]))
+
+
+@pytest.mark.parametrize("scale,coord,nearest", [
+    (2.0, "asymmetric", "floor"), (4.0, "asymmetric", "floor"),
+    (8.0, "half_pixel", "round_prefer_floor"), (2.0, "pytorch_half_pixel", "round_prefer_ceil"),
+])
+def test_nearest_upsampling_by_a_power_of_two(scale, coord, nearest):
+    attrs = dict(mode="nearest", coordinate_transformation_mode=coord, nearest_mode=nearest)
+    scales = np.asarray([1, 1, scale, scale], np.float32)
+    g = check_sizes(one_node("Resize", attrs, [None, scales]))
+    assert g.count("resize_nearest_2x") == int(scale).bit_length() - 1
+
+
+@pytest.mark.parametrize("attrs,scales,why", [
+    (dict(mode="linear"), [1, 1, 2, 2], "linear"),
+    (dict(mode="nearest"), [1, 1, 3, 3], "power of two"),
+    (dict(mode="nearest"), [1, 1, 2, 4], "power of two"),
+    (dict(mode="nearest", coordinate_transformation_mode="align_corners", nearest_mode="floor"),
+     [1, 1, 2, 2], "align_corners"),
+    # i * (d-1) / (2d-1) rounds to i // 2 exactly, but not in float32 at every size
+    (dict(mode="nearest", coordinate_transformation_mode="align_corners"), [1, 1, 2, 2],
+     "align_corners"),
+])
+def test_other_resizes_of_dynamic_sizes_are_errors_naming_the_fix(attrs, scales, why):
+    m = one_node("Resize", attrs, [None, np.asarray(scales, np.float32)], name="up7")
+    with pytest.raises(FrontendError, match=rf"up7.*{why}.*input_shapes="):
+        bz.import_onnx(m, input_shapes={"x": DIMS})
+
+
+def test_a_stride_the_declared_multiple_does_not_cover_names_the_fix():
+    m = one_node("Conv", dict(strides=[5, 5]), [rand(6, 4, 3, 3)], name="conv9")
+    with pytest.raises(FrontendError, match=r"conv9.*stride 5 needs H static or declared a "
+                                            r"multiple of the stride.*\"32\*h\""):
+        bz.import_onnx(m, input_shapes={"x": DIMS})
+    plain = one_node("MaxPool", dict(kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1),
+                     x_dims=(1, 4, "h", "w"), name="pool3")
+    with pytest.raises(FrontendError, match=r"pool3.*ceil_mode=1 needs each spatial dim static "
+                                            r"or a multiple of the stride 2"):
+        bz.import_onnx(plain)
+
+
+def test_a_size_that_is_not_of_the_declared_form_is_refused_at_run_time():
+    g = bz.import_onnx(one_node("Conv", CONV["strided"], [rand(6, 4, 3, 3)]),
+                       input_shapes={"x": DIMS})
+    exe = bz.compile(g, target="cpu")
+    with pytest.raises(InterpretError, match=r"dim 12\*h\+1 must be of the form 12\*h\+1 for a "
+                                             r"whole h >= 0, but was fed 14"):
+        exe({"x": rand(1, 4, 14, 14)})
+    with pytest.raises(InterpretError, match="must be a multiple of 32, but was fed 33"):
+        bz.interpret(bz.import_onnx(one_node("MaxPool", POOL["plain"]),
+                                    input_shapes={"x": (1, 4, "32*h", 8)}),
+                     {"x": rand(1, 4, 33, 8)})

@@ -1,0 +1,84 @@
+"""A strided CNN imported from PyTorch with its image size dynamic: declared a multiple of the
+network's stride ("32*h", or torch's derived dim 32 * Dim("h")), every size inside it stays a
+polynomial (FloorDiv(32*h - 1, 2) + 1 = 16*h), so one import and one compile run every such
+size, matching PyTorch."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import braze as bz  # noqa: E402
+from braze.errors import FrontendError, InterpretError  # noqa: E402
+
+
+class Net(torch.nn.Module):
+    """Stride-2 convs, a padded pool, an FPN-style nearest upsampling and sum."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.c1 = torch.nn.Conv2d(3, 8, 3, 2, 1)
+        self.c2 = torch.nn.Conv2d(8, 8, 3, 2, 1)
+        self.pool = torch.nn.MaxPool2d(3, 2, 1)
+        self.lateral = torch.nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        a = torch.relu(self.c1(x))                   # H / 2
+        b = self.pool(torch.relu(self.c2(a)))        # H / 8
+        up = torch.nn.functional.interpolate(b, scale_factor=4, mode="nearest")
+        return self.lateral(up) + a + torch.nn.functional.avg_pool2d(a, 2).repeat_interleave(
+            2, dim=2).repeat_interleave(2, dim=3)            # H / 2 each
+
+
+SIZES = [(1, 3, 32, 64), (2, 3, 96, 32)]
+
+
+def _check(g, net, sizes=SIZES):
+    exe = bz.compile(g, target="cpu")
+    for shape in sizes:
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = net(x).numpy()
+        got = exe({"x": x.numpy()})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(bz.interpret(g, {"x": x.numpy()})[0], want, rtol=1e-4,
+                                   atol=1e-5)
+    return exe
+
+
+def test_braze_form_multiple_of_a_name():
+    net = Net().eval()
+    g = bz.import_torch(net, (torch.randn(2, 3, 64, 96),),
+                        dynamic_shapes={"x": {0: "batch", 2: "32*h", 3: "32*w"}})
+    assert g.inputs[0].op.shape.dims == ("batch", 3, "32*h", "32*w")
+    assert g.count("resize_nearest_2x") == 2
+    exe = _check(g, net)
+    with pytest.raises(InterpretError, match="must be a multiple of 32, but was fed 40"):
+        exe({"x": np.zeros((1, 3, 40, 64), np.float32)})
+
+
+def test_torch_derived_dims():
+    from torch.export import Dim
+
+    net = Net().eval()
+    h, w = Dim("h", min=1, max=64), Dim("w", min=1, max=64)
+    g = bz.import_torch(net, (torch.randn(1, 3, 64, 96),),
+                        dynamic_shapes={"x": {2: 32 * h, 3: 32 * w}})
+    assert g.inputs[0].op.shape.dims == (1, 3, "32*h", "32*w")
+    _check(g, net, [(1, 3, 32, 64), (1, 3, 96, 32)])
+
+
+def test_a_plain_dynamic_size_names_the_multiple_to_declare():
+    with pytest.raises(FrontendError, match=r"conv2d with stride 2 needs H static or declared a "
+                                            r"multiple of the stride .*'32\*h'"):
+        bz.import_torch(torch.nn.Conv2d(3, 4, 3, 2, 1).eval(), (torch.randn(1, 3, 64, 96),),
+                        dynamic_shapes={"input": {2: "h", 3: "w"}})
+
+
+def test_a_dim_spec_that_is_neither_a_name_nor_a_multiple_is_refused():
+    with pytest.raises(FrontendError, match=r"'h\+1': dims must be names .* or a multiple"):
+        bz.import_torch(Net().eval(), (torch.randn(1, 3, 64, 96),),
+                        dynamic_shapes={"x": {2: "h+1"}})
