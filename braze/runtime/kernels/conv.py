@@ -36,7 +36,7 @@ from .fused import is_f32
 from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
-__all__ = ["ConvGeometry", "resample_taps"]
+__all__ = ["ConvGeometry", "resample_taps", "upscale_factor"]
 
 _F32 = np.float32
 
@@ -155,13 +155,13 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
     static = ctx.static.get(node.inputs[1]) if ctx is not None else None
     if static is not None and (static.dtype != _F32 or static.ndim != 4):
         static = None
-    paths = conv_paths(geo, static is not None, sgemm is not None, residual)
+    paths = conv_paths(geo, static is not None, sgemm is not None)
     choice = conv_choice(geo, code, has_bias, paths) if paths else None
     if choice == "shifted":
         return Kernel(**_shifted_kernel(node, geo, ctx, static, code, has_bias, residual,
                                         numpy_act, out_at), dispatch=Dispatch.NATIVE, **cost,
                       name=f"braze conv tiles: shifted GEMM + epilogue per tile ({what})")
-    rows = _rows_kernel(node, geo, ctx, static, code, has_bias, numpy_act, out_at) \
+    rows = _rows_kernel(node, geo, ctx, static, code, has_bias, residual, numpy_act, out_at) \
         if choice == "rows" else None
     if rows is not None:
         return Kernel(**rows, dispatch=Dispatch.NATIVE, **cost,
@@ -211,15 +211,15 @@ def _im2col_args(geo: ConvGeometry, x, w, b, y, cols, act: int, res=None) -> tup
             *geo.window_args(), geo.ho, geo.wo, int(geo.direct), act)
 
 
-def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool, residual: bool = False
-               ) -> tuple[str, ...]:
+def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool) -> tuple[str, ...]:
     """The GEMM convs that can run `geo` here (gemm_choice.CONV_CHOICES): braze's conv tiles
-    with a C compiler, the pixel-row form for one group, a weight known when the program is
-    built (packed once) and no residual (its tiles are NHWC), im2col + MKL's sgemm with MKL."""
+    with a C compiler, the pixel-row form for one group and a weight known when the program is
+    built (packed once; a residual joins as its product goes back to NCHW), im2col + MKL's
+    sgemm with MKL."""
     paths = []
     if conv_tiles.lib() is not None:
         paths.append("shifted")
-        if geo.groups == 1 and static_weight and not residual and pg.lib() is not None:
+        if geo.groups == 1 and static_weight and pg.lib() is not None:
             paths.append("rows")
     if mkl:
         paths.append("im2col")
@@ -256,7 +256,7 @@ def _shifted_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: b
 
 
 def _rows_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
-                 numpy_act: UnaryFn | None, out_at: int) -> dict | None:
+                 residual: bool, numpy_act: UnaryFn | None, out_at: int) -> dict | None:
     """The Kernel fields (run, scratch) of the conv in pixel-row form (conv_tiles.rows_conv):
     the static weight packed once for braze's GEMM; None where it can't be packed."""
     key = ("conv pixel-row weight", node.inputs[1])
@@ -266,12 +266,13 @@ def _rows_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool
     if packed is None:
         return None
     layout = conv_tiles.RowsLayout.of(geo)
-    call = conv_tiles.rows_conv(geo, layout, packed, code)
+    call = conv_tiles.rows_conv(geo, layout, packed, code, residual)
 
     def run(x, w, *rest):
         b = _contiguous(rest[0]) if has_bias else None
         out = rest[out_at - 2]
-        call(_contiguous(x), b, out, *rest[out_at - 1:])
+        call(_contiguous(x), b, out, *rest[out_at - 1:],
+             res=_contiguous(rest[1]) if residual else None)
         if numpy_act is not None:
             np.copyto(out, numpy_act.apply(out))
 
@@ -379,7 +380,11 @@ def fused_conv_bias_act(node, ins, outs, ctx):
 
 @register_kernel(ConvTranspose2d)
 def conv_transpose2d(node, ins, outs, ctx):
-    """cols = W_g^T x_g (one GEMM per image and group), then col2im into the output."""
+    """cols = W_g^T x_g (one GEMM per image and group), then col2im into the output; where the
+    windows do not overlap (kernel == stride, no dilation: the 2x2 stride-2 upsampling of
+    segmentation heads) each output pixel is one read of cols, bias included
+    (col2im_disjoint), instead of zeroing, scatter-adding and a bias pass. A static weight is
+    transposed once."""
     lib = conv_native.lib()
     if lib is None or not is_f32(*ins, *outs):
         return None
@@ -392,21 +397,39 @@ def conv_transpose2d(node, ins, outs, ctx):
     (sh, sw), (dh, dw) = op.stride, op.dilation
     window = (kh, kw, sh, sw, op.padding[0], op.padding[1], dh, dw)
     has_bias = op.has_bias
+    disjoint = (kh, kw, dh, dw) == (sh, sw, 1, 1)
+    static = ctx.static.get(node.inputs[1]) if ctx is not None else None
+    wt_static = None
+    if static is not None and static.dtype == _F32:
+        key = ("conv-transpose weight, transposed", node.inputs[1])
+        if key not in ctx.prepared:
+            ctx.prepared[key] = np.ascontiguousarray(
+                static.reshape(groups, cg, k).transpose(0, 2, 1))
+        wt_static = ctx.prepared[key]
 
     def run(x, wt, *rest):
         out, cols, wt_t = rest[-3:]
-        b = rest[0] if has_bias else None
+        b = _contiguous(rest[0]) if has_bias else None
         x = _contiguous(x)
-        np.copyto(wt_t, wt.reshape(groups, cg, k).transpose(0, 2, 1))
+        if wt_static is not None:
+            wt_t = wt_static
+        else:
+            np.copyto(wt_t, wt.reshape(groups, cg, k).transpose(0, 2, 1))
         for i in range(n):
             for g in range(groups):
                 blas.matmul(wt_t[g], x[i, g * cg:(g + 1) * cg].reshape(cg, h * w), cols)
                 start = address(out) + 4 * (i * o + g * og) * ho * wo
-                lib.col2im(_ptr(cols), start, og, h, w, *window, ho, wo)
-        if b is not None:
+                if disjoint:
+                    lib.col2im_disjoint(_ptr(cols), None if b is None else
+                                        address(b) + 4 * g * og, start, og, h, w, kh, kw,
+                                        op.padding[0], op.padding[1], ho, wo)
+                else:
+                    lib.col2im(_ptr(cols), start, og, h, w, *window, ho, wo)
+        if b is not None and not disjoint:
             lib.channel_epilogue(_ptr(out), _ptr(b), None, n * o, o, ho * wo, 0)
 
-    return Kernel(run, Dispatch.NATIVE, "BLAS GEMM + C col2im",
+    name = "BLAS GEMM + C " + ("disjoint col2im with bias" if disjoint else "col2im")
+    return Kernel(run, Dispatch.NATIVE, name,
                   flops=2 * n * c * h * w * og * kh * kw, bytes=nbytes(ins) + nbytes(outs),
                   scratch=(((k, h * w), _F32), ((groups, k, cg), _F32)))
 
@@ -457,7 +480,7 @@ def resize_nearest_2x(node, ins, outs, ctx):
 
         def gather(x, out):
             return lib.gather2d, (_ptr(x), _ptr(out), n * c, h, w, 2 * h, 2 * w, _ptr(rows),
-                                  _ptr(cols))
+                                  _ptr(cols), 2)
 
         return Kernel(**_c_kernel(gather), dispatch=Dispatch.NATIVE, name="C nearest gather",
                       **cost)
@@ -466,6 +489,15 @@ def resize_nearest_2x(node, ins, outs, ctx):
         np.copyto(out.reshape(n, c, h, 2, w, 2), x[:, :, :, None, :, None])
 
     return Kernel(run, Dispatch.NATIVE, "NumPy broadcast copy", **cost)
+
+
+def upscale_factor(index: np.ndarray, n_in: int) -> int:
+    """f where a nearest index table reads source i at outputs i * f .. i * f + f - 1 for every
+    i < n_in (an integer upscale), else 0."""
+    f = len(index) // n_in
+    if f < 1 or len(index) != f * n_in:
+        return 0
+    return f if np.array_equal(index, np.arange(len(index)) // f) else 0
 
 
 def resample_taps(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -493,10 +525,11 @@ def resize(node, ins, outs, ctx):
     cost = {"bytes": nbytes(ins) + nbytes(outs)}
     if op.mode is ResizeMode.NEAREST:
         rows, cols = op.indices(0, h), op.indices(1, w)
+        repeat = upscale_factor(cols, w)
 
         def gather(x, out):
             return lib.gather2d, (_ptr(x), _ptr(out), n * c, h, w, ho, wo, _ptr(rows),
-                                  _ptr(cols))
+                                  _ptr(cols), repeat)
 
         return Kernel(**_c_kernel(gather), dispatch=Dispatch.NATIVE, name="C nearest gather",
                       **cost)

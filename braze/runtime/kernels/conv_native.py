@@ -1,8 +1,10 @@
 """C loops (float32, NCHW) for the convolution family's work that is not a GEMM: im2col and
-col2im around the GEMM of conv / transposed conv, the per-channel bias + activation epilogue,
-depthwise convolution as a direct loop (bias and activation fused), max / average pooling, and
-separable resampling (each output index reads a few consecutive source indices, with weights
-taken from the op's own interpolation matrices). OpenMP over images x channels; stride-1 inner
+col2im around the GEMM of conv / transposed conv (a gather with the bias where the transposed
+conv's windows do not overlap), the per-channel bias + activation epilogue, depthwise
+convolution as a direct loop (bias and activation fused; strided ones read a ring of padded
+rows), max / average pooling, nearest gathers (repeated rows copied) and separable resampling
+(each output index reads a few consecutive source indices, with weights taken from the op's
+own interpolation matrices). OpenMP over images x channels; stride-1 inner
 loops vectorize. Compiled once per machine by codegen.cc; `lib()` is None without a compiler."""
 from __future__ import annotations
 
@@ -136,34 +138,50 @@ void conv_gemm(sgemm_fn sgemm, local_threads_fn local_threads, const float* x, c
   if (bias || act || res) channel_epilogue(y, bias, res, n * o, o, hw, act);
 }
 
-/* Rows [0, hp) of one [h, w] plane padded for a window loop: row r is input row r - pt
-   (fill outside the image), column j of it (input column j - pl) at phase j % sw, index
-   j / sw, each phase `phase` floats long (pad: hp * sw * phase floats). A tap of an output row
-   then reads one unit-stride run with no bounds tests, strided or not. */
-static void pad_plane(const float* plane, int64_t h, int64_t w, int64_t pt, int64_t pl,
-                      int64_t sw, int64_t hp, int64_t phase, float fill, float* pad) {
-  int64_t row = sw * phase;
-  for (int64_t r = 0; r < hp; r++) {
-    float* restrict dst = pad + r * row;
-    int64_t iy = r - pt;
-    if (iy < 0 || iy >= h) {
-      for (int64_t j = 0; j < row; j++) dst[j] = fill;
-      continue;
-    }
-    const float* restrict src = plane + iy * w;
-    for (int64_t ph = 0; ph < sw; ph++) {
-      float* restrict d = dst + ph * phase;
-      int64_t lo, hi;  /* i with 0 <= i * sw + ph - pl < w */
-      valid_range(ph - pl, sw, w, phase, &lo, &hi);
-      for (int64_t i = 0; i < lo; i++) d[i] = fill;
-      if (sw == 1) {
-        for (int64_t i = lo; i < hi; i++) d[i] = src[i - pl];
-      } else {
-        for (int64_t i = lo; i < hi; i++) d[i] = src[i * sw + ph - pl];
-      }
-      for (int64_t i = hi; i < phase; i++) d[i] = fill;
-    }
+/* For each of a padded row's sw column phases ph, the indices [lo, hi) that read the image
+   (0 <= i * sw + ph - pl < w): bounds[2 ph], bounds[2 ph + 1]. */
+static void phase_bounds(int64_t w, int64_t pl, int64_t sw, int64_t phase, int64_t* bounds) {
+  for (int64_t ph = 0; ph < sw; ph++)
+    valid_range(ph - pl, sw, w, phase, bounds + 2 * ph, bounds + 2 * ph + 1);
+}
+
+/* Row r of one [h, w] plane padded for a window loop: input row r - pt (fill outside the
+   image), column j of it (input column j - pl) at phase j % sw, index j / sw, each phase
+   `phase` floats long (dst: sw * phase floats; bounds: phase_bounds'). A tap of an output
+   row then reads one unit-stride run with no bounds tests, strided or not. Stride 2 has its
+   own loop: a constant stride lets the compiler split the row with vector permutes. */
+static void pad_row(const float* plane, int64_t h, int64_t w, int64_t r, int64_t pt,
+                    int64_t pl, int64_t sw, int64_t phase, const int64_t* bounds, float fill,
+                    float* restrict dst) {
+  int64_t iy = r - pt;
+  if (iy < 0 || iy >= h) {
+    for (int64_t j = 0; j < sw * phase; j++) dst[j] = fill;
+    return;
   }
+  const float* restrict src = plane + iy * w;
+  for (int64_t ph = 0; ph < sw; ph++) {
+    float* restrict d = dst + ph * phase;
+    const float* restrict s = src + ph - pl;
+    int64_t lo = bounds[2 * ph], hi = bounds[2 * ph + 1];
+    for (int64_t i = 0; i < lo; i++) d[i] = fill;
+    if (sw == 1) {
+      for (int64_t i = lo; i < hi; i++) d[i] = s[i];
+    } else if (sw == 2) {
+      for (int64_t i = lo; i < hi; i++) d[i] = s[2 * i];
+    } else {
+      for (int64_t i = lo; i < hi; i++) d[i] = s[i * sw];
+    }
+    for (int64_t i = hi; i < phase; i++) d[i] = fill;
+  }
+}
+
+/* Rows [0, hp) of one [h, w] plane padded for a window loop (pad_row each; pad: hp * sw *
+   phase floats; bounds: phase_bounds'). */
+static void pad_plane(const float* plane, int64_t h, int64_t w, int64_t pt, int64_t pl,
+                      int64_t sw, int64_t hp, int64_t phase, const int64_t* bounds, float fill,
+                      float* pad) {
+  for (int64_t r = 0; r < hp; r++)
+    pad_row(plane, h, w, r, pt, pl, sw, phase, bounds, fill, pad + r * sw * phase);
 }
 
 #if defined(__AVX512F__)
@@ -202,62 +220,84 @@ static void dw_row(const float* const* tap, const float* f, int64_t taps, float 
 
 /* Depthwise conv: output channel oc reads input channel oc / mult through its own kh x kw
    filter w[oc]; bias and a residual res of y's shape (either may be NULL), then the
-   activation (native.ACT_CODES), fused. Each input plane
-   is first copied into a per-thread buffer with its zero padding around it and each row split
-   into its sw column phases (column j of a padded row at phase j % sw, index j / sw), so a tap
-   of an output row reads one unit-stride run with no bounds tests, strided or not; an output
-   row (stride 1: the whole plane, as one run over the padded rows) is then one pass of vectors
-   that keep their sums in registers over all kh * kw taps. */
+   activation (native.ACT_CODES), fused. The input is read through zero-padded rows split
+   into their sw column phases (pad_row: column j of a padded row at phase j % sw, index
+   j / sw), so a tap of an output row reads one unit-stride run with no bounds tests, strided
+   or not, and an output row is one pass of vectors that keep their sums in registers over
+   all kh * kw taps. Stride 1: the whole padded plane in a per-thread buffer, one flat run
+   over its rows (columns past wo computed and dropped: 10x10 3x3 uses 10 of 12, against 10
+   of 16 per rounded row). Strided: only the (kh - 1) dh + 1 padded rows an output row reads,
+   in a ring in L1, each padded once as the output rows move down (a copy of the whole
+   plane, most of whose rows a stride skips, ran at 4-8 GB/s in the OCR detector). */
 void depthwise(const float* x, const float* wt, const float* bias, const float* res, float* y,
                int64_t n,
                int64_t cin, int64_t h, int64_t w, int64_t mult, int64_t kh, int64_t kw,
                int64_t sh, int64_t sw, int64_t pt, int64_t pl, int64_t dh, int64_t dw,
                int64_t ho, int64_t wo, int act) {
   int64_t cout = cin * mult, taps = kh * kw;
-  /* stride 1: an output plane is one flat run over the padded rows, columns past wo computed
-     and dropped (10x10 3x3: 10 of 12 used, against 10 of 16 per rounded row); else per row,
-     each rounded up to whole vectors */
   int flat = sh == 1 && sw == 1;
   int64_t wo_r = (wo + VW - 1) / VW * VW;
   int64_t phase = flat ? wo + (kw - 1) * dw : wo_r + (kw - 1) * dw / sw;  /* per column phase */
-  int64_t hp = (ho - 1) * sh + (kh - 1) * dh + 1;         /* padded rows read */
+  int64_t span = (kh - 1) * dh + 1;                       /* padded rows an output row reads */
+  int64_t rows = flat ? (ho - 1) * sh + span : span;      /* padded rows kept */
   int64_t row = sw * phase;
   int64_t outs = flat ? (ho * phase + VW - 1) / VW * VW : wo_r;  /* outputs per dw_row call */
   int64_t slack = flat ? (kw - 1) * dw + VW : 0;          /* zeros read past the last row */
   #pragma omp parallel if (PARALLEL(n * cout * ho * wo * (taps + (act ? 8 : 0))))
   {
-    float* pad = malloc((hp * row + slack + outs) * sizeof(float) + 64);
-    float* out_row = pad + hp * row + slack;
-    memset(pad + hp * row, 0, slack * sizeof(float));
+    float* pad = malloc((rows * row + slack + outs) * sizeof(float) + 64);
+    float* out_row = pad + rows * row + slack;
+    memset(pad + rows * row, 0, slack * sizeof(float));
     const float** tap = malloc(taps * sizeof(float*));
+    int64_t* col = malloc((kw + 2 * sw) * sizeof(int64_t));  /* tap column offsets, bounds */
+    int64_t* bounds = col + kw;
+    for (int64_t kx = 0; kx < kw; kx++) col[kx] = kx * dw % sw * phase + kx * dw / sw;
+    phase_bounds(w, pl, sw, phase, bounds);
     #pragma omp for schedule(static)
     for (int64_t bc = 0; bc < n * cin; bc++) {
       const float* plane = x + bc * h * w;
-      pad_plane(x + bc * h * w, h, w, pt, pl, sw, hp, phase, 0.0f, pad);
       int64_t b = bc / cin, ic = bc % cin;
-      for (int64_t m = 0; m < mult; m++) {
-        int64_t oc = ic * mult + m;
-        const float* f = wt + oc * taps;
-        float b0 = bias ? bias[oc] : 0.0f;
-        float* out = y + (b * cout + oc) * ho * wo;
-        const float* rp = res ? res + (b * cout + oc) * ho * wo : 0;
-        if (flat) {
-          for (int64_t t = 0; t < taps; t++) tap[t] = pad + t / kw * dh * row + t % kw * dw;
-          dw_row(tap, f, taps, b0, out_row, outs);
+      if (flat) {
+        pad_plane(plane, h, w, pt, pl, 1, rows, phase, bounds, 0.0f, pad);
+        for (int64_t t = 0; t < taps; t++) tap[t] = pad + t / kw * dh * row + t % kw * dw;
+        for (int64_t m = 0; m < mult; m++) {
+          int64_t oc = ic * mult + m;
+          const float* rp = res ? res + (b * cout + oc) * ho * wo : 0;
+          float* out = y + (b * cout + oc) * ho * wo;
+          dw_row(tap, wt + oc * taps, taps, bias ? bias[oc] : 0.0f, out_row, outs);
           for (int64_t oy = 0; oy < ho; oy++)
             act_span(out_row + oy * phase, rp ? rp + oy * wo : 0, out + oy * wo, wo, act);
-          continue;
         }
-        for (int64_t oy = 0; oy < ho; oy++) {
-          for (int64_t ky = 0; ky < kh; ky++)
-            for (int64_t kx = 0; kx < kw; kx++)
-              tap[ky * kw + kx] = pad + (oy * sh + ky * dh) * row + (kx * dw) % sw * phase
-                                  + kx * dw / sw;
-          dw_row(tap, f, taps, b0, out_row, wo_r);
-          act_span(out_row, rp ? rp + oy * wo : 0, out + oy * wo, wo, act);
+        continue;
+      }
+      int64_t next = 0, slot = 0;  /* the first padded row not in the ring yet, its slot */
+      for (int64_t oy = 0; oy < ho; oy++) {
+        int64_t r0 = oy * sh, first = -1;  /* first: row r0's slot */
+        if (next < r0) {  /* the stride skips rows: the ring starts over */
+          next = r0;
+          slot = 0;
+        }
+        for (int64_t r = r0; r < r0 + span; r++) {
+          if (r == next) {
+            pad_row(plane, h, w, r, pt, pl, sw, phase, bounds, 0.0f, pad + slot * row);
+            next++;
+            slot = slot + 1 == span ? 0 : slot + 1;
+          }
+          if (r == r0) first = (slot - (next - r0) + 2 * span) % span;
+        }
+        for (int64_t ky = 0; ky < kh; ky++) {
+          int64_t at = first + ky * dh;
+          const float* prow = pad + (at >= span ? at - span : at) * row;
+          for (int64_t kx = 0; kx < kw; kx++) tap[ky * kw + kx] = prow + col[kx];
+        }
+        for (int64_t m = 0; m < mult; m++) {
+          int64_t oc = ic * mult + m, at = (b * cout + oc) * ho * wo + oy * wo;
+          dw_row(tap, wt + oc * taps, taps, bias ? bias[oc] : 0.0f, out_row, wo_r);
+          act_span(out_row, res ? res + at : 0, y + at, wo, act);
         }
       }
     }
+    free(col);
     free(tap);
     free(pad);
   }
@@ -288,6 +328,47 @@ void col2im(const float* cols, float* y, int64_t channels, int64_t h, int64_t w,
   }
 }
 
+/* Transposed conv whose windows do not overlap (kernel == stride, no dilation): y[o, oy, ox]
+   = cols[(o * kh + ky) * kw + kx, iy * w + ix] + bias[o] where oy + pt = iy * kh + ky and
+   ox + pl = ix * kw + kx (bias alone past the input: output padding), over `channels` output
+   planes of [ho, wo], overwritten; bias may be NULL. Each output pixel is one read, no
+   zeroing and no scatter-add; kw == 2 without left padding interleaves two rows with vector
+   permutes. */
+void col2im_disjoint(const float* cols, const float* bias, float* y, int64_t channels,
+                     int64_t h, int64_t w, int64_t kh, int64_t kw, int64_t pt, int64_t pl,
+                     int64_t ho, int64_t wo) {
+  int64_t hw = h * w;
+  #pragma omp parallel for collapse(2) schedule(static) if (PARALLEL(channels * ho * wo))
+  for (int64_t o = 0; o < channels; o++) {
+    for (int64_t oy = 0; oy < ho; oy++) {
+      float b = bias ? bias[o] : 0.0f;
+      float* restrict dst = y + (o * ho + oy) * wo;
+      int64_t iy = (oy + pt) / kh, ky = (oy + pt) % kh;
+      if (iy >= h) {
+        for (int64_t ox = 0; ox < wo; ox++) dst[ox] = b;
+        continue;
+      }
+      const float* base = cols + (o * kh + ky) * kw * hw + iy * w;
+      int64_t ox = 0;
+      if (kw == 2 && pl == 0) {
+        const float* restrict even = base;
+        const float* restrict odd = base + hw;
+        int64_t pairs = w < wo / 2 ? w : wo / 2;
+        for (int64_t ix = 0; ix < pairs; ix++) {
+          dst[2 * ix] = even[ix] + b;
+          dst[2 * ix + 1] = odd[ix] + b;
+        }
+        ox = 2 * pairs;
+      }
+      int64_t ix = (ox + pl) / kw, kx = (ox + pl) % kw;
+      for (; ox < wo; ox++) {
+        dst[ox] = ix < w ? base[kx * hw + ix] + b : b;
+        if (++kx == kw) { kx = 0; ix++; }
+      }
+    }
+  }
+}
+
 /* Max (is_max) or average pooling of `planes` [h, w] planes; padding never enters a max;
    an average divides by kh * kw (count_pad) or by the real elements of its window (the valid
    rows times the valid columns). Each plane is padded once (pad_plane: -inf for a max, 0 for
@@ -301,6 +382,8 @@ void pool2d(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int6
   {
     float* pad = malloc((hp * row + wo) * sizeof(float) + 64);
     float* inv_x = pad + hp * row;  /* average: 1 / valid columns of output column ox */
+    int64_t* bounds = malloc(2 * sw * sizeof(int64_t));
+    phase_bounds(w, pl, sw, phase, bounds);
     for (int64_t ox = 0; ox < wo; ox++) {
       int64_t x0 = ox * sw - pl, x1 = x0 + kw;
       x0 = x0 < 0 ? 0 : x0;
@@ -309,7 +392,7 @@ void pool2d(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int6
     }
     #pragma omp for schedule(static)
     for (int64_t p = 0; p < planes; p++) {
-      pad_plane(x + p * h * w, h, w, pt, pl, sw, hp, phase, fill, pad);
+      pad_plane(x + p * h * w, h, w, pt, pl, sw, hp, phase, bounds, fill, pad);
       float* out = y + p * ho * wo;
       for (int64_t oy = 0; oy < ho; oy++) {
         float* restrict dst = out + oy * wo;
@@ -333,6 +416,7 @@ void pool2d(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int6
         }
       }
     }
+    free(bounds);
     free(pad);
   }
 }
@@ -386,15 +470,34 @@ void plane_means(const float* x, float* y, int64_t planes, int64_t hw) {
   }
 }
 
-/* Nearest resampling: y[p, oy, ox] = x[p, hi[oy], wi[ox]]. */
+/* Nearest resampling: y[p, oy, ox] = x[p, hi[oy], wi[ox]]. Output rows that read the same
+   source row as the row above (every second row of a 2x upsampling) are copies of the first
+   of their run, which alone reads the source; `repeat` > 0 says wi[ox] = ox / repeat (an
+   integer upscale along W: each source value written `repeat` times, no index gather). */
 void gather2d(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int64_t ho,
-              int64_t wo, const int64_t* hi, const int64_t* wi) {
+              int64_t wo, const int64_t* hi, const int64_t* wi, int64_t repeat) {
   #pragma omp parallel for collapse(2) schedule(static) if (PARALLEL(planes * ho * wo))
   for (int64_t p = 0; p < planes; p++) {
     for (int64_t oy = 0; oy < ho; oy++) {
-      const float* r = x + (p * h + hi[oy]) * w;
-      float* dst = y + (p * ho + oy) * wo;
-      for (int64_t ox = 0; ox < wo; ox++) dst[ox] = r[wi[ox]];
+      if (oy > 0 && hi[oy] == hi[oy - 1]) continue;  /* the run's first row writes it */
+      const float* restrict r = x + (p * h + hi[oy]) * w;
+      float* restrict dst = y + (p * ho + oy) * wo;
+      if (repeat == 2) {
+        for (int64_t ix = 0; ix < wo / 2; ix++) {
+          dst[2 * ix] = r[ix];
+          dst[2 * ix + 1] = r[ix];
+        }
+      } else if (repeat == 4) {
+        for (int64_t ix = 0; ix < wo / 4; ix++)
+          for (int64_t j = 0; j < 4; j++) dst[4 * ix + j] = r[ix];
+      } else if (repeat > 0) {
+        for (int64_t ix = 0; ix < wo / repeat; ix++)
+          for (int64_t j = 0; j < repeat; j++) dst[ix * repeat + j] = r[ix];
+      } else {
+        for (int64_t ox = 0; ox < wo; ox++) dst[ox] = r[wi[ox]];
+      }
+      for (int64_t oz = oy + 1; oz < ho && hi[oz] == hi[oy]; oz++)
+        memcpy(y + (p * ho + oz) * wo, dst, wo * sizeof(float));
     }
   }
 }
@@ -404,12 +507,13 @@ _I, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 _SIGNATURES = {
     "im2col": [_P, _P] + [_I] * 13,
     "col2im": [_P, _P] + [_I] * 13,
+    "col2im_disjoint": [_P, _P, _P] + [_I] * 9,
     "channel_epilogue": [_P, _P, _P, _I, _I, _I, _INT],
     "depthwise": [_P] * 5 + [_I] * 15 + [_INT],
     "conv_gemm": [_P] * 8 + [_I] * 16 + [_INT, _INT],
     "pool2d": [_P, _P] + [_I] * 11 + [_INT, _INT],
     "resample": [_P, _P, _P, _I, _I, _I, _I, _I, _P, _P, _I, _P, _P, _I],
-    "gather2d": [_P, _P, _I, _I, _I, _I, _I, _P, _P],
+    "gather2d": [_P, _P, _I, _I, _I, _I, _I, _P, _P, _I],
     "plane_means": [_P, _P, _I, _I],
 }
 

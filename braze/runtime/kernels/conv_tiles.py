@@ -28,8 +28,9 @@ channels, where 64-pixel vectors go idle (a 7x7 plane fills 49 of 64): the input
 a zero-padded NHWC buffer, each output pixel's row of the transposed im2col matrix is one copy
 of c floats per tap, braze's packed GEMM (packed_gemm.py, the weight packed once as [kh kw c,
 o]) runs with output channels across its vectors and bias + activation in its tiles, and the
-product goes back to NCHW in 16 x 16 blocks. `lib()` is None without a C compiler; conv.py
-measures both forms against im2col + MKL's sgemm per geometry (gemm_choice.choose_keyed)."""
+product goes back to NCHW in 16 x 16 blocks (a residual, then the activation, join there).
+`lib()` is None without a C compiler; conv.py measures both forms against im2col + MKL's
+sgemm per geometry (gemm_choice.choose_keyed)."""
 from __future__ import annotations
 
 import ctypes
@@ -277,15 +278,22 @@ void conv_rows(const float* x, float* xt, float* rows, int64_t n, int64_t c, int
   }
 }
 
-/* y [n, o, px] = out [n * px, o] transposed per image, in 16 x 16 blocks. */
-void rows_to_nchw(const float* out, float* y, int64_t n, int64_t px, int64_t o) {
+/* y [n, o, px] = out [n * px, o] transposed per image, in 16 x 16 blocks; with a residual
+   res (y's shape) or an activation (native.ACT_CODES), y = act(y + res) on each block's
+   rows as they land (res may be NULL). */
+void rows_to_nchw(const float* out, float* y, const float* res, int64_t n, int64_t px,
+                  int64_t o, int act) {
   int64_t pb = (px + 15) / 16, ob = (o + 15) / 16;
   #pragma omp parallel for schedule(static) if (BRAZE_PARALLEL(n * px * o, BRAZE_PAR_MIN_MACS / 16))
   for (int64_t b = 0; b < n * pb * ob; b++) {
     int64_t i = b / (pb * ob), p0 = b / ob % pb * 16, o0 = b % ob * 16;
     int64_t p1 = p0 + 16 < px ? p0 + 16 : px, o1 = o0 + 16 < o ? o0 + 16 : o;
-    for (int64_t co = o0; co < o1; co++)
-      for (int64_t p = p0; p < p1; p++) y[(i * o + co) * px + p] = out[(i * px + p) * o + co];
+    for (int64_t co = o0; co < o1; co++) {
+      float* dst = y + (i * o + co) * px;
+      for (int64_t p = p0; p < p1; p++) dst[p] = out[(i * px + p) * o + co];
+      if (res || act) act_span(dst + p0, res ? res + (i * o + co) * px + p0 : 0, dst + p0,
+                               p1 - p0, act);
+    }
   }
 }
 
@@ -314,7 +322,7 @@ void conv_tiles_run(const float* x, float* xq, const float* wt, float* wt_t, con
 _I, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
 _SIGNATURES = {"conv_tiles_run": [_P] * 7 + [_I] * 19 + [_INT],
                "conv_rows": [_P] * 3 + [_I] * 16,
-               "rows_to_nchw": [_P] * 2 + [_I] * 3}
+               "rows_to_nchw": [_P] * 3 + [_I] * 3 + [_INT]}
 
 
 @cache
@@ -404,23 +412,26 @@ def rows_weight(w_t: np.ndarray):
     return pg.pack(w_t.reshape(o, -1).T)
 
 
-def rows_conv(geo, layout: RowsLayout, packed, act: int):
-    """`call(x, bias, y, *scratch)`: the conv as conv_rows, braze's packed GEMM on the pixel
-    rows (bias and activation in its tiles), then the product back to NCHW; all arrays
-    C-contiguous float32 (scratch as RowsLayout.scratch)."""
+def rows_conv(geo, layout: RowsLayout, packed, act: int, residual: bool = False):
+    """`call(x, bias, y, *scratch, res=None)`: the conv as conv_rows, braze's packed GEMM on
+    the pixel rows (bias and activation in its tiles), then the product back to NCHW; all
+    arrays C-contiguous float32 (scratch as RowsLayout.scratch). With `residual`, `res` (y's
+    shape) is added as the product goes back to NCHW, and the activation runs there after
+    it (act(conv + bias + res)), the GEMM's tiles adding the bias alone."""
     so = lib()
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     px = geo.ho * geo.wo
 
-    def call(x, bias, y, xt, *rest):
+    def call(x, bias, y, xt, *rest, res=None):
         rows = xt.reshape(geo.n * px, geo.c) if layout.in_place else rest[0]
         out = rest[-1]
         so.conv_rows(address(x), address(xt), address(rows), geo.n, geo.c, geo.h, geo.w,
                      geo.kh, geo.kw, sh, sw, geo.padding[0], geo.padding[1], dh, dw, layout.hp,
                      layout.wp, geo.ho, geo.wo)
-        if not pg.gemm(rows, packed, out, bias, act):
+        if not pg.gemm(rows, packed, out, bias, 0 if residual else act):
             raise ValueError(f"pixel-row conv: rows {rows.shape} / product {out.shape} do not "
                              f"fit the packed weight [{packed.k}, {packed.n}]")
-        so.rows_to_nchw(address(out), address(y), geo.n, px, geo.o)
+        so.rows_to_nchw(address(out), address(y), None if res is None else address(res),
+                        geo.n, px, geo.o, act if residual else 0)
 
     return call
