@@ -187,6 +187,30 @@ def _literal(v, t: str) -> str:
     return f"(({t}){int(v)})"
 
 
+_INT_RANGE = {"int8_t": 8, "int16_t": 16, "int32_t": 32, "uint8_t": -8, "uint16_t": -16,
+              "uint32_t": -32}
+
+
+def _int_clamp(op_: Clamp, x: str, t: str) -> str:
+    """An integer clamp as the reference computes it (np.clip against float bounds: compared
+    in float64, the chosen bound truncated back): exact for types of up to 32 bits, whose
+    values float64 holds; a bound outside the type never applies. 64-bit types (float64
+    rounds their values) and a bound that would be stored outside the type are Unsupported."""
+    bits = _INT_RANGE.get(t)
+    if bits is None:
+        raise Unsupported(f"clamp on {t}")
+    low, high = (0, 2 ** -bits - 1) if bits < 0 else (-2 ** (bits - 1), 2 ** (bits - 1) - 1)
+    lo, hi = float(op_.lo), float(op_.hi)
+    if lo > high or hi < low:
+        raise Unsupported("clamp to a bound outside the integer type")
+    out = x
+    if hi < high:
+        out = f"((double){x} > {hi!r} ? ({t}){math.trunc(hi)} : {out})"
+    if lo > low:
+        out = f"((double){x} < {lo!r} ? ({t}){math.trunc(lo)} : {out})"
+    return f"({out})"
+
+
 def _expr(op_, a: list[str], t: str, it: str) -> str:
     """C expression of one body node of type `t` over argument expressions `a` (the first
     of type `it`)."""
@@ -201,6 +225,8 @@ def _expr(op_, a: list[str], t: str, it: str) -> str:
     if isinstance(op_, Cast):
         return f"(({t})({a[0]}))" if op_.dtype.name != "bool" else f"({a[0]} != 0)"
     if isinstance(op_, Clamp):
+        if t not in ("float", "double"):
+            return _int_clamp(op_, a[0], t)
         lo, hi = _literal(op_.lo, t), _literal(op_.hi, t)
         return f"({a[0]} < {lo} ? {lo} : ({a[0]} > {hi} ? {hi} : {a[0]}))"
     if isinstance(op_, LeakyRelu):

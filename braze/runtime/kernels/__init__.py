@@ -1,6 +1,20 @@
 """Kernels for the compiled CPU executor, one file per family; importing this package
 registers them all (see registry.py for the contract)."""
-from . import attention, basic, control, conv, data_movement, fused, region  # noqa: E402,F401
+from . import (  # noqa: E402,F401
+    attention,
+    basic,
+    control,
+    conv,
+    data_movement,
+    dot_general,
+    elementwise_c,
+    float_tests,
+    fused,
+    indexing,
+    region,
+    rope_layouts,
+    selection,
+)
 from .reference import reference_kernel  # noqa: F401
 from .registry import (  # noqa: F401
     KERNELS,
