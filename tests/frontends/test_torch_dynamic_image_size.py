@@ -54,7 +54,7 @@ def test_braze_form_multiple_of_a_name():
     g = bz.import_torch(net, (torch.randn(2, 3, 64, 96),),
                         dynamic_shapes={"x": {0: "batch", 2: "32*h", 3: "32*w"}})
     assert g.inputs[0].op.shape.dims == ("batch", 3, "32*h", "32*w")
-    assert g.count("resize_nearest_2x") == 2
+    assert g.count("resize") == 1  # nearest by 4: one resize, the source index i // 4
     exe = _check(g, net)
     with pytest.raises(InterpretError, match="must be a multiple of 32, but was fed 40"):
         exe({"x": np.zeros((1, 3, 40, 64), np.float32)})
@@ -82,3 +82,27 @@ def test_a_dim_spec_that_is_neither_a_name_nor_a_multiple_is_refused():
     with pytest.raises(FrontendError, match=r"'h\+1': dims must be names .* or a multiple"):
         bz.import_torch(Net().eval(), (torch.randn(1, 3, 64, 96),),
                         dynamic_shapes={"x": {2: "h+1"}})
+
+
+class Bilinear(torch.nn.Module):
+    def __init__(self, align_corners: bool):
+        super().__init__()
+        torch.manual_seed(1)
+        self.align_corners = align_corners
+        self.down = torch.nn.Conv2d(3, 4, 3, 2, 1)
+        self.deeper = torch.nn.Conv2d(4, 4, 3, 2, 1)
+
+    def forward(self, x):
+        a = self.down(x)
+        up = torch.nn.functional.interpolate(self.deeper(a), scale_factor=2, mode="bilinear",
+                                             align_corners=self.align_corners)
+        return up + a
+
+
+@pytest.mark.parametrize("align_corners", [False, True])
+def test_bilinear_upsampling_of_a_dynamic_size(align_corners):
+    net = Bilinear(align_corners).eval()
+    g = bz.import_torch(net, (torch.randn(2, 3, 64, 96),),
+                        dynamic_shapes={"x": {0: "batch", 2: "32*h", 3: "32*w"}})
+    assert g.count("resize") == 1
+    _check(g, net)

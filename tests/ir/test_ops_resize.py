@@ -166,7 +166,7 @@ def test_float64_interpolates_in_float64_from_float32_coordinates():
 
 
 # -- inference, symbols, errors, text -----------------------------------------------------------
-def test_output_size_is_static_and_input_spatial_dims_may_be_symbolic():
+def test_a_static_output_size_of_symbolic_input_spatial_dims():
     g = bz.Graph("t")
     v = g.input("x", bz.Shape(("n", 3, "h", "w")))
     y = g.resize(v, (10, 12), mode="linear")
@@ -178,9 +178,29 @@ def test_output_size_is_static_and_input_spatial_dims_may_be_symbolic():
                                rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("mode", ["nearest", "linear", "cubic"])
+def test_symbolic_output_size_follows_each_binding(mode):
+    """size ("2*h", "2*w+1"): the tables are built per binding from the actual lengths, equal
+    to a static resize at those lengths; binding the symbols makes the size static."""
+    g = bz.Graph("t")
+    v = g.input("x", bz.Shape(("n", 3, "h", "w")))
+    y = g.resize(v, ("2*h", "2*w+1"), mode=mode, coordinate="align_corners")
+    g.set_outputs([y])
+    assert g.shape_of(y).dims == ("n", 3, "2*h", "2*w+1")
+    for h, w in ((3, 4), (5, 2)):
+        x = rand(2, 3, h, w)
+        want = loop_resize(x, (2 * h, 2 * w + 1), mode, "align_corners", "round_prefer_floor")
+        for graph in (g, g.bind(h=h, w=w)):
+            np.testing.assert_allclose(bz.interpret(graph, {"x": x})[0], want, rtol=1e-5,
+                                       atol=1e-5)
+            np.testing.assert_allclose(bz.compile(graph)({"x": x})[0], want, rtol=1e-5,
+                                       atol=1e-5)
+    assert g.bind(h=3, w=4).shape_of(g.bind(h=3, w=4).outputs[0]).dims == ("n", 3, 6, 9)
+
+
 @pytest.mark.parametrize("shape,kw,needle", [
     ((1, 3, 4), dict(size=(2, 2)), "must be [N, C, H, W]"),
-    ((1, 3, 4, 4), dict(size=(0, 2)), "size must be two ints >= 1"),
+    ((1, 3, 4, 4), dict(size=(0, 2)), "size must be two dims >= 1"),
     ((1, 3, 4, 4), dict(size=(2, 2), scale=(1.0, -2.0)), "scale must be two positive"),
 ])
 def test_inference_errors_name_the_op(shape, kw, needle):

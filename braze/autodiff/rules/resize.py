@@ -11,13 +11,13 @@ from ...ir.ops.resize import Resize, ResizeMode
 from ..registry import jvp_rule, vjp_rule
 
 
-def _matrix(op: Resize, axis: int, n_in: int) -> np.ndarray:
+def _matrix(op: Resize, axis: int, n_in: int, n_out: int) -> np.ndarray:
     """The [out, in] resampling matrix of `op` along spatial `axis` (0: H, 1: W)."""
     if op.mode is ResizeMode.NEAREST:
-        m = np.zeros((op.size[axis], n_in))
-        m[np.arange(op.size[axis]), op.indices(axis, n_in)] = 1.0
+        m = np.zeros((n_out, n_in))
+        m[np.arange(n_out), op.indices(axis, n_in, n_out)] = 1.0
         return m
-    return op.weights(axis, n_in)
+    return op.weights(axis, n_in, n_out)
 
 
 @vjp_rule(Resize)
@@ -30,8 +30,9 @@ def resize_vjp(b, node, ins, outs, cts):
         raise AutodiffError(f"gradient of {node.label} ({node.provenance}) needs static H and "
                             f"W, got {xs}; bind the spatial dims first (g.bind)")
     dt = xs.dtype.np
-    mh_t = b.constant(np.ascontiguousarray(_matrix(node.op, 0, h).T).astype(dt))   # [H, oh]
-    mw = b.constant(_matrix(node.op, 1, w).astype(dt))                             # [ow, W]
+    oh, ow = b.shape_of(outs[0]).dims[2:]
+    mh_t = b.constant(np.ascontiguousarray(_matrix(node.op, 0, h, oh).T).astype(dt))  # [H, oh]
+    mw = b.constant(_matrix(node.op, 1, w, ow).astype(dt))                           # [ow, W]
     return [b.matmul(b.matmul(mh_t, cts[0]), mw)]
 
 

@@ -19,6 +19,16 @@ def _pair(v, what: str) -> tuple[int, int]:
     return t
 
 
+def _dim_pair(v) -> tuple:
+    """A resize size: an int, or a pair of dims (ints or symbolic expressions such as "2*h")."""
+    t = (v, v) if isinstance(v, int) and not isinstance(v, bool) else \
+        (tuple(v) if isinstance(v, (tuple, list)) else ())
+    if len(t) != 2 or not all(isinstance(d, str) or (isinstance(d, int) and
+                                                    not isinstance(d, bool)) for d in t):
+        raise GraphError(f"size must be an int or a pair of dims, got {v!r}")
+    return t
+
+
 def _pair_any(v, what: str) -> tuple:
     t = tuple(v) if isinstance(v, (tuple, list)) else (v, v)
     if len(t) != 2:
@@ -121,7 +131,7 @@ class ConvBuilder:
         """[N, C, H, W] -> [N, C, *size] with ONNX Resize semantics (braze.ir.ops.resize);
         `scale` (sh, sw) is the coordinate scale, out / in when None."""
         sc = None if scale is None else tuple(float(s) for s in _pair_any(scale, "scale"))
-        op = Resize(_pair(size, "size"), _enum(ResizeMode, mode, "resize mode"),
+        op = Resize(_dim_pair(size), _enum(ResizeMode, mode, "resize mode"),
                     _enum(CoordinateMode, coordinate, "coordinate transformation mode"),
                     _enum(NearestMode, nearest, "nearest mode"), sc, float(cubic_a),
                     bool(exclude_outside))

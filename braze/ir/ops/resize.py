@@ -1,4 +1,4 @@
-"""Resize: spatial resampling of an NCHW image to a static output size, with the interpolation
+"""Resize: spatial resampling of an NCHW image to an output size, with the interpolation
 modes and coordinate conventions of ONNX Resize (what PyTorch, TensorFlow and Paddle exports
 emit). `resize_nearest_2x` (conv.py) stays the kind for the common exact 2x nearest case.
 
@@ -14,7 +14,9 @@ float32 as ONNX Runtime does, so ties in nearest rounding resolve the same way:
 `sizes`). Nearest rounds (`NearestMode`) and clamps to the input; linear interpolates between the
 two neighbours of the clamped coordinate; cubic uses Keys' kernel with coefficient `cubic_a`
 over four neighbours (edge-replicated, or dropped and renormalized with `exclude_outside`).
-Interpolation is separable: one [out, in] weight matrix per axis."""
+Interpolation is separable: one [out, in] weight matrix per axis. The output size may be symbolic
+("2*h" for an upsampling of a dynamic image): the tables are then built for each binding from
+the actual lengths."""
 from __future__ import annotations
 
 import enum
@@ -23,7 +25,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..op import Op, require
-from ..shapes import Shape
+from ..shapes import Dim, Shape
+from ..symbolic import canonical_dim, eval_dim
 
 __all__ = ["Resize", "ResizeMode", "CoordinateMode", "NearestMode"]
 
@@ -133,7 +136,7 @@ class Resize(Op):
 
     kind = "resize"
     arity = 1
-    size: tuple[int, int]
+    size: tuple[Dim, Dim]
     mode: ResizeMode = ResizeMode.NEAREST
     coordinate: CoordinateMode = CoordinateMode.HALF_PIXEL
     nearest: NearestMode = NearestMode.ROUND_PREFER_FLOOR
@@ -141,11 +144,19 @@ class Resize(Op):
     cubic_a: float = -0.75
     exclude_outside: bool = False
 
+    def __post_init__(self):
+        object.__setattr__(self, "size", tuple(canonical_dim(d) for d in self.size))
+
+    @property
+    def needs_symbols(self) -> bool:
+        """The reference evaluates a symbolic output size under the binding."""
+        return any(isinstance(d, str) for d in self.size)
+
     def infer(self, ins):
         (x,) = ins
         require(x.rank == 4, f"{self.kind} input must be [N, C, H, W], got rank {x.rank} ({x})")
-        require(len(self.size) == 2 and all(isinstance(d, int) and d >= 1 for d in self.size),
-                f"{self.kind} size must be two ints >= 1, got {self.size}")
+        require(len(self.size) == 2 and all(isinstance(d, str) or d >= 1 for d in self.size),
+                f"{self.kind} size must be two dims >= 1, got {self.size}")
         require(self.scale is None or (len(self.scale) == 2 and all(s > 0 for s in self.scale)),
                 f"{self.kind} scale must be two positive numbers, got {self.scale}")
         if self.mode is not ResizeMode.NEAREST:
@@ -153,28 +164,38 @@ class Resize(Op):
                     f"{x.dtype}")
         return Shape(x.dims[:2] + tuple(self.size), x.dtype)
 
-    def coordinates(self, axis: int, n_in: int) -> np.ndarray:
-        """Source coordinates along spatial `axis` (0: H, 1: W) for an input of length n_in."""
+    def coordinates(self, axis: int, n_in: int, n_out: int | None = None) -> np.ndarray:
+        """Source coordinates along spatial `axis` (0: H, 1: W) for an input of length n_in
+        and an output of length n_out (the op's size when static)."""
         scale = None if self.scale is None else self.scale[axis]
-        return source_coordinates(self.coordinate, n_in, self.size[axis], scale)
+        return source_coordinates(self.coordinate, n_in, self._out(axis, n_out), scale)
 
-    def indices(self, axis: int, n_in: int) -> np.ndarray:
+    def indices(self, axis: int, n_in: int, n_out: int | None = None) -> np.ndarray:
         """Nearest mode: the source index of every output index along `axis`."""
-        return nearest_indices(self.coordinates(axis, n_in), self.nearest, n_in)
+        return nearest_indices(self.coordinates(axis, n_in, n_out), self.nearest, n_in)
 
-    def weights(self, axis: int, n_in: int) -> np.ndarray:
+    def weights(self, axis: int, n_in: int, n_out: int | None = None) -> np.ndarray:
         """Linear / cubic: the [out, in] float64 interpolation matrix along `axis`."""
-        c = self.coordinates(axis, n_in)
+        c = self.coordinates(axis, n_in, n_out)
         if self.mode is ResizeMode.LINEAR:
             return _linear_weights(c, n_in)
         return _cubic_weights(c, n_in, self.cubic_a, self.exclude_outside)
 
-    def reference(self, x):
+    def _out(self, axis: int, n_out: int | None) -> int:
+        if n_out is not None:
+            return n_out
+        if not isinstance(self.size[axis], int):
+            raise ValueError(f"{self.kind} to symbolic size {self.size}: pass the output length")
+        return self.size[axis]
+
+    def reference(self, x, symbols=None):
         h, w = x.shape[2:]
+        oh, ow = (eval_dim(d, symbols or {}) for d in self.size)
         if self.mode is ResizeMode.NEAREST:
-            return np.ascontiguousarray(x[:, :, self.indices(0, h)][:, :, :, self.indices(1, w)])
+            return np.ascontiguousarray(x[:, :, self.indices(0, h, oh)][:, :, :,
+                                                                       self.indices(1, w, ow)])
         ct = np.float64 if x.dtype == np.float64 else np.float32
-        mh = self.weights(0, h).astype(ct)
-        mw = self.weights(1, w).astype(ct)
+        mh = self.weights(0, h, oh).astype(ct)
+        mw = self.weights(1, w, ow).astype(ct)
         y = np.matmul(np.matmul(mh, x.astype(ct, copy=False)), mw.T)
         return y.astype(x.dtype, copy=False)

@@ -521,10 +521,10 @@ def resize(node, ins, outs, ctx):
         return None
     op: Resize = node.op
     n, c, h, w = (int(d) for d in ins[0].dims)
-    ho, wo = op.size
+    ho, wo = (int(d) for d in outs[0].dims[2:])
     cost = {"bytes": nbytes(ins) + nbytes(outs)}
     if op.mode is ResizeMode.NEAREST:
-        rows, cols = op.indices(0, h), op.indices(1, w)
+        rows, cols = op.indices(0, h, ho), op.indices(1, w, wo)
         repeat = upscale_factor(cols, w)
 
         def gather(x, out):
@@ -533,8 +533,8 @@ def resize(node, ins, outs, ctx):
 
         return Kernel(**_c_kernel(gather), dispatch=Dispatch.NATIVE, name="C nearest gather",
                       **cost)
-    hs, hw_ = resample_taps(op.weights(0, h))
-    ws, ww = resample_taps(op.weights(1, w))
+    hs, hw_ = resample_taps(op.weights(0, h, ho))
+    ws, ww = resample_taps(op.weights(1, w, wo))
 
     def resample(x, out, tmp):
         return lib.resample, (_ptr(x), _ptr(out), _ptr(tmp), n * c, h, w, ho, wo, _ptr(ws),

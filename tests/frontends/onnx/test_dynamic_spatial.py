@@ -1,4 +1,4 @@
-"""Strided windows and upsampling over dynamic image sizes: an input dim declared a multiple of
+"""Strided windows and resizes over dynamic image sizes: an input dim declared a multiple of
 the stride ("12*h+1") keeps every later size a polynomial, so one import (and one compile) runs
 every such size. Each case is compared with ONNX Runtime at two sizes; sizes braze cannot keep
 symbolic are import errors that name the node and the fix."""
@@ -90,29 +90,58 @@ def test_conv_transpose(attrs):
 
 
 @pytest.mark.parametrize("scale,coord,nearest", [
-    (2.0, "asymmetric", "floor"), (4.0, "asymmetric", "floor"),
+    (2.0, "asymmetric", "floor"), (4.0, "asymmetric", "floor"), (3.0, "asymmetric", "floor"),
     (8.0, "half_pixel", "round_prefer_floor"), (2.0, "pytorch_half_pixel", "round_prefer_ceil"),
+    (2.0, "align_corners", "round_prefer_floor"),
 ])
-def test_nearest_upsampling_by_a_power_of_two(scale, coord, nearest):
+def test_nearest_upsampling(scale, coord, nearest):
     attrs = dict(mode="nearest", coordinate_transformation_mode=coord, nearest_mode=nearest)
     scales = np.asarray([1, 1, scale, scale], np.float32)
     g = check_sizes(one_node("Resize", attrs, [None, scales]))
-    assert g.count("resize_nearest_2x") == int(scale).bit_length() - 1
+    out = g.shape_of(g.outputs[0]).dims[2:]
+    assert out == (f"{int(12 * scale)}*h+{int(scale)}", f"{int(12 * scale)}*w+{int(2 * scale)}")
+    # the exact 2x case keeps its own kind; align_corners' float32 table is i // 2 only for
+    # small lengths, so it stays a general resize
+    assert g.count("resize_nearest_2x") == int(scale == 2.0 and coord != "align_corners")
 
 
-@pytest.mark.parametrize("attrs,scales,why", [
-    (dict(mode="linear"), [1, 1, 2, 2], "linear"),
-    (dict(mode="nearest"), [1, 1, 3, 3], "power of two"),
-    (dict(mode="nearest"), [1, 1, 2, 4], "power of two"),
-    (dict(mode="nearest", coordinate_transformation_mode="align_corners", nearest_mode="floor"),
-     [1, 1, 2, 2], "align_corners"),
-    # i * (d-1) / (2d-1) rounds to i // 2 exactly, but not in float32 at every size
-    (dict(mode="nearest", coordinate_transformation_mode="align_corners"), [1, 1, 2, 2],
-     "align_corners"),
-])
-def test_other_resizes_of_dynamic_sizes_are_errors_naming_the_fix(attrs, scales, why):
-    m = one_node("Resize", attrs, [None, np.asarray(scales, np.float32)], name="up7")
-    with pytest.raises(FrontendError, match=rf"up7.*{why}.*input_shapes="):
+@pytest.mark.parametrize("mode,coord", [("linear", "half_pixel"), ("linear", "align_corners"),
+                                        ("linear", "pytorch_half_pixel"),
+                                        ("cubic", "half_pixel"), ("linear", "asymmetric")])
+@pytest.mark.parametrize("scale", [2.0, 0.5])
+def test_interpolating_resizes(mode, coord, scale):
+    dims = ("n", 4, "12*h+2", "12*w+4")  # even, so a half keeps a polynomial
+    sizes = [(1, 4, 14, 16), (2, 4, 26, 40)]
+    attrs = dict(mode=mode, coordinate_transformation_mode=coord)
+    g = check_sizes(one_node("Resize", attrs, [None, np.asarray([1, 1, scale, scale],
+                                                                np.float32)]), dims, sizes)
+    assert g.count("resize") == 1
+
+
+def test_resize_to_sizes_read_from_another_tensors_shape():
+    """sizes = Shape(y)[2:] of a second input: an FPN's upsampling to its lateral's size."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4, "h", "w"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4, "2*h", "2*w"])
+    out = helper.make_tensor_value_info("out", TensorProto.FLOAT, None)
+    nodes = [helper.make_node("Shape", ["y"], ["ys"]),
+             helper.make_node("Resize", ["x", "", "", "ys"], ["up"], mode="linear"),
+             helper.make_node("Add", ["up", "y"], ["out"])]
+    m = helper.make_model(helper.make_graph(nodes, "g", [x, y], [out]),
+                          opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    g = bz.import_onnx(m, input_shapes={"x": ("n", 4, "h", "w"), "y": ("n", 4, "2*h", "2*w")})
+    exe = bz.compile(g, target="cpu")
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for n, h, w in ((1, 3, 5), (2, 6, 4)):
+        feeds = {"x": rand(n, 4, h, w), "y": rand(n, 4, 2 * h, 2 * w, seed=2)}
+        np.testing.assert_allclose(exe(feeds)[0], sess.run(None, feeds)[0], rtol=1e-5,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("scales", [[1, 1, 1.5, 1.5], [1, 1, 1 / 3, 1 / 3], [1, 1, 0.125, 0.125]])
+def test_a_resize_whose_size_is_not_a_polynomial_names_the_fix(scales):
+    m = one_node("Resize", dict(mode="linear"), [None, np.asarray(scales, np.float32)],
+                 name="up7")
+    with pytest.raises(FrontendError, match=r"up7.*not a polynomial size.*input_shapes="):
         bz.import_onnx(m, input_shapes={"x": DIMS})
 
 

@@ -436,7 +436,7 @@ def test_resize_bad_attributes_name_the_node(attrs, kw, msg):
 
 def test_resize_with_dynamic_spatial_dims_says_to_pass_input_shapes():
     m = model("Resize", None, x_dims=["n", 3, "h", "w"], name="up8",
-              inits=[np.zeros(0, np.float32), np.asarray([1, 1, 6, 6], np.float32)])
+              inits=[np.zeros(0, np.float32), np.asarray([1, 1, 1.5, 1.5], np.float32)])
     with pytest.raises(FrontendError, match=r"up8.*input_shapes=\{\"x\": \(1, 3, 224, 224\)"):
         bz.import_onnx(m)
 

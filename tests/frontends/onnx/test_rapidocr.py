@@ -199,3 +199,20 @@ def test_detector_finds_the_text_and_recognizer_reads_what_ort_reads(models):
     rec = _get(models, "rec")
     (probs,) = bz.interpret(rec.fused, {"x": rec.x})
     np.testing.assert_array_equal(probs.argmax(-1), rec.ref.argmax(-1))
+
+
+def test_dynamic_image_size_survives_onnx_export(tmp_path):
+    """The fused detector with its symbolic size exports to an ONNX file that ONNX Runtime
+    runs at any multiple of 32 (sizes as Shape arithmetic, resizes by scale)."""
+    path = MODELS / CASES["det"][0]
+    fused, _ = bz.fuse(bz.import_onnx(path, input_shapes={"x": DYNAMIC["det"]}), "cpu")
+    bz.export_onnx(fused, tmp_path / "det.onnx")
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    ours = ort.InferenceSession(str(tmp_path / "det.onnx"), so,
+                                providers=["CPUExecutionProvider"])
+    theirs = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    for shape in SIZES["det"]:
+        x = np.concatenate([text_image(*shape[2:])] * shape[0])
+        (got,), (want,) = ours.run(None, {"x": x}), theirs.run(None, {"x": x})
+        assert _relative_error(got, want) < TOLERANCE, shape

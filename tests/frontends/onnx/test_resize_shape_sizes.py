@@ -1,7 +1,7 @@
 """Resize whose `sizes` reads the batch and channel entries from the input's own shape
 (`Concat(Shape(x)[:2], [h, w])`, as MobileViT exports write it) imports with a symbolic batch
-and matches ONNX Runtime; spatial sizes that depend on a symbolic dim are refused with the
-input_shapes hint."""
+and matches ONNX Runtime, as do symbolic spatial sizes; a size that is not a polynomial of the
+input's dims (a scale of 1.5) is refused with the input_shapes hint."""
 from __future__ import annotations
 
 import numpy as np
@@ -48,6 +48,23 @@ def test_sizes_with_the_inputs_own_batch_and_channels_import_and_match_onnxrunti
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-def test_symbolic_spatial_sizes_are_refused_with_the_input_shapes_hint():
-    with pytest.raises(FrontendError, match=r"upsample.*spatial axes.*input_shapes"):
-        bz.import_onnx(_model(spatial_from_shape=True))
+def test_symbolic_spatial_sizes_read_from_the_inputs_shape_import_and_match_onnxruntime():
+    model = _model(spatial_from_shape=True)
+    g = bz.import_onnx(model)
+    assert g.shape_of(g.outputs[0]).dims == ("batch", 3, "h", 5)
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    for shape in ((2, 3, 4, 5), (1, 3, 7, 5)):
+        x = np.random.default_rng(shape[2]).standard_normal(shape).astype(np.float32)
+        (want,) = sess.run(None, {"x": x})
+        np.testing.assert_allclose(bz.compile(g)({"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_a_fractional_scale_of_a_symbolic_size_is_refused_with_the_input_shapes_hint():
+    inits = [numpy_helper.from_array(np.array([1, 1, 1.5, 1.5], np.float32), "scales")]
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], name="upsample", mode="linear")
+    graph = helper.make_graph([node], "resize", [helper.make_tensor_value_info(
+        "x", F, ["batch", 3, "h", 5])], [helper.make_tensor_value_info("y", F, None)], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    with pytest.raises(FrontendError, match=r"upsample.*scale 1.5 of symbolic dim 'h'.*"
+                                            r"input_shapes"):
+        bz.import_onnx(model)

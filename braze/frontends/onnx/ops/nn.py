@@ -23,8 +23,6 @@ from ....ir.ops.resize import (
     NearestMode,
     Resize,
     ResizeMode,
-    nearest_indices,
-    source_coordinates,
 )
 from ....ir.ops.shape import PadMode
 from ....ir.symbolic import SymDim, to_dim
@@ -436,24 +434,16 @@ def _resize_targets(ctx, node, dims, axes):
             if s != 1.0:
                 raise ctx.fail(node, f"Resize of axis {i} (batch / channels, scale {s}) is not "
                                      "supported; braze resizes the spatial axes")
-        if any(not isinstance(d, int) for d in dims[2:]) and _doubling(scales[2:]):
-            return [to_dim(int(s) * SymDim.of(d)) for s, d in zip(scales[2:], dims[2:])], \
-                scales[2:]
-        spatial = _static_spatial(ctx, node, dims[2:], "Resize with scales (other than one "
-                                  "power of two on every spatial axis)")
-        out = [int(np.float32(s) * np.float32(d)) for s, d in zip(scales[2:], spatial)]
+        out = [_scaled(ctx, node, s, d) for s, d in zip(scales[2:], dims[2:])]
         return out, scales[2:]
     sizes = _full_list(ctx, node, sizes, axes, rank, list(dims), "sizes")
     for i in range(2):
         if SymDim.of(sizes[i]) != SymDim.of(dims[i]):
             raise ctx.fail(node, f"Resize of axis {i} (batch / channels, {dims[i]} -> "
                                  f"{sizes[i]}) is not supported; braze resizes the spatial axes")
-    if not all(isinstance(v, int) for v in sizes[2:]):
-        raise ctx.fail(node, f"Resize sizes {sizes[2:]} of the spatial axes depend on symbolic "
-                             f"dims; {input_shapes_hint(ctx)}")
     policy = node.attr("keep_aspect_ratio_policy", "stretch")
     if policy == "stretch":
-        return sizes[2:], None
+        return [to_dim(v) for v in sizes[2:]], None
     if policy not in ("not_larger", "not_smaller"):
         raise ctx.fail(node, f"keep_aspect_ratio_policy={policy!r} is not supported")
     spatial = _static_spatial(ctx, node, dims[2:], "Resize with keep_aspect_ratio_policy")
@@ -465,29 +455,40 @@ def _resize_targets(ctx, node, dims, axes):
     return out, [float(s) if (i + 2) in resized else 1.0 for i in range(len(spatial))]
 
 
-def _doubling(scales) -> bool:
-    """One scale, a power of two >= 2, on every spatial axis."""
-    s = scales[0]
-    return all(v == s for v in scales) and s >= 2 and s == int(s) and int(s) & (int(s) - 1) == 0
+def _scaled(ctx, node, scale: float, d):
+    """ONNX's output length floor(scale * d): a symbolic d keeps a polynomial for a whole scale
+    (2 * h) or one over a power of two (h / 2 of "2*h" is h; "32*h+1" / 4 is 8*h); other
+    scales of a symbolic d are an import error naming the fix."""
+    if isinstance(d, int):
+        return int(np.float32(scale) * np.float32(d))
+    if scale == int(scale):
+        return to_dim(int(scale) * SymDim.of(d))
+    inverse = 1.0 / scale
+    split = SymDim.of(d).divmod_int(int(inverse)) if inverse == int(inverse) and \
+        int(inverse) & (int(inverse) - 1) == 0 else None
+    if split is None:
+        raise ctx.fail(node, f"Resize by scale {scale} of symbolic dim {d!r} is not a polynomial "
+                             f"size (whole scales and 1 / 2^k of a multiple are); "
+                             f"{input_shapes_hint(ctx)}")
+    return split[0].to_dim()
 
 
-def _repeat_nearest_2x(ctx, node, x, scales, mode, coord, nearest):
-    """Nearest upsampling by 2^m of symbolic H / W as m resize_nearest_2x: exact when the
-    op's index table is i // 2^m, checked on every size up to 64 and on a few large ones
-    (with the scale given, the coordinates depend on the size only at the clamped ends;
-    align_corners depends on it, and its float32 rounding leaves i // 2 at large sizes)."""
-    factor = int(scales[0])
-    exact = mode is ResizeMode.NEAREST and all(
-        np.array_equal(nearest_indices(source_coordinates(coord, d, factor * d, float(factor)),
-                                       nearest, d), np.arange(factor * d) // factor)
-        for d in [*range(1, 65), 1000, 1023, 4097])
-    if not exact:
-        raise ctx.fail(node, f"Resize ({mode.value}, {coord.value}) of symbolic spatial dims "
-                             f"{tuple(ctx.dims(x)[2:])} is not supported (nearest upsampling by a "
-                             f"power of two is); {input_shapes_hint(ctx)}")
-    for _ in range(factor.bit_length() - 1):
-        x = ctx.g.add_node(ResizeNearest2x(), (x,))[0]
-    return x
+def _may_shrink(out, d) -> bool:
+    """Whether an output length can be below its input's (unknown for symbolic: True)."""
+    if isinstance(out, int) and isinstance(d, int):
+        return out < d
+    low = (SymDim.of(out) - d).lower_bound()
+    return low is None or low < 0
+
+
+def _doubles(op: Resize, axis: int, d) -> bool:
+    """Whether nearest `op` reads source i // 2 at output i along `axis` of length d -> 2d:
+    checked at d, or for a symbolic d on every length up to 64 and a few large ones (with the
+    scale given, coordinates depend on the length only at the clamped ends; align_corners
+    depends on it, and its float32 rounding leaves i // 2 at large lengths)."""
+    lengths = [d] if isinstance(d, int) else [*range(1, 65), 1000, 1023, 4097]
+    return all(np.array_equal(op.indices(axis, n, 2 * n), np.arange(2 * n) // 2)
+               for n in lengths)
 
 
 def _resize(ctx, node, x, out_sizes, scales, mode, coord, nearest, cubic_a=-0.75,
@@ -498,18 +499,13 @@ def _resize(ctx, node, x, out_sizes, scales, mode, coord, nearest, cubic_a=-0.75
     n = len(dims) - 2
     if list(dims[2:]) == list(out_sizes) and (scales is None or all(s == 1.0 for s in scales)):
         return x
-    if n == 2 and any(not isinstance(d, int) for d in out_sizes):
-        return _repeat_nearest_2x(ctx, node, x, scales, mode, coord, nearest)
     x4 = _as_image(ctx, x) if n == 1 else x
     size = (1, out_sizes[0]) if n == 1 else tuple(out_sizes)
     scale = None if scales is None else ((1.0, scales[0]) if n == 1 else tuple(scales))
-    op = Resize(tuple(int(s) for s in size), mode, coord, nearest, scale, float(cubic_a),
-                bool(exclude))
+    op = Resize(tuple(size), mode, coord, nearest, scale, float(cubic_a), bool(exclude))
     h, w = ctx.dims(x4)[2:]
-    if mode is ResizeMode.NEAREST and all(isinstance(d, int) for d in (h, w)) and \
-            size == (2 * h, 2 * w) and all(
-                np.array_equal(op.indices(i, d), np.arange(2 * d) // 2)
-                for i, d in enumerate((h, w))):
+    if mode is ResizeMode.NEAREST and size == tuple(to_dim(2 * SymDim.of(d)) for d in (h, w)) \
+            and all(_doubles(op, i, d) for i, d in enumerate((h, w))):
         y = g.add_node(ResizeNearest2x(), (x4,))[0]
     else:
         y = _windowed(ctx, node, x, lambda: g.add_node(op, (x4,))[0])
@@ -533,7 +529,7 @@ def resize(ctx, node):
         axes = [a % len(dims) for a in axes]
     out, scales = _resize_targets(ctx, node, dims, axes)
     if node.attr("antialias", 0) and mode is not ResizeMode.NEAREST and any(
-            o < d for o, d in zip(out, dims[2:])):
+            _may_shrink(o, d) for o, d in zip(out, dims[2:])):
         raise ctx.fail(node, "Resize with antialias=1 when downscaling is not supported")
     return [_resize(ctx, node, x, out, scales, mode, coord, nearest,
                     node.attr("cubic_coeff_a", -0.75), node.attr("exclude_outside", 0))]
@@ -558,8 +554,7 @@ def upsample(ctx, node):
     if scales[:2] != [1.0, 1.0]:
         raise ctx.fail(node, f"Upsample of the batch / channel axes (scales {scales}) is not "
                              "supported")
-    spatial = _static_spatial(ctx, node, dims[2:], "Upsample")
-    out = [int(np.float32(s) * np.float32(d)) for s, d in zip(scales[2:], spatial)]
+    out = [_scaled(ctx, node, s, d) for s, d in zip(scales[2:], dims[2:])]
     nearest = NearestMode.FLOOR if all(s >= 1 for s in scales) else NearestMode.CEIL
     return [_resize(ctx, node, x, out, scales[2:], mode, CoordinateMode.ASYMMETRIC, nearest)]
 

@@ -212,45 +212,26 @@ def _scales(c: Call):
     return None if h is None or w is None else (float(h), float(w))
 
 
-def _resize_size(ctx, x, symbolic_ok: bool = False):
-    size = ctx.out_dims()[2:]
+def _resize_size(ctx, x):
+    """The output's spatial size (ints, or polynomials of the input's dims)."""
     if ctx.rank(x) != 4:
         raise ctx.fail(f"upsampling needs a 4-D input, got dims {ctx.dims(x)}")
-    if not symbolic_ok and not all(isinstance(s, int) for s in size):
-        dims = sorted(set().union(*(dim_symbols(s) for s in size)))
-        raise ctx.fail(f"upsampling to {size} needs a static output size{static_hint(dims)}")
-    return size
+    return ctx.out_dims()[2:]
 
 
 @converter("aten.upsample_nearest2d.vec", "aten.upsample_nearest2d.default",
            "aten._upsample_nearest_exact2d.vec", "aten._upsample_nearest_exact2d.default")
 def upsample_nearest(ctx, c):
     x = ctx.value(c["input"] if "input" in c.args else c["self"])
-    size = _resize_size(ctx, x, symbolic_ok=True)
+    size = _resize_size(ctx, x)
     scale = _scales(c)
     exact = "exact" in c.key
     h, w = ctx.dims(x)[2:]
-    doubled = isinstance(h, int) and isinstance(w, int) and size == (2 * h, 2 * w)
+    doubled = tuple(SymDim.of(d) for d in size) == (2 * SymDim.of(h), 2 * SymDim.of(w))
     if not exact and doubled and scale in (None, (2.0, 2.0)):
         return ctx.g.resize_nearest_2x(x)
-    if not all(isinstance(d, int) for d in size):
-        # symbolic sizes: by 2^m, nearest and nearest-exact both read source i // 2^m
-        factor = _power_of_two_factor(h, w, size)
-        if factor is None or scale not in (None, (float(factor),) * 2):
-            _resize_size(ctx, x)  # the error naming the dims to make static
-        for _ in range(factor.bit_length() - 1):
-            x = ctx.g.resize_nearest_2x(x)
-        return x
     coord = CoordinateMode.TF_HALF_PIXEL_FOR_NN if exact else CoordinateMode.ASYMMETRIC
     return ctx.g.resize(x, size, ResizeMode.NEAREST, coord, NearestMode.FLOOR, scale)
-
-
-def _power_of_two_factor(h, w, size) -> int | None:
-    """k when `size` is (k*h, k*w) for one power of two k >= 2, else None."""
-    for k in (2, 4, 8, 16, 32, 64):
-        if SymDim.of(size[0]) == k * SymDim.of(h) and SymDim.of(size[1]) == k * SymDim.of(w):
-            return k
-    return None
 
 
 @converter("aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default")
