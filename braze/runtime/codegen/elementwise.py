@@ -9,7 +9,14 @@ planned per binding), so every stride is a literal the compiler folds, and adjac
 every input walks contiguously are merged first (a [B, S, H] + [H] bias add is one row loop
 of H, a same-shape region one flat loop). With `stream`, each thread computes a tile into a
 stack buffer and writes it with non-temporal stores: large outputs then skip the read the
-cache would do before the write. The source text keys the on-disk cache (codegen.cc)."""
+cache would do before the write. The source text keys the on-disk cache (codegen.cc).
+
+float16 / bfloat16 values are stored as 16 bits, loaded as float32, and every body op whose
+result is half-precision is rounded back to its type (float32 -> half -> float32) as the
+reference rounds each NumPy op; logical activations follow the reference's formula step by
+step (the dtypes it computes each step in); codegen/half.py has the details and the tolerance.
+Regions that hold half values are built without FMA contraction and with trapping math
+(`region_flags`), so that products and casts round as the reference's do."""
 from __future__ import annotations
 
 import math
@@ -31,10 +38,12 @@ from ...ir.ops.elementwise import (
     Where,
 )
 from ...ir.ops.io import Constant
-from .cc import PARALLEL_MIN_ELEMENTS
+from .cc import PARALLEL_MIN_ELEMENTS, PRECISE_FLAGS
+from .half import HALF_TYPES, half_expr, half_load, half_prelude, half_store
 from .vecmath import CALLS, VECMATH_C, libmvec_decls
 
-__all__ = ["region_source", "region_constants", "Unsupported", "C_TYPES", "STREAM_TILE"]
+__all__ = ["region_source", "region_constants", "region_flags", "Unsupported", "C_TYPES",
+           "STREAM_TILE"]
 
 C_TYPES = {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "uint8_t",
            "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "u32": "uint32_t"}
@@ -299,20 +308,23 @@ def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) 
     lead = dims[:-1]
     decls, env, row_offsets = [], {}, []
     for (nid, s, name, at), st in zip(sources, strides):
-        t = C_TYPES.get(s.dtype.name)
-        if t is None:
-            raise Unsupported(s.dtype.name)
-        decls.append(f"  const {t}* {name} = (const {t}*)args[{at}];")
+        stored, t = _storage_type(s.dtype.name), _value_type(s.dtype.name)
+        decls.append(f"  const {stored}* {name} = (const {stored}*)args[{at}];")
         off = _row_offset(lead, st[:-1]) if lead else "0"
         inner = "c" if st and st[-1] else "0"
         if off != "0":
             row_offsets.append(f"      const int64_t o{name} = {off};")
             inner = f"o{name} + {inner}" if inner != "0" else f"o{name}"
-        env[(nid, 0)] = (f"{name}[{inner}]", t)
+        ref = f"{name}[{inner}]"
+        env[(nid, 0)] = (half_load(s.dtype.name, ref) if s.dtype.name in HALF_TYPES else ref, t)
     lines = _body_lines(body, env)
     outs, tiles, stores = [], [], []
     for j, v in enumerate(body.outputs):
-        expr, t = env[(v.node, v.index)]
+        expr, _ = env[(v.node, v.index)]
+        dt = body.shape_of(v).dtype.name
+        t = _storage_type(dt)
+        if dt in HALF_TYPES:
+            expr = half_store(dt, expr)
         decls.append(f"  {t}* out{j} = ({t}*)args[{len(in_shapes) + j}];")
         if stream:
             tiles.append(f"    {t} tile{j}[{STREAM_TILE}] __attribute__((aligned(64)));")
@@ -333,7 +345,7 @@ def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) 
     limit = f"      if (n > {STREAM_TILE}) n = {STREAM_TILE};" if stream else ""
     return "\n".join([
         "#include <math.h>", "#include <stdint.h>", libmvec_decls(),
-        VECMATH_C, _STREAM_C if stream else "",
+        VECMATH_C + (half_prelude() if _holds_half(body) else ""), _STREAM_C if stream else "",
         f"void {fn_name}(void** args) {{",
         *decls,
         *split, *tiles,
@@ -360,18 +372,47 @@ def _body_lines(body, env: dict) -> list[str]:
         op_ = node.op
         if (op_.source and not isinstance(op_, Constant)) or (node.id, 0) in env:
             continue  # an input, or a table read from its array
-        t = C_TYPES.get(node.outputs[0].dtype.name)
-        if t is None:
-            raise Unsupported(node.outputs[0].dtype.name)
+        dt = node.outputs[0].dtype.name
+        t = _value_type(dt)
         if isinstance(op_, Constant):  # a scalar: tables are read from their arrays
             env[(node.id, 0)] = (_literal(op_.value.reshape(-1)[0], t), t)
             continue
         a = [env[(v.node, v.index)][0] for v in node.inputs]
         it = env[(node.inputs[0].node, node.inputs[0].index)][1] if node.inputs else t
         name = f"v{len(lines)}"
-        lines.append(f"        const {t} {name} = {_expr(op_, a, t, it)};")
+        expr = half_expr(op_, a, dt, it, _expr) if dt in HALF_TYPES else _expr(op_, a, t, it)
+        lines.append(f"        const {t} {name} = {expr};")
         env[(node.id, 0)] = (name, t)
     return lines
+
+
+def _value_type(dtype: str) -> str:
+    """The C type a value of `dtype` is computed in (float32 for the half types)."""
+    t = "float" if dtype in HALF_TYPES else C_TYPES.get(dtype)
+    if t is None:
+        raise Unsupported(dtype)
+    return t
+
+
+def _storage_type(dtype: str) -> str:
+    """The C type a value of `dtype` is stored in."""
+    return "uint16_t" if dtype in HALF_TYPES else _value_type(dtype)
+
+
+def _holds_half(body) -> bool:
+    return any(o.dtype.name in HALF_TYPES for n in body.nodes for o in n.outputs)
+
+
+def region_flags(op) -> tuple[str, ...]:
+    """Compiler flags for the region's source: cc.PRECISE_FLAGS, except where the body holds
+    float16 / bfloat16 values, whose results must be the reference's bits: no FMA contraction
+    (the reference rounds every product) and trapping math kept (without it GCC folds
+    (float)(int)x into trunc(x): -0 and inf where NumPy's casts give +0 and INT_MIN). Both
+    leave the loops vectorized."""
+    if not _holds_half(op.body):
+        return PRECISE_FLAGS
+    return tuple("-ffp-contract=off" if f.startswith("-ffp-contract") else f
+                 for f in PRECISE_FLAGS if f != "-fno-trapping-math")
 
 
 def _row_offset(lead: tuple[int, ...], strides: list[int]) -> str:

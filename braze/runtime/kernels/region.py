@@ -16,7 +16,7 @@ import numpy as np
 from ...ir.ops.region import ElementwiseRegion
 from ..address import address
 from ..codegen import cc
-from ..codegen.elementwise import Unsupported, region_constants, region_source
+from ..codegen.elementwise import Unsupported, region_constants, region_flags, region_source
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 __all__ = ["region", "stream_min_bytes"]
@@ -44,7 +44,7 @@ def region(node, ins, outs, ctx):
     name = "region_" + hashlib.sha256(src.encode()).hexdigest()[:12]
     src = src.replace("void region(", f"void {name}(")
     try:
-        fn = getattr(cc.compile_c(src, name, cc.PRECISE_FLAGS), name)
+        fn = getattr(cc.compile_c(src, name, region_flags(node.op)), name)
     except cc.CompileError:
         return None
     fn.argtypes = [ctypes.c_void_p]
