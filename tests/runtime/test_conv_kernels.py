@@ -391,3 +391,28 @@ def test_the_conv_measured_for_a_choice_is_small_and_consistent(geometry):
     wt = g.param("w", bz.Shape((o, c, kh, kw)))
     y = g.conv2d(x, wt, None, m.stride, m.padding, m.dilation, 1)
     assert tuple(g.shape_of(y).dims) == (1, o, m.ho, m.wo)
+
+
+def test_a_new_image_size_takes_the_path_measured_at_a_similar_one(monkeypatch, tmp_path):
+    """A conv's path is measured once per geometry; a new image size (a dynamic-size CNN
+    re-planned for each) within a factor of 2 in H x W takes the path recorded for the
+    nearest size, and a size further away is measured."""
+    from braze.runtime.kernels import gemm_choice
+
+    monkeypatch.delenv("BRAZE_CONV", raising=False)
+    monkeypatch.setenv("BRAZE_GEMM_CHOICES", str(tmp_path / "choices.json"))
+    monkeypatch.setattr(gemm_choice, "_choices", None)
+    measured = []
+    monkeypatch.setattr(gemm_choice, "_agreed",
+                        lambda runs: measured.append(list(runs)) or list(runs)[-1])
+    names = []
+    for h, w in ((40, 40), (48, 44), (36, 52), (160, 160)):
+        (name,) = _compiled_matches(_conv_graph(1, 16, h, w, 24, 3, padding=1), "conv2d",
+                                    seeds=(0,))
+        names.append(name)
+    if not measured:
+        pytest.skip("one conv path here: nothing is measured")
+    assert len(measured) == 2  # 40x40 and 160x160; the two sizes near 40x40 reuse its path
+    assert names[0] == names[1] == names[2]
+    keys = sorted(gemm_choice._load())
+    assert len(keys) == 2 and ":1x16x40x40:" in keys[0] + keys[1]

@@ -12,7 +12,9 @@ matrix row has a few consecutive nonzeros, so resampling runs as two separable p
 those taps instead of two dense GEMMs. Other dtypes decline and run the reference."""
 from __future__ import annotations
 
+import math
 import os
+import re
 from dataclasses import dataclass, replace
 from functools import partial
 
@@ -308,7 +310,26 @@ def conv_choice(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...])
     def runs() -> dict:
         return _choice_runs(measured_geometry(geo), act, bias, paths)
 
-    return gemm_choice.choose_keyed(conv_key(geo, act, bias, paths), runs)
+    key = conv_key(geo, act, bias, paths)
+    near = gemm_choice.stand_in(key, lambda other: size_distance(key, other))
+    return near if near is not None else gemm_choice.choose_keyed(key, runs)
+
+
+_KEY = re.compile(r"conv-1:(\d+)x(\d+)x(\d+)x(\d+):(.*)")
+NEAR_SIZE = math.log(2.0)  # how far (|log h ratio| + |log w ratio|) a measured size stands in
+
+
+def size_distance(key: str, other: str) -> float | None:
+    """How far apart two conv choice keys' image sizes are, when they differ only in the batch
+    and the input's H and W, by at most a factor of 2 in H x W; else None. The paths' costs
+    per output row depend on the channels, kernel, stride and width, and the measured conv
+    caps the rows (measured_geometry), so a nearby size's choice stands for this one."""
+    a, b = _KEY.fullmatch(key), _KEY.fullmatch(other)
+    if a is None or b is None or a[2] != b[2] or a[5] != b[5] or \
+            0 in (int(a[3]), int(a[4]), int(b[3]), int(b[4])):
+        return None
+    d = abs(math.log(int(a[3]) / int(b[3]))) + abs(math.log(int(a[4]) / int(b[4])))
+    return d if d <= NEAR_SIZE else None
 
 
 MEASURED_MACS = 1 << 23  # a choice's measured conv does at most about this many multiply-adds
