@@ -42,8 +42,8 @@ from .cc import PARALLEL_MIN_ELEMENTS, PRECISE_FLAGS
 from .half import HALF_TYPES, half_expr, half_load, half_prelude, half_store
 from .vecmath import CALLS, VECMATH_C, libmvec_decls
 
-__all__ = ["region_source", "region_constants", "region_flags", "Unsupported", "C_TYPES",
-           "STREAM_TILE"]
+__all__ = ["region_source", "region_constants", "region_geometry", "region_flags", "Unsupported",
+           "C_TYPES", "STREAM_TILE"]
 
 C_TYPES = {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "uint8_t",
            "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "u32": "uint32_t"}
@@ -291,26 +291,67 @@ def region_constants(op) -> list[np.ndarray]:
     return [np.ascontiguousarray(n.op.value) for n in _tables(op.body)]
 
 
-def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) -> str:
-    """C source of `void fn_name(void** args)` computing the region (inputs, then outputs,
-    then region_constants(op), in args) for concrete input shapes broadcast to `out_shape`
-    (all outputs share it)."""
+def _layout(op, in_shapes, out_shape):
+    """(sources, dims, strides): each array the body reads (node id, type, C name, args
+    position: the inputs, then the tables after the outputs) and the coalesced loop dims with
+    every source's element strides along them."""
     body = op.body
     full = tuple(int(d) for d in out_shape.dims)
-    total = int(np.prod(full, dtype=np.int64)) if full else 1
     tables = _tables(body)
     sources = [(nid, s, f"in{i}", i) for i, (nid, s) in enumerate(zip(body.input_ids, in_shapes))]
     first_table = len(in_shapes) + len(body.outputs)
     sources += [(n.id, n.outputs[0], f"k{i}", first_table + i) for i, n in enumerate(tables)]
     raw = [broadcast_strides(tuple(int(d) for d in s.dims), full) for _, s, _, _ in sources]
     dims, strides = coalesce(full, raw)
+    return sources, dims, strides
+
+
+def region_geometry(op, in_shapes, out_shape) -> np.ndarray:
+    """The int64 sizes a region built with `sizes=True` reads from its last argument: the
+    element count, the row length, (rows per step, length) of each outer dim, then each
+    source's stride along each outer dim."""
+    _, dims, strides = _layout(op, in_shapes, out_shape)
+    lead = dims[:-1]
+    total = int(np.prod(dims, dtype=np.int64)) if dims else 1
+    geo = [total, dims[-1] if dims else 1]
+    for i, d in enumerate(lead):
+        geo += [int(np.prod(lead[i + 1:], dtype=np.int64)), d]
+    for st in strides:
+        geo += st[:len(lead)]
+    return np.asarray(geo, np.int64)
+
+
+def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False,
+                  sizes: bool = False) -> str:
+    """C source of `void fn_name(void** args)` computing the region (inputs, then outputs,
+    then region_constants(op), in args) for concrete input shapes broadcast to `out_shape`
+    (all outputs share it). With `sizes`, the lengths and strides are not literals but read
+    from one more argument (region_geometry's array): the same source, compiled once, then
+    serves every shape with the same broadcast pattern (a dynamic-size model's region at each
+    new binding)."""
+    body = op.body
+    sources, dims, strides = _layout(op, in_shapes, out_shape)
+    full_total = int(np.prod(dims, dtype=np.int64)) if dims else 1
     cols = dims[-1] if dims else 1
     lead = dims[:-1]
-    decls, env, row_offsets = [], {}, []
-    for (nid, s, name, at), st in zip(sources, strides):
+    if sizes:
+        geo_at = len(in_shapes) + len(body.outputs) + len(_tables(body))
+        total_c, cols_c = "total", "cols"
+        decls = [f"  const int64_t* G = (const int64_t*)args[{geo_at}];",
+                 "  const int64_t total = G[0], cols = G[1];"]
+    else:
+        total_c, cols_c = f"{full_total}LL", str(cols)
+        decls = []
+    env, row_offsets = {}, []
+    for k, ((nid, s, name, at), st) in enumerate(zip(sources, strides)):
         stored, t = _storage_type(s.dtype.name), _value_type(s.dtype.name)
         decls.append(f"  const {stored}* {name} = (const {stored}*)args[{at}];")
-        off = _row_offset(lead, st[:-1]) if lead else "0"
+        if not lead:
+            off = "0"
+        elif sizes:
+            off = _runtime_row_offset(st[:-1], 2 + 2 * len(lead) + k * len(lead))
+        else:
+            off = _row_offset(lead, st[:-1])
         inner = "c" if st and st[-1] else "0"
         if off != "0":
             row_offsets.append(f"      const int64_t o{name} = {off};")
@@ -332,15 +373,25 @@ def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) 
             stores.append(f"      bz_stream(out{j} + i, tile{j}, n * (int64_t)sizeof({t}));")
         else:
             outs.append(f"        out{j}[i - c0 + c] = {expr};")
-    parallel = total > PARALLEL_MIN_ELEMENTS
-    chunks = -(-total // _CHUNK)
-    split = [
-        "  #pragma omp parallel for schedule(dynamic, 1)",
-        f"  for (int64_t chunk = 0; chunk < {chunks}; chunk++) {{",
-        f"    const int64_t lo = chunk * {_CHUNK}LL;",
-        f"    const int64_t hi = lo + {_CHUNK}LL < {total}LL ? lo + {_CHUNK}LL : {total}LL;",
-    ] if parallel else ["  {", f"    const int64_t lo = 0, hi = {total}LL;"]
-    row = ["      const int64_t r = i / " + str(cols) + ", c0 = i - r * " + str(cols) + ";"] \
+    chunk = f"{_CHUNK}LL"
+    if sizes:
+        split = [
+            f"  #pragma omp parallel for schedule(dynamic, 1) if (total > "
+            f"{PARALLEL_MIN_ELEMENTS}LL)",
+            f"  for (int64_t chunk = 0; chunk < (total + {chunk} - 1) / {chunk}; chunk++) {{",
+            f"    const int64_t lo = chunk * {chunk};",
+            f"    const int64_t hi = lo + {chunk} < total ? lo + {chunk} : total;",
+        ]
+    elif full_total > PARALLEL_MIN_ELEMENTS:
+        split = [
+            "  #pragma omp parallel for schedule(dynamic, 1)",
+            f"  for (int64_t chunk = 0; chunk < {-(-full_total // _CHUNK)}; chunk++) {{",
+            f"    const int64_t lo = chunk * {chunk};",
+            f"    const int64_t hi = lo + {chunk} < {total_c} ? lo + {chunk} : {total_c};",
+        ]
+    else:
+        split = ["  {", f"    const int64_t lo = 0, hi = {total_c};"]
+    row = [f"      const int64_t r = i / {cols_c}, c0 = i - r * {cols_c};"] \
         if lead else ["      const int64_t c0 = i;"]
     limit = f"      if (n > {STREAM_TILE}) n = {STREAM_TILE};" if stream else ""
     return "\n".join([
@@ -351,7 +402,7 @@ def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) 
         *split, *tiles,
         "    for (int64_t i = lo; i < hi;) {",
         *row,
-        f"      int64_t n = {cols} - c0 < hi - i ? {cols} - c0 : hi - i;",
+        f"      int64_t n = {cols_c} - c0 < hi - i ? {cols_c} - c0 : hi - i;",
         limit,
         *row_offsets,
         "      #pragma omp simd",
@@ -363,6 +414,15 @@ def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False) 
         "    }",
         "    bz_stream_fence();" if stream else "",
         "  }", "}", ""])
+
+
+def _runtime_row_offset(strides: list[int], first: int) -> str:
+    """Element offset of output row r for one source, from region_geometry's array G: outer
+    dim i is ((r / G[2 + 2i]) % G[3 + 2i]) * G[first + i]; only the dims the source walks
+    (a nonzero stride here) appear."""
+    terms = [f"((r / G[{2 + 2 * i}]) % G[{3 + 2 * i}]) * G[{first + i}]"
+             for i, st in enumerate(strides) if st]
+    return " + ".join(terms) if terms else "0"
 
 
 def _body_lines(body, env: dict) -> list[str]:

@@ -1,5 +1,8 @@
 """ElementwiseRegion kernels: C generated from the region's body (codegen/elementwise.py),
 compiled once per machine with IEEE-preserving flags and cached on disk; dispatch "generated".
+A region of static shape bakes its lengths and strides into the source; one whose shape is
+symbolic reads them from an array (region_geometry), so each new binding of a dynamic-size
+model reuses the compiled kernel instead of compiling another.
 
 Outputs of at least $BRAZE_STREAM_MIN_MB MiB each are written with non-temporal stores (the
 generator's `stream`), which skip the line reads a cached store makes first. Off by default:
@@ -16,7 +19,13 @@ import numpy as np
 from ...ir.ops.region import ElementwiseRegion
 from ..address import address
 from ..codegen import cc
-from ..codegen.elementwise import Unsupported, region_constants, region_flags, region_source
+from ..codegen.elementwise import (
+    Unsupported,
+    region_constants,
+    region_flags,
+    region_geometry,
+    region_source,
+)
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 __all__ = ["region", "stream_min_bytes"]
@@ -37,8 +46,9 @@ def region(node, ins, outs, ctx):
         return None
     limit = stream_min_bytes()
     stream = limit is not None and min(o.numel() * o.dtype.itemsize for o in outs) >= limit
+    sizes = not all(o.is_static for o in node.outputs)  # re-planned per binding
     try:
-        src = region_source(node.op, ins, outs[0], "region", stream=stream)
+        src = region_source(node.op, ins, outs[0], "region", stream=stream, sizes=sizes)
     except Unsupported:
         return None
     name = "region_" + hashlib.sha256(src.encode()).hexdigest()[:12]
@@ -50,6 +60,8 @@ def region(node, ins, outs, ctx):
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = None
     tables = region_constants(node.op)  # alive as long as the kernel
+    if sizes:
+        tables.append(region_geometry(node.op, ins, outs[0]))
     n = len(ins) + len(outs) + len(tables)
     arg_t = ctypes.c_void_p * n
 
