@@ -1,9 +1,10 @@
 """`bz.compile`: a graph becomes an `Executable` for a target.
 
-compile = the target's fusion pipeline -> legalize (composite ops without a kernel decompose
-into ops that have one) -> per binding of the symbolic dims, a Program (static values computed
-once, one kernel per node, one arena). `exe(feeds)` runs the program for the feeds' binding,
-building and caching it on first sight of that binding."""
+compile = the target's fusion pipeline -> (a precision policy) -> half-precision matmuls,
+convs, attention and norms on float32 kernels (passes.half_compute) -> legalize (composite ops
+without a kernel decompose into ops that have one) -> per binding of the symbolic dims, a
+Program (static values computed once, one kernel per node, one arena). `exe(feeds)` runs the
+program for the feeds' binding, building and caching it on first sight of that binding."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from ..errors import InterpretError
 from ..interpret import bind_symbols
 from ..ir.graph import Graph
 from ..passes.expand import expand_nodes
+from ..passes.half_compute import compute_half_in_f32
 from .kernels import KERNELS, Dispatch, KernelContext
 from .kernels.threads import ThreadLimit
 from .plan import SharedArena
@@ -47,6 +49,7 @@ def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarra
         from ..passes.precision import apply_precision
 
         fused, _ = apply_precision(fused, precision)
+    fused, _ = compute_half_in_f32(fused)  # f16 / bf16 models: matmuls, norms, ... on f32 kernels
     legal, decomposed = legalize_for_kernels(fused)
     return Executable(graph, legal, report, dict(params or {}), precision, threads, decomposed,
                       shared_arena)
