@@ -106,3 +106,22 @@ def test_bilinear_upsampling_of_a_dynamic_size(align_corners):
                         dynamic_shapes={"x": {0: "batch", 2: "32*h", 3: "32*w"}})
     assert g.count("resize") == 1
     _check(g, net)
+
+
+@pytest.mark.parametrize("pool", [torch.nn.MaxPool2d(3, 2, 1, ceil_mode=True),
+                                  torch.nn.MaxPool2d(3, 2, 0, ceil_mode=True),
+                                  torch.nn.AvgPool2d(3, 2, 1, ceil_mode=True),
+                                  torch.nn.AvgPool2d(3, 2, 1, ceil_mode=True,
+                                                     count_include_pad=False)])
+def test_ceil_mode_pooling_of_a_dynamic_size(pool):
+    """The ceil extension of a window over "32*h" is a constant (torch's output length minus
+    the floor one), so the pool keeps torch's size (16*h+1 for k3 s2 p1)."""
+    g = bz.import_torch(pool.eval(), (torch.randn(2, 3, 64, 96),),
+                        dynamic_shapes={"input": {0: "batch", 2: "32*h", 3: "32*w"}})
+    exe = bz.compile(g, target="cpu")
+    for shape in SIZES:
+        x = torch.randn(*shape)
+        want = pool(x).numpy()
+        got = exe({"input": x.numpy()})[0]
+        assert got.shape == want.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)

@@ -233,8 +233,43 @@ def _sym_div(x, y):
         try:
             return SymDim.of(x) // SymDim.of(y)
         except ValueError:
+            pass
+        split = _split(x, y)
+        if split is None:
             raise NotFoldable(f"{x} / {y} is not exact") from None
+        return split[0]  # a size >= 0: ONNX's truncation is the floor
     return int(x) // int(y) if (x >= 0) == (y > 0) else -(-int(x) // int(y))
+
+
+def _split(x, y) -> tuple[SymDim, int] | None:
+    """x = y*q + r of a size x >= 0 for every binding and an int y > 0 that divides x's
+    symbolic coefficients ("8*h" by 4 is 2*h rem 0: a Swin window pad), else None."""
+    x, y = SymDim.of(x), SymDim.of(y)
+    low = x.lower_bound()
+    if not y.is_const or y.const < 1 or low is None or low < 0:
+        return None
+    return x.divmod_int(y.const)
+
+
+@folder("Mod")
+def _mod(attrs, ins, opset):
+    """Mod of shape values: a symbolic size by an int it nearly divides is its constant
+    remainder (both Mod conventions agree on a size >= 0 and a positive divisor)."""
+    _need_sym(ins)
+
+    def one(x, y):
+        if not isinstance(x, SymDim) and not isinstance(y, SymDim):
+            x, y = int(x), int(y)
+            if y == 0:
+                raise NotFoldable("Mod by 0")
+            return x % y if not attrs.get("fmod", 0) else int(np.fmod(x, y))
+        split = _split(x, y)
+        if split is None:
+            raise NotFoldable(f"{x} mod {y} depends on the binding")
+        return split[1]
+
+    a, b = (k.array for k in ins)
+    return [Known(_obj(np.frompyfunc(one, 2, 1)(a, b)), ins[0].dtype)]
 
 
 FOLDERS["Add"] = _binary(lambda x, y: SymDim.of(x) + SymDim.of(y))

@@ -168,3 +168,53 @@ def test_a_size_that_is_not_of_the_declared_form_is_refused_at_run_time():
         bz.interpret(bz.import_onnx(one_node("MaxPool", POOL["plain"]),
                                     input_shapes={"x": (1, 4, "32*h", 8)}),
                      {"x": rand(1, 4, 33, 8)})
+
+
+def _shape_model(nodes, consts, x_dims):
+    inits = [numpy_helper.from_array(np.asarray(v, np.int64), k) for k, v in consts.items()]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x_dims))
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    return helper.make_model(helper.make_graph(nodes, "g", [x], [y], inits),
+                             opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+
+
+def test_window_padding_computed_with_mod_from_a_multiple_of_the_window():
+    """Swin's pad = (win - W % win) % win from Shape -> Gather -> Mod (plus W - W // win * win):
+    over "8*w" and a window of 4 both are 0 for every size, over "8*w+2" 2 each; the shape
+    arithmetic folds at import and the pad is static."""
+    nodes = [helper.make_node("Shape", ["x"], ["shp"]),
+             helper.make_node("Gather", ["shp", "i3"], ["W"], axis=0),
+             helper.make_node("Mod", ["W", "win"], ["r"]),
+             helper.make_node("Sub", ["win", "r"], ["s"]),
+             helper.make_node("Mod", ["s", "win"], ["p"]),
+             helper.make_node("Div", ["W", "win"], ["blocks"]),
+             helper.make_node("Mul", ["blocks", "win"], ["whole"]),
+             helper.make_node("Sub", ["W", "whole"], ["p2"]),
+             helper.make_node("Add", ["p", "p2"], ["p3"]),
+             helper.make_node("Unsqueeze", ["p3", "ax"], ["p1"]),
+             helper.make_node("Concat", ["z", "p1"], ["pads"], axis=0),
+             helper.make_node("Pad", ["x", "pads"], ["y"])]
+    for win, dims, pad in ((4, ("n", 4, "8*h", "8*w"), 0), (4, ("n", 4, "8*h", "8*w+2"), 4)):
+        m = _shape_model(nodes, {"i3": 3, "win": win, "ax": [0], "z": [0] * 7}, dims)
+        g = bz.import_onnx(m, input_shapes={"x": dims})
+        assert g.shape_of(g.outputs[0]).dims[3] == (bz.ir.symbolic.SymDim.of(dims[3]) + pad
+                                                    ).to_dim()
+        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        for w in (1, 3):
+            x = rand(2, 4, 16, 8 * w + (2 if "+2" in dims[3] else 0))
+            np.testing.assert_array_equal(bz.compile(g)({"x": x})[0],
+                                          sess.run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("start,step", [(1, 2), (0, 2), (3, 4), (1, 8)])
+def test_strided_slice_of_a_multiple(start, step):
+    """x[..., start::step] of a "16*w" axis has ceil((16w - start) / step) elements, a
+    polynomial when the step divides 16."""
+    nodes = [helper.make_node("Slice", ["x", "st", "en", "ax", "sp"], ["y"])]
+    m = _shape_model(nodes, {"st": [start], "en": [2 ** 62], "ax": [3], "sp": [step]},
+                     ("n", 4, 5, "16*w"))
+    g = bz.import_onnx(m, input_shapes={"x": ("n", 4, 5, "16*w")})
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    for w in (1, 3):
+        x = rand(2, 4, 5, 16 * w)
+        np.testing.assert_array_equal(bz.compile(g)({"x": x})[0], sess.run(None, {"x": x})[0])

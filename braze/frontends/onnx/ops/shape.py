@@ -239,11 +239,13 @@ def _symbolic_bounds(start, end, dim: SymDim) -> tuple[SymDim, SymDim]:
 
 
 def _strided(ctx, node, x, ax: int, lo: SymDim, length: SymDim, step: int):
-    """`x[lo:lo+length:step]` of a symbolic axis as a gather of a range: the span must split
-    into whole steps for every size (`x[:, ::2]` of an axis "2*n"), or the output has no
-    polynomial size. The span itself is cut first, so its bounds are checked."""
+    """`x[lo:lo+length:step]` of a symbolic axis as a gather of a range: its size ceil(length /
+    step) must be a polynomial for every size (`x[:, ::2]` of an axis "2*n", `x[..., 1::2]`
+    of "16*w"), as it is when the step divides every symbolic coefficient. The span itself is
+    cut first, so its bounds are checked."""
+    split = (length + (step - 1)).divmod_int(step)  # ceil: "16*w-1" by 2 is 8*w
     try:
-        count = -((-length) // step) if length.is_const else length // step
+        count = split[0] if split is not None else length // step
     except ValueError:
         raise ctx.fail(node, f"a Slice with step {step} of the {length} elements from {lo} "
                              f"on symbolic axis {ax} has size ceil(({length})/{step}), which is "

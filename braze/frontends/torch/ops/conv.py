@@ -99,10 +99,9 @@ def _pool_pads(ctx, x, kernel, stride, padding, n_out) -> list[tuple[int, int, i
     ceil_mode pooling hang over the end (torch decided the output length, `n_out`)."""
     out = []
     for size, k, s, p, m in zip(ctx.dims(x)[2:], kernel, stride, padding, n_out):
-        if not isinstance(size, int) or not isinstance(m, int):
-            out.append((p, p, 0))
-            continue
-        out.append((p, p, max(0, (m - 1) * s + k - (size + 2 * p))))
+        # symbolic sizes (a "32*h" image): the extension is constant when both are polynomials
+        extra = (SymDim.of(m) - 1) * s + k - (SymDim.of(size) + 2 * p)
+        out.append((p, p, max(0, extra.const) if extra.is_const else 0))
     return out
 
 
