@@ -345,3 +345,20 @@ def test_batched_matmul_of_activations(a_shape, b_shape, transposed_b, sliced):
     blas.matmul(a, b, out)
     want = np.matmul(a.astype(np.float64), b.astype(np.float64))
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_sigmoid_of_large_negative_values_is_zero_without_a_warning():
+    """exp(-x) overflows to inf below -88: sigmoid is exactly 0 there, and neither the
+    compiled kernel nor the reference prints NumPy's overflow warning on every call."""
+    import warnings
+
+    g = bz.Graph("s")
+    x = g.input("x", bz.Shape((5,)))
+    g.set_outputs([g.sigmoid(x)])
+    feeds = {"x": np.array([-1000, -89, 0, 5, 1000], np.float32)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = bz.compile(g, fuse=False)(feeds)[0]
+        want = bz.interpret(g, feeds)[0]
+    np.testing.assert_array_equal(got, want)
+    assert got[0] == 0.0 and got[-1] == 1.0

@@ -19,7 +19,8 @@ _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+    with np.errstate(over="ignore"):  # exp(-x) overflows to inf below -88: sigmoid is 0
+        return 1.0 / (1.0 + np.exp(-x))
 
 
 def _gelu(x):

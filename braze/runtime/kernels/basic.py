@@ -67,7 +67,8 @@ def unary(node, ins, outs, ctx):
     if fn is UnaryFn.SIGMOID:
         def sigmoid(x, out):
             np.negative(x, out=out)
-            np.exp(out, out=out)
+            with np.errstate(over="ignore"):  # exp(-x) = inf for x < -88: sigmoid 0, no warning
+                np.exp(out, out=out)
             out += 1
             np.reciprocal(out, out=out)
 
