@@ -125,3 +125,18 @@ def test_ceil_mode_pooling_of_a_dynamic_size(pool):
         got = exe({"input": x.numpy()})[0]
         assert got.shape == want.shape
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("scale,mode", [(0.5, "nearest"), (0.5, "bilinear"), (0.25, "nearest"),
+                                        (1.5, "nearest")])
+def test_interpolate_by_a_fraction_of_a_dynamic_size(scale, mode):
+    """torch writes the size trunc(scale * float(32*h)); over a power-of-two denominator that
+    divides the size's coefficients it is a polynomial (0.5: 16*h, 1.5: 48*h)."""
+    class Resize(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=scale, mode=mode)
+
+    g = bz.import_torch(Resize(), (torch.randn(2, 3, 64, 96),),
+                        dynamic_shapes={"x": {0: "batch", 2: "32*h", 3: "32*w"}})
+    assert g.shape_of(g.outputs[0]).dims[2] == f"{int(32 * scale)}*h"
+    _check(g, Resize())

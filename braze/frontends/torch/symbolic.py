@@ -140,6 +140,10 @@ class SymbolNames:
                 raise self.unrepresentable(e, "the size {} rounds a division up; braze writes "
                                                 "sizes as polynomials in the input dims"
                                             ) from None
+        if kind in ("TruncToInt", "FloorToInt"):
+            scaled = self._scaled(e.args[0])
+            if scaled is not None:
+                return scaled
         if kind in ("Max", "Min") or isinstance(e, (sympy.Max, sympy.Min)):
             is_max = kind == "Max" or isinstance(e, sympy.Max)
             vals = [self._convert(x) for x in e.args]
@@ -153,6 +157,31 @@ class SymbolNames:
             return best
         raise self.unrepresentable(e, "the size {} is not a polynomial in the input dims, "
                                        "which is how braze writes sizes")
+
+    def _scaled(self, e) -> SymDim | None:
+        """trunc(c * float(size)) (an interpolate by scale_factor c) as a polynomial: c a whole
+        number, or a fraction over a power of two (exact in floating point) of a size >= 0
+        whose coefficients the denominator divides (0.5 of "32*h" is 16*h); else None."""
+        import fractions
+
+        import sympy
+
+        coef, inner = 1.0, []
+        for a in (e.args if isinstance(e, sympy.Mul) else (e,)):
+            if a.is_Number:
+                coef *= float(a)
+            else:
+                inner.append(a)
+        if len(inner) != 1 or type(inner[0]).__name__ != "ToFloat":
+            return None
+        c = fractions.Fraction(coef)
+        den = c.denominator
+        if den & (den - 1) or c < 0:
+            return None
+        size = self._convert(inner[0].args[0]) * c.numerator
+        low = size.lower_bound()
+        split = size.divmod_int(den) if low is not None and low >= 0 else None
+        return None if split is None else split[0]
 
     def clamp_choice(self, a: SymDim, b: SymDim, is_max: bool, e) -> SymDim:
         """Max / Min of a constant and a size no binding orders (MPT's `max(0, 64 - seq)`):

@@ -249,8 +249,10 @@ def merged_strides(out_dims, *operand_dims) -> tuple[list[int], list[list[int]]]
 def half_binary(node, ins, outs, ctx):
     a, b = ins
     fmt, op = _HALF.get(a.dtype.name), _OPS.get(node.op.fn)
+    if fmt is None or op is None:
+        return None  # checked first: float32 models never build this library
     so = lib()
-    if so is None or fmt is None or op is None:
+    if so is None:
         return None
     dims, (sa, sb) = merged_strides(outs[0].dims, a.dims, b.dims)
     if len(dims) > _MAX_DIMS:
@@ -274,9 +276,11 @@ _SIGN_MASKS = {UnaryFn.NEG: (0xFFFF, 0x8000), UnaryFn.ABS: (0x7FFF, 0)}
 @register_kernel(Unary)
 def half_sign(node, ins, outs, ctx):
     """neg / abs of float16 / bfloat16: the sign bit flipped or cleared (NaN included)."""
-    so = lib()
     masks = _SIGN_MASKS.get(node.op.fn)
-    if so is None or masks is None or ins[0].dtype.name not in _HALF:
+    if masks is None or ins[0].dtype.name not in _HALF:
+        return None
+    so = lib()
+    if so is None:
         return None
     n = ins[0].numel() or 0
 
@@ -303,9 +307,11 @@ def _key(bits: int, width: int) -> int:
 @register_kernel(Clamp)
 def clamp_c(node, ins, outs, ctx):
     (x,) = ins
-    so = lib()
     name = x.dtype.name
-    if so is None or not (name in _HALF or name in _INT_CLAMP):
+    if not (name in _HALF or name in _INT_CLAMP):
+        return None
+    so = lib()
+    if so is None:
         return None
     lo, hi = node.op.lo, node.op.hi
     n = x.numel() or 0

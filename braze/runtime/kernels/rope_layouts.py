@@ -82,12 +82,14 @@ def _existing_layout(x, cos) -> bool:
 @register_kernel(Rope)
 def rope_any_layout(node, ins, outs, ctx):
     x, cos, sin = ins
-    so = lib()
     t = x.dtype.name
-    if so is None or t not in _TYPES or cos.dims != sin.dims:
+    if t not in _TYPES or cos.dims != sin.dims:
         return None
     if t == "f32" and _existing_layout(x, cos):
         return None  # fused.rope's
+    so = lib()
+    if so is None:
+        return None
     d = int(x.dims[-1])
     n_rot = node.op.n_rot or d
     x_lead = tuple(int(v) for v in x.dims[:-1])
