@@ -257,19 +257,32 @@ def test_pad_mode_defaults_to_constant_and_old_text_still_parses():
     np.testing.assert_array_equal(out, [0.5, 1, 1, 1, 0.5, 0.5])
 
 
-def test_constant_pad_keeps_symbolic_axes_but_reflect_needs_static_ones():
+def test_pads_keep_symbolic_axes_and_reflect_needs_the_smallest_length_to_allow_it():
+    """A symbol is at least 2 (braze's assumption), "32*h" at least 64: a reflect pad of a
+    symbolic axis imports when its amounts are below that, and runs at every binding."""
     g = bz.Graph("t")
     v = g.input("x", bz.Shape(("n", 4)))
     assert g.shape_of(g.pad(v, ((1, 1), (0, 0)))).dims == ("n+2", 4)
     assert g.shape_of(g.pad(v, ((0, 0), (1, 2)), mode="edge")).dims == ("n", 7)
-    with pytest.raises(bz.ShapeError, match="reflect pad needs a static axis 0"):
-        g.pad(v, ((1, 1), (0, 0)), mode="reflect")
+    assert g.shape_of(g.pad(v, ((1, 1), (0, 0)), mode="reflect")).dims == ("n+2", 4)
+    with pytest.raises(bz.ShapeError, match=r"reflect pad of \(2, 2\) on axis 0 needs the axis "
+                                            r"at least 3 long, got 'n' \(fix or bound"):
+        g.pad(v, ((2, 2), (0, 0)), mode="reflect")
+    w = g.input("y", bz.Shape((1, "32*h")))
+    y = g.pad(w, ((0, 0), (3, 5)), mode="reflect")
+    g.set_outputs([y])
+    for h in (1, 2):
+        x = rand(1, 32 * h)
+        got = bz.interpret(g, {"y": x, "x": rand(2, 4)})[0]
+        np.testing.assert_array_equal(got, np.pad(x, ((0, 0), (3, 5)), mode="reflect"))
+        np.testing.assert_array_equal(bz.compile(g)({"y": x, "x": rand(2, 4)})[0], got)
 
 
 def test_reflect_amounts_must_be_below_the_axis_length():
     g = bz.Graph("t")
     v = g.input("x", bz.Shape((3, 4)))
-    with pytest.raises(bz.ShapeError, match=r"reflect pad amounts \(0, 3\) on axis 0"):
+    with pytest.raises(bz.ShapeError, match=r"reflect pad of \(0, 3\) on axis 0 needs the axis "
+                                            r"at least 4 long, got 3"):
         g.pad(v, ((0, 3), (0, 0)), mode="reflect")
     with pytest.raises(bz.GraphError, match="unknown pad mode 'wrap'"):
         g.pad(v, ((0, 1), (0, 0)), mode="wrap")

@@ -325,12 +325,13 @@ class Pad(Op):
                     f"pad amounts on axis {i} must be two ints >= 0, got {pair}")
             before, after = pair
             if self.mode is not PadMode.CONSTANT and (before or after):
-                require(isinstance(d, int), f"{self.mode.value} pad needs a static axis {i}, "
-                        f"got {d!r}")
-                require(d >= 1, f"{self.mode.value} pad of empty axis {i}")
-                if self.mode is PadMode.REFLECT:
-                    require(max(before, after) < d, f"reflect pad amounts {pair} on axis {i} "
-                            f"must be below its length {d}")
+                # a symbolic axis qualifies when its smallest length does ("32*h": 64)
+                least = d if isinstance(d, int) else SymDim.of(d).lower_bound()
+                need = max(before, after) + 1 if self.mode is PadMode.REFLECT else 1
+                require(least is not None and least >= need,
+                        f"{self.mode.value} pad of {pair} on axis {i} needs the axis at least "
+                        f"{need} long, got {d!r}" + ("" if isinstance(d, int) else
+                                                      " (fix or bound the symbol)"))
             out.append((SymDim.of(d) + before + after).to_dim())
         return x.with_dims(out)
 
