@@ -140,3 +140,26 @@ def test_interpolate_by_a_fraction_of_a_dynamic_size(scale, mode):
                         dynamic_shapes={"x": {0: "batch", 2: "32*h", 3: "32*w"}})
     assert g.shape_of(g.outputs[0]).dims[2] == f"{int(32 * scale)}*h"
     _check(g, Resize())
+
+
+@pytest.mark.parametrize("pool", [torch.nn.AdaptiveAvgPool2d((2, 4)), torch.nn.AdaptiveMaxPool2d(2),
+                                  torch.nn.AdaptiveAvgPool2d(1)])
+def test_adaptive_pooling_of_a_dynamic_size_that_the_output_divides(pool):
+    """A pyramid pooling module's adaptive pools over "32*h": blocks of 16*h rows when the
+    output is 2 (a reshape and a reduction; the window would be a symbolic kernel)."""
+    g = bz.import_torch(pool.eval(), (torch.randn(2, 3, 64, 96),),
+                        dynamic_shapes={"input": {0: "batch", 2: "32*h", 3: "32*w"}})
+    exe = bz.compile(g, target="cpu")
+    for shape in SIZES:
+        x = torch.randn(*shape)
+        want = pool(x)
+        np.testing.assert_allclose(exe({"input": x.numpy()})[0], want.numpy(), rtol=1e-5,
+                                   atol=1e-6)
+
+
+def test_adaptive_pooling_to_a_size_that_does_not_divide_names_the_multiple():
+    with pytest.raises(FrontendError, match=r"adaptive pooling of \('32\*h', '32\*w'\) to "
+                                            r"\[3, 3\] .* divides the input for every size "
+                                            r"\(declare it a multiple, e.g. '48\*h'\)"):
+        bz.import_torch(torch.nn.AdaptiveAvgPool2d(3).eval(), (torch.randn(2, 3, 64, 96),),
+                        dynamic_shapes={"input": {0: "batch", 2: "32*h", 3: "32*w"}})

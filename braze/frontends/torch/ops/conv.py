@@ -182,16 +182,17 @@ def adaptive_pool(ctx, c):
         else:
             y = g.reduce(x, ReduceFn.MAX if is_max else ReduceFn.MEAN, tuple(range(2, 2 + n)),
                          True)
-    else:
-        if not all(isinstance(s, int) and s % o == 0 for s, o in zip(sizes, out)):
-            dims = sorted(set().union(*(dim_symbols(s) for s in sizes)))
+    elif all(isinstance(s, int) for s in sizes):
+        if not all(s % o == 0 for s, o in zip(sizes, out)):
             raise ctx.fail(f"adaptive pooling of {sizes} to {out} is supported when the output "
-                           f"divides a static input{static_hint(dims)}")
+                           "divides the input")
         k = [s // o for s, o in zip(sizes, out)]
         x4 = _as_image(ctx, x) if n == 1 else x
         pool = g.max_pool2d if is_max else g.avg_pool2d
         y = pool(x4, _to2d(k, 1, n), _to2d(k, 1, n))
         y = _from_image(ctx, y) if n == 1 else y
+    else:
+        y = _adaptive_blocks(ctx, x, sizes, out, is_max)
     if not is_max:
         return y
     err = ctx.fail("adaptive max pooling indices are not supported")
@@ -200,6 +201,26 @@ def adaptive_pool(ctx, c):
         raise err
 
     return (y, Lazy(indices))
+
+
+def _adaptive_blocks(ctx, x, sizes, out, is_max: bool):
+    """Adaptive pooling of symbolic sizes that every binding's output divides ("32*h" to 2 or
+    4): x as [N, C, o1, s1 / o1, o2, s2 / o2] reduced over the block axes; the window would
+    be a symbolic kernel, which the pool ops do not take."""
+    blocks = [SymDim.of(s).divmod_int(o) for s, o in zip(sizes, out)]
+    if any(b is None or b[1] for b in blocks):
+        dims = sorted(set().union(*(dim_symbols(s) for s in sizes)))
+        raise ctx.fail(f"adaptive pooling of {sizes} to {out} is supported when the output "
+                       f"divides the input for every size (declare it a multiple, e.g. "
+                       f"'{out[-1] * 16}*h'){static_hint(dims)}")
+    lead = ctx.dims(x)[:2]
+    split = list(lead)
+    for o, (q, _) in zip(out, blocks):
+        split += [o, q.to_dim()]
+    g = ctx.g
+    y = g.reduce(g.reshape(x, tuple(split)), ReduceFn.MAX if is_max else ReduceFn.MEAN,
+                 tuple(3 + 2 * i for i in range(len(out))), False)
+    return y
 
 
 # -- upsampling ---------------------------------------------------------------------------------
