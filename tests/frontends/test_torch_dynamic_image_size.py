@@ -163,3 +163,35 @@ def test_adaptive_pooling_to_a_size_that_does_not_divide_names_the_multiple():
                                             r"\(declare it a multiple, e.g. '48\*h'\)"):
         bz.import_torch(torch.nn.AdaptiveAvgPool2d(3).eval(), (torch.randn(2, 3, 64, 96),),
                         dynamic_shapes={"input": {0: "batch", 2: "32*h", 3: "32*w"}})
+
+
+def test_an_audio_encoder_with_a_dynamic_length_as_a_multiple_of_its_stride():
+    """wav2vec2's feature extractor (strided conv1d: 5, 2, 2, 2, 2, 2, 2; total stride 320) over
+    a length declared "320*t" gives t-1 frames for every t; one compile runs every length."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.Wav2Vec2Config(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                                      intermediate_size=64, conv_dim=(16,) * 7,
+                                      num_conv_pos_embeddings=8, num_conv_pos_embedding_groups=2)
+    torch.manual_seed(0)
+    model = transformers.Wav2Vec2Model(cfg).eval()
+
+    class Frames(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = model
+
+        def forward(self, input_values):
+            return self.model(input_values).last_hidden_state
+
+    net = Frames().eval()
+    g = bz.import_torch(net, (torch.randn(2, 320 * 20),),
+                        dynamic_shapes={"input_values": {0: "batch", 1: "320*t"}})
+    assert g.shape_of(g.outputs[0]).dims == ("batch", "t-1", 32)
+    exe = bz.compile(g, target="cpu")
+    for n, t in ((1, 12), (3, 25)):
+        x = torch.randn(n, 320 * t)
+        with torch.no_grad():
+            want = net(x).numpy()
+        got = exe({"input_values": x.numpy()})[0]
+        assert got.shape == (n, t - 1, 32)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=5e-5)
