@@ -8,6 +8,7 @@ from . import (  # noqa: F401
     norm,
     recurrent,
     reduce,
+    resize,
     scatter,
     shape,
 )

@@ -1,31 +1,19 @@
 """ONNX convolutional-network ops: Conv and ConvTranspose (2-D, and 1-D through a unit H axis),
-MaxPool / AveragePool, GlobalAveragePool / GlobalMaxPool, Resize / Upsample and Pad (the
-normalizations are in norm.py).
+MaxPool / AveragePool, GlobalAveragePool / GlobalMaxPool and Pad (Resize / Upsample are in
+resize.py, the normalizations in norm.py).
 
 auto_pad, ceil_mode and ConvTranspose's output_shape become explicit padding here, computed as
 ONNX Runtime does (a ceil-mode window that would start in the right padding is dropped; SAME_UPPER
 puts the odd padding element at the end). Strided windows over dynamic spatial dims need them
-declared multiples of the stride (`input_shapes={"x": (1, 3, "32*h", "32*w")}`); resizes of
-dynamic dims are nearest upsampling by a power of two. Anything else names the fix
-(`input_shapes=`) in its error."""
+declared multiples of the stride (`input_shapes={"x": (1, 3, "32*h", "32*w")}`); anything else
+names the fix (`input_shapes=`) in its error."""
 from __future__ import annotations
 
-import math
-
-import numpy as np
-
 from ....errors import ShapeError
-from ....ir.ops.conv import ResizeNearest2x
-from ....ir.ops.io import Constant, Param
+from ....ir.ops.io import Param
 from ....ir.ops.reduce import ReduceFn
-from ....ir.ops.resize import (
-    CoordinateMode,
-    NearestMode,
-    Resize,
-    ResizeMode,
-)
 from ....ir.ops.shape import PadMode
-from ....ir.symbolic import SymDim, to_dim
+from ....ir.symbolic import SymDim
 from ..context import ImportContext, NodeView, converter
 
 _AUTO_PAD = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -361,202 +349,6 @@ def global_max_pool(ctx, node):
     if rank < 3:
         raise ctx.fail(node, f"GlobalMaxPool needs [N, C, ...], got {ctx.dims(x)}")
     return [ctx.g.reduce(x, ReduceFn.MAX, list(range(2, rank)), True)]
-
-
-# -- resize -------------------------------------------------------------------------------------
-def _enum(ctx, node, cls, key: str, default: str):
-    v = node.attr(key, default)
-    try:
-        return cls(v)
-    except ValueError:
-        known = ", ".join(m.value for m in cls)
-        raise ctx.fail(node, f"{key}={v!r} is not supported (supported: {known})") from None
-
-
-def _full_list(ctx, node, vals: list, axes: list[int] | None, rank: int, fill, what: str):
-    if axes is None:
-        if len(vals) != rank:
-            raise ctx.fail(node, f"{what} {vals} must have one entry per axis ({rank})")
-        return list(vals)
-    if len(vals) != len(axes):
-        raise ctx.fail(node, f"{what} {vals} must have one entry per axis in axes {axes}")
-    full = list(fill)
-    for a, v in zip(axes, vals):
-        full[a] = v
-    return full
-
-
-def stored_array(ctx, node, i: int, what: str) -> np.ndarray | None:
-    """Input `i` as a NumPy array when it is fixed at import time (a compile-time value, a
-    constant, or a weight with a stored value); None when the input is absent."""
-    if not ctx.has(node, i):
-        return None
-    k = ctx.known(node, i)
-    if k is not None:
-        if k.symbolic:
-            raise ctx.fail(node, f"{what} depends on symbolic dims {k.ints()}; "
-                                 f"{input_shapes_hint(ctx)}")
-        return np.asarray(k.array)
-    src = ctx.g.node(ctx.value(node, i)).op
-    if isinstance(src, Constant):
-        return np.asarray(src.value)
-    if isinstance(src, Param) and src.name in ctx.g.weights:
-        return np.asarray(ctx.g.weights[src.name])
-    raise ctx.fail(node, f"{what} is computed at run time; braze needs it at import time")
-
-
-def _resize_sizes(ctx, node) -> list | None:
-    """Resize's `sizes` input as ints, or SymDims where the batch / channel entries are read
-    from the input's own shape (`Concat(Shape(x)[:2], hw)`, MobileViT's exports); None when
-    absent or empty."""
-    k = ctx.known(node, 3) if ctx.has(node, 3) else None
-    if k is not None and k.symbolic:
-        return [SymDim.of(v) if not isinstance(v, int) else v for v in k.ints()] or None
-    sizes_a = stored_array(ctx, node, 3, "Resize sizes")
-    return [int(v) for v in sizes_a.reshape(-1)] if sizes_a is not None and \
-        sizes_a.size else None
-
-
-def _resize_targets(ctx, node, dims, axes):
-    """(output spatial sizes, coordinate scales or None) from Resize's scales / sizes."""
-    rank = len(dims)
-    scales_a = stored_array(ctx, node, 2, "Resize scales")
-    scales = [float(v) for v in scales_a.reshape(-1)] if scales_a is not None and \
-        scales_a.size else None
-    sizes = _resize_sizes(ctx, node)
-    if (scales is None) == (sizes is None):
-        raise ctx.fail(node, "Resize needs exactly one of scales and sizes")
-    if scales is not None:
-        scales = _full_list(ctx, node, scales, axes, rank, [1.0] * rank, "scales")
-        if any(s <= 0 for s in scales):
-            raise ctx.fail(node, f"Resize scales {scales} must be positive")
-        for i, s in enumerate(scales[:2]):
-            if s != 1.0:
-                raise ctx.fail(node, f"Resize of axis {i} (batch / channels, scale {s}) is not "
-                                     "supported; braze resizes the spatial axes")
-        out = [_scaled(ctx, node, s, d) for s, d in zip(scales[2:], dims[2:])]
-        return out, scales[2:]
-    sizes = _full_list(ctx, node, sizes, axes, rank, list(dims), "sizes")
-    for i in range(2):
-        if SymDim.of(sizes[i]) != SymDim.of(dims[i]):
-            raise ctx.fail(node, f"Resize of axis {i} (batch / channels, {dims[i]} -> "
-                                 f"{sizes[i]}) is not supported; braze resizes the spatial axes")
-    policy = node.attr("keep_aspect_ratio_policy", "stretch")
-    if policy == "stretch":
-        return [to_dim(v) for v in sizes[2:]], None
-    if policy not in ("not_larger", "not_smaller"):
-        raise ctx.fail(node, f"keep_aspect_ratio_policy={policy!r} is not supported")
-    spatial = _static_spatial(ctx, node, dims[2:], "Resize with keep_aspect_ratio_policy")
-    resized = [a for a in (axes or range(rank)) if a % rank >= 2]
-    ratios = [np.float32(sizes[a]) / np.float32(dims[a]) for a in resized]
-    s = min(ratios) if policy == "not_larger" else max(ratios)
-    out = [int(math.floor(float(s) * d + 0.5)) if (i + 2) in resized else d
-           for i, d in enumerate(spatial)]
-    return out, [float(s) if (i + 2) in resized else 1.0 for i in range(len(spatial))]
-
-
-def _scaled(ctx, node, scale: float, d):
-    """ONNX's output length floor(scale * d): a symbolic d keeps a polynomial for a whole scale
-    (2 * h) or one over a power of two (h / 2 of "2*h" is h; "32*h+1" / 4 is 8*h); other
-    scales of a symbolic d are an import error naming the fix."""
-    if isinstance(d, int):
-        return int(np.float32(scale) * np.float32(d))
-    if scale == int(scale):
-        return to_dim(int(scale) * SymDim.of(d))
-    inverse = 1.0 / scale
-    split = SymDim.of(d).divmod_int(int(inverse)) if inverse == int(inverse) and \
-        int(inverse) & (int(inverse) - 1) == 0 else None
-    if split is None:
-        raise ctx.fail(node, f"Resize by scale {scale} of symbolic dim {d!r} is not a polynomial "
-                             f"size (whole scales and 1 / 2^k of a multiple are); "
-                             f"{input_shapes_hint(ctx)}")
-    return split[0].to_dim()
-
-
-def _may_shrink(out, d) -> bool:
-    """Whether an output length can be below its input's (unknown for symbolic: True)."""
-    if isinstance(out, int) and isinstance(d, int):
-        return out < d
-    low = (SymDim.of(out) - d).lower_bound()
-    return low is None or low < 0
-
-
-def _doubles(op: Resize, axis: int, d) -> bool:
-    """Whether nearest `op` reads source i // 2 at output i along `axis` of length d -> 2d:
-    checked at d, or for a symbolic d on every length up to 64 and a few large ones (with the
-    scale given, coordinates depend on the length only at the clamped ends; align_corners
-    depends on it, and its float32 rounding leaves i // 2 at large lengths)."""
-    lengths = [d] if isinstance(d, int) else [*range(1, 65), 1000, 1023, 4097]
-    return all(np.array_equal(op.indices(axis, n, 2 * n), np.arange(2 * n) // 2)
-               for n in lengths)
-
-
-def _resize(ctx, node, x, out_sizes, scales, mode, coord, nearest, cubic_a=-0.75,
-            exclude=False):
-    """Resize x ([N, C, L] or [N, C, H, W]) to the spatial `out_sizes`."""
-    g = ctx.g
-    dims = ctx.dims(x)
-    n = len(dims) - 2
-    if list(dims[2:]) == list(out_sizes) and (scales is None or all(s == 1.0 for s in scales)):
-        return x
-    x4 = _as_image(ctx, x) if n == 1 else x
-    size = (1, out_sizes[0]) if n == 1 else tuple(out_sizes)
-    scale = None if scales is None else ((1.0, scales[0]) if n == 1 else tuple(scales))
-    op = Resize(tuple(size), mode, coord, nearest, scale, float(cubic_a), bool(exclude))
-    h, w = ctx.dims(x4)[2:]
-    if mode is ResizeMode.NEAREST and size == tuple(to_dim(2 * SymDim.of(d)) for d in (h, w)) \
-            and all(_doubles(op, i, d) for i, d in enumerate((h, w))):
-        y = g.add_node(ResizeNearest2x(), (x4,))[0]
-    else:
-        y = _windowed(ctx, node, x, lambda: g.add_node(op, (x4,))[0])
-    return _from_image(ctx, y) if n == 1 else y
-
-
-@converter("Resize")
-def resize(ctx, node):
-    x = ctx.value(node, 0)
-    dims = ctx.dims(x)
-    _spatial_rank(ctx, node, x)
-    coord_name = node.attr("coordinate_transformation_mode", "half_pixel")
-    if coord_name == "tf_crop_and_resize":
-        raise ctx.fail(node, "coordinate_transformation_mode='tf_crop_and_resize' is not "
-                             "supported")
-    mode = _enum(ctx, node, ResizeMode, "mode", "nearest")
-    coord = _enum(ctx, node, CoordinateMode, "coordinate_transformation_mode", "half_pixel")
-    nearest = _enum(ctx, node, NearestMode, "nearest_mode", "round_prefer_floor")
-    axes = node.attr("axes", None)
-    if axes is not None:
-        axes = [a % len(dims) for a in axes]
-    out, scales = _resize_targets(ctx, node, dims, axes)
-    if node.attr("antialias", 0) and mode is not ResizeMode.NEAREST and any(
-            _may_shrink(o, d) for o, d in zip(out, dims[2:])):
-        raise ctx.fail(node, "Resize with antialias=1 when downscaling is not supported")
-    return [_resize(ctx, node, x, out, scales, mode, coord, nearest,
-                    node.attr("cubic_coeff_a", -0.75), node.attr("exclude_outside", 0))]
-
-
-@converter("Upsample")
-def upsample(ctx, node):
-    """The deprecated Resize: asymmetric coordinates; nearest rounds down when enlarging."""
-    x = ctx.value(node, 0)
-    dims = ctx.dims(x)
-    _spatial_rank(ctx, node, x)
-    name = node.attr("mode", "nearest")
-    mode = {"nearest": ResizeMode.NEAREST, "linear": ResizeMode.LINEAR,
-            "bilinear": ResizeMode.LINEAR}.get(name)
-    if mode is None:
-        raise ctx.fail(node, f"Upsample mode={name!r} is not supported (nearest, linear)")
-    if "scales" in node.attrs:
-        scales = [float(s) for s in node.attrs["scales"]]
-    else:
-        scales = [float(v) for v in stored_array(ctx, node, 1, "Upsample scales").reshape(-1)]
-    scales = _full_list(ctx, node, scales, None, len(dims), None, "scales")
-    if scales[:2] != [1.0, 1.0]:
-        raise ctx.fail(node, f"Upsample of the batch / channel axes (scales {scales}) is not "
-                             "supported")
-    out = [_scaled(ctx, node, s, d) for s, d in zip(scales[2:], dims[2:])]
-    nearest = NearestMode.FLOOR if all(s >= 1 for s in scales) else NearestMode.CEIL
-    return [_resize(ctx, node, x, out, scales[2:], mode, CoordinateMode.ASYMMETRIC, nearest)]
 
 
 # -- pad ----------------------------------------------------------------------------------------
