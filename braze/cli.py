@@ -7,7 +7,7 @@ import argparse
 import os
 import sys
 
-from .errors import BrazeError
+from .errors import BrazeError, FrontendError, UnsupportedOpsError
 from .progress import Progress
 
 
@@ -40,7 +40,14 @@ def _load_model(spec: str, progress: Progress | None = None, input_shapes=None):
         from .frontends.onnx import import_onnx
 
         with progress.step(f"importing {os.path.basename(spec)} ({size:.1f} MiB)"):
-            return import_onnx(spec, input_shapes=input_shapes)
+            try:
+                return import_onnx(spec, input_shapes=input_shapes)
+            except FrontendError as e:
+                if "input_shapes=" not in str(e) or isinstance(e, UnsupportedOpsError):
+                    raise
+                raise FrontendError(f"{e}\n  (on the command line: --input-shape NAME=DIMS, "
+                                    "e.g. x=1x3x224x224, or x=batch,3,32*h,32*w to keep the "
+                                    "size dynamic)") from None
     if spec.endswith(".pt2"):
         from . import import_torch
 

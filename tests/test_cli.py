@@ -228,3 +228,31 @@ def test_demo_times_its_variants_in_turns():
     ms = _interleaved_ms({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 4)
     assert set(ms) == {"a", "b"} and all(v >= 0 for v in ms.values())
     assert order == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b"]
+
+
+def _strided_conv_onnx(path):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((4, 3, 3, 3), np.float32), "w")
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="stem", strides=[2, 2],
+                            pads=[1, 1, 1, 1])
+    graph = helper.make_graph([node], "cnn", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["n", 3, "h", "w"])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def test_a_dynamic_image_size_error_names_the_command_line_option_and_the_option_works(
+        tmp_path, capsys):
+    p = _strided_conv_onnx(tmp_path / "cnn.onnx")
+    assert main(["bench", str(p), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "stem" in err and "--input-shape NAME=DIMS" in err and "32*h" in err
+    assert main(["run", str(p), "--input-shape", "x=batch,3,32*h,32*w", "--dim", "batch=2",
+                 "--dim", "h=2", "--dim", "w=1", "--quiet"]) == 0
+    assert "float32[2, 4, 32, 16]" in capsys.readouterr().out
