@@ -1,7 +1,7 @@
 """Element-wise kernels for the dtypes NumPy's own loops serve slowly or not exactly
 (runtime/kernels/elementwise_c.py, float_tests.py) give the reference interpreter's bits on
-fresh random inputs: float16 / bfloat16 add, sub, mul, div, max, min under every broadcasting
-pattern, with subnormals, infinities, signed zeros and NaN (NaN payloads may differ, the NaN
+fresh random inputs: float16 / bfloat16 add, sub, mul, div, max, min, pow, mod and fmod under
+every broadcasting pattern, with subnormals, infinities, signed zeros and NaN (NaN payloads may differ, the NaN
 positions may not); half-precision clamps at bounds that round, straddle zero or are infinite;
 integer clamps of every integer dtype at fractional, infinite and huge bounds (int64 rounding
 through float64 as the reference does); isnan / isinf. The dispatch report names the kernel."""
@@ -70,7 +70,7 @@ SHAPES = [((37,), (37,)), ((5, 37), (37,)), ((5, 1), (1, 37)), ((2, 3, 9000), (3
 
 
 @pytest.mark.parametrize("dtype", HALF, ids=str)
-@pytest.mark.parametrize("fn", ["add", "sub", "mul", "div", "max", "min"])
+@pytest.mark.parametrize("fn", ["add", "sub", "mul", "div", "max", "min", "pow", "mod", "fmod"])
 @pytest.mark.parametrize("a_shape, b_shape", SHAPES)
 def test_half_binary_matches_reference(dtype, fn, a_shape, b_shape):
     rng = np.random.default_rng(len(a_shape) * 7 + len(b_shape))

@@ -39,12 +39,21 @@ from .registry import Dispatch, Kernel, nbytes, register_kernel
 __all__ = ["lib", "merged_strides"]
 
 _OPS = {BinaryFn.ADD: 0, BinaryFn.SUB: 1, BinaryFn.MUL: 2, BinaryFn.DIV: 3, BinaryFn.MAX: 4,
-        BinaryFn.MIN: 5}
+        BinaryFn.MIN: 5, BinaryFn.POW: 6, BinaryFn.FMOD: 7, BinaryFn.MOD: 8}
 _HALF = {"f16": 0, "bf16": 1}
 _INT_CLAMP = ("i8", "i16", "i32", "i64", "u8", "u32")
 _MAX_DIMS = 8
 
 _BINARY = r"""
+/* NumPy's float remainder (npy_divmodf): fmod moved to the divisor's sign, a zero remainder
+   signed as the divisor. */
+static inline float py_modf(float a, float b) {
+  float m = fmodf(a, b);
+  if (b == 0) return m;
+  if (m != 0) return ((b < 0) != (m < 0)) ? m + b : m;
+  return copysignf(0.0f, b);
+}
+
 /* The float16 (fmt 0) / bfloat16 (fmt 1) result of a op b, from the operands' bits. */
 #define HALF_OP(NAME, LD, ST, GE_A)                                                          \
 static inline uint16_t NAME(uint16_t ha, uint16_t hb, int op) {                            \
@@ -55,7 +64,10 @@ static inline uint16_t NAME(uint16_t ha, uint16_t hb, int op) {                 
     case 2: return ST(a * b);                                                              \
     case 3: return ST(a / b);                                                              \
     case 4: return (a != a || (GE_A ? a >= b : a > b)) ? ha : hb;                          \
-    default: return (a != a || (GE_A ? a <= b : a < b)) ? ha : hb;                         \
+    case 5: return (a != a || (GE_A ? a <= b : a < b)) ? ha : hb;                          \
+    case 6: return ST(powf(a, b));                                                         \
+    case 7: return ST(fmodf(a, b));                                                        \
+    default: return ST(py_modf(a, b));                                                     \
   }                                                                                        \
 }
 HALF_OP(f16_op, f16_load, f16_store, 1)
@@ -81,7 +93,10 @@ static void span(const uint16_t* a, int64_t sa, const uint16_t* b, int64_t sb, u
       case 2: SPAN(f16_op, 2) break;
       case 3: SPAN(f16_op, 3) break;
       case 4: SPAN(f16_op, 4) break;
-      default: SPAN(f16_op, 5) break;
+      case 5: SPAN(f16_op, 5) break;
+      case 6: SPAN(f16_op, 6) break;
+      case 7: SPAN(f16_op, 7) break;
+      default: SPAN(f16_op, 8) break;
     }
   } else {
     switch (op) {
@@ -90,7 +105,10 @@ static void span(const uint16_t* a, int64_t sa, const uint16_t* b, int64_t sb, u
       case 2: SPAN(bf16_op, 2) break;
       case 3: SPAN(bf16_op, 3) break;
       case 4: SPAN(bf16_op, 4) break;
-      default: SPAN(bf16_op, 5) break;
+      case 5: SPAN(bf16_op, 5) break;
+      case 6: SPAN(bf16_op, 6) break;
+      case 7: SPAN(bf16_op, 7) break;
+      default: SPAN(bf16_op, 8) break;
     }
   }
 }
