@@ -1,10 +1,11 @@
 """Element-wise kernels for the dtypes NumPy's own loops serve slowly or not exactly
 (runtime/kernels/elementwise_c.py, float_tests.py) give the reference interpreter's bits on
 fresh random inputs: float16 / bfloat16 add, sub, mul, div, max, min, pow, mod and fmod under
-every broadcasting pattern, with subnormals, infinities, signed zeros and NaN (NaN payloads may differ, the NaN
-positions may not); half-precision clamps at bounds that round, straddle zero or are infinite;
-integer clamps of every integer dtype at fractional, infinite and huge bounds (int64 rounding
-through float64 as the reference does); isnan / isinf. The dispatch report names the kernel."""
+every broadcasting pattern, with subnormals, infinities, signed zeros and NaN (NaN payloads
+may differ, the NaN positions may not); half-precision clamps at bounds that round, straddle
+zero or are infinite; integer clamps of every integer dtype at fractional, infinite and huge
+bounds (int64 rounding through float64 as the reference does); isnan / isinf. The dispatch
+report names the kernel."""
 import numpy as np
 import pytest
 
