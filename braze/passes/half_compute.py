@@ -25,7 +25,7 @@ F32_KINDS = frozenset({
     "fused_attention_block", "fused_transformer_layer", "layer_norm", "rms_norm",
     "fused_residual_ln", "fused_residual_rms_norm", "fused_rms_norm_reshape", "group_norm",
     "batch_norm", "softmax", "log_softmax", "conv2d", "fused_conv_bias_act",
-    "conv_transpose2d", "pool2d", "global_avg_pool", "resize", "rope"})
+    "conv_transpose2d", "pool2d", "global_avg_pool", "resize", "rope", "reduce"})
 _HALF = (f16, bf16)
 
 

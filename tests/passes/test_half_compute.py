@@ -117,3 +117,20 @@ def test_a_bfloat16_torch_model_runs_natively_and_matches_pytorch():
         want = Hidden()(ids).float().numpy()
     # bf16 end to end: each layer rounds to 8 bits; PyTorch's own kernels round differently
     assert float(np.abs(got.astype(np.float32) - want).max()) < 0.05 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("dtype", [bz.bf16, bz.f16])
+def test_half_reductions_run_natively_and_match_the_reference(dtype):
+    """NumPy sums float16 pairwise in float32 and rounds once; a reduction moved to float32
+    does the same (max / min are exact either way)."""
+    g = bz.Graph("r")
+    x = g.input("x", bz.Shape((64, 3000), dtype))
+    g.set_outputs([g.sum(x, (1,)), g.mean(x, (0,)), g.reduce_max(x, (1,))])
+    exe = bz.compile(g)
+    feeds = bz.random_feeds(g, 0)
+    ulp = 2.0 ** -7 if dtype == bz.bf16 else 2.0 ** -10
+    for got, want in zip(exe(feeds), bz.interpret(g, feeds), strict=True):
+        assert got.dtype == want.dtype == dtype.np
+        w = want.astype(np.float32)
+        assert float(np.abs(got.astype(np.float32) - w).max()) <= ulp * np.abs(w).max()
+    assert not exe.dispatch_report().by_dispatch(Dispatch.REFERENCE)
