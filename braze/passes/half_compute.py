@@ -1,8 +1,8 @@
 """Half-precision models on float32 kernels: `compute_half_in_f32(g)` runs each matmul,
-convolution, attention, normalization and softmax whose values are float16 / bfloat16 (a model
-cast with `.to(torch.bfloat16)`, an f16 ONNX export) on its inputs cast to float32, casting
-its results back: cast(op(cast(x, f32)), half). The compiled CPU executor has float32 kernels
-for these ops and would otherwise run their NumPy references.
+convolution, attention, normalization, softmax and reduction whose values are float16 /
+bfloat16 (a model cast with `.to(torch.bfloat16)`, an f16 ONNX export) on its inputs cast to
+float32, casting its results back: cast(op(cast(x, f32)), half). The compiled CPU executor
+has float32 kernels for these ops and would otherwise run their NumPy references.
 
 The results keep the model's dtype at every op boundary, so the next op sees the same rounded
 values; inside the op, accumulation is float32, as the references of matmul and the norms
