@@ -17,7 +17,6 @@ for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
-import csv  # noqa: E402
 import datetime  # noqa: E402
 import importlib.util  # noqa: E402
 import statistics  # noqa: E402
@@ -25,11 +24,10 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from fuse_time import append_csv  # noqa: E402  (bench/ is the script's directory)
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "dynamic_sizes.csv"
-FIELDS = ["when", "label", "load_avg", "size", "tool", "first_ms", "ms", "x_ort",
-          "max_rel_diff_vs_ort"]
 SIZES = "320x320,480x640,640x480,352x288,736x736,320x320"
 
 
@@ -98,12 +96,7 @@ def main() -> None:
                              max_rel_diff_vs_ort=f"{diff:.1e}"))
             print(f"{size:>9} {name:6} first {first[name] * 1e3:8.1f} ms  steady "
                   f"{ms[name]:7.2f} ms  x ort {ms[name] / ms['ort']:.3f}  diff {diff:.1e}")
-    new = not RESULTS.exists()
-    with open(RESULTS, "a", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=FIELDS)
-        if new:
-            writer.writeheader()
-        writer.writerows(rows)
+    append_csv(str(RESULTS), rows)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ Like torch.export, braze assumes every named dim is at least 2 when it must deci
 import time (a symbol is never a broadcasting 1 and never equal to a negative number)."""
 from __future__ import annotations
 
+import fractions
 import functools
 import re
 from collections import Counter
@@ -135,6 +136,18 @@ class SymDim:
         r = self.const % m
         return SymDim({mono: c // m for mono, c in self.terms.items() if mono}
                       | {(): (self.const - r) // m}), r
+
+    def scaled_floor(self, factor: float) -> SymDim | None:
+        """floor(factor * self) as a polynomial, for a size >= 0 and a factor >= 0 whose
+        denominator is a power of two (exact in floating point) dividing the scaled size's
+        symbolic coefficients: 0.5 of "32*h" is 16*h, 1.5 of it 48*h; else None. An
+        interpolation's output length (ONNX Resize scales, torch's scale_factor)."""
+        c = fractions.Fraction(factor)
+        low = self.lower_bound()
+        if c < 0 or c.denominator & (c.denominator - 1) or low is None or low < 0:
+            return None
+        split = (self * c.numerator).divmod_int(c.denominator)
+        return None if split is None else split[0]
 
     def __eq__(self, other) -> bool:
         try:

@@ -318,3 +318,18 @@ def test_small_cnn_float64_interpret_matches_loops():
 
 def test_global_avg_pool_op_is_plain():
     assert not GlobalAvgPool.composite and not Conv2d.composite and not Pool2d.composite
+
+
+def test_scaled_floor_keeps_a_polynomial_only_where_it_is_exact():
+    from braze.ir.symbolic import SymDim
+
+    d = SymDim.of("32*h+2")
+    assert d.scaled_floor(0.5) == SymDim.of("16*h+1")
+    assert d.scaled_floor(1.5) == SymDim.of("48*h+3")
+    assert d.scaled_floor(0.25) == SymDim.of("8*h")  # floor((32h + 2) / 4)
+    assert d.scaled_floor(2) == SymDim.of("64*h+4")
+    assert d.scaled_floor(1 / 64) is None  # 32 is not a multiple of 64
+    assert d.scaled_floor(1 / 3) is None   # not exact in floating point
+    assert SymDim.of("h-3").scaled_floor(0.5) is None  # may be negative
+    for h in range(1, 9):
+        assert d.scaled_floor(0.25).evaluate({"h": h}) == (32 * h + 2) // 4

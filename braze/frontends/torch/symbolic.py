@@ -159,11 +159,8 @@ class SymbolNames:
                                        "which is how braze writes sizes")
 
     def _scaled(self, e) -> SymDim | None:
-        """trunc(c * float(size)) (an interpolate by scale_factor c) as a polynomial: c a whole
-        number, or a fraction over a power of two (exact in floating point) of a size >= 0
-        whose coefficients the denominator divides (0.5 of "32*h" is 16*h); else None."""
-        import fractions
-
+        """trunc(c * float(size)) (an interpolate by scale_factor c) as a polynomial
+        (SymDim.scaled_floor: 0.5 of "32*h" is 16*h), else None."""
         import sympy
 
         coef, inner = 1.0, []
@@ -174,14 +171,7 @@ class SymbolNames:
                 inner.append(a)
         if len(inner) != 1 or type(inner[0]).__name__ != "ToFloat":
             return None
-        c = fractions.Fraction(coef)
-        den = c.denominator
-        if den & (den - 1) or c < 0:
-            return None
-        size = self._convert(inner[0].args[0]) * c.numerator
-        low = size.lower_bound()
-        split = size.divmod_int(den) if low is not None and low >= 0 else None
-        return None if split is None else split[0]
+        return self._convert(inner[0].args[0]).scaled_floor(coef)
 
     def clamp_choice(self, a: SymDim, b: SymDim, is_max: bool, e) -> SymDim:
         """Max / Min of a constant and a size no binding orders (MPT's `max(0, 64 - seq)`):

@@ -108,7 +108,7 @@ def test_nearest_upsampling(scale, coord, nearest):
 @pytest.mark.parametrize("mode,coord", [("linear", "half_pixel"), ("linear", "align_corners"),
                                         ("linear", "pytorch_half_pixel"),
                                         ("cubic", "half_pixel"), ("linear", "asymmetric")])
-@pytest.mark.parametrize("scale", [2.0, 0.5])
+@pytest.mark.parametrize("scale", [2.0, 0.5, 1.5])
 def test_interpolating_resizes(mode, coord, scale):
     dims = ("n", 4, "12*h+2", "12*w+4")  # even, so a half keeps a polynomial
     sizes = [(1, 4, 14, 16), (2, 4, 26, 40)]
@@ -137,7 +137,8 @@ def test_resize_to_sizes_read_from_another_tensors_shape():
                                    atol=1e-5)
 
 
-@pytest.mark.parametrize("scales", [[1, 1, 1.5, 1.5], [1, 1, 1 / 3, 1 / 3], [1, 1, 0.125, 0.125]])
+@pytest.mark.parametrize("scales", [[1, 1, 0.625, 0.625], [1, 1, 1 / 3, 1 / 3],
+                                    [1, 1, 0.125, 0.125]])
 def test_a_resize_whose_size_is_not_a_polynomial_names_the_fix(scales):
     m = one_node("Resize", dict(mode="linear"), [None, np.asarray(scales, np.float32)],
                  name="up7")

@@ -109,21 +109,17 @@ def _resize_targets(ctx, node, dims, axes):
 
 
 def _scaled(ctx, node, scale: float, d):
-    """ONNX's output length floor(scale * d): a symbolic d keeps a polynomial for a whole scale
-    (2 * h) or one over a power of two (h / 2 of "2*h" is h; "32*h+1" / 4 is 8*h); other
-    scales of a symbolic d are an import error naming the fix."""
+    """ONNX's output length floor(scale * d): a symbolic d keeps a polynomial when the scale's
+    denominator is a power of two that divides it (SymDim.scaled_floor: 2 * h, h / 2 of
+    "2*h", 1.5 of "32*h"); other scales of a symbolic d are an import error naming the fix."""
     if isinstance(d, int):
         return int(np.float32(scale) * np.float32(d))
-    if scale == int(scale):
-        return to_dim(int(scale) * SymDim.of(d))
-    inverse = 1.0 / scale
-    split = SymDim.of(d).divmod_int(int(inverse)) if inverse == int(inverse) and \
-        int(inverse) & (int(inverse) - 1) == 0 else None
-    if split is None:
+    out = SymDim.of(d).scaled_floor(scale)
+    if out is None:
         raise ctx.fail(node, f"Resize by scale {scale} of symbolic dim {d!r} is not a polynomial "
-                             f"size (whole scales and 1 / 2^k of a multiple are); "
+                             f"size (a scale over a power of two that divides the size is); "
                              f"{input_shapes_hint(ctx)}")
-    return split[0].to_dim()
+    return out.to_dim()
 
 
 def _may_shrink(out, d) -> bool:
