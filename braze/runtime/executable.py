@@ -1,10 +1,11 @@
 """`bz.compile`: a graph becomes an `Executable` for a target.
 
 compile = the target's fusion pipeline -> (a precision policy) -> half-precision matmuls,
-convs, attention and norms on float32 kernels (passes.half_compute) -> legalize (composite ops
-without a kernel decompose into ops that have one) -> per binding of the symbolic dims, a
-Program (static values computed once, one kernel per node, one arena). `exe(feeds)` runs the
-program for the feeds' binding, building and caching it on first sight of that binding."""
+convs, attention, norms and reductions on float32 kernels (passes.half_compute) -> legalize
+(composite ops without a kernel decompose into ops that have one) -> per binding of the
+symbolic dims, a Program (static values computed once, one kernel per node, one arena).
+`exe(feeds)` runs the program for the feeds' binding, building and caching it on first sight
+of that binding."""
 from __future__ import annotations
 
 from collections.abc import Mapping
