@@ -122,10 +122,13 @@ _CUMSUM_KINDS = {"f32": 0, "f64": 1, "i32": 2, "i64": 3}
 @register_kernel(Cumsum)
 def cumsum(node, ins, outs, ctx):
     """float32 / float64 / int32 / int64 running sums along any axis, exclusive or reversed,
-    in NumPy's order (bit-identical to the reference); other dtypes run the reference."""
+    in NumPy's order (bit-identical to the reference). float16 / bfloat16 inputs sum in
+    float32 as the reference does (cast into a float32 scratch, summed there, rounded once
+    into the output); other dtypes run the reference."""
     x = ins[0]
     lib = native.lib()
-    kind = _CUMSUM_KINDS.get(x.dtype.name)
+    half = x.dtype.name in ("f16", "bf16")
+    kind = 0 if half else _CUMSUM_KINDS.get(x.dtype.name)
     if lib is None or kind is None or x.rank == 0:
         return None
     ax = node.op.axis % x.rank
@@ -134,10 +137,19 @@ def cumsum(node, ins, outs, ctx):
     outer = int(np.prod(x.dims[:ax], dtype=np.int64))
     op = node.op
 
-    def run(data, out):
+    def run(data, out, *wide):
         data = np.ascontiguousarray(data)
-        lib.cumsum(address(data), address(out), outer, n, inner, kind, int(op.exclusive),
+        if wide:  # f16 / bf16: sum the float32 values, round the sums once
+            np.copyto(wide[0], data, casting="unsafe")
+            data, dest = wide
+        else:
+            dest = out
+        lib.cumsum(address(data), address(dest), outer, n, inner, kind, int(op.exclusive),
                    int(op.reverse))
+        if wide:
+            np.copyto(out, dest, casting="unsafe")
 
-    return Kernel(run, Dispatch.NATIVE, "C cumsum", bytes=nbytes(ins) + nbytes(outs),
-                  flops=x.numel() or 0)
+    shape = tuple(int(d) for d in x.dims)
+    scratch = ((shape, np.float32),) * 2 if half else ()
+    return Kernel(run, Dispatch.NATIVE, "C cumsum" + (" in float32" if half else ""),
+                  bytes=nbytes(ins) + nbytes(outs), flops=x.numel() or 0, scratch=scratch)
