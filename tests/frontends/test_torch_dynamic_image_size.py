@@ -71,6 +71,16 @@ def test_torch_derived_dims():
     _check(g, net, [(1, 3, 32, 64), (1, 3, 96, 32)])
 
 
+@pytest.mark.parametrize("root", ["len", "N", "E", "max"])
+def test_a_multiple_of_a_name_sympy_reserves_keeps_that_name(root):
+    """torch reads Dim names with sympy, where "len" is a builtin and "E" Euler's number."""
+    net = Net().eval()
+    g = bz.import_torch(net, (torch.randn(1, 3, 64, 96),),
+                        dynamic_shapes={"x": {2: f"32*{root}", 3: "32*w"}})
+    assert g.inputs[0].op.shape.dims == (1, 3, f"32*{root}", "32*w")
+    _check(g, net, [(1, 3, 32, 64), (1, 3, 96, 32)])
+
+
 def test_a_plain_dynamic_size_names_the_multiple_to_declare():
     with pytest.raises(FrontendError, match=r"conv2d with stride 2 needs H static or declared a "
                                             r"multiple of the stride .*'32\*h'"):

@@ -356,7 +356,7 @@ def _one(d, input_name: str, axis: int, labels: dict, roots: dict):
         if coef.isdigit() and int(coef) >= 1 and _sanitize(root) == root:
             labels[(input_name, axis)] = (root, True)
             if root not in roots:
-                roots[root] = Dim(root, min=1)
+                roots[root] = Dim(_torch_root_name(root), min=1)
             return int(coef) * roots[root]
         if not _sanitize(d) == d:
             raise FrontendError(f"dynamic_shapes[{input_name!r}][{axis}] = {d!r}: dims must be "
@@ -368,6 +368,21 @@ def _one(d, input_name: str, axis: int, labels: dict, roots: dict):
     if name is not None:
         labels[(input_name, axis)] = (name, getattr(d, "root", None) is not None)
     return d
+
+
+def _torch_root_name(root: str) -> str:
+    """The name braze gives torch's Dim for the user's root `root` ("h" of "32*h"): torch reads
+    it with sympy, which takes "len", "max", "N", "E" or "pi" for a builtin, function or
+    constant (multiplying one then fails, or means something else), so such a name gets a
+    suffix; `labels` keeps the user's."""
+    import sympy
+
+    try:
+        parsed = sympy.sympify(root)
+    except (sympy.SympifyError, SyntaxError, TypeError):
+        parsed = None
+    plain = isinstance(parsed, sympy.Symbol) and parsed.name == root
+    return root if plain else f"{root}_dim"
 
 
 def dim_name(d) -> str | None:
