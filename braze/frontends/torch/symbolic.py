@@ -40,6 +40,15 @@ def static_hint(dims: Sequence[str]) -> str:
             "runs the example input's size only)")
 
 
+def _multiple_hint(a: SymDim, b: SymDim) -> str:
+    """For a division of one dim by a constant: how to declare that dim so it divides."""
+    if not b.is_const or b.const < 2 or len(a.symbols) != 1:
+        return ""
+    (name,) = a.symbols
+    return (f"; declare {name} a multiple of {b.const} in dynamic_shapes "
+            f"({repr(f'{b.const}*{name}')}) so the division is exact")
+
+
 def _sanitize(name: str) -> str:
     out = "".join(c if c.isalnum() or c == "_" else "_" for c in name)
     return out if out.isidentifier() else f"d_{out}"
@@ -128,7 +137,7 @@ class SymbolNames:
             except ValueError:
                 raise self.unrepresentable(e, "the size {} rounds a division down; braze "
                                                 "writes sizes as polynomials in the input dims"
-                                            ) from None
+                                                + _multiple_hint(a, b)) from None
         if kind == "CeilDiv":
             a, b = (self._convert(x) for x in e.args)
             split = a.divmod_int(b.const) if b.is_const else None
@@ -139,7 +148,7 @@ class SymbolNames:
             except ValueError:
                 raise self.unrepresentable(e, "the size {} rounds a division up; braze writes "
                                                 "sizes as polynomials in the input dims"
-                                            ) from None
+                                                + _multiple_hint(a, b)) from None
         if kind in ("TruncToInt", "FloorToInt"):
             scaled = self._scaled(e.args[0])
             if scaled is not None:

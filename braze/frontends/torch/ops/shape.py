@@ -1,5 +1,5 @@
 """Shape ATen ops: view / reshape, permute / transpose, expand, (un)squeeze, flatten, slice,
-select, narrow, cat / stack, split / chunk / unbind, repeat, flip, roll, padding, and slice
+select, narrow, unfold, cat / stack, split / chunk / unbind, repeat, flip, roll, padding, and slice
 assignment (slice_scatter and copy: the untouched parts concatenated around the source).
 Targets hold SymDims (folded size arithmetic), so symbolic dims survive; a slice whose start
 depends on the sizes becomes a dynamic_narrow (bounds-checked when the dims bind), a strided
@@ -236,6 +236,28 @@ def repeat(ctx, c):
         wide += [r, d]
     y = g.expand(g.reshape(x, tuple(inter)), tuple(wide))
     return g.reshape(y, ctx.out_dims())
+
+
+@converter("aten.unfold.default", "aten.unfold_copy.default")
+def unfold(ctx, c):
+    """x.unfold(dim, size, step): the windows of `size` elements every `step` along dim take
+    dim's place, a window's elements a new last axis (PatchTST's patches): one gather of the
+    [windows, size] index start + offset, then that axis moved to the end."""
+    x = ctx.value(c["self"])
+    rank = ctx.rank(x)
+    if rank == 0:
+        raise ctx.fail("unfold of a 0-d tensor: give it at least one dim")
+    axis = ctx.axis(ctx.static_int(c["dimension"], "unfold dim"), rank)
+    size = ctx.static_int(c["size"], "unfold size")
+    step = ctx.static_int(c["step"], "unfold step")
+    windows = SymDim.of(ctx.out_dims()[axis]).to_dim()
+    g = ctx.g
+    starts = g.reshape(g.arange(windows, 0, step, i64), (windows, 1))
+    offsets = g.reshape(g.arange(size, 0, 1, i64), (1, size))
+    y = g.gather(x, g.add(starts, offsets), axis)  # x[:axis] + (windows, size) + x[axis + 1:]
+    if axis < rank - 1:
+        y = g.transpose(y, list(range(axis + 1)) + list(range(axis + 2, rank + 1)) + [axis + 1])
+    return y
 
 
 @converter("aten.flip.default")
