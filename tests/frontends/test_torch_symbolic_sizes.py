@@ -97,3 +97,38 @@ def test_a_float_computed_from_a_size_names_the_dim():
     message = _import_error(lambda x: F.interpolate(x, size=5, mode="linear"), SEQ)
     assert re.search(r"seq / 5 is a float computed from the input sizes.*import with seq "
                      r"static", message), message
+
+
+class ClsTokenFlatten(torch.nn.Module):
+    """A CLS token prepended ([B, S+1, D]), then flattened to B*T rows and restored: the
+    reshape target batch*seq+batch is the input's batch x (seq+1) written expanded."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(0)
+        self.cls = torch.nn.Parameter(torch.randn(1, 1, 16))
+        self.lin = torch.nn.Linear(16, 16)
+
+    def forward(self, x):
+        z = torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1)
+        b, t, d = z.shape
+        return self.lin(z.reshape(b * t, d)).reshape(b, t, d)
+
+
+@pytest.mark.parametrize("how", ["torch", "onnx"])
+def test_a_flatten_of_a_sum_of_dims_imports_and_matches_torch(how, tmp_path):
+    net = ClsTokenFlatten().eval()
+    dyn = {"x": {0: "batch", 1: "seq"}}
+    if how == "torch":
+        g = bz.import_torch(net, (torch.randn(2, 5, 16),), dynamic_shapes=dyn)
+    else:
+        path = tmp_path / "cls.onnx"
+        torch.onnx.export(net, (torch.randn(2, 5, 16),), str(path), dynamo=False,
+                          input_names=["x"], dynamic_axes=dyn, opset_version=17)
+        g = bz.import_onnx(str(path))
+    exe = bz.compile(g)
+    for shape in ((2, 5, 16), (3, 9, 16)):
+        x = torch.randn(*shape)
+        with torch.no_grad():
+            want = net(x).numpy()
+        np.testing.assert_allclose(exe({"x": x.numpy()})[0], want, rtol=1e-5, atol=1e-5)

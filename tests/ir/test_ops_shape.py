@@ -30,6 +30,11 @@ def run(g, outs, feeds, **kw):
     (("b", 4), (-1,), ("4*b",)),                     # products of symbols are dims too
     (("b", "s", 8), (-1, 8), ("b*s", 8)),
     (("b*s", 8), ("b", "s", 8), ("b", "s", 8)),
+    # element counts equal as polynomials, dims written differently (a CLS token, a KV cache)
+    (("b", "s+1", 16), ("b*s+b", 16), ("b*s+b", 16)),
+    (("b", "s+1", 16), (-1, 16), ("b*s+b", 16)),
+    (("b*s+b", 16), ("b", -1, 16), ("b", "s+1", 16)),
+    (("b", 1, "p+s"), ("b*p+b*s",), ("b*p+b*s",)),
 ])
 def test_reshape_resolves_minus_one_and_keeps_symbols(src, target, want):
     g = bz.Graph("r")
@@ -44,6 +49,8 @@ def test_reshape_resolves_minus_one_and_keeps_symbols(src, target, want):
     ((2, 3, 4), (5, 5), "element counts 24 vs 25"),
     (("b", 4), ("c", 4), "symbolic dims"),
     (("b", 4), (-1, 3), "do not divide"),
+    (("b", "s+1"), ("b*s", -1), "that input (b, s+1) lacks"),    # no polynomial quotient
+    (("b", "s+1"), ("b*s+1",), "symbolic dims"),
     ((2, 3), (-1, -1), "more than one -1"),
 ])
 def test_reshape_errors_name_the_op(src, target, needle):
@@ -67,6 +74,17 @@ def test_reshape_with_several_symbols_runs_through_the_interpreter():
     oy, oz = run(g, [y, z], {"x": a})
     np.testing.assert_array_equal(oy, a.reshape(2, 3, 32))
     np.testing.assert_array_equal(oz, a.reshape(3, 2, 2, 16))
+
+
+def test_a_flatten_of_a_sum_dim_runs_through_the_interpreter():
+    g = bz.Graph("r")
+    x = g.input("x", bz.Shape(("b", "s+1", 4)))
+    flat = g.reshape(x, ("b*s+b", 4))
+    back = g.reshape(g.mul(flat, flat), ("b", -1, 4))
+    a = rand(3, 5, 4)
+    of, ob = run(g, [flat, back], {"x": a})
+    np.testing.assert_array_equal(of, a.reshape(15, 4))
+    np.testing.assert_array_equal(ob, a * a)
 
 
 def test_reshape_reference_needs_bindings_only_for_several_symbols():

@@ -61,6 +61,30 @@ def _plain_split(src: Sequence[Dim], target: Sequence[Dim]) -> tuple[int, int] |
     return n_src, n_tgt
 
 
+def _product(dims: Sequence[Dim]) -> SymDim:
+    out = SymDim.of(1)
+    for d in dims:
+        out = out * SymDim.of(d)
+    return out
+
+
+def _by_product(src: Sequence[Dim], target: tuple, known: list, holes: list
+                ) -> tuple[Dim, ...] | None:
+    """`target` (its -1 solved) when the element counts agree as polynomials, where the
+    dims' atoms do not line up; None when they do not agree (or the -1 is no polynomial)."""
+    whole = _product(src)
+    if not holes:
+        return target if whole == _product(known) else None
+    try:
+        fill = whole // _product(known)
+    except ValueError:
+        return None
+    if fill * _product(known) != whole:
+        return None
+    h = holes[0]
+    return target[:h] + (fill.to_dim(),) + target[h + 1:]
+
+
 def _fmt(dims: Sequence[Dim]) -> str:
     body = ", ".join(str(d) for d in dims)
     return f"({body},)" if len(dims) == 1 else f"({body})"
@@ -89,10 +113,16 @@ def resolve_reshape(src: Sequence[Dim], target: Sequence[Dim]) -> tuple[Dim, ...
     else:
         n_src, s_src = _split_dims(src)
         n_tgt, s_tgt = _split_dims(known)
-        if not holes and s_src != s_tgt:
-            raise ShapeError(cannot.format(_fmt(src), _fmt(target)) + f"symbolic dims "
-                             f"{sorted(s_src.elements())} vs {sorted(s_tgt.elements())} differ")
-        if holes and s_tgt - s_src:
+        if (s_tgt - s_src if holes else s_src != s_tgt):
+            # the atoms differ, but the products may still agree as polynomials:
+            # (batch, past+seq) -> (batch*past+batch*seq,), (batch, seq+1) -> (batch*seq+batch,)
+            by_product = _by_product(src, target, known, holes)
+            if by_product is not None:
+                return by_product
+            if not holes:
+                raise ShapeError(cannot.format(_fmt(src), _fmt(target)) + f"symbolic dims "
+                                 f"{sorted(s_src.elements())} vs {sorted(s_tgt.elements())} "
+                                 "differ")
             raise ShapeError(f"reshape target {_fmt(target)} has symbols "
                              f"{sorted((s_tgt - s_src).elements())} that input {_fmt(src)} "
                              "lacks")
