@@ -219,6 +219,23 @@ for _name, _ufn in _UNARY.items():
     converter(f"aten.{_name}.default")(_unary(_ufn))
 
 
+@converter("aten.round.decimals")
+def round_decimals(ctx, c):
+    """torch.round(x, decimals=d) as ATen computes it: round(x * 10^d) / 10^d, and for d < 0
+    round(x / 10^-d) * 10^-d (half to even), in the input's float type."""
+    x = ctx.value(c["self"])
+    d = ctx.static_int(c.get("decimals", 0), "round decimals")
+    if ctx.dtype(x).is_int:
+        raise ctx.fail("round with decimals= needs a float tensor (torch refuses integers)")
+    g, dt = ctx.g, ctx.dtype(x)
+    ten = ctx.value(float(10 ** abs(d)), dt)
+    if d == 0:
+        return g.activation(x, UnaryFn.ROUND)
+    if d > 0:
+        return g.div(g.activation(g.mul(x, ten), UnaryFn.ROUND), ten)
+    return g.mul(g.activation(g.div(x, ten), UnaryFn.ROUND), ten)
+
+
 def _float_in(ctx, c):
     return ctx.value(c["self"], ctx.out_dtype())
 

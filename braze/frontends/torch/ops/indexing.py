@@ -1,11 +1,13 @@
-"""Indexing ATen ops: embedding, index_select, gather, advanced indexing (`x[i, j]` with integer
-index tensors, the way Hugging Face masks read attention_mask[batch_idx, kv_idx]), a boolean
-`index_put` (x[mask] = v), triu / tril.
+"""Indexing ATen ops: embedding, index_select, gather, diagonal, advanced indexing (`x[i, j]`
+with integer index tensors, the way Hugging Face masks read attention_mask[batch_idx,
+kv_idx]), a boolean `index_put` (x[mask] = v), triu / tril.
 
 Several integer index tensors become one gather on the flattened indexed dims (flat index
 i * size_j + j, sizes possibly symbolic); negative indices wrap as in torch, with the wrap left
 out when the indices provably are >= 0 (built from ranges)."""
 from __future__ import annotations
+
+import numpy as np
 
 from ....ir.dtypes import bool_, i64
 from ....ir.ops.elementwise import Binary, BinaryFn, Cast, Where
@@ -154,3 +156,30 @@ def trilu(ctx, c):
     x = ctx.value(c["self"])
     k = ctx.static_int(c.get("diagonal", 0), "diagonal")
     return ctx.g.trilu(x, c.key == "aten.triu.default", k)
+
+
+@converter("aten.diagonal.default", "aten.diagonal_copy.default")
+def diagonal(ctx, c):
+    """x.diagonal(offset, dim1, dim2) (einsum's "ii->i"): dim1 and dim2 moved last and merged,
+    then one gather of the flat positions i * n2 + i + offset; the diagonal is the last axis.
+    Both dims must be static."""
+    x = ctx.value(c["self"])
+    dims = ctx.dims(x)
+    rank = len(dims)
+    if rank < 2:
+        raise ctx.fail(f"diagonal needs at least 2 dims, got {rank}")
+    a = ctx.axis(ctx.static_int(c.get("dim1", 0), "diagonal dim1"), rank)
+    b = ctx.axis(ctx.static_int(c.get("dim2", 1), "diagonal dim2"), rank)
+    if a == b:
+        raise ctx.fail(f"diagonal dims {a} and {b} must differ")
+    offset = ctx.static_int(c.get("offset", 0), "diagonal offset")
+    n1 = ctx.static_int(SymDim.of(dims[a]), "diagonal dim1's size")
+    n2 = ctx.static_int(SymDim.of(dims[b]), "diagonal dim2's size")
+    rows = np.arange(max(0, min(n1 + min(offset, 0), n2 - max(offset, 0))), dtype=np.int64)
+    flat = (rows - min(offset, 0)) * n2 + rows + max(offset, 0)
+    g = ctx.g
+    rest = [i for i in range(rank) if i not in (a, b)]
+    if rest + [a, b] != list(range(rank)):
+        x = g.transpose(x, rest + [a, b])
+    x = g.reshape(x, tuple(dims[i] for i in rest) + (n1 * n2,))
+    return g.gather(x, g.constant(flat, i64), len(rest))

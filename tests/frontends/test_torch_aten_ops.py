@@ -1,0 +1,116 @@
+"""ATen ops that import as a gather or a short chain, matched bit for bit against torch:
+Tensor.unfold (PatchTST's patches: windows along a dim as a new axis, the window's elements
+last; static and symbolic lengths), diagonal (einsum "ii->i") and round(decimals=)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import braze as bz
+from braze.errors import FrontendError
+
+torch = pytest.importorskip("torch")
+
+
+class Unfold(torch.nn.Module):
+    def __init__(self, dim: int, size: int, step: int):
+        super().__init__()
+        self.args = (dim, size, step)
+
+    def forward(self, x):
+        return x.unfold(*self.args) * 2.0
+
+
+@pytest.mark.parametrize("shape, args", [
+    ((2, 32, 3), (1, 8, 8)),         # patches along a middle dim
+    ((2, 3, 37), (-1, 8, 4)),        # overlapping windows, a tail left over
+    ((5, 6), (0, 2, 1)),
+    ((4,), (0, 3, 2)),
+    ((2, 3, 10, 4), (2, 4, 3)),
+])
+def test_unfold_matches_torch(shape, args):
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal(shape).astype(np.float32)
+    module = Unfold(*args).eval()
+    g = bz.import_torch(module, (torch.from_numpy(x),))
+    want = module(torch.from_numpy(x)).numpy()
+    got = bz.compile(g)({g.inputs[0].name: x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    assert g.count("gather") == 1
+
+
+@pytest.mark.parametrize("size, step", [(8, 8), (8, 4)])
+def test_unfold_of_a_length_declared_a_multiple(size, step):
+    module = Unfold(-1, size, step).eval()
+    g = bz.import_torch(module, (torch.randn(2, 3, 64),),
+                        dynamic_shapes={"x": {0: "batch", 2: "8*n"}})
+    exe = bz.compile(g)
+    rng = np.random.default_rng(1)
+    for b, length in ((1, 16), (3, 40)):
+        x = rng.standard_normal((b, 3, length)).astype(np.float32)
+        np.testing.assert_array_equal(exe({"x": x})[0], module(torch.from_numpy(x)).numpy())
+
+
+def test_unfold_of_a_plain_dynamic_length_with_a_step_is_a_clear_error():
+    with pytest.raises(FrontendError, match=r"unfold.*seq // 8 rounds a division down; .*"
+                                            r"declare seq a multiple of 8 in dynamic_shapes "
+                                            r"\('8\*seq'\)"):
+        bz.import_torch(Unfold(-1, 8, 8).eval(), (torch.randn(2, 3, 64),),
+                        dynamic_shapes={"x": {2: "seq"}})
+
+
+class Diagonal(torch.nn.Module):
+    def __init__(self, offset: int, dim1: int, dim2: int):
+        super().__init__()
+        self.args = (offset, dim1, dim2)
+
+    def forward(self, x):
+        return x.diagonal(*self.args) * 2.0
+
+
+@pytest.mark.parametrize("shape, args", [
+    ((5, 5), (0, 0, 1)),
+    ((4, 6), (1, 0, 1)),
+    ((4, 6), (-2, 0, 1)),
+    ((2, 3, 4, 5), (0, 1, 3)),     # the diagonal's dims apart: moved last first
+    ((2, 3, 4, 5), (1, -1, 1)),    # dims given in reverse
+    ((3, 4), (7, 0, 1)),           # an offset past the matrix: an empty diagonal
+])
+def test_diagonal_matches_torch(shape, args):
+    x = np.random.default_rng(2).standard_normal(shape).astype(np.float32)
+    module = Diagonal(*args).eval()
+    g = bz.import_torch(module, (torch.from_numpy(x),))
+    want = module(torch.from_numpy(x)).numpy()
+    got = bz.compile(g)({g.inputs[0].name: x})[0]
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+
+
+def test_einsum_trace_form_imports():
+    class Trace(torch.nn.Module):
+        def forward(self, x):
+            return torch.einsum("bii->bi", x)
+
+    x = np.random.default_rng(3).standard_normal((2, 4, 4)).astype(np.float32)
+    g = bz.import_torch(Trace().eval(), (torch.from_numpy(x),))
+    np.testing.assert_array_equal(bz.compile(g)({g.inputs[0].name: x})[0],
+                                  np.einsum("bii->bi", x))
+
+
+class Round(torch.nn.Module):
+    def __init__(self, decimals: int):
+        super().__init__()
+        self.decimals = decimals
+
+    def forward(self, x):
+        return torch.round(x, decimals=self.decimals)
+
+
+@pytest.mark.parametrize("decimals", [3, 1, 0, -1, -2])
+def test_round_with_decimals_matches_torch_bit_for_bit(decimals):
+    x = (np.random.default_rng(4).standard_normal((8, 500)) * 50).astype(np.float32)
+    module = Round(decimals).eval()
+    g = bz.import_torch(module, (torch.from_numpy(x),))
+    np.testing.assert_array_equal(bz.compile(g)({g.inputs[0].name: x})[0],
+                                  module(torch.from_numpy(x)).numpy())
