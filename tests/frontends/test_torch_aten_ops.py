@@ -12,13 +12,23 @@ from braze.errors import FrontendError
 torch = pytest.importorskip("torch")
 
 
-class Unfold(torch.nn.Module):
-    def __init__(self, dim: int, size: int, step: int):
+class Method(torch.nn.Module):
+    """x.<name>(*args) * 2."""
+
+    def __init__(self, name: str, *args):
         super().__init__()
-        self.args = (dim, size, step)
+        self.name, self.args = name, args
 
     def forward(self, x):
-        return x.unfold(*self.args) * 2.0
+        return getattr(x, self.name)(*self.args) * 2.0
+
+
+def Unfold(dim: int, size: int, step: int) -> Method:
+    return Method("unfold", dim, size, step)
+
+
+def Diagonal(offset: int, dim1: int, dim2: int) -> Method:
+    return Method("diagonal", offset, dim1, dim2)
 
 
 @pytest.mark.parametrize("shape, args", [
@@ -58,15 +68,6 @@ def test_unfold_of_a_plain_dynamic_length_with_a_step_is_a_clear_error():
                                             r"\('8\*seq'\)"):
         bz.import_torch(Unfold(-1, 8, 8).eval(), (torch.randn(2, 3, 64),),
                         dynamic_shapes={"x": {2: "seq"}})
-
-
-class Diagonal(torch.nn.Module):
-    def __init__(self, offset: int, dim1: int, dim2: int):
-        super().__init__()
-        self.args = (offset, dim1, dim2)
-
-    def forward(self, x):
-        return x.diagonal(*self.args) * 2.0
 
 
 @pytest.mark.parametrize("shape, args", [

@@ -101,7 +101,9 @@ class DynamicNarrow(Op):
                 f"{start + length}) for {bound or 'this binding'}, outside axis {self.axis} of "
                 f"size {size}: the graph was imported assuming this slice needs no clamping "
                 "(e.g. a position table at least as long as the sequence); this binding "
-                "breaks that assumption")
+                "breaks that assumption: feed sizes that keep the slice inside the axis (a "
+                "cache at least as long as the window it keeps), or import with that dim "
+                "static")
         return start, start + length
 
     def reference(self, x, *, symbols: Mapping[str, int] | None = None):
