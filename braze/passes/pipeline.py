@@ -47,6 +47,7 @@ def _fusion_steps() -> tuple[tuple[str, Pass], ...]:
         attention_block,
         conv_bias_act,
         conv_bn,
+        conv_pad,
         conv_residual,
         matmul_bias_act,
         matmul_bn,
@@ -58,7 +59,8 @@ def _fusion_steps() -> tuple[tuple[str, Pass], ...]:
     )
 
     return (
-        ("conv_bn_fold", RulePass("FoldConvBatchNorm", conv_bn.RULES + matmul_bn.RULES)),
+        ("conv_bn_fold", RulePass("FoldConvBatchNorm",
+                                  conv_pad.RULES + conv_bn.RULES + matmul_bn.RULES)),
         ("conv_bias_act", RulePass("FuseConvBiasAct", conv_bias_act.RULES)),
         ("conv_residual", RulePass("FuseConvResidual", conv_residual.RULES)),
         ("swiglu", RulePass("FuseSwiGLUDualMatmul", swiglu.DUAL_RULES)),
