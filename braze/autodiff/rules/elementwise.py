@@ -60,6 +60,8 @@ def _unary_derivative(b: Graph, fn: UnaryFn, x: Value, y: Value) -> Value:
         return b.where(b.lt(x, c(-3.0)), c(0.0), b.where(b.gt(x, c(3.0)), c(1.0), mid))
     if fn is UnaryFn.RELU:
         return b.where(b.gt(x, c(0.0)), c(1.0), c(0.0))
+    if fn is UnaryFn.RELU6:  # 1 on [0, 6], as the clamp(x, 0, 6) it fuses passes gradients
+        return b.where(b.logical_and(b.ge(x, c(0.0)), b.le(x, c(6.0))), c(1.0), c(0.0))
     if fn is UnaryFn.SIGMOID:
         return b.mul(y, b.sub(c(1.0), y))
     if fn is UnaryFn.TANH:

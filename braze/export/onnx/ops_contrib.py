@@ -277,6 +277,9 @@ def conv_bias_act(b, n, ins, target):
     attrs = conv_attrs(op.conv)
     if _ort(target) and op.act in _CONV_ACTS:
         return [b.op1("FusedConv", *ins, domain=MS, activation=_CONV_ACTS[op.act], **attrs)]
+    if _ort(target) and op.act is UnaryFn.RELU6:
+        return [b.op1("FusedConv", *ins, domain=MS, activation="Clip",
+                      activation_params=[0.0, 6.0], **attrs)]
     y = b.op1("Conv", *ins[:3], **attrs)
     if op.residual:
         y = b.op1("Add", y, ins[3])

@@ -70,6 +70,8 @@ def unary_fn(b, fn: UnaryFn, x: str, dt, target: str) -> str:
         return b.op1("Reciprocal", b.op1("Sqrt", x))
     if fn is UnaryFn.SQUARE:
         return b.op1("Mul", x, x)
+    if fn is UnaryFn.RELU6:
+        return b.op1("Clip", x, scalar(b, 0.0, dt), scalar(b, 6.0, dt))
     if fn is UnaryFn.SILU:
         return b.op1("Mul", x, b.op1("Sigmoid", x))
     if fn is UnaryFn.QUICK_GELU:

@@ -36,6 +36,11 @@ def _hard_swish(x):
     return x * np.clip(x + t(3), t(0), t(6)) / t(6)
 
 
+def _relu6(x):
+    t = x.dtype.type
+    return np.clip(x, t(0), t(6))
+
+
 def _gelu_approx(x):
     c = x.dtype.type(_SQRT_2_OVER_PI)
     return 0.5 * x * (1.0 + np.tanh(c * (x + x.dtype.type(0.044715) * x * x * x)))
@@ -68,6 +73,7 @@ class UnaryFn(enum.Enum):
     ROUND = "round"
     QUICK_GELU = "quick_gelu"
     HARD_SWISH = "hard_swish"
+    RELU6 = "relu6"
     TAN = "tan"
     ASIN = "asin"
     ACOS = "acos"
@@ -88,7 +94,7 @@ class UnaryFn(enum.Enum):
 
 ACTIVATIONS = frozenset(
     {UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.SILU, UnaryFn.RELU, UnaryFn.SIGMOID, UnaryFn.TANH,
-     UnaryFn.QUICK_GELU, UnaryFn.HARD_SWISH}
+     UnaryFn.QUICK_GELU, UnaryFn.HARD_SWISH, UnaryFn.RELU6}
 )
 
 _UNARY_IMPL = {
@@ -116,6 +122,7 @@ _UNARY_IMPL = {
     UnaryFn.ROUND: np.round,  # half to even, as ONNX Round
     UnaryFn.QUICK_GELU: _quick_gelu,  # x * sigmoid(1.702 x), CLIP's quick_gelu
     UnaryFn.HARD_SWISH: _hard_swish,  # x * relu6(x + 3) / 6, MobileNetV3 / PP-LCNet
+    UnaryFn.RELU6: _relu6,  # clip(x, 0, 6): MobileNet v1 / v2's activation, as a conv epilogue
     UnaryFn.TAN: np.tan,
     UnaryFn.ASIN: np.arcsin,
     UnaryFn.ACOS: np.arccos,
@@ -128,7 +135,7 @@ _UNARY_IMPL = {
 }
 # Activations that are compositions of math primitives (`Unary.decompose` writes them out).
 LOGICAL_UNARY = frozenset({UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.SILU, UnaryFn.QUICK_GELU,
-                           UnaryFn.HARD_SWISH})
+                           UnaryFn.HARD_SWISH, UnaryFn.RELU6})
 _FLOAT_ONLY = frozenset(UnaryFn) - {UnaryFn.NEG, UnaryFn.ABS, UnaryFn.SQUARE, UnaryFn.SIGN,
                                     UnaryFn.RELU, UnaryFn.NOT}
 
@@ -169,7 +176,7 @@ class Unary(Op):
 
     def decompose(self, g, ins):
         """The logical activations (`LOGICAL_UNARY`: gelu, gelu_approx, silu, quick_gelu,
-        hard_swish) written with math primitives, for backends without their kernels. The op
+        hard_swish, relu6) written with math primitives, for backends without their kernels. The op
         stays a primitive (`composite` is False): unfuse keeps it; lowerings ask for this."""
         (x,) = ins
         fn = self.fn
@@ -184,6 +191,8 @@ class Unary(Op):
             return g.mul(x, g.sigmoid(g.mul(x, 1.702)))
         if fn is UnaryFn.HARD_SWISH:
             return g.div(g.mul(x, g.clamp(g.add(x, 3.0), 0.0, 6.0)), 6.0)
+        if fn is UnaryFn.RELU6:
+            return g.clamp(x, 0.0, 6.0)
         raise GraphError(f"{fn.value} is a primitive function with no decomposition; only "
                          f"{', '.join(sorted(f.value for f in LOGICAL_UNARY))} decompose")
 

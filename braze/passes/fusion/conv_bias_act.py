@@ -5,7 +5,8 @@ into the conv's own (a reshape / add on [C] vectors); a conv without any bias ge
 constant. Which activations may join is the target's choice. Only a vector (at most one dim
 above 1) is a bias candidate: a residual add after a conv is no near miss of this fusion.
 
-The activation is a unary op, or hard-swish written in primitives the ways exporters write it:
+The activation is a unary op, ReLU6 written as clip(y, 0, 6) (MobileNet v1 / v2's ONNX Clip;
+fused as UnaryFn.RELU6), or hard-swish written in primitives the ways exporters write it:
 y * relu6(y + 3) / 6 (Paddle, in either association, dividing or multiplying by 1/6) and
 y * hard_sigmoid(y) with alpha 1/6, beta 1/2 (ONNX HardSwish / HardSigmoid); the constants are
 checked to 1e-6 relative (Paddle writes 1/6 as 0.1666667)."""
@@ -33,6 +34,7 @@ def _bias_like(g, v) -> bool:
 _biased = P.add(_conv, V("b", where=_bias_like), name="add")   # conv(x, w) + b  (or b + conv)
 _act_biased = P.of(Unary, _biased, name="act")                  # act(conv(x, w) + b)
 _act_only = P.of(Unary, _conv, name="act")                      # act(conv(x, w[, cb]))
+_relu6 = P.clamp(_biased | _conv, lo=0.0, hi=6.0, name="relu6")  # clip(conv + b, 0, 6)
 _own_bias = P.conv2d(V("x"), V("w"), V("cb"), name="conv")      # conv(x, w, cb) alone
 
 
@@ -109,13 +111,18 @@ def hard_swish_constants(m, ctx) -> Miss | None:
     return None
 
 
-def hard_swish_allowed(m, ctx) -> Miss | None:
-    """The target applies hard-swish in a conv epilogue."""
-    if "hswish" in m.nodes and ctx.target is not None and \
-            UnaryFn.HARD_SWISH not in ctx.target.epilogue_activations:
-        return fail(MissReason.UNSUPPORTED_EPILOGUE_ACTIVATION,
-                    detail=f"hard_swish is not an epilogue activation of target "
-                           f"{ctx.target.name!r}")
+_WRITTEN_OUT = {"hswish": UnaryFn.HARD_SWISH, "relu6": UnaryFn.RELU6}
+
+
+def written_out_activation_allowed(m, ctx) -> Miss | None:
+    """The target applies the hard-swish or ReLU6 (clip to [0, 6]) the graph writes out in
+    primitives in a conv epilogue."""
+    for capture, fn in _WRITTEN_OUT.items():
+        if capture in m.nodes and ctx.target is not None and \
+                fn not in ctx.target.epilogue_activations:
+            return fail(MissReason.UNSUPPORTED_EPILOGUE_ACTIVATION,
+                        detail=f"{fn.value} is not an epilogue activation of target "
+                               f"{ctx.target.name!r}")
     return None
 
 
@@ -138,8 +145,9 @@ def _build(b, m):
     if bias is None:
         bias = b.constant(np.zeros(channels, m.shape("conv").dtype.np))
     act = m.op("act").fn if "act" in m.nodes else None
-    if "hswish" in m.nodes:
-        act = UnaryFn.HARD_SWISH
+    for capture, fn in _WRITTEN_OUT.items():
+        if capture in m.nodes:
+            act = fn
     op = FusedConvBiasAct(conv.stride, conv.padding, conv.dilation, conv.groups, act)
     return b.add_node(op, (m.v("x"), m.v("w"), bias))[0]
 
@@ -165,11 +173,11 @@ def _explain_conv(g, node, ctx) -> Miss | None:
 FUSE_CONV_BIAS_ACT = Rule(
     "FuseConvBiasAct",
     _build,
-    pattern=(hard_swish_of(_biased | _conv) | _act_biased | _biased | _act_only
+    pattern=(hard_swish_of(_biased | _conv) | _relu6 | _act_biased | _biased | _act_only
              | _own_bias),
     checks=(target_claims("fused_conv_bias_act"), bias_is_per_channel,
             same_dtype("conv", "b"), epilogue_activation_allowed("act"), hard_swish_constants,
-            hard_swish_allowed),
+            written_out_activation_allowed),
     anchor=lambda op: op.kind == "conv2d",
     explain=_explain_conv,
     produces="fused_conv_bias_act",

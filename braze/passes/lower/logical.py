@@ -1,10 +1,11 @@
 """Logical kernels to primitives, for a backend without native kernels for them.
 
 `lower_logical_kernels(g, kinds)` rewrites the logical ops (layer_norm, rms_norm, softmax,
-log_softmax, attention, rope, the activations gelu, gelu_approx, silu, quick_gelu, hard_swish)
-and every fused kind into primitives through each op's own `decompose`, repeatedly, so a fused
-transformer layer ends as matmuls, reductions and elementwise math. `kinds` (op labels) limits
-which are lowered; ops produced by a decomposition are lowered too when their label is in it.
+log_softmax, attention, rope, the activations gelu, gelu_approx, silu, quick_gelu, hard_swish,
+relu6) and every fused kind into primitives through each op's own `decompose`, repeatedly, so
+a fused transformer layer ends as matmuls, reductions and elementwise math. `kinds` (op
+labels) limits which are lowered; ops produced by a decomposition are lowered too when their
+label is in it.
 
 The composite kinds need no registry entry (`rewrite_for_backend` decomposes a composite its
 target does not claim), but the activations are primitive ops of kind "unary": the registered
@@ -80,6 +81,6 @@ def _is_logical_activation(node: Node, g: Graph) -> bool:
 
 LOWER_LOGICAL_ACTIVATIONS = Lowering(
     "LowerLogicalActivations", frozenset({"unary"}), _decompose, when=_is_logical_activation,
-    doc="gelu, gelu_approx, silu, quick_gelu, hard_swish -> erf / tanh / sigmoid / clamp "
+    doc="gelu, gelu_approx, silu, quick_gelu, hard_swish, relu6 -> erf / tanh / sigmoid / clamp "
         "arithmetic")
 LowerLogicalActivations = register_lowering(LOWER_LOGICAL_ACTIVATIONS)

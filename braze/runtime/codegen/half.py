@@ -191,7 +191,8 @@ class _ActivationSteps:
         self.k = lambda v: _lit(float(HALF_TYPES[h](v)))  # x.dtype.type(v)
         self.table = {UnaryFn.SIGMOID: lambda: r(self.sigmoid(x)), UnaryFn.SILU: self.silu,
                       UnaryFn.QUICK_GELU: self.quick_gelu, UnaryFn.GELU: self.gelu,
-                      UnaryFn.GELU_APPROX: self.gelu_approx, UnaryFn.HARD_SWISH: self.hard_swish}
+                      UnaryFn.GELU_APPROX: self.gelu_approx, UnaryFn.HARD_SWISH: self.hard_swish,
+                      UnaryFn.RELU6: self.relu6}
 
     def call(self, name: str, v: str) -> str:
         return self.r(f"{CALLS[name]}({v})")
@@ -221,6 +222,11 @@ class _ActivationSteps:
         u = r(f"({self.k(math.sqrt(2.0 / math.pi))} * {r(f'({x} + {cube})')})")
         t = self.call("tanh", u)
         return r(f"({w(f'(0.5f * {x})')} * {w(f'(1.0f + {t})')})")
+
+    def relu6(self) -> str:
+        """clip(x, 0, 6): exact, the value x or a bound."""
+        x = self.x
+        return self.r(f"({x} < 0 ? 0.0f : ({x} > 6.0f ? 6.0f : {x}))")
 
     def hard_swish(self) -> str:
         """x * clip(x + t(3), t(0), t(6)) / t(6); x + 3 is never -0, so the clip's tie rules

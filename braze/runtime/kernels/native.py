@@ -18,7 +18,7 @@ __all__ = ["lib", "ACT_CODES", "ACT_SPAN", "TO_BF16", "ptr", "fptr", "ROPE_ROW",
            "REGISTER_TILE"]
 
 ACT_CODES = {None: 0, "gelu": 1, "gelu_approx": 2, "silu": 3, "relu": 4, "sigmoid": 5,
-             "tanh": 6, "quick_gelu": 7, "hard_swish": 8}
+             "tanh": 6, "quick_gelu": 7, "hard_swish": 8, "relu6": 9}
 
 ROPE_ROW = r"""
 /* The first 2 * half values of a row rotated by cos / sin [half] (y may be x). */
@@ -185,6 +185,7 @@ static void act_span(const float* x, const float* bias, float* y, int64_t n, int
     case 6: ACT_LOOP(tanhf(v))
     case 7: ACT_LOOP(v < -52.0f ? -0.0f : v / (1.0f + expf(-1.702f * v)))
     case 8: ACT_LOOP(v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f)
+    case 9: ACT_LOOP(v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v))
     default: if (src != y) ACT_LOOP(v)
   }
 }
