@@ -1,12 +1,12 @@
 """braze's compiled executor on CNNs against ONNX Runtime (all graph optimizations), OpenVINO
 (f32, and its default precision: bf16 on AMX) and the NumPy reference interpreter, side by side
 in one run: the three rapidocr-onnxruntime OCR models (PP-OCRv4 det and rec, the mobile
-direction classifier), the builtin ResNet basic block and ResNet-50 (Hugging Face's, random
-weights, 224x224, exported once to bench/.cache). Median latency per tool (2 threads), ratios
-to ONNX Runtime, and each tool's max difference from ONNX Runtime relative to the output's
-largest magnitude. Appends rows to bench/results/cnn_vs_ort.csv.
+direction classifier), the builtin ResNet basic block, ResNet-50 and MobileNetV2 (Hugging
+Face's, random weights, 224x224, exported once to bench/.cache). Median latency per tool (2
+threads), ratios to ONNX Runtime, and each tool's max difference from ONNX Runtime relative to
+the output's largest magnitude. Appends rows to bench/results/cnn_vs_ort.csv.
 
-    python bench/cnn_vs_ort.py [--models det,rec,cls,resnet,resnet50] [--repeat 20]
+    python bench/cnn_vs_ort.py [--models det,rec,cls,resnet,resnet50,mobilenet_v2] [--repeat 20]
                                [--ref-repeat 2] [--det-size 320] [--label NAME]
 
 The tools are timed in interleaved rounds (one call each per round), so load from other
@@ -73,17 +73,23 @@ def ort_session(path: Path):
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
-def resnet50_model() -> tuple[Path, tuple[int, ...]]:
-    """ResNet-50 (Hugging Face's ResNetModel at its default config, random weights, eval
-    mode, the pooled features) exported once with the TorchScript exporter to bench/.cache."""
+HF_VISION = {"resnet50": ("ResNetModel", "ResNetConfig"),
+             "mobilenet_v2": ("MobileNetV2Model", "MobileNetV2Config")}
+
+
+def hf_vision_model(name: str) -> tuple[Path, tuple[int, ...]]:
+    """A Hugging Face vision backbone of HF_VISION (its default config, random weights, eval
+    mode, the pooled features) exported once with the TorchScript exporter to bench/.cache:
+    ResNet-50, and MobileNetV2 (TF-style "same" pads as Pad nodes, ReLU6 as Clip)."""
     from executor_vs_peers import CACHE, _export_once
 
     def export(path: Path) -> None:
         import torch
         import transformers
 
+        model_cls, config_cls = HF_VISION[name]
         torch.manual_seed(0)
-        net = transformers.ResNetModel(transformers.ResNetConfig()).eval()
+        net = getattr(transformers, model_cls)(getattr(transformers, config_cls)()).eval()
 
         class Pooled(torch.nn.Module):
             def __init__(self):
@@ -96,7 +102,7 @@ def resnet50_model() -> tuple[Path, tuple[int, ...]]:
         torch.onnx.export(Pooled(), (torch.randn(1, 3, 224, 224),), str(path), dynamo=False,
                           input_names=["x"], output_names=["features"], opset_version=17)
 
-    return _export_once(CACHE / "resnet50.onnx", export), (1, 3, 224, 224)
+    return _export_once(CACHE / f"{name}.onnx", export), (1, 3, 224, 224)
 
 
 def openvino_call(path: Path, feeds: dict, hint: str):
@@ -171,7 +177,7 @@ def bench_model(name: str, path: Path, shape, repeat: int, ref_repeat: int) -> l
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="det,rec,cls,resnet,resnet50")
+    ap.add_argument("--models", default="det,rec,cls,resnet,resnet50,mobilenet_v2")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--ref-repeat", type=int, default=2)
     ap.add_argument("--det-size", type=int, default=320)
@@ -186,8 +192,8 @@ def main() -> None:
         for name in args.models.split(","):
             if name == "resnet":
                 path, shape = resnet_model(Path(tmp))
-            elif name == "resnet50":
-                path, shape = resnet50_model()
+            elif name in HF_VISION:
+                path, shape = hf_vision_model(name)
             elif name in ocr:
                 path, shape = ocr[name]
             else:
