@@ -14,6 +14,7 @@ from . import (  # noqa: E402,F401
     region,
     rope_layouts,
     selection,
+    transpose,
 )
 from .reference import reference_kernel  # noqa: F401
 from .registry import (  # noqa: F401

@@ -36,7 +36,7 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 from ..codegen.vecmath import VECMATH_C
-from .native import REGISTER_TILE, ROPE_ROW, TO_BF16
+from .native import REGISTER_TILE, ROPE_ROW, TO_BF16, TRANSPOSE8
 
 __all__ = ["lib", "attn_heads", "rope_packed", "head_strides", "HeadsPlan"]
 
@@ -45,7 +45,7 @@ SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #include <omp.h>
-""" + VECMATH_C + cc.parallel_min_define() + ROPE_ROW + TO_BF16 + r"""
+""" + VECMATH_C + cc.parallel_min_define() + ROPE_ROW + TO_BF16 + TRANSPOSE8 + r"""
 #if defined(__AVX512F__)
 #define VW 16
 #define MR 12
@@ -80,38 +80,15 @@ static void tile_mm(int q, int64_t kc, const float* restrict a, int64_t lda,
   }
 }
 
-typedef float v8 __attribute__((vector_size(32), aligned(4)));
-typedef int32_t v8i __attribute__((vector_size(32)));
-
 /* kp[j / NR][t][j % NR] = key[j * ld + t] for keys j < kc, 0 for kc <= j < kcp: k^T in the
    panels the scores tiles read. 8 x 8 blocks are transposed in registers (unpack, shuffle,
    128-bit permute), the rest element by element. */
 static void pack_keys(const float* key, int64_t ld, int64_t kc, int64_t kcp, int64_t d,
                       float* kp) {
-  const v8i lo2 = {0, 8, 1, 9, 4, 12, 5, 13}, hi2 = {2, 10, 3, 11, 6, 14, 7, 15};
-  const v8i lo4 = {0, 1, 8, 9, 4, 5, 12, 13}, hi4 = {2, 3, 10, 11, 6, 7, 14, 15};
-  const v8i lo8 = {0, 1, 2, 3, 8, 9, 10, 11}, hi8 = {4, 5, 6, 7, 12, 13, 14, 15};
   int64_t j = 0;
   for (; d % 8 == 0 && j + 8 <= kc; j += 8) {
     float* dst = kp + j / NR * d * NR + j % NR;
-    for (int64_t t = 0; t < d; t += 8) {
-      v8 r[8], u[8], w[8];
-      for (int i = 0; i < 8; i++) r[i] = *(const v8*)(key + (j + i) * ld + t);
-      for (int i = 0; i < 8; i += 2) {
-        u[i] = __builtin_shuffle(r[i], r[i + 1], lo2);
-        u[i + 1] = __builtin_shuffle(r[i], r[i + 1], hi2);
-      }
-      for (int i = 0; i < 8; i += 4) {
-        w[i] = __builtin_shuffle(u[i], u[i + 2], lo4);
-        w[i + 1] = __builtin_shuffle(u[i], u[i + 2], hi4);
-        w[i + 2] = __builtin_shuffle(u[i + 1], u[i + 3], lo4);
-        w[i + 3] = __builtin_shuffle(u[i + 1], u[i + 3], hi4);
-      }
-      for (int i = 0; i < 4; i++) {
-        *(v8*)(dst + (t + i) * NR) = __builtin_shuffle(w[i], w[i + 4], lo8);
-        *(v8*)(dst + (t + i + 4) * NR) = __builtin_shuffle(w[i], w[i + 4], hi8);
-      }
-    }
+    for (int64_t t = 0; t < d; t += 8) transpose8x8(key + j * ld + t, ld, dst + t * NR, NR);
   }
   for (; j < kcp; j++) {
     float* dst = kp + j / NR * d * NR + j % NR;

@@ -14,7 +14,7 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 
-__all__ = ["lib", "ACT_CODES", "ACT_SPAN", "TO_BF16", "ptr", "fptr", "ROPE_ROW",
+__all__ = ["lib", "ACT_CODES", "ACT_SPAN", "TO_BF16", "TRANSPOSE8", "ptr", "fptr", "ROPE_ROW",
            "REGISTER_TILE"]
 
 ACT_CODES = {None: 0, "gelu": 1, "gelu_approx": 2, "silu": 3, "relu": 4, "sigmoid": 5,
@@ -99,6 +99,39 @@ static inline void bf16_rows(const void* src, int in16, int64_t at, int64_t lds,
     int64_t valid = i < m ? n : 0;
     if (valid) memcpy(o, s16 + i * lds, valid * sizeof(uint16_t));
     memset(o + valid, 0, (w - valid) * sizeof(uint16_t));
+  }
+}
+#endif
+"""
+
+TRANSPOSE8 = r"""
+#ifndef BRAZE_TRANSPOSE8
+#define BRAZE_TRANSPOSE8
+#include <string.h>
+typedef float bz_v8 __attribute__((vector_size(32), aligned(4)));
+typedef int32_t bz_v8i __attribute__((vector_size(32)));
+/* dst[k * ld_dst + i] = src[i * ld_src + k] for i, k < 8: an 8 x 8 float block transposed in
+   registers (rows loaded whole; unpack, shuffle, 128-bit permute; rows stored whole). */
+static inline void transpose8x8(const float* src, int64_t ld_src, float* dst, int64_t ld_dst) {
+  const bz_v8i lo2 = {0, 8, 1, 9, 4, 12, 5, 13}, hi2 = {2, 10, 3, 11, 6, 14, 7, 15};
+  const bz_v8i lo4 = {0, 1, 8, 9, 4, 5, 12, 13}, hi4 = {2, 3, 10, 11, 6, 7, 14, 15};
+  const bz_v8i lo8 = {0, 1, 2, 3, 8, 9, 10, 11}, hi8 = {4, 5, 6, 7, 12, 13, 14, 15};
+  bz_v8 r[8], u[8], w[8];
+  for (int k = 0; k < 8; k++) memcpy(&r[k], src + k * ld_src, 32);
+  for (int k = 0; k < 8; k += 2) {
+    u[k] = __builtin_shuffle(r[k], r[k + 1], lo2);
+    u[k + 1] = __builtin_shuffle(r[k], r[k + 1], hi2);
+  }
+  for (int k = 0; k < 8; k += 4) {
+    w[k] = __builtin_shuffle(u[k], u[k + 2], lo4);
+    w[k + 1] = __builtin_shuffle(u[k], u[k + 2], hi4);
+    w[k + 2] = __builtin_shuffle(u[k + 1], u[k + 3], lo4);
+    w[k + 3] = __builtin_shuffle(u[k + 1], u[k + 3], hi4);
+  }
+  for (int k = 0; k < 4; k++) {
+    bz_v8 a = __builtin_shuffle(w[k], w[k + 4], lo8), b = __builtin_shuffle(w[k], w[k + 4], hi8);
+    memcpy(dst + k * ld_dst, &a, 32);
+    memcpy(dst + (k + 4) * ld_dst, &b, 32);
   }
 }
 #endif
