@@ -12,7 +12,12 @@ b' = (cb - mean) * scale + beta. The batch norm normalizes axis 1 of its [N, C] 
 the matmul's last (output) axis; a reshape in between may only merge leading axes. With stored
 values w' and b' are computed once with NumPy (float64, then cast) into new params; otherwise
 the arithmetic is emitted as graph ops on [C] vectors. FuseMatMulBiasAct then fuses the bias
-(and any activation) into the matmul."""
+(and any activation) into the matmul.
+
+FoldMatMulScale: a known per-column (or scalar) scale after a linear layer, ConvNeXt's and
+DINOv2's LayerScale (`gamma * (x @ w + cb)`), moves into the weight and bias the same way:
+matmul(x, w) [+ cb] times s -> matmul(x, w * s) [+ cb * s]. The scale must have a stored
+value (a constant or a param with weights) and vary along the output (last) axis only."""
 from __future__ import annotations
 
 import numpy as np
@@ -101,4 +106,70 @@ FOLD_MATMUL_BN = Rule(
             same_dtype("w", *_STATS)),
     produces="conv_bn_fold",
 )
-RULES = (FOLD_MATMUL_BN,)
+
+
+# -- FoldMatMulScale ----------------------------------------------------------------------------
+def _known_float(g, v) -> bool:
+    """A float value fixed in the graph (its axes are checked after matching)."""
+    return g.shape_of(v).dtype.is_float and stored_value(g, v) is not None
+
+
+_scaled = P.mul(_linear, V("s", where=_known_float), name="scale")
+
+
+def scale_is_per_column(m, ctx) -> Miss | None:
+    """The scale holds one value per output column (or one in total) and adds no axes; a
+    bias is a [C] vector or a scalar."""
+    c = _channels(m)
+    dims = m.shape("s").dims
+    if any(d != 1 for d in dims[:-1]):
+        return fail(MissReason.SHAPE_MISMATCH,
+                    detail=f"the scale has dims {dims}: it varies along an axis other than "
+                           "the output columns")
+    if dims and dims[-1] not in (1, c):
+        return fail(MissReason.SHAPE_MISMATCH,
+                    detail=f"the scale has dims {dims}, not one value per output column ({c})")
+    if m.shape("s").rank > m.shape("mm").rank:
+        return fail(MissReason.SHAPE_MISMATCH,
+                    detail=f"the scale {dims} has more axes than the linear output "
+                           f"{m.shape('mm').dims}: it would broadcast the result")
+    if "cb" in m.values and m.shape("cb").dims not in ((c,), ()):
+        return fail(MissReason.SHAPE_MISMATCH,
+                    detail=f"the bias has dims {m.shape('cb').dims}, not [{c}]")
+    return None
+
+
+def _build_scale(b, m):
+    c = _channels(m)
+    s = np.broadcast_to(np.asarray(_known(m, "s"), np.float64).reshape(-1), (c,))
+    dt = m.shape("w").dtype
+    w_known = _known(m, "w")
+    w_op = m.graph.nodes[m.values["w"].node].op
+    stem = w_op.name if isinstance(w_op, Param) else "linear"
+    if w_known is not None:
+        w = b.param(_fresh_name(b, m.graph, f"{stem}.folded_scale_weight"), m.shape("w"),
+                    (w_known.astype(np.float64) * s[None, :]).astype(dt.np))
+    else:  # a weight computed at run time: scaled by graph ops (hoisted as weight prep)
+        w = b.mul(m.v("w"), b.constant(s.reshape(1, c).astype(dt.np)))
+    out = b.matmul(m.v("x"), w)
+    if "cb" not in m.values:
+        return out
+    cb_known = _known(m, "cb")
+    if cb_known is not None:
+        cb = np.broadcast_to(np.asarray(cb_known, np.float64), (c,)) * s
+        bias = b.param(_fresh_name(b, m.graph, f"{stem}.folded_scale_bias"),
+                       m.shape("w").with_dims((c,)), cb.astype(dt.np))
+    else:
+        bias = b.mul(m.v("cb"), b.constant(s.astype(dt.np)))
+    return b.add(out, bias)
+
+
+FOLD_MATMUL_SCALE = Rule(
+    "FoldMatMulScale",
+    _build_scale,
+    pattern=_scaled,
+    checks=(target_claims("conv_bn_fold"), column_weight, scale_is_per_column,
+            same_dtype("mm", "s")),
+    produces="conv_bn_fold",
+)
+RULES = (FOLD_MATMUL_BN, FOLD_MATMUL_SCALE)

@@ -401,7 +401,7 @@ def test_simplify_folds_stored_weights_but_fuse_folds_constants_only():
     check_same(g, out)
     fused, report = bz.fuse(g, "cpu")
     assert "div" not in fused.op_counts()                     # the constant folded
-    assert report.weight_prep_after == 1                      # transpose(w): weight prep
+    assert report.weight_prep_after == 2   # transpose(w) * 0.5 (FoldMatMulScale): weight prep
     assert [p.op.name for p in fused.params] == ["w"]
 
 

@@ -1,0 +1,87 @@
+"""FoldMatMulScale: a known per-column scale after a linear layer (ConvNeXt's / DINOv2's
+LayerScale) folds into the weight and bias, stored or computed at run time; a scale that
+varies along another axis, or is not known, stays with the reason; numerics unchanged through
+the fold and the cpu pipeline (where the bias then fuses into the matmul)."""
+import numpy as np
+import pytest
+
+import braze as bz
+from braze.passes.base import RulePass
+from braze.passes.fusion import matmul_bn
+from braze.passes.targets import TARGETS
+from braze.rewrite import MissReason, RewriteContext
+from braze.testing import assert_equivalent
+
+CPU = RewriteContext(target=TARGETS["cpu"])
+FOLD = RulePass("FoldConvBatchNorm", matmul_bn.RULES)
+RNG = np.random.default_rng(0)
+
+
+def layer_scale(scale_dims=(6,), bias=True, stored=True, scale_known=True, scale_first=True):
+    g = bz.Graph("layer_scale")
+    x = g.input("x", bz.Shape(("batch", 5, 4)))
+    w = g.param("fc.weight", bz.Shape((4, 6)),
+                RNG.standard_normal((4, 6)).astype(np.float32) if stored else None)
+    y = g.matmul(x, w)
+    if bias:
+        y = g.add(y, g.param("fc.bias", bz.Shape((6,)),
+                             RNG.standard_normal(6).astype(np.float32) if stored else None))
+    s = g.param("gamma", bz.Shape(scale_dims),
+                RNG.standard_normal(scale_dims).astype(np.float32) if scale_known else None)
+    g.set_outputs([g.mul(s, y) if scale_first else g.mul(y, s)])
+    return g
+
+
+@pytest.mark.parametrize("scale_dims", [(6,), (1, 1, 6), (), (1,)])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("scale_first", [True, False])
+def test_a_known_column_scale_folds_into_the_linear_layer(scale_dims, bias, scale_first):
+    g = layer_scale(scale_dims, bias, scale_first=scale_first)
+    res = FOLD.run(g, CPU)
+    assert res.graph.count("mul") == 0 and res.graph.count("matmul") == 1
+    assert res.graph.count("add") == int(bias)
+    assert_equivalent(g, res.graph, rtol=1e-5, atol=1e-5)
+
+
+def test_weights_without_stored_values_are_scaled_by_graph_ops():
+    g = layer_scale(stored=False)
+    res = FOLD.run(g, CPU)
+    (mm,) = [n for n in res.graph.nodes if n.op.kind == "matmul"]
+    assert res.graph.node(mm.inputs[1]).op.fn.value == "mul"  # w * s, weight preparation
+    params = bz.init_params(g, 1)
+    feeds = bz.random_feeds(g, 2)
+    np.testing.assert_allclose(bz.interpret(res.graph, feeds, params)[0],
+                               bz.interpret(g, feeds, params)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_the_cpu_pipeline_folds_then_fuses_the_bias():
+    g = layer_scale()
+    fused, report = bz.fuse(g, "cpu")
+    assert fused.op_counts() == {"fused_matmul_bias_act": 1}
+    assert report.rule_stats["FoldMatMulScale"].matches == 1
+    feeds = bz.random_feeds(g, 3)
+    np.testing.assert_allclose(bz.compile(g)(feeds)[0], bz.interpret(g, feeds)[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_a_scale_along_another_axis_stays_with_the_reason():
+    g = layer_scale((5, 1))
+    res = FOLD.run(g, CPU)
+    assert res.graph.count("mul") == 1
+    assert [m.reason for m in res.misses] == [MissReason.SHAPE_MISMATCH]
+    assert "other than the output columns" in res.misses[0].detail
+    assert_equivalent(g, res.graph, rtol=1e-5, atol=1e-5)
+
+
+def test_a_scale_that_adds_axes_stays_with_the_reason():
+    g = layer_scale((1, 1, 1, 6))
+    res = FOLD.run(g, CPU)
+    assert res.graph.count("mul") == 1
+    assert [m.reason for m in res.misses] == [MissReason.SHAPE_MISMATCH]
+    assert "more axes" in res.misses[0].detail
+
+
+def test_an_unknown_scale_is_no_fold():
+    g = layer_scale(scale_known=False)
+    res = FOLD.run(g, CPU)
+    assert not res.changed and res.graph.count("mul") == 1
