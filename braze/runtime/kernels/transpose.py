@@ -5,7 +5,7 @@ a batched 2-D transpose: [B, M, N] -> [B, N, M] (ConvNeXt's NCHW <-> NHWC around
 LayerNorm and MLP, [1, 96, 3136] -> [1, 3136, 96]). NumPy's strided copy of such a view moves
 one element per strided read (6-7 GB/s here, 1.4 GB/s for a [768, 3072] matrix); this kernel
 copies 32 x 32 tiles, each read and written in cache, split over the OpenMP threads (4-byte
-elements in 8 x 8 blocks transposed in registers: 11-16 GB/s), for 1-, 2-, 4- and 8-byte
+elements in 8 x 8 blocks transposed in registers: 11-21 GB/s), for 1-, 2-, 4- and 8-byte
 elements. Any other permutation (the innermost axis kept innermost: rows are copied whole)
 stays with the NumPy copy in basic.py. The copy is exact (bits moved)."""
 from __future__ import annotations
