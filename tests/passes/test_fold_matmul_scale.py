@@ -85,3 +85,15 @@ def test_an_unknown_scale_is_no_fold():
     g = layer_scale(scale_known=False)
     res = FOLD.run(g, CPU)
     assert not res.changed and res.graph.count("mul") == 1
+
+
+def test_a_product_with_an_activation_keeps_its_scale_with_the_reason():
+    g = bz.Graph("act_product")
+    x = g.input("x", bz.Shape((5, 4)))
+    y = g.input("y", bz.Shape((4, 6)))
+    s = g.param("gamma", bz.Shape((6,)), RNG.standard_normal(6).astype(np.float32))
+    g.set_outputs([g.mul(g.matmul(x, y), s)])
+    res = FOLD.run(g, CPU)
+    assert res.graph.count("mul") == 1 and not res.changed
+    assert [m.reason for m in res.misses] == [MissReason.WEIGHT_NOT_CONSTANT]
+    assert "graph's inputs" in res.misses[0].detail

@@ -17,12 +17,14 @@ the arithmetic is emitted as graph ops on [C] vectors. FuseMatMulBiasAct then fu
 FoldMatMulScale: a known per-column (or scalar) scale after a linear layer, ConvNeXt's and
 DINOv2's LayerScale (`gamma * (x @ w + cb)`), moves into the weight and bias the same way:
 matmul(x, w) [+ cb] times s -> matmul(x, w * s) [+ cb * s]. The scale must have a stored
-value (a constant or a param with weights) and vary along the output (last) axis only."""
+value (a constant or a param with weights) and vary along the output (last) axis only, and w
+must be a weight (not computed from the graph's inputs, where the scale would become per-call
+work on a larger operand)."""
 from __future__ import annotations
 
 import numpy as np
 
-from ...ir.ops.io import Param
+from ...ir.ops.io import Input, Param
 from ...ir.ops.norm import BatchNorm
 from ...rewrite import Miss, MissReason, P, Rule, V, fail
 from .checks import same_dtype, target_claims
@@ -139,6 +141,25 @@ def scale_is_per_column(m, ctx) -> Miss | None:
     return None
 
 
+def _from_weights(g, v, depth: int = 6) -> bool:
+    """`v` is computed from params and constants alone (no graph input within `depth` ops):
+    scaling it is weight preparation, hoisted out of the run."""
+    node = g.nodes[v.node]
+    if node.op.source:
+        return not isinstance(node.op, Input)
+    return depth > 0 and all(_from_weights(g, u, depth - 1) for u in node.inputs)
+
+
+def weight_is_prepared_once(m, ctx) -> Miss | None:
+    """The matmul's right operand is a weight (stored, or computed from params alone): a
+    product with an activation would move the scale onto per-call work."""
+    if _known(m, "w") is None and not _from_weights(m.graph, m.values["w"]):
+        return fail(MissReason.WEIGHT_NOT_CONSTANT,
+                    detail="the matmul's right operand is computed from the graph's inputs; "
+                           "the scale stays on the product")
+    return None
+
+
 def _build_scale(b, m):
     c = _channels(m)
     s = np.broadcast_to(np.asarray(_known(m, "s"), np.float64).reshape(-1), (c,))
@@ -149,7 +170,7 @@ def _build_scale(b, m):
     if w_known is not None:
         w = b.param(_fresh_name(b, m.graph, f"{stem}.folded_scale_weight"), m.shape("w"),
                     (w_known.astype(np.float64) * s[None, :]).astype(dt.np))
-    else:  # a weight computed at run time: scaled by graph ops (hoisted as weight prep)
+    else:  # a weight computed from params: scaled by graph ops (hoisted as weight prep)
         w = b.mul(m.v("w"), b.constant(s.reshape(1, c).astype(dt.np)))
     out = b.matmul(m.v("x"), w)
     if "cb" not in m.values:
@@ -169,7 +190,7 @@ FOLD_MATMUL_SCALE = Rule(
     _build_scale,
     pattern=_scaled,
     checks=(target_claims("conv_bn_fold"), column_weight, scale_is_per_column,
-            same_dtype("mm", "s")),
+            weight_is_prepared_once, same_dtype("mm", "s")),
     produces="conv_bn_fold",
 )
 RULES = (FOLD_MATMUL_BN, FOLD_MATMUL_SCALE)

@@ -100,11 +100,11 @@ def batched_2d(dims: tuple[int, ...], perm: tuple[int, ...]) -> tuple[int, int, 
 def transpose_tiles(node, ins, outs, ctx):
     x = ins[0]
     dims = tuple(x.dims)
-    if lib() is None or not all(isinstance(d, int) for d in dims):
+    if not all(isinstance(d, int) for d in dims):
         return None
     shape = batched_2d(dims, tuple(node.op.perm))
     elem = x.dtype.np.itemsize
-    if shape is None or elem not in (1, 2, 4, 8):
+    if shape is None or elem not in (1, 2, 4, 8) or lib() is None:  # build only when used
         return None
     nb, m, n = shape
     run_c = lib().transpose_batched
