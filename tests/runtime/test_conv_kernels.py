@@ -10,7 +10,7 @@ import pytest
 
 import braze as bz
 from braze.ir.ops.elementwise import UnaryFn
-from braze.runtime.kernels import Dispatch, conv_native, gemm_choice
+from braze.runtime.kernels import Dispatch, conv_blocked, conv_native, gemm_choice
 from braze.runtime.kernels.conv import resample_taps
 
 pytestmark = pytest.mark.skipif(conv_native.lib() is None, reason="no C compiler on this machine")
@@ -81,6 +81,17 @@ CONV_CASES = {
     "1x1 tiles in place": (2, 12, 8, 10, 20, 1, dict(), "1x1 conv"),
     "3x3, 50 channels": (1, 50, 9, 12, 14, 3, dict(padding=1), "im2col"),
     "1x1, 1024 channels": (1, 1024, 4, 4, 8, 1, dict(), "1x1 conv"),
+    # the blocked conv: rows cut into segments, partial output and input channel blocks,
+    # 4-block tiles on a narrow plane, taps across column phases
+    "wide rows, 40 outputs": (1, 20, 5, 37, 40, 3, dict(padding=1), "im2col"),
+    "narrow plane, 70 outputs": (2, 18, 5, 6, 70, 3, dict(padding=1), "im2col"),
+    "stride 3, dilation (1, 2)": (1, 17, 10, 23, 33, 3, dict(stride=3, padding=(1, 2, 0, 1),
+                                                             dilation=(1, 2)), "im2col"),
+    # ... and its input copy 8 channels x 8 columns at a time (unit stride, stride 2)
+    "3x3, 24 channels, wide": (1, 24, 6, 41, 36, 3, dict(padding=1), "im2col"),
+    "stride 2, 24 channels, wide": (2, 24, 9, 42, 20, 3, dict(stride=2, padding=(1, 0, 1, 1)),
+                                    "im2col"),
+    "1x1 stride 2, 32 channels": (1, 32, 8, 35, 40, 1, dict(stride=2), "im2col"),
 }
 
 
@@ -93,11 +104,14 @@ def conv_path(request, monkeypatch):
 
 def _expected(impl: str, path: str, groups: int) -> str | None:
     """The implementation a case's GEMM conv runs on `path` (depthwise has its own loop; the
-    pixel-row form takes one group only: grouped convs then run one of the others, None)."""
+    pixel-row form and the blocked conv take one group only: grouped convs then run one of
+    the others, None; the blocked conv needs AVX-512)."""
     if impl == "depthwise":
         return impl
     if path == "rows":
         return "pixel rows" if groups == 1 else None
+    if path == "blocked":
+        return "braze blocked conv" if groups == 1 and conv_blocked.lib() is not None else None
     return "braze conv tiles" if path == "shifted" else impl
 
 
