@@ -219,15 +219,16 @@ def _im2col_args(geo: ConvGeometry, x, w, b, y, cols, act: int, res=None) -> tup
 
 def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool) -> tuple[str, ...]:
     """The GEMM convs that can run `geo` here (gemm_choice.CONV_CHOICES): braze's conv tiles
-    with a C compiler, the pixel-row form and the channel-blocked direct conv (AVX-512) for
-    one group and a weight known when the program is built (prepared once; a residual joins
-    as the output is written), im2col + MKL's sgemm with MKL."""
+    with a C compiler, the pixel-row form for one group and a weight known when the program is
+    built (packed once; a residual joins as its product goes back to NCHW), the
+    channel-blocked direct conv (AVX-512) for such a weight and one group or groups of whole
+    16-channel blocks, im2col + MKL's sgemm with MKL."""
     paths = []
     if conv_tiles.lib() is not None:
         paths.append("shifted")
         if geo.groups == 1 and static_weight and pg.lib() is not None:
             paths.append("rows")
-    if geo.groups == 1 and static_weight and conv_blocked.lib() is not None:
+    if conv_blocked.Layout.fits(geo) and static_weight and conv_blocked.lib() is not None:
         paths.append("blocked")
     if mkl:
         paths.append("im2col")
@@ -270,7 +271,7 @@ def _blocked_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: b
     layout = conv_blocked.Layout.of(geo)
     key = ("conv blocked weight", node.inputs[1], layout.nb)
     if key not in ctx.prepared:
-        ctx.prepared[key] = conv_blocked.blocked_weight(static, layout)
+        ctx.prepared[key] = conv_blocked.blocked_weight(static, layout, geo.groups)
     wb = ctx.prepared[key]
     lib = conv_blocked.lib()
 
@@ -416,7 +417,7 @@ def _choice_runs(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...]
     if "blocked" in paths:
         layout = conv_blocked.Layout.of(geo)
         xb = np.empty(layout.input_floats(geo), _F32)
-        wb = conv_blocked.blocked_weight(w, layout)
+        wb = conv_blocked.blocked_weight(w, layout, geo.groups)
         blocked_args = conv_blocked.run_args(geo, layout, x, xb, wb, b, y, act)
         keep += [xb, wb]
         calls["blocked"] = lambda: conv_blocked.lib().conv_blocked_run(*blocked_args)

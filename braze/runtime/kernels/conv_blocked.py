@@ -194,43 +194,43 @@ static void store_tile(const float* tile, int64_t width, int64_t obw, int64_t ch
   }
 }
 
-/* y [n, o, ho, wo] = act(conv(x, w) + bias (+ res)) from blocked_prep's xb and the weight
-   wb [ceil(o / (16 nb)), cbn, kh, kw, 16, 16 nb]; bias [o] and res [n, o, ho, wo] may be
-   NULL. Tiles of rw pixels (a row of wo cut into nseg segments) x nb blocks of 16 channels;
-   tap kx of pixel p reads its padded row at kx_off[kx] + p * 16 floats: column phase
-   (kx dw) % sw, entry kx dw / sw. The bias (and without a residual the activation) is
-   applied to the tile, which is then stored transposed; a residual is added to the output
-   rows, then the activation. */
+/* y [n, o, ho, wo] = act(conv(x, w) + bias (+ res)) from blocked_prep's xb (cbn blocks in
+   all, cbg per group) and the weight wb [groups, ceil(og / (16 nb)), cbg, kh, kw, 16, 16 nb]
+   (og = o / groups); bias [o] and res [n, o, ho, wo] may be NULL. Tiles of rw pixels (a row
+   of wo cut into nseg segments) x nb blocks of 16 channels; tap kx of pixel p reads its
+   padded row at kx_off[kx] + p * 16 floats: column phase (kx dw) % sw, entry kx dw / sw.
+   The bias (and without a residual the activation) is applied to the tile, which is then
+   stored transposed; a residual is added to the output rows, then the activation. */
 static void conv_blocked(const float* xb, const float* wb, const float* bias, const float* res,
-                         float* y, int64_t n, int64_t o, int64_t cbn, int64_t kh, int64_t kw,
-                         int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t hp,
-                         int64_t wq, int64_t ho, int64_t wo, int64_t nb, int64_t rw,
-                         int64_t nseg, int act) {
+                         float* y, int64_t n, int64_t o, int64_t groups, int64_t cbn,
+                         int64_t cbg, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                         int64_t dh, int64_t dw, int64_t hp, int64_t wq, int64_t ho,
+                         int64_t wo, int64_t nb, int64_t rw, int64_t nseg, int act) {
   int64_t row = sw * wq * 16, kx_off[kw];
   for (int64_t kx = 0; kx < kw; kx++) kx_off[kx] = ((kx * dw) % sw * wq + kx * dw / sw) * 16;
   const tile_fn* tiles = nb == 4 ? TILES_4 : TILES_2;
-  int64_t obw = 16 * nb, obn = (o + obw - 1) / obw, out_plane = ho * wo;
-  int64_t w_block = cbn * kh * kw * 16 * obw, plane = hp * row;
-  int64_t items = obn * n * ho * nseg;
+  int64_t og = o / groups, obw = 16 * nb, obn = (og + obw - 1) / obw, out_plane = ho * wo;
+  int64_t w_block = cbg * kh * kw * 16 * obw, plane = hp * row;
+  int64_t items = groups * obn * n * ho * nseg;
   #pragma omp parallel for schedule(static) \
-      if (BRAZE_PARALLEL(n * o * ho * wo * cbn * 16 * kh * kw, BRAZE_PAR_MIN_MACS))
+      if (BRAZE_PARALLEL(n * o * ho * wo * cbg * 16 * kh * kw, BRAZE_PAR_MIN_MACS))
   for (int64_t it = 0; it < items; it++) {
     int64_t seg = it % nseg, t = it / nseg;
-    int64_t oy = t % ho, img = (t / ho) % n, ob = t / (ho * n);
+    int64_t oy = t % ho, img = (t / ho) % n, gb = t / (ho * n), g = gb / obn, ob = gb % obn;
     int64_t ox = seg * rw, width = wo - ox < rw ? wo - ox : rw;
-    int64_t chans = o - ob * obw < obw ? o - ob * obw : obw;
+    int64_t chans = og - ob * obw < obw ? og - ob * obw : obw, oc0 = g * og + ob * obw;
     float tile[28 * 16] __attribute__((aligned(64)));
     float bt[64];
-    tiles[width](xb + img * cbn * plane + oy * sh * row + ox * 16, wb + ob * w_block, tile,
-                 cbn, kh, kw, plane, dh * row, kx_off);
-    for (int64_t j = 0; j < obw; j++) bt[j] = bias && j < chans ? bias[ob * obw + j] : 0.0f;
+    tiles[width](xb + (img * cbn + g * cbg) * plane + oy * sh * row + ox * 16,
+                 wb + gb * w_block, tile, cbg, kh, kw, plane, dh * row, kx_off);
+    for (int64_t j = 0; j < obw; j++) bt[j] = bias && j < chans ? bias[oc0 + j] : 0.0f;
     for (int64_t p = 0; p < width; p++) {
       float* tp = tile + p * obw;
       #pragma omp simd
       for (int64_t j = 0; j < obw; j++) tp[j] += bt[j];
     }
     if (!res && act) act_span(tile, NULL, tile, width * obw, act);
-    int64_t at = ((img * o + ob * obw) * ho + oy) * wo + ox;
+    int64_t at = ((img * o + oc0) * ho + oy) * wo + ox;
     store_tile(tile, width, obw, chans, y + at, out_plane);
     if (res)
       for (int64_t j = 0; j < chans; j++) {
@@ -245,18 +245,19 @@ static void conv_blocked(const float* xb, const float* wb, const float* bias, co
 /* The conv of x [n, c, h, w]: blocked_prep into xb, then conv_blocked. */
 void conv_blocked_run(const float* x, float* xb, const float* wb, const float* bias,
                       const float* res, float* y, int64_t n, int64_t c, int64_t h, int64_t w,
-                      int64_t o, int64_t cbn, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                      int64_t o, int64_t groups, int64_t cbn, int64_t cbg, int64_t kh,
+                      int64_t kw, int64_t sh, int64_t sw,
                       int64_t dh, int64_t pt, int64_t pl, int64_t hp, int64_t wq, int64_t ho,
                       int64_t wo, int64_t nb, int64_t rw, int64_t nseg, int64_t dw, int act) {
   blocked_prep(x, xb, n, c, h, w, cbn, hp, sw, wq, pt, pl, kh, kw, sh, dh, dw, ho);
-  conv_blocked(xb, wb, bias, res, y, n, o, cbn, kh, kw, sh, sw, dh, dw, hp, wq, ho, wo, nb, rw,
-               nseg, act);
+  conv_blocked(xb, wb, bias, res, y, n, o, groups, cbn, cbg, kh, kw, sh, sw, dh, dw, hp, wq, ho,
+               wo, nb, rw, nseg, act);
 }
 """
 
 
 _I, _P, _INT = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-_SIGNATURES = {"conv_blocked_run": [_P] * 6 + [_I] * 21 + [_INT]}
+_SIGNATURES = {"conv_blocked_run": [_P] * 6 + [_I] * 23 + [_INT]}
 
 
 @cache
@@ -269,11 +270,12 @@ def lib():
 
 @dataclass(frozen=True)
 class Layout:
-    """One conv's blocked form: input channel blocks (cbn), padded rows read (hp), column
-    phases (sw) of wq entries, output blocks per tile (nb), tile width (rw) and segments per
-    output row (nseg)."""
+    """One conv's blocked form: input channel blocks (cbn; cbg per group), padded rows read
+    (hp), column phases (sw) of wq entries, output blocks per tile (nb), tile width (rw) and
+    segments per output row (nseg)."""
 
     cbn: int
+    cbg: int
     hp: int
     sw: int
     wq: int
@@ -283,30 +285,37 @@ class Layout:
 
     @classmethod
     def of(cls, geo) -> Layout:
-        """geo: a conv.ConvGeometry with one group."""
+        """geo: a conv.ConvGeometry, with one group or groups of whole blocks (`fits`)."""
         (sh, sw), (dh, dw) = geo.stride, geo.dilation
         hp = (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1
         wq = geo.wo + (geo.kw - 1) * dw // sw
-        nb = 4 if geo.wo <= MAX_WIDTH[4] and geo.o > 2 * BLOCK else 2
+        nb = 4 if geo.wo <= MAX_WIDTH[4] and geo.og > 2 * BLOCK else 2
         nseg = -(-geo.wo // MAX_WIDTH[nb])
         rw = -(-geo.wo // nseg)
-        return cls(-(-geo.c // BLOCK), hp, sw, wq, nb, rw, nseg)
+        return cls(-(-geo.c // BLOCK), -(-geo.cg // BLOCK), hp, sw, wq, nb, rw, nseg)
+
+    @staticmethod
+    def fits(geo) -> bool:
+        """Whether the blocked conv runs `geo`: one group, or groups whose input channels are
+        whole blocks of 16 (RegNet's grouped 3x3 convs of 64-channel groups)."""
+        return geo.groups == 1 or geo.cg % BLOCK == 0
 
     def input_floats(self, geo) -> int:
         """The scratch blocked_prep fills."""
         return geo.n * self.cbn * self.hp * self.sw * self.wq * BLOCK
 
 
-def blocked_weight(w: np.ndarray, layout: Layout) -> np.ndarray:
-    """A conv weight [o, c, kh, kw] as conv_blocked reads it: [ceil(o / (16 nb)), cbn, kh, kw,
-    16, 16 nb], input and output channels zero-filled to whole blocks."""
-    o, c, kh, kw = w.shape
-    width = BLOCK * layout.nb
-    obn = -(-o // width)
-    full = np.zeros((obn * width, layout.cbn * BLOCK, kh, kw), np.float32)
-    full[:o, :c] = w
-    blocks = full.reshape(obn, width, layout.cbn, BLOCK, kh, kw)
-    return np.ascontiguousarray(blocks.transpose(0, 2, 4, 5, 3, 1))
+def blocked_weight(w: np.ndarray, layout: Layout, groups: int = 1) -> np.ndarray:
+    """A conv weight [o, cg, kh, kw] as conv_blocked reads it: [groups, ceil(og / (16 nb)),
+    cbg, kh, kw, 16, 16 nb] (og = o / groups), input and output channels of each group
+    zero-filled to whole blocks."""
+    o, cg, kh, kw = w.shape
+    og, width = o // groups, BLOCK * layout.nb
+    obn = -(-og // width)
+    full = np.zeros((groups, obn * width, layout.cbg * BLOCK, kh, kw), np.float32)
+    full[:, :og, :cg] = w.reshape(groups, og, cg, kh, kw)
+    blocks = full.reshape(groups, obn, width, layout.cbg, BLOCK, kh, kw)
+    return np.ascontiguousarray(blocks.transpose(0, 1, 3, 5, 6, 4, 2))
 
 
 def run_args(geo, layout: Layout, x, xb, wb, bias, y, act: int, res=None) -> tuple:
@@ -316,6 +325,7 @@ def run_args(geo, layout: Layout, x, xb, wb, bias, y, act: int, res=None) -> tup
     (sh, sw), (dh, _) = geo.stride, geo.dilation
     return (address(x), address(xb), address(wb), None if bias is None else address(bias),
             None if res is None else address(res), address(y), geo.n, geo.c, geo.h, geo.w,
-            geo.o, layout.cbn, geo.kh, geo.kw, sh, sw, dh, geo.padding[0], geo.padding[1],
+            geo.o, geo.groups, layout.cbn, layout.cbg, geo.kh, geo.kw, sh, sw, dh,
+            geo.padding[0], geo.padding[1],
             layout.hp, layout.wq, geo.ho, geo.wo, layout.nb, layout.rw, layout.nseg,
             geo.dilation[1], act)
