@@ -57,20 +57,22 @@ def _tile_source(nb: int, rw: int) -> str:
                      for p in range(rw) for j in range(nb))
     return f"""
 static void tile_{nb}_{rw}(const float* restrict x, const float* restrict w, float* tile,
-                           int64_t cbn, int64_t kh, int64_t kw, int64_t plane,
-                           int64_t row_step, const int64_t* kx_off) {{
-{acc}  for (int64_t cb = 0; cb < cbn; cb++)
+                           int64_t cbn, int64_t clast, int64_t kh, int64_t kw,
+                           int64_t plane, int64_t row_step, const int64_t* kx_off) {{
+{acc}  for (int64_t cb = 0; cb < cbn; cb++) {{
+    int64_t cn = cb == cbn - 1 ? clast : {BLOCK};
     for (int64_t ky = 0; ky < kh; ky++) {{
       const float* xr = x + cb * plane + ky * row_step;
       for (int64_t kx = 0; kx < kw; kx++, w += {BLOCK * BLOCK * nb}) {{
         const float* xk = xr + kx_off[kx];
         #pragma GCC unroll 4
-        for (int ci = 0; ci < {BLOCK}; ci++) {{
+        for (int64_t ci = 0; ci < cn; ci++) {{
           const float* xq = xk + ci;
           const float* wq = w + ci * {BLOCK * nb};
 {loads}{fmas}        }}
       }}
     }}
+  }}
 {stores}}}
 """
 
@@ -96,7 +98,7 @@ def _source() -> str:
 #endif
 #include <immintrin.h>
 typedef void (*tile_fn)(const float*, const float*, float*, int64_t, int64_t, int64_t,
-                        int64_t, int64_t, const int64_t*);
+                        int64_t, int64_t, int64_t, const int64_t*);
 """ + tiles + tables + r"""
 /* Whether blocked_prep must fill padded row r (some output row oy < ho reads it through a
    tap ky: r = oy sh + ky dh) and column phase ph (some tap kx: (kx dw) % sw = ph): the rows
@@ -199,11 +201,14 @@ static void store_tile(const float* tile, int64_t width, int64_t obw, int64_t ch
    (og = o / groups); bias [o] and res [n, o, ho, wo] may be NULL. Tiles of rw pixels (a row
    of wo cut into nseg segments) x nb blocks of 16 channels; tap kx of pixel p reads its
    padded row at kx_off[kx] + p * 16 floats: column phase (kx dw) % sw, entry kx dw / sw.
-   The bias (and without a residual the activation) is applied to the tile, which is then
+   The last block of a group's input channels runs its clast channels only (a 3-channel
+   stem conv does 3 / 16 of a full block's FMAs). The bias (and without a residual the
+   activation) is applied to the tile, which is then
    stored transposed; a residual is added to the output rows, then the activation. */
 static void conv_blocked(const float* xb, const float* wb, const float* bias, const float* res,
                          float* y, int64_t n, int64_t o, int64_t groups, int64_t cbn,
-                         int64_t cbg, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                         int64_t cbg, int64_t clast, int64_t kh, int64_t kw, int64_t sh,
+                         int64_t sw,
                          int64_t dh, int64_t dw, int64_t hp, int64_t wq, int64_t ho,
                          int64_t wo, int64_t nb, int64_t rw, int64_t nseg, int act) {
   int64_t row = sw * wq * 16, kx_off[kw];
@@ -222,7 +227,7 @@ static void conv_blocked(const float* xb, const float* wb, const float* bias, co
     float tile[28 * 16] __attribute__((aligned(64)));
     float bt[64];
     tiles[width](xb + (img * cbn + g * cbg) * plane + oy * sh * row + ox * 16,
-                 wb + gb * w_block, tile, cbg, kh, kw, plane, dh * row, kx_off);
+                 wb + gb * w_block, tile, cbg, clast, kh, kw, plane, dh * row, kx_off);
     for (int64_t j = 0; j < obw; j++) bt[j] = bias && j < chans ? bias[oc0 + j] : 0.0f;
     for (int64_t p = 0; p < width; p++) {
       float* tp = tile + p * obw;
@@ -250,8 +255,9 @@ void conv_blocked_run(const float* x, float* xb, const float* wb, const float* b
                       int64_t dh, int64_t pt, int64_t pl, int64_t hp, int64_t wq, int64_t ho,
                       int64_t wo, int64_t nb, int64_t rw, int64_t nseg, int64_t dw, int act) {
   blocked_prep(x, xb, n, c, h, w, cbn, hp, sw, wq, pt, pl, kh, kw, sh, dh, dw, ho);
-  conv_blocked(xb, wb, bias, res, y, n, o, groups, cbn, cbg, kh, kw, sh, sw, dh, dw, hp, wq, ho,
-               wo, nb, rw, nseg, act);
+  int64_t clast = c / groups - (cbg - 1) * 16;
+  conv_blocked(xb, wb, bias, res, y, n, o, groups, cbn, cbg, clast, kh, kw, sh, sw, dh, dw, hp,
+               wq, ho, wo, nb, rw, nseg, act);
 }
 """
 
