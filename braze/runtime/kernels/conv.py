@@ -32,7 +32,7 @@ from ...ir.ops.elementwise import UnaryFn
 from ...ir.ops.fused import FusedConvBiasAct
 from ...ir.ops.resize import Resize, ResizeMode
 from ..address import address
-from . import blas, conv_blocked, conv_native, conv_tiles, gemm_choice, native
+from . import blas, conv_native, conv_tiles, gemm_choice, native
 from . import packed_gemm as pg
 from .fused import is_f32
 from .native import ptr as _ptr
@@ -159,10 +159,6 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
         static = None
     paths = conv_paths(geo, static is not None, sgemm is not None)
     choice = conv_choice(geo, code, has_bias, paths) if paths else None
-    if choice == "blocked":
-        return Kernel(**_blocked_kernel(node, geo, ctx, static, code, has_bias, residual,
-                                        numpy_act, out_at), dispatch=Dispatch.NATIVE, **cost,
-                      name=f"braze blocked conv: NCHW16c tiles, epilogue per tile ({what})")
     if choice == "shifted":
         return Kernel(**_shifted_kernel(node, geo, ctx, static, code, has_bias, residual,
                                         numpy_act, out_at), dispatch=Dispatch.NATIVE, **cost,
@@ -220,16 +216,13 @@ def _im2col_args(geo: ConvGeometry, x, w, b, y, cols, act: int, res=None) -> tup
 def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool) -> tuple[str, ...]:
     """The GEMM convs that can run `geo` here (gemm_choice.CONV_CHOICES): braze's conv tiles
     with a C compiler, the pixel-row form for one group and a weight known when the program is
-    built (packed once; a residual joins as its product goes back to NCHW), the
-    channel-blocked direct conv (AVX-512) for such a weight and one group or groups of whole
-    16-channel blocks, im2col + MKL's sgemm with MKL."""
+    built (packed once; a residual joins as its product goes back to NCHW), im2col + MKL's
+    sgemm with MKL."""
     paths = []
     if conv_tiles.lib() is not None:
         paths.append("shifted")
         if geo.groups == 1 and static_weight and pg.lib() is not None:
             paths.append("rows")
-    if conv_blocked.Layout.fits(geo) and static_weight and conv_blocked.lib() is not None:
-        paths.append("blocked")
     if mkl:
         paths.append("im2col")
     return tuple(paths)
@@ -262,26 +255,6 @@ def _shifted_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: b
             rest[out_at - 2], code, rest[1] if residual else None)
 
     return {**_c_kernel(call, numpy_act, out_at, library=lib), "scratch": tuple(scratch)}
-
-
-def _blocked_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
-                    residual: bool, numpy_act: UnaryFn | None, out_at: int) -> dict:
-    """The Kernel fields (run, bind, scratch) of the conv on channel-blocked tiles
-    (conv_blocked.py): the static weight blocked once, the input into scratch per call."""
-    layout = conv_blocked.Layout.of(geo)
-    key = ("conv blocked weight", node.inputs[1], layout.nb)
-    if key not in ctx.prepared:
-        ctx.prepared[key] = conv_blocked.blocked_weight(static, layout, geo.groups)
-    wb = ctx.prepared[key]
-    lib = conv_blocked.lib()
-
-    def call(x, w, *rest):
-        return lib.conv_blocked_run, conv_blocked.run_args(
-            geo, layout, x, rest[-1], wb, rest[0] if has_bias else None, rest[out_at - 2],
-            code, rest[1] if residual else None)
-
-    return {**_c_kernel(call, numpy_act, out_at, library=lib),
-            "scratch": (((layout.input_floats(geo),), _F32),)}
 
 
 def _rows_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
@@ -326,9 +299,8 @@ def conv_choice(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...])
     ("shifted") took 0.79-0.91x MKL's time on 3x3 convs of 64-96 channels at 56-80 pixels a
     side; MKL's im2col + sgemm ("im2col") won most 1x1 convs; small planes with many channels
     leave most of the tiles' 64-pixel vectors idle (7x7: 49 of 64), where the pixel-row form
-    ("rows": channels across the vectors, braze's packed GEMM) fits. The channel-blocked
-    direct conv ("blocked") took 0.6-0.75x the best of those on ResNet-50's 3x3 convs.
-    BRAZE_CONV=shifted|rows|im2col|blocked forces one where it can run."""
+    ("rows": channels across the vectors, braze's packed GEMM) fits. BRAZE_CONV=shifted|rows|
+    im2col forces one where it can run."""
     forced = os.environ.get("BRAZE_CONV")
     if forced in paths:
         return forced
@@ -414,13 +386,6 @@ def _choice_runs(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...]
         mkl_args = _im2col_args(geo, x, w, b, y, cols, act)
         keep.append(cols)
         calls["im2col"] = lambda: conv_native.lib().conv_gemm(*mkl_args)
-    if "blocked" in paths:
-        layout = conv_blocked.Layout.of(geo)
-        xb = np.empty(layout.input_floats(geo), _F32)
-        wb = conv_blocked.blocked_weight(w, layout, geo.groups)
-        blocked_args = conv_blocked.run_args(geo, layout, x, xb, wb, b, y, act)
-        keep += [xb, wb]
-        calls["blocked"] = lambda: conv_blocked.lib().conv_blocked_run(*blocked_args)
     return {name: (lambda fn=fn: (keep, fn())) for name, fn in calls.items()}
 
 
