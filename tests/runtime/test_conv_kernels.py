@@ -77,6 +77,8 @@ CONV_CASES = {
     "depthwise stride 3 over padding": (1, 3, 5, 8, 3, 3, dict(stride=3, padding=4,
                                                                  groups=3), "depthwise"),
     "no bias": (1, 5, 9, 9, 4, 3, dict(padding=1, bias=False), "im2col"),
+    "one input channel, 40 filters": (1, 1, 1, 203, 40, (1, 10), dict(stride=(1, 5)),
+                                      "im2col"),
     # braze's conv tiles: whole tiles written in place, K blocks across taps, K = 1024 rows
     "1x1 tiles in place": (2, 12, 8, 10, 20, 1, dict(), "1x1 conv"),
     "3x3, 50 channels": (1, 50, 9, 12, 14, 3, dict(padding=1), "im2col"),
