@@ -64,6 +64,26 @@ def test_row_norms(rms, residual, expose, affine):
     assert len(_native_kinds(exe)) == 1
 
 
+@pytest.mark.parametrize("shape, groups", [((2, 6, 5, 7), 3), ((1, 12, 37), 12),
+                                           ((3, 8, 4, 3, 5), 2), ((2, 5), 5), ((1, 4, 1), 1)])
+@pytest.mark.parametrize("affine", [(True, True), (True, False), (False, False)])
+def test_group_norm(shape, groups, affine):
+    """One native step (wav2vec2's GroupNorm(512, 512), exported as InstanceNormalization,
+    had decomposed into 9 passes); spatial ranks 0-3, a group per channel, one group."""
+    g = bz.Graph("group_norm")
+    x = g.input("x", bz.Shape(shape))
+    c = shape[1]
+    gamma = g.param("g", bz.Shape((c,))) if affine[0] else None
+    beta = g.param("b", bz.Shape((c,))) if affine[1] else None
+    g.set_outputs([g.group_norm(g.mul(x, x), groups, gamma, beta, eps=1e-5)])
+    params = bz.init_params(g, 0)
+    for name in params:  # gamma / beta away from 1 / 0, so a channel mix-up shows
+        params[name] = np.random.default_rng(7).standard_normal(params[name].shape,
+                                                                dtype=np.float32)
+    exe = _compiled_matches(g, params, rtol=1e-4, atol=1e-5)
+    assert _implementations(exe, "group_norm") == {"C group norm"}
+
+
 def test_softmax_activations_and_gated():
     g = bz.Graph("misc")
     x = g.input("x", bz.Shape((3, 11, 18)))

@@ -3,7 +3,9 @@ operand order) -> optional activation, conv2d -> activation, or a conv with its 
 into one FusedConvBiasAct (so every biased conv ends up one fused kind). The added bias is folded
 into the conv's own (a reshape / add on [C] vectors); a conv without any bias gets a zero bias
 constant. Which activations may join is the target's choice. Only a vector (at most one dim
-above 1) is a bias candidate: a residual add after a conv is no near miss of this fusion.
+above 1) is a bias candidate: a residual add after a conv is no near miss of this fusion. An
+activation also joins through the reshape (and narrow) of a 1-D conv written as a 2-D one:
+act(reshape(conv)) -> reshape(fused conv with act).
 
 The activation is a unary op, ReLU6 written as clip(y, 0, 6) (MobileNet v1 / v2's ONNX Clip;
 fused as UnaryFn.RELU6), or hard-swish written in primitives the ways exporters write it:
@@ -36,6 +38,11 @@ _act_biased = P.of(Unary, _biased, name="act")                  # act(conv(x, w)
 _act_only = P.of(Unary, _conv, name="act")                      # act(conv(x, w[, cb]))
 _relu6 = P.clamp(_biased | _conv, lo=0.0, hi=6.0, name="relu6")  # clip(conv + b, 0, 6)
 _own_bias = P.conv2d(V("x"), V("w"), V("cb"), name="conv")      # conv(x, w, cb) alone
+# act(reshape(conv)) and act(narrow(reshape(conv))): a 1-D conv imported as reshape -> conv2d
+# -> reshape (ONNX Conv over [N, C, L], torch conv1d), wav2vec2's "same pad" narrow after it.
+# The activation is element-wise, so it moves before the views, into the conv's epilogue.
+_view = P.of(Reshape, _conv, name="view")
+_act_viewed = P.of(Unary, _view | P.narrow(_view, name="cut"), name="act")
 
 
 def _scalar_const(g, v) -> bool:
@@ -149,7 +156,11 @@ def _build(b, m):
         if capture in m.nodes:
             act = fn
     op = FusedConvBiasAct(conv.stride, conv.padding, conv.dilation, conv.groups, act)
-    return b.add_node(op, (m.v("x"), m.v("w"), bias))[0]
+    y = b.add_node(op, (m.v("x"), m.v("w"), bias))[0]
+    for view in ("view", "cut"):  # the views the activation was applied through, after it
+        if view in m.nodes:
+            y = b.add_node(m.op(view), (y,))[0]
+    return y
 
 
 def _explain_conv(g, node, ctx) -> Miss | None:
@@ -174,7 +185,7 @@ FUSE_CONV_BIAS_ACT = Rule(
     "FuseConvBiasAct",
     _build,
     pattern=(hard_swish_of(_biased | _conv) | _relu6 | _act_biased | _biased | _act_only
-             | _own_bias),
+             | _act_viewed | _own_bias),
     checks=(target_claims("fused_conv_bias_act"), bias_is_per_channel,
             same_dtype("conv", "b"), epilogue_activation_allowed("act"), hard_swish_constants,
             written_out_activation_allowed),

@@ -1,7 +1,7 @@
 """Kernels for fused and logical kinds: BLAS GEMM into the output buffer with the epilogue
-applied in place (bias + activation), row norms with the residual add (and its sum), safe
-softmax, activations, SwiGLU / GeGLU, RoPE. float32 uses the native C kernels (native.py);
-anything else declines, and the node decomposes or runs its reference."""
+applied in place (bias + activation), row norms with the residual add (and its sum), group
+norm, safe softmax, activations, SwiGLU / GeGLU, RoPE. float32 uses the native C kernels
+(native.py); anything else declines, and the node decomposes or runs its reference."""
 from __future__ import annotations
 
 import os
@@ -19,7 +19,7 @@ from ...ir.ops.fused import (
 )
 from ...ir.ops.fused_simple import leading_broadcast_axes
 from ...ir.ops.linalg import MatMul
-from ...ir.ops.norm import LayerNorm, RmsNorm
+from ...ir.ops.norm import GroupNorm, LayerNorm, RmsNorm
 from ...ir.ops.reduce import Softmax
 from ..address import address
 from . import bf16_batched, bf16_gemm, blas, gemm_choice, mkl_packed, native
@@ -332,6 +332,32 @@ def layer_norm(node, ins, outs, ctx):
 @register_kernel(RmsNorm)
 def rms_norm(node, ins, outs, ctx):
     return _norm_kernel(node, ins, outs, rms=True, residual=False, expose=False)
+
+
+@register_kernel(GroupNorm)
+def group_norm(node, ins, outs, ctx):
+    """One C pass per group of one image for its statistics, one for the affine normalize
+    (wav2vec2's GroupNorm(512, 512) over [1, 512, 8191] had run as 9 decomposed passes)."""
+    lib = native.lib()
+    if lib is None or not is_f32(*ins):
+        return None
+    op: GroupNorm = node.op
+    dims = ins[0].dims
+    n, c = int(dims[0]), int(dims[1])
+    cg, spatial = c // op.num_groups, _numel(ins[0]) // max(n * c, 1)
+    eps = float(op.eps)
+
+    def run(*arrays):
+        x, *affine = (_c(a) for a in arrays[:len(ins)])
+        it = iter(affine)
+        gamma = next(it) if op.has_gamma else None
+        beta = next(it) if op.has_beta else None
+        lib.group_norm(address(x), None if gamma is None else address(gamma),
+                       None if beta is None else address(beta), address(arrays[len(ins)]),
+                       n * op.num_groups, op.num_groups, cg, spatial, eps)
+
+    return Kernel(run, Dispatch.NATIVE, "C group norm", bytes=nbytes(ins) + nbytes(outs),
+                  flops=5 * _numel(outs[0]))
 
 
 @register_kernel(FusedResidualLN)

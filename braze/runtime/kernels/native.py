@@ -350,6 +350,33 @@ void row_norm(const float* x, const float* res, const float* gamma, const float*
   }
 }
 
+/* GroupNorm: each row of cg * spatial values (one group of one image: its cg channels'
+   planes, contiguous in NCHW) normalized by its own mean and variance, then channel c =
+   (r % groups) * cg + k scaled by gamma[c] and shifted by beta[c] (either may be NULL) in one
+   pass: y = (x - mean) * (rstd * gamma[c]) + beta[c]. */
+void group_norm(const float* x, const float* gamma, const float* beta, float* y, int64_t rows,
+                int64_t groups, int64_t cg, int64_t spatial, float eps) {
+  int64_t cols = cg * spatial;
+  #pragma omp parallel for schedule(static) if(rows * cols >= BRAZE_NORM_PAR_MIN)
+  for (int64_t r = 0; r < rows; r++) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    double mean = 0.0, sq = 0.0;
+    for (int64_t i = 0; i < cols; i++) mean += xr[i];
+    mean /= (double)cols;
+    for (int64_t i = 0; i < cols; i++) { double d = xr[i] - mean; sq += d * d; }
+    float inv = (float)(1.0 / sqrt(sq / (double)cols + (double)eps)), m = (float)mean;
+    for (int64_t k = 0; k < cg; k++) {
+      int64_t c = (r % groups) * cg + k;
+      float a = gamma ? inv * gamma[c] : inv, b = beta ? beta[c] : 0.0f;
+      const float* xs = xr + k * spatial;
+      float* ys = yr + k * spatial;
+      #pragma omp simd
+      for (int64_t i = 0; i < spatial; i++) ys[i] = (xs[i] - m) * a + b;
+    }
+  }
+}
+
 /* out[o, j, i] = x[o, k, i], k = idx[o % idx_outer, j, i] (k + n when negative), for o <
    outer, j < m, i < inner: x [outer, n, inner], out [outer, m, inner], idx [idx_outer, m,
    inner] (idx_outer < outer: an index repeated over leading axes, read from cache);
@@ -530,6 +557,7 @@ _SIGNATURES = {
     "batched_gemm": [_P, _P, _P, _I64, _I64, _P, _I64, _I64, _INT, _P, _I64, _I64, _I64, _I64],
     "unary_act": [_P, _P, _I64, _INT],
     "row_norm": [_P, _P, _P, _P, _P, _P, _I64, _I64, _I64, _F32, _INT],
+    "group_norm": [_P, _P, _P, _P, _I64, _I64, _I64, _I64, _F32],
     "softmax_rows": [_P, _P, _I64, _I64],
     "softmax_strided": [_P, _P, _I64, _I64, _I64],
     "cumsum": [_P, _P, _I64, _I64, _I64, _INT, _INT, _INT],
