@@ -374,7 +374,8 @@ class _Importer:
         fold = FOLDERS.get(converter_key(node))
         if fold is not None:
             try:
-                return fold(node.attrs, ins, self.opset)
+                with np.errstate(all="ignore"):  # IEEE results (T5's log(0) = -inf), silently
+                    return fold(node.attrs, ins, self.opset)
             except (NotFoldable, ValueError, TypeError, IndexError, AttributeError):
                 if op in ("Max", "Min") and len(present) == 2 and all(k.symbolic or
                                                                      k.dtype.is_int
@@ -385,7 +386,8 @@ class _Importer:
             return None
         if sum(k.array.size for k in present) > FOLD_LIMIT:
             return None
-        return self._evaluate(node, present)
+        with np.errstate(all="ignore"):
+            return self._evaluate(node, present)
 
     def _assumed_clamp(self, is_max: bool, ins: list[Known]) -> list[Known] | None:
         """Max / Min of shape values that no binding orders (MPT's max(0, 64 - seq)): the

@@ -149,3 +149,23 @@ def test_typed_field_initializers_import(make_model):
     x = np.arange(4, dtype=np.float32)
     (y,) = bz.interpret(g, {"x": x})
     np.testing.assert_array_equal(y, np.array([[1, 2], [3, 4]], np.float32) @ x.reshape(2, 2))
+
+
+def test_folding_at_import_gives_ieee_results_without_warnings(make_model):
+    """T5's relative-position buckets take Log of relative positions that hold 0 (-inf on
+    purpose, clamped later): small integer tables fold at import, with no NumPy warning."""
+    import warnings
+
+    m = make_model([helper.make_node("Cast", ["t"], ["tf"], name="cast", to=F),
+                    helper.make_node("Log", ["tf"], ["l"], name="log"),
+                    helper.make_node("Max", ["l", "floor"], ["c"], name="clamp"),
+                    helper.make_node("Add", ["x", "c"], ["y"], name="add")],
+                   [("x", F, [3])], [("y", F, None)],
+                   [numpy_helper.from_array(np.array([0, 1, 8], np.int64), "t"),
+                    numpy_helper.from_array(np.array(-5.0, np.float32), "floor")])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        g = bz.import_onnx(m)
+        y = bz.compile(g)({"x": np.zeros(3, np.float32)})[0]
+    assert "log" not in g.op_counts()  # folded at import
+    np.testing.assert_allclose(y, [-5.0, 0.0, np.log(8.0)], rtol=1e-6)
