@@ -1,0 +1,239 @@
+"""Convolutions under the bf16 policy on AMX tiles, as an implicit GEMM (no im2col matrix).
+
+The policy rounds a conv's input and weight to bf16 (cast(cast(x, bf16), f32)). A conv of one
+group with a static weight and such a rounded input reads the unrounded input instead (the
+rounding casts are not run) and copies it once per call into a zero-padded NHWC bf16 buffer
+(channels padded to 32, rounded to nearest even as they are copied). An output tile is 32
+pixels of one output row x 32 output channels, four 16 x 16 f32 tiles: for every tap and block
+of 32 input channels, a 16 x 32 bf16 A tile is 16 consecutive output pixels' input channels,
+loaded straight from the NHWC buffer with the stride's pixel step as its row stride, and the
+weight's VNNI tiles (amx_gemm.amx_pack of the weight as a [taps x C, O] matrix, packed once)
+are the B tiles. The tile leaves through an f32 scratch: bias (and without a residual the
+activation) added there, stored into the NCHW output with 8 x 8 transposes, a residual added
+to the output rows, then the activation. Products of bf16 values are exact in f32 and the tiles
+accumulate in f32: the policy's numbers up to the order of the sums.
+
+Before this, such convs ran braze's f32 kernels on the rounded values after two cast passes
+(slower than fp32); a pixel-row im2col + bf16 GEMM form was slower still (its im2col and
+conversion passes). Depthwise and grouped convs keep the f32 kernels."""
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import numpy as np
+
+from ...errors import InterpretError
+from ..address import address
+from ..codegen import cc
+from ..plan import aligned_empty
+from . import amx_gemm, bf16_gemm, native
+from .registry import Dispatch, Kernel
+
+__all__ = ["conv_kernel", "lib"]
+
+SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <omp.h>
+#include <immintrin.h>
+#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
+#error "AMX tiles needed"
+#endif
+""" + cc.simd_math_decls() + cc.parallel_min_define() + native.TO_BF16 + native.TRANSPOSE8 \
+    + native.ACT_SPAN + amx_gemm.TILE_CONFIG + r"""
+/* xt [n, hp, wp, cp] bf16 = x [n, c, h, w] rounded to nearest even, padded row r reading image
+   row r - pt and column v image column v - pl, zeros outside the image and past channel c. */
+void amx_conv_prep(const float* x, uint16_t* xt, int64_t n, int64_t c, int64_t h, int64_t w,
+                   int64_t cp, int64_t hp, int64_t wp, int64_t pt, int64_t pl) {
+  #pragma omp parallel for schedule(static) \
+      if (BRAZE_PARALLEL(n * hp * wp * cp, BRAZE_PAR_MIN_MACS / 16))
+  for (int64_t ir = 0; ir < n * hp; ir++) {
+    int64_t img = ir / hp, iy = ir % hp - pt;
+    uint16_t* d = xt + ir * wp * cp;
+    if (iy < 0 || iy >= h) {
+      memset(d, 0, (size_t)(wp * cp) * sizeof(uint16_t));
+      continue;
+    }
+    int64_t lo = pl < 0 ? 0 : pl, hi = pl + w < wp ? pl + w : wp;
+    if (lo > hi) lo = hi;
+    memset(d, 0, (size_t)(lo * cp) * sizeof(uint16_t));
+    memset(d + hi * cp, 0, (size_t)((wp - hi) * cp) * sizeof(uint16_t));
+    if (c < cp)
+      for (int64_t v = lo; v < hi; v++) memset(d + v * cp + c, 0, (size_t)(cp - c) * 2);
+    for (int64_t ci = 0; ci < c; ci++) {
+      const float* src = x + ((img * c + ci) * h + iy) * w - pl;
+      for (int64_t v = lo; v < hi; v++) d[v * cp + ci] = f32_to_bf16(src[v]);
+    }
+  }
+}
+
+/* y [n, o, ho, wo] = act(conv + bias (+ res)) from amx_conv_prep's xt and the packed weight bp
+   (amx_pack of [kh kw cp, o]: tap t = ky kw + kx, channel block cb at k block t (cp / 32) +
+   cb); bias [o] and res (y's shape) may be NULL. */
+void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const float* res,
+              float* y, int64_t n, int64_t o, int64_t cp, int64_t kh, int64_t kw, int64_t sh,
+              int64_t sw, int64_t dh, int64_t dw, int64_t hp, int64_t wp, int64_t ho,
+              int64_t wo, int act) {
+  int64_t cb_n = cp / 32, kb_n = kh * kw * cb_n, nb_n = (o + 31) / 32, xb_n = (wo + 31) / 32;
+  int64_t items = n * ho * xb_n * nb_n, plane = ho * wo, step = sw * cp;
+  #pragma omp parallel if (BRAZE_PARALLEL(n * o * plane * kh * kw * cp, BRAZE_PAR_MIN_MACS))
+  {
+    configure_tiles();
+    float tmp[32 * 32] __attribute__((aligned(64)));
+    #pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; it++) {
+      int64_t nb = it % nb_n, t = it / nb_n;
+      int64_t xb = t % xb_n, oy = t / xb_n % ho, img = t / (xb_n * ho);
+      int64_t ox0 = xb * 32, npx = wo - ox0 < 32 ? wo - ox0 : 32;
+      int two = npx > 16;
+      const uint16_t* bcol = bp + nb * kb_n * 1024;
+      _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
+      for (int64_t ky = 0; ky < kh; ky++)
+        for (int64_t kx = 0; kx < kw; kx++) {
+          const uint16_t* a = xt + ((img * hp + oy * sh + ky * dh) * wp + ox0 * sw + kx * dw)
+                                   * cp;
+          const uint16_t* b = bcol + (ky * kw + kx) * cb_n * 1024;
+          for (int64_t cb = 0; cb < cb_n; cb++, b += 1024) {
+            _tile_loadd(4, a + cb * 32, step * 2);
+            _tile_loadd(6, b, 64);
+            _tile_loadd(7, b + 512, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_dpbf16ps(1, 4, 7);
+            if (two) {
+              _tile_loadd(5, a + 16 * step + cb * 32, step * 2);
+              _tile_dpbf16ps(2, 5, 6);
+              _tile_dpbf16ps(3, 5, 7);
+            }
+          }
+        }
+      _tile_stored(0, tmp, 128);
+      _tile_stored(1, tmp + 16, 128);
+      if (two) {
+        _tile_stored(2, tmp + 512, 128);
+        _tile_stored(3, tmp + 528, 128);
+      }
+      int64_t chans = o - nb * 32 < 32 ? o - nb * 32 : 32;
+      float bt[32];
+      for (int64_t j = 0; j < 32; j++) bt[j] = bias && j < chans ? bias[nb * 32 + j] : 0.0f;
+      for (int64_t p = 0; p < npx; p++) {
+        float* tp = tmp + p * 32;
+        #pragma omp simd
+        for (int64_t j = 0; j < 32; j++) tp[j] += bt[j];
+      }
+      if (!res && act) act_span(tmp, NULL, tmp, npx * 32, act);
+      float* yb = y + ((img * o + nb * 32) * ho + oy) * wo + ox0;
+      int64_t p8 = npx / 8 * 8, j8 = chans / 8 * 8;
+      for (int64_t p = 0; p < p8; p += 8)
+        for (int64_t j = 0; j < j8; j += 8) transpose8x8(tmp + p * 32 + j, 32, yb + j * plane + p,
+                                                         plane);
+      for (int64_t j = 0; j < chans; j++)
+        for (int64_t p = j < j8 ? p8 : 0; p < npx; p++) yb[j * plane + p] = tmp[p * 32 + j];
+      if (res) {
+        const float* rb = res + (yb - y);
+        for (int64_t j = 0; j < chans; j++) {
+          float* yr = yb + j * plane;
+          const float* rr = rb + j * plane;
+          for (int64_t p = 0; p < npx; p++) yr[p] += rr[p];
+          if (act) act_span(yr, NULL, yr, npx, act);
+        }
+      }
+    }
+    _tile_release();
+  }
+}
+
+/* The conv of x [n, c, h, w]: amx_conv_prep into xt, then amx_conv. */
+void amx_conv_run(const float* x, uint16_t* xt, const uint16_t* bp, const float* bias,
+                  const float* res, float* y, int64_t n, int64_t c, int64_t h, int64_t w,
+                  int64_t o, int64_t cp, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                  int64_t dh, int64_t dw, int64_t pt, int64_t pl, int64_t hp, int64_t wp,
+                  int64_t ho, int64_t wo, int act) {
+  amx_conv_prep(x, xt, n, c, h, w, cp, hp, wp, pt, pl);
+  amx_conv(xt, bp, bias, res, y, n, o, cp, kh, kw, sh, sw, dh, dw, hp, wp, ho, wo, act);
+}
+"""
+
+_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+_SIGNATURES = {"amx_conv_run": [_P] * 6 + [_I64] * 18 + [_INT]}
+
+
+@cache
+def lib():
+    """The compiled AMX conv library, or None without AMX (or Linux's permission for its
+    tiles, which amx_gemm asks for) or a C compiler."""
+    if not amx_gemm.available():
+        return None
+    return cc.load_library(SOURCE, "braze_conv_amx", _SIGNATURES)
+
+
+def _up32(x: int) -> int:
+    return (x + 31) // 32 * 32
+
+
+def _extent(geo) -> tuple[int, int]:
+    """The padded rows and columns the conv reads, the columns with room for a 32-pixel tile's
+    over-read past the row's end (the tile's rows beyond the output row are discarded)."""
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    hp = (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1
+    wp = (_up32(geo.wo) - 1) * sw + (geo.kw - 1) * dw + 1
+    return hp, wp
+
+
+def packed_weight(w: np.ndarray) -> np.ndarray:
+    """A bf16-valued conv weight [o, c, kh, kw] as amx_conv reads it: the [kh kw cp, o] matrix
+    (channels zero-padded to cp = 32-multiple) packed into VNNI tile pairs."""
+    o, c, kh, kw = w.shape
+    cp = _up32(c)
+    m = np.zeros((kh, kw, cp, o), np.float32)
+    m[:, :, :c, :] = w.transpose(2, 3, 1, 0)
+    m = m.reshape(kh * kw * cp, o)
+    out = aligned_empty(_up32(o) * m.shape[0], np.uint16)
+    amx_gemm._lib().amx_pack(address(m), m.shape[0], o, address(out))
+    return out
+
+
+def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: bool,
+                numpy_act, what: str, cost: dict) -> Kernel | None:
+    """The conv `node` (geometry `geo`, a conv.ConvGeometry) on AMX tiles, or None where it
+    does not apply: no bf16 policy or AMX here, a grouped conv, a weight computed at run time
+    or not bf16-valued, an input the policy did not round, an output that is not f32."""
+    if ctx is None or geo.groups != 1 or outs[0].dtype.name != "f32" or lib() is None or \
+            not bf16_gemm._bf16_policy(ctx):
+        return None
+    src = bf16_gemm.rounded_source(node, ctx, 0)
+    w = ctx.static.get(node.inputs[1])
+    if src is None or w is None or w.dtype != np.float32 or w.ndim != 4:
+        return None
+    key = ("amx conv weight", node.inputs[1])
+    if key not in ctx.prepared:
+        ctx.prepared[key] = packed_weight(w) if bf16_gemm.bf16_bits(w) is not None else None
+    packed = ctx.prepared[key]
+    if packed is None:
+        return None
+    hp, wp = _extent(geo)
+    cp = _up32(geo.c)
+    out_at = len(ins)  # the output's position among the step's arrays
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    so = lib()
+
+    def run(x, w_, *rest):
+        out, xt = rest[out_at - 2], rest[-1]
+        x = np.ascontiguousarray(x)
+        bias = np.ascontiguousarray(rest[0], np.float32) if has_bias else None
+        res = np.ascontiguousarray(rest[1]) if residual else None
+        if x.dtype != np.float32 or not out.flags.c_contiguous:
+            raise InterpretError(f"AMX conv at node {node.label}: needs f32 contiguous arrays")
+        so.amx_conv_run(address(x), address(xt), address(packed),
+                        None if bias is None else address(bias),
+                        None if res is None else address(res), address(out), geo.n, geo.c,
+                        geo.h, geo.w, geo.o, cp, geo.kh, geo.kw, sh, sw, dh, dw,
+                        geo.padding[0], geo.padding[1], hp, wp, geo.ho, geo.wo, act)
+        if numpy_act is not None:
+            np.copyto(out, numpy_act.apply(out))
+
+    return Kernel(run, Dispatch.NATIVE,
+                  f"braze AMX conv: implicit GEMM on NHWC bf16, operand rounded in ({what})",
+                  reads=((0, src),), **cost,
+                  scratch=(((geo.n * hp * wp * cp + 32 * cp,), np.uint16),))

@@ -1,0 +1,108 @@
+"""Convolutions under the bf16 policy (kernels/conv_amx.py): a conv of one group with a static
+weight and a rounded input runs as an implicit GEMM on AMX tiles, reading the unrounded input
+(the rounding casts are done inside it); odd sizes, strides, padding, dilation, 1x1, a 3-channel
+stem, every epilogue (bias, activations, a residual). Checked against the reference
+interpreter on the policy's graph (`exe.graph`); depthwise / grouped convs and weights fed at
+run time keep the f32 kernels, and the fp32 compile never takes this path."""
+import numpy as np
+import pytest
+
+import braze as bz
+from braze.models import resnet_basic_block
+from braze.runtime.kernels import conv_amx, conv_native
+
+pytestmark = pytest.mark.skipif(
+    conv_amx.lib() is None or conv_native.lib() is None,
+    reason="no AMX tiles (or no permission for them) or no C compiler here")
+
+
+def _conv(n, c, h, w, o, k, *, stride=1, padding=0, dilation=1, groups=1, act=None,
+          residual=False, weight_input=False):
+    g = bz.Graph("conv_bf16")
+    x = g.input("x", bz.Shape((n, c, h, w)))
+    kh, kw = (k, k) if isinstance(k, int) else k
+    shape = bz.Shape((o, c // groups, kh, kw))
+    wt = g.input("w", shape) if weight_input else g.param("w", shape)
+    b = g.param("b", bz.Shape((o,)))
+    y = g.conv2d(x, wt, b, stride, padding, dilation, groups)
+    if residual:
+        y = g.add(y, g.tanh(g.input("r", g.shape_of(y))))
+    if act is not None:
+        y = g.activation(y, act)
+    g.set_outputs([y])
+    return g
+
+
+def _run(g, seeds=(0, 1)):
+    """Compile under the bf16 policy and check it against the interpreter on the policy's
+    graph; (dispatch report rows, executable)."""
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params, precision="bf16")
+    for seed in seeds:
+        feeds = bz.random_feeds(g, seed)
+        want = bz.interpret(exe.graph, feeds, params)[0]
+        got = exe(feeds)[0]
+        scale = max(1.0, float(np.abs(want).max()))
+        assert np.abs(got - want).max() < 2e-3 * scale
+        assert np.mean(np.abs(got - want) <= 1e-3 * np.abs(want) + 1e-4 * scale) > 0.99
+    return exe.dispatch_report().rows, exe
+
+
+CASES = {
+    "3x3 same": (1, 16, 9, 11, 24, 3, dict(padding=1)),
+    "stride 2, asymmetric pad": (2, 6, 13, 9, 8, 3, dict(stride=2, padding=(0, 1, 1, 0))),
+    "dilation 2, rect": (1, 5, 15, 11, 7, (3, 2), dict(padding=2, dilation=2)),
+    "1x1": (2, 40, 7, 9, 33, 1, dict()),
+    "1x1 stride 2": (1, 24, 9, 7, 20, 1, dict(stride=2)),
+    "7x7 stem, 3 channels": (1, 3, 30, 26, 16, 7, dict(stride=2, padding=3)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("act, residual", [(None, False), ("relu", False), ("gelu", False),
+                                           ("exp", False), ("relu", True), (None, True)])
+def test_convs_run_on_amx_tiles_from_the_unrounded_input(case, act, residual):
+    n, c, h, w, o, k, attrs = CASES[case]
+    rows, _ = _run(_conv(n, c, h, w, o, k, act=act, residual=residual, **attrs))
+    convs = [r for r in rows if r[1] in ("conv2d", "fused_conv_bias_act")]
+    assert len(convs) == 1 and "AMX conv" in convs[0][3], convs
+    inside = [r for r in rows if r[1] == "cast" and "done inside" in r[3]]
+    assert len(inside) == 2  # the input's rounding casts run inside the conv
+
+
+@pytest.mark.parametrize("groups", [2, 6])
+def test_grouped_and_depthwise_convs_keep_the_f32_kernels(groups):
+    rows, _ = _run(_conv(1, 6, 9, 8, 6, 3, padding=1, groups=groups, act="relu"))
+    (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
+    assert "bf16" not in conv[3]
+
+
+def test_a_weight_fed_at_run_time_keeps_the_f32_kernels():
+    rows, _ = _run(_conv(1, 8, 9, 8, 12, 3, padding=1, weight_input=True))
+    (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
+    assert "bf16" not in conv[3]
+
+
+def test_the_fp32_compile_keeps_the_f32_convs():
+    g = _conv(1, 16, 9, 11, 24, 3, padding=1, act="relu")
+    exe = bz.compile(g, params=bz.init_params(g, 0))
+    exe(bz.random_feeds(g, 0))
+    (conv,) = [r for r in exe.dispatch_report().rows if r[1] == "fused_conv_bias_act"]
+    assert "bf16" not in conv[3]
+
+
+def test_resnet_block_under_the_bf16_policy():
+    """The builtin ResNet basic block: both convs on AMX tiles, the residual and ReLU in
+    the second one's epilogue, against the policy's reference and within bf16 of fp32."""
+    g = resnet_basic_block(seed=0)
+    exe = bz.compile(g, precision="bf16")
+    feeds = bz.random_feeds(g, 3)
+    got = exe(feeds)[0]
+    want = bz.interpret(exe.graph, feeds)[0]
+    scale = float(np.abs(want).max())
+    assert np.abs(got - want).max() < 2e-3 * scale
+    f32 = bz.interpret(g, feeds)[0]
+    assert np.abs(got - f32).max() < 3e-2 * scale
+    convs = [r for r in exe.dispatch_report().rows if r[1] == "fused_conv_bias_act"]
+    assert len(convs) == 2 and all("AMX conv" in r[3] for r in convs)
+    assert any("residual" in r[3] for r in convs)
