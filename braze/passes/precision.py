@@ -1,7 +1,8 @@
 """Mixed precision: `AutoMixedPrecision(policy)` rounds the operands of the ops a policy lowers
-(matmuls and their fused kinds, convolutions) to bf16 (or f16), keeping accumulation and every
-other op - norms, softmax, residual sums, reductions - in float32, which is what a bf16 GEMM
-with f32 accumulation computes (products of bf16 values are exact in f32).
+(matmuls and their fused kinds, convolutions but depthwise ones, which are memory-bound) to
+bf16 (or f16), keeping accumulation and every other op - norms, softmax, residual sums,
+reductions - in float32, which is what a bf16 GEMM with f32 accumulation computes (products of
+bf16 values are exact in f32).
 
 Rounding is written as cast(cast(x, bf16), f32): the reference interpreter gives the policy's
 numbers exactly, and on weights it is weight preparation (computed once). A backend with a bf16
@@ -95,7 +96,8 @@ def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int
             vmap[node.values[0]] = _patch_matmul(new, node, ins, policy, rounded)
             count += 1
             continue
-        if policy.lowers(node.op) and node.outputs[0].dtype == f32:
+        if policy.lowers(node.op) and node.outputs[0].dtype == f32 and \
+                not _depthwise(g, node):
             names = _roles(node.op, len(ins))
             for i, (v, role) in enumerate(zip(ins, names)):
                 if role not in policy.skip_roles:
@@ -111,6 +113,17 @@ def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int
     new.weights = dict(g.weights)
     new.set_outputs([vmap[v] for v in g.outputs])
     return new, count
+
+
+def _depthwise(g: Graph, node) -> bool:
+    """A depthwise conv (every filter reads one channel of a multi-channel image): a few
+    multiply-adds per value it reads, so bf16 operands save no time on any backend; its
+    operands stay f32 (rounding them cost MobileNetV2 two cast passes per conv, 2x its f32
+    time)."""
+    if not isinstance(node.op, (Conv2d, FusedConvBiasAct)):
+        return False
+    c = g.shape_of(node.inputs[0]).dims[1]
+    return node.op.groups > 1 and node.op.groups == c
 
 
 def _rounded(new: Graph, v: Value, policy: PrecisionPolicy, rounded: dict) -> Value:

@@ -36,6 +36,23 @@ def test_matmul_operands_are_rounded_and_the_rest_stays_f32():
     np.testing.assert_allclose(bz.interpret(out, feeds, params)[0], want, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("groups, rounded", [(1, True), (2, True), (8, False)])
+def test_conv_operands_are_rounded_but_a_depthwise_convs(groups, rounded):
+    """A depthwise conv is memory-bound: its operands stay f32 (no backend gains from bf16
+    there); dense and grouped convs are rounded."""
+    g = bz.Graph("convs")
+    x = g.input("x", bz.Shape((1, 8, 9, 9)))
+    w = g.param("w", bz.Shape((8, 8 // groups, 3, 3)))
+    g.set_outputs([g.conv2d(x, w, None, 1, 1, 1, groups)])
+    out, count = apply_precision(g, "bf16")
+    casts = [n for n in out.nodes if n.op.kind == "cast"]
+    assert count == int(rounded) and len(casts) == 4 * int(rounded)
+    params = bz.init_params(g, 0)
+    feeds = bz.random_feeds(g, 0)
+    same = np.array_equal(bz.interpret(out, feeds, params)[0], bz.interpret(g, feeds, params)[0])
+    assert same is not rounded
+
+
 @pytest.mark.parametrize("build", [lambda: models.bert_encoder(2, 64, 4, batch=2, seq=8),
                                    lambda: models.llama_tiny()], ids=["bert", "llama"])
 def test_compiled_bf16_policy_is_close_to_f32(build):

@@ -51,9 +51,9 @@ def _run(g, seeds=(0, 1)):
 CASES = {
     "3x3 same": (1, 16, 9, 11, 24, 3, dict(padding=1)),
     "stride 2, asymmetric pad": (2, 6, 13, 9, 8, 3, dict(stride=2, padding=(0, 1, 1, 0))),
-    "dilation 2, rect": (1, 5, 15, 11, 7, (3, 2), dict(padding=2, dilation=2)),
-    "1x1": (2, 40, 7, 9, 33, 1, dict()),
-    "1x1 stride 2": (1, 24, 9, 7, 20, 1, dict(stride=2)),
+    "dilation 2, rect": (1, 40, 15, 11, 7, (3, 2), dict(padding=2, dilation=2)),
+    "1x1": (2, 260, 7, 9, 33, 1, dict()),
+    "1x1 stride 2": (1, 300, 9, 7, 20, 1, dict(stride=2)),
     "7x7 stem, 3 channels": (1, 3, 30, 26, 16, 7, dict(stride=2, padding=3)),
 }
 
@@ -68,6 +68,13 @@ def test_convs_run_on_amx_tiles_from_the_unrounded_input(case, act, residual):
     assert len(convs) == 1 and "AMX conv" in convs[0][3], convs
     inside = [r for r in rows if r[1] == "cast" and "done inside" in r[3]]
     assert len(inside) == 2  # the input's rounding casts run inside the conv
+
+
+def test_a_conv_of_few_multiply_adds_per_output_keeps_the_f32_kernels():
+    """Under conv_amx.MIN_K (kh kw C, C padded to 32) the copies outweigh the tiles."""
+    rows, _ = _run(_conv(1, 40, 9, 8, 12, 1, act="relu"))
+    (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
+    assert "AMX" not in conv[3]
 
 
 @pytest.mark.parametrize("groups", [2, 6])

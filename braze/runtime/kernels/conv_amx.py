@@ -62,10 +62,21 @@ void amx_conv_prep(const float* x, uint16_t* xt, int64_t n, int64_t c, int64_t h
     memset(d + hi * cp, 0, (size_t)((wp - hi) * cp) * sizeof(uint16_t));
     if (c < cp)
       for (int64_t v = lo; v < hi; v++) memset(d + v * cp + c, 0, (size_t)(cp - c) * 2);
-    for (int64_t ci = 0; ci < c; ci++) {
-      const float* src = x + ((img * c + ci) * h + iy) * w - pl;
-      for (int64_t v = lo; v < hi; v++) d[v * cp + ci] = f32_to_bf16(src[v]);
-    }
+    const float* src = x + (img * c * h + iy) * w - pl;  /* channel ci at src + ci h w */
+    int64_t c8 = c / 8 * 8, v8 = lo + (hi - lo) / 8 * 8;
+    for (int64_t ci = 0; ci < c8; ci += 8)  /* 8 channels x 8 columns through a transpose */
+      for (int64_t v = lo; v < v8; v += 8) {
+        float blk[64];
+        transpose8x8(src + ci * h * w + v, h * w, blk, 8);
+        for (int64_t p = 0; p < 8; p++) {
+          uint16_t* dp = d + (v + p) * cp + ci;
+          #pragma omp simd
+          for (int64_t k = 0; k < 8; k++) dp[k] = f32_to_bf16(blk[p * 8 + k]);
+        }
+      }
+    for (int64_t ci = 0; ci < c; ci++)  /* the edges one by one */
+      for (int64_t v = ci < c8 ? v8 : lo; v < hi; v++)
+        d[v * cp + ci] = f32_to_bf16(src[ci * h * w + v]);
   }
 }
 
@@ -168,6 +179,12 @@ def lib():
     return cc.load_library(SOURCE, "braze_conv_amx", _SIGNATURES)
 
 
+MIN_K = 256
+"""Convs with fewer multiply-adds per output (kh kw C, C padded to 32) keep the f32 kernels:
+their copies and stores outweigh the tiles (MobileNetV2's 16-96-channel 1x1 convs ran at
+25-66 GFLOP/s on the tiles against 100+ in f32)."""
+
+
 def _up32(x: int) -> int:
     return (x + 31) // 32 * 32
 
@@ -200,7 +217,7 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
     does not apply: no bf16 policy or AMX here, a grouped conv, a weight computed at run time
     or not bf16-valued, an input the policy did not round, an output that is not f32."""
     if ctx is None or geo.groups != 1 or outs[0].dtype.name != "f32" or lib() is None or \
-            not bf16_gemm._bf16_policy(ctx):
+            not bf16_gemm._bf16_policy(ctx) or geo.kh * geo.kw * _up32(geo.c) < MIN_K:
         return None
     src = bf16_gemm.rounded_source(node, ctx, 0)
     w = ctx.static.get(node.inputs[1])
