@@ -1,13 +1,14 @@
-"""braze's compiled executor on CNNs against ONNX Runtime (all graph optimizations), OpenVINO
-(f32, and its default precision: bf16 on AMX) and the NumPy reference interpreter, side by side
-in one run: the three rapidocr-onnxruntime OCR models (PP-OCRv4 det and rec, the mobile
-direction classifier), the builtin ResNet basic block, ResNet-50 and MobileNetV2 (Hugging
-Face's, random weights, 224x224, exported once to bench/.cache). Median latency per tool (2
+"""braze's compiled executor on CNNs (fp32, and the bf16 policy) against ONNX Runtime (all
+graph optimizations), OpenVINO (f32, and its default precision: bf16 on AMX) and the NumPy
+reference interpreter, side by side in one run: the three rapidocr-onnxruntime OCR models
+(PP-OCRv4 det and rec, the mobile direction classifier), the builtin ResNet basic block,
+ResNet-50, MobileNetV2 and RegNet-Y (Hugging Face's, random weights, 224x224, exported once to
+bench/.cache). Median latency per tool (2
 threads), ratios to ONNX Runtime, and each tool's max difference from ONNX Runtime relative to
 the output's largest magnitude. Appends rows to bench/results/cnn_vs_ort.csv.
 
-    python bench/cnn_vs_ort.py [--models det,rec,cls,resnet,resnet50,mobilenet_v2] [--repeat 20]
-                               [--ref-repeat 2] [--det-size 320] [--label NAME]
+    python bench/cnn_vs_ort.py [--models det,rec,cls,resnet,resnet50,mobilenet_v2,regnet]
+                               [--repeat 20] [--ref-repeat 2] [--det-size 320] [--label NAME]
 
 The tools are timed in interleaved rounds (one call each per round), so load from other
 processes on a shared machine falls on all of them alike. braze runs import -> fuse (cpu
@@ -74,13 +75,15 @@ def ort_session(path: Path):
 
 
 HF_VISION = {"resnet50": ("ResNetModel", "ResNetConfig"),
-             "mobilenet_v2": ("MobileNetV2Model", "MobileNetV2Config")}
+             "mobilenet_v2": ("MobileNetV2Model", "MobileNetV2Config"),
+             "regnet": ("RegNetModel", "RegNetConfig")}
 
 
 def hf_vision_model(name: str) -> tuple[Path, tuple[int, ...]]:
     """A Hugging Face vision backbone of HF_VISION (its default config, random weights, eval
     mode, the pooled features) exported once with the TorchScript exporter to bench/.cache:
-    ResNet-50, and MobileNetV2 (TF-style "same" pads as Pad nodes, ReLU6 as Clip)."""
+    ResNet-50, MobileNetV2 (TF-style "same" pads as Pad nodes, ReLU6 as Clip) and RegNet-Y
+    (grouped 3x3 convs of 64-channel groups, squeeze-excitation)."""
     from executor_vs_peers import CACHE, _export_once
 
     def export(path: Path) -> None:
@@ -154,8 +157,12 @@ def bench_model(name: str, path: Path, shape, repeat: int, ref_repeat: int) -> l
     on_reference = len(dispatch.by_dispatch(Dispatch.REFERENCE))
     (ref_out,) = bz.interpret(g, feeds)
     scale = float(np.abs(want).max()) or 1.0
-    calls = {"braze": lambda: exe(feeds), "onnxruntime": lambda: sess.run(None, feeds)}
-    diffs = {"braze": float(np.abs(got - want).max()) / scale, "onnxruntime": 0.0}
+    low = bz.compile(g, "cpu", precision="bf16")
+    (low_out,) = low(feeds)
+    calls = {"braze": lambda: exe(feeds), "braze_bf16": lambda: low(feeds),
+             "onnxruntime": lambda: sess.run(None, feeds)}
+    diffs = {"braze": float(np.abs(got - want).max()) / scale,
+             "braze_bf16": float(np.abs(low_out - want).max()) / scale, "onnxruntime": 0.0}
     for tool, hint in (("openvino_f32", "f32"), ("openvino_default", "default")):
         ov = openvino_call(path, feeds, hint)
         if ov is not None:
@@ -177,7 +184,7 @@ def bench_model(name: str, path: Path, shape, repeat: int, ref_repeat: int) -> l
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--models", default="det,rec,cls,resnet,resnet50,mobilenet_v2")
+    ap.add_argument("--models", default="det,rec,cls,resnet,resnet50,mobilenet_v2,regnet")
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--ref-repeat", type=int, default=2)
     ap.add_argument("--det-size", type=int, default=320)

@@ -1,9 +1,10 @@
 """Convolutions under the bf16 policy (kernels/conv_amx.py): a conv of one group with a static
 weight and a rounded input runs as an implicit GEMM on AMX tiles, reading the unrounded input
 (the rounding casts are done inside it); odd sizes, strides, padding, dilation, 1x1, a 3-channel
-stem, every epilogue (bias, activations, a residual). Checked against the reference
-interpreter on the policy's graph (`exe.graph`); depthwise / grouped convs and weights fed at
-run time keep the f32 kernels, and the fp32 compile never takes this path."""
+stem, groups of whole 32-channel blocks, every epilogue (bias, activations, a residual).
+Checked against the reference interpreter on the policy's graph (`exe.graph`); depthwise and
+other grouped convs and weights fed at run time keep the f32 kernels, and the fp32 compile
+never takes this path."""
 import numpy as np
 import pytest
 
@@ -55,6 +56,8 @@ CASES = {
     "1x1": (2, 260, 7, 9, 33, 1, dict()),
     "1x1 stride 2": (1, 300, 9, 7, 20, 1, dict(stride=2)),
     "7x7 stem, 3 channels": (1, 3, 30, 26, 16, 7, dict(stride=2, padding=3)),
+    "groups of 32 channels": (2, 64, 9, 10, 48, 3, dict(padding=1, groups=2)),
+    "groups of 64, stride 2": (1, 256, 10, 9, 100, 3, dict(stride=2, padding=1, groups=4)),
 }
 
 

@@ -15,7 +15,9 @@ accumulate in f32: the policy's numbers up to the order of the sums.
 
 Before this, such convs ran braze's f32 kernels on the rounded values after two cast passes
 (slower than fp32); a pixel-row im2col + bf16 GEMM form was slower still (its im2col and
-conversion passes). Depthwise and grouped convs keep the f32 kernels."""
+conversion passes). Groups of whole 32-channel blocks (RegNet's 64-channel groups) run group by
+group; depthwise convs (not rounded by the policy) and other grouped ones keep the f32
+kernels."""
 from __future__ import annotations
 
 import ctypes
@@ -81,30 +83,32 @@ void amx_conv_prep(const float* x, uint16_t* xt, int64_t n, int64_t c, int64_t h
 }
 
 /* y [n, o, ho, wo] = act(conv + bias (+ res)) from amx_conv_prep's xt and the packed weight bp
-   (amx_pack of [kh kw cp, o]: tap t = ky kw + kx, channel block cb at k block t (cp / 32) +
-   cb); bias [o] and res (y's shape) may be NULL. */
+   (per group, amx_pack of its [kh kw cg, og] matrix: tap t = ky kw + kx, channel block cb at k
+   block t (cg / 32) + cb; cg = cp for one group, else a multiple of 32); bias [o] and res
+   (y's shape) may be NULL. */
 void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const float* res,
-              float* y, int64_t n, int64_t o, int64_t cp, int64_t kh, int64_t kw, int64_t sh,
-              int64_t sw, int64_t dh, int64_t dw, int64_t hp, int64_t wp, int64_t ho,
-              int64_t wo, int act) {
-  int64_t cb_n = cp / 32, kb_n = kh * kw * cb_n, nb_n = (o + 31) / 32, xb_n = (wo + 31) / 32;
-  int64_t items = n * ho * xb_n * nb_n, plane = ho * wo, step = sw * cp;
+              float* y, int64_t n, int64_t o, int64_t cp, int64_t groups, int64_t cg,
+              int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+              int64_t hp, int64_t wp, int64_t ho, int64_t wo, int act) {
+  int64_t og = o / groups, cb_n = cg / 32, kb_n = kh * kw * cb_n, nb_n = (og + 31) / 32;
+  int64_t xb_n = (wo + 31) / 32, group_w = nb_n * kb_n * 1024;
+  int64_t items = n * ho * xb_n * groups * nb_n, plane = ho * wo, step = sw * cp;
   #pragma omp parallel if (BRAZE_PARALLEL(n * o * plane * kh * kw * cp, BRAZE_PAR_MIN_MACS))
   {
     configure_tiles();
     float tmp[32 * 32] __attribute__((aligned(64)));
     #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; it++) {
-      int64_t nb = it % nb_n, t = it / nb_n;
+      int64_t gn = it % (groups * nb_n), t = it / (groups * nb_n), g = gn / nb_n, nb = gn % nb_n;
       int64_t xb = t % xb_n, oy = t / xb_n % ho, img = t / (xb_n * ho);
       int64_t ox0 = xb * 32, npx = wo - ox0 < 32 ? wo - ox0 : 32;
       int two = npx > 16;
-      const uint16_t* bcol = bp + nb * kb_n * 1024;
+      const uint16_t* bcol = bp + g * group_w + nb * kb_n * 1024;
       _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
       for (int64_t ky = 0; ky < kh; ky++)
         for (int64_t kx = 0; kx < kw; kx++) {
           const uint16_t* a = xt + ((img * hp + oy * sh + ky * dh) * wp + ox0 * sw + kx * dw)
-                                   * cp;
+                                   * cp + g * cg;
           const uint16_t* b = bcol + (ky * kw + kx) * cb_n * 1024;
           for (int64_t cb = 0; cb < cb_n; cb++, b += 1024) {
             _tile_loadd(4, a + cb * 32, step * 2);
@@ -125,16 +129,16 @@ void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const f
         _tile_stored(2, tmp + 512, 128);
         _tile_stored(3, tmp + 528, 128);
       }
-      int64_t chans = o - nb * 32 < 32 ? o - nb * 32 : 32;
+      int64_t chans = og - nb * 32 < 32 ? og - nb * 32 : 32, oc0 = g * og + nb * 32;
       float bt[32];
-      for (int64_t j = 0; j < 32; j++) bt[j] = bias && j < chans ? bias[nb * 32 + j] : 0.0f;
+      for (int64_t j = 0; j < 32; j++) bt[j] = bias && j < chans ? bias[oc0 + j] : 0.0f;
       for (int64_t p = 0; p < npx; p++) {
         float* tp = tmp + p * 32;
         #pragma omp simd
         for (int64_t j = 0; j < 32; j++) tp[j] += bt[j];
       }
       if (!res && act) act_span(tmp, NULL, tmp, npx * 32, act);
-      float* yb = y + ((img * o + nb * 32) * ho + oy) * wo + ox0;
+      float* yb = y + ((img * o + oc0) * ho + oy) * wo + ox0;
       int64_t p8 = npx / 8 * 8, j8 = chans / 8 * 8;
       for (int64_t p = 0; p < p8; p += 8)
         for (int64_t j = 0; j < j8; j += 8) transpose8x8(tmp + p * 32 + j, 32, yb + j * plane + p,
@@ -158,16 +162,17 @@ void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const f
 /* The conv of x [n, c, h, w]: amx_conv_prep into xt, then amx_conv. */
 void amx_conv_run(const float* x, uint16_t* xt, const uint16_t* bp, const float* bias,
                   const float* res, float* y, int64_t n, int64_t c, int64_t h, int64_t w,
-                  int64_t o, int64_t cp, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
-                  int64_t dh, int64_t dw, int64_t pt, int64_t pl, int64_t hp, int64_t wp,
-                  int64_t ho, int64_t wo, int act) {
+                  int64_t o, int64_t cp, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
+                  int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl, int64_t hp,
+                  int64_t wp, int64_t ho, int64_t wo, int act) {
   amx_conv_prep(x, xt, n, c, h, w, cp, hp, wp, pt, pl);
-  amx_conv(xt, bp, bias, res, y, n, o, cp, kh, kw, sh, sw, dh, dw, hp, wp, ho, wo, act);
+  amx_conv(xt, bp, bias, res, y, n, o, cp, groups, groups == 1 ? cp : c / groups, kh, kw, sh,
+           sw, dh, dw, hp, wp, ho, wo, act);
 }
 """
 
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-_SIGNATURES = {"amx_conv_run": [_P] * 6 + [_I64] * 18 + [_INT]}
+_SIGNATURES = {"amx_conv_run": [_P] * 6 + [_I64] * 19 + [_INT]}
 
 
 @cache
@@ -198,26 +203,36 @@ def _extent(geo) -> tuple[int, int]:
     return hp, wp
 
 
-def packed_weight(w: np.ndarray) -> np.ndarray:
-    """A bf16-valued conv weight [o, c, kh, kw] as amx_conv reads it: the [kh kw cp, o] matrix
-    (channels zero-padded to cp = 32-multiple) packed into VNNI tile pairs."""
-    o, c, kh, kw = w.shape
-    cp = _up32(c)
-    m = np.zeros((kh, kw, cp, o), np.float32)
-    m[:, :, :c, :] = w.transpose(2, 3, 1, 0)
-    m = m.reshape(kh * kw * cp, o)
-    out = aligned_empty(_up32(o) * m.shape[0], np.uint16)
-    amx_gemm._lib().amx_pack(address(m), m.shape[0], o, address(out))
+def packed_weight(w: np.ndarray, groups: int = 1) -> np.ndarray:
+    """A bf16-valued conv weight [o, cg, kh, kw] as amx_conv reads it: per group, the
+    [kh kw cg, og] matrix (channels zero-padded to a multiple of 32 for one group) packed into
+    VNNI tile pairs, the groups one after another."""
+    o, cg, kh, kw = w.shape
+    og, cp = o // groups, _up32(cg)
+    parts = []
+    for g in range(groups):
+        m = np.zeros((kh, kw, cp, og), np.float32)
+        m[:, :, :cg, :] = w[g * og:(g + 1) * og].transpose(2, 3, 1, 0)
+        m = m.reshape(kh * kw * cp, og)
+        part = aligned_empty(_up32(og) * m.shape[0], np.uint16)
+        amx_gemm._lib().amx_pack(address(m), m.shape[0], og, address(part))
+        parts.append(part)
+    if groups == 1:
+        return parts[0]
+    out = aligned_empty(sum(p.size for p in parts), np.uint16)
+    np.concatenate(parts, out=out)
     return out
 
 
 def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: bool,
                 numpy_act, what: str, cost: dict) -> Kernel | None:
     """The conv `node` (geometry `geo`, a conv.ConvGeometry) on AMX tiles, or None where it
-    does not apply: no bf16 policy or AMX here, a grouped conv, a weight computed at run time
-    or not bf16-valued, an input the policy did not round, an output that is not f32."""
-    if ctx is None or geo.groups != 1 or outs[0].dtype.name != "f32" or lib() is None or \
-            not bf16_gemm._bf16_policy(ctx) or geo.kh * geo.kw * _up32(geo.c) < MIN_K:
+    does not apply: no bf16 policy or AMX here, groups whose channels are not whole blocks of
+    32, fewer than MIN_K multiply-adds per output, a weight computed at run time or not
+    bf16-valued, an input the policy did not round, an output that is not f32."""
+    if ctx is None or outs[0].dtype.name != "f32" or lib() is None or \
+            not bf16_gemm._bf16_policy(ctx) or geo.kh * geo.kw * _up32(geo.cg) < MIN_K or \
+            (geo.groups > 1 and geo.cg % 32):
         return None
     src = bf16_gemm.rounded_source(node, ctx, 0)
     w = ctx.static.get(node.inputs[1])
@@ -225,7 +240,8 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
         return None
     key = ("amx conv weight", node.inputs[1])
     if key not in ctx.prepared:
-        ctx.prepared[key] = packed_weight(w) if bf16_gemm.bf16_bits(w) is not None else None
+        ctx.prepared[key] = packed_weight(w, geo.groups) \
+            if bf16_gemm.bf16_bits(w) is not None else None
     packed = ctx.prepared[key]
     if packed is None:
         return None
@@ -245,7 +261,7 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
         so.amx_conv_run(address(x), address(xt), address(packed),
                         None if bias is None else address(bias),
                         None if res is None else address(res), address(out), geo.n, geo.c,
-                        geo.h, geo.w, geo.o, cp, geo.kh, geo.kw, sh, sw, dh, dw,
+                        geo.h, geo.w, geo.o, cp, geo.groups, geo.kh, geo.kw, sh, sw, dh, dw,
                         geo.padding[0], geo.padding[1], hp, wp, geo.ho, geo.wo, act)
         if numpy_act is not None:
             np.copyto(out, numpy_act.apply(out))
