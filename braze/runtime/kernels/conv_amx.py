@@ -82,17 +82,42 @@ void amx_conv_prep(const float* x, uint16_t* xt, int64_t n, int64_t c, int64_t h
   }
 }
 
+/* Pixels [0, len) of a finished tile (rows of 32 f32 channels, bias and, without a residual,
+   the activation applied) into the output rows y[j * plane + p] of its first `chans` channels
+   (8 x 8 register transposes, the edges one by one), then res added and the activation. */
+static void store_run(const float* t, int64_t len, int64_t chans, float* yb, const float* rb,
+                      int64_t plane, int act) {
+  int64_t p8 = len / 8 * 8, j8 = chans / 8 * 8;
+  for (int64_t p = 0; p < p8; p += 8)
+    for (int64_t j = 0; j < j8; j += 8) transpose8x8(t + p * 32 + j, 32, yb + j * plane + p,
+                                                     plane);
+  for (int64_t j = 0; j < chans; j++)
+    for (int64_t p = j < j8 ? p8 : 0; p < len; p++) yb[j * plane + p] = t[p * 32 + j];
+  if (rb)
+    for (int64_t j = 0; j < chans; j++) {
+      float* yr = yb + j * plane;
+      const float* rr = rb + j * plane;
+      for (int64_t p = 0; p < len; p++) yr[p] += rr[p];
+      if (act) act_span(yr, NULL, yr, len, act);
+    }
+}
+
 /* y [n, o, ho, wo] = act(conv + bias (+ res)) from amx_conv_prep's xt and the packed weight bp
    (per group, amx_pack of its [kh kw cg, og] matrix: tap t = ky kw + kx, channel block cb at k
    block t (cg / 32) + cb; cg = cp for one group, else a multiple of 32); bias [o] and res
-   (y's shape) may be NULL. */
+   (y's shape) may be NULL. A tile is 32 pixels: with `pitch` (stride 1) 32 consecutive
+   positions q = oy wp + ox of the padded plane's pitch, whose input for tap (ky, kx) is the
+   padded pixel q + ky dh wp + kx dw (one uniform stride, rows of a small plane sharing a tile;
+   the wp - wo positions past each row's end are computed and dropped); otherwise 32 pixels of
+   one output row, their input sw pixels apart. */
 void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const float* res,
               float* y, int64_t n, int64_t o, int64_t cp, int64_t groups, int64_t cg,
               int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-              int64_t hp, int64_t wp, int64_t ho, int64_t wo, int act) {
+              int64_t hp, int64_t wp, int64_t ho, int64_t wo, int pitch, int act) {
   int64_t og = o / groups, cb_n = cg / 32, kb_n = kh * kw * cb_n, nb_n = (og + 31) / 32;
-  int64_t xb_n = (wo + 31) / 32, group_w = nb_n * kb_n * 1024;
-  int64_t items = n * ho * xb_n * groups * nb_n, plane = ho * wo, step = sw * cp;
+  int64_t blocks = pitch ? (ho * wp + 31) / 32 : ho * ((wo + 31) / 32);
+  int64_t group_w = nb_n * kb_n * 1024, plane = ho * wo, step = pitch ? cp : sw * cp;
+  int64_t items = n * blocks * groups * nb_n;
   #pragma omp parallel if (BRAZE_PARALLEL(n * o * plane * kh * kw * cp, BRAZE_PAR_MIN_MACS))
   {
     configure_tiles();
@@ -100,15 +125,24 @@ void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const f
     #pragma omp for schedule(static)
     for (int64_t it = 0; it < items; it++) {
       int64_t gn = it % (groups * nb_n), t = it / (groups * nb_n), g = gn / nb_n, nb = gn % nb_n;
-      int64_t xb = t % xb_n, oy = t / xb_n % ho, img = t / (xb_n * ho);
-      int64_t ox0 = xb * 32, npx = wo - ox0 < 32 ? wo - ox0 : 32;
+      int64_t blk = t % blocks, img = t / blocks;
+      int64_t q0, npx, base;  /* first position, positions, A base pixel in the image */
+      if (pitch) {
+        q0 = blk * 32;
+        npx = ho * wp - q0 < 32 ? ho * wp - q0 : 32;
+        base = q0;
+      } else {
+        int64_t xb_n = (wo + 31) / 32, oy = blk / xb_n;
+        q0 = oy * wo + blk % xb_n * 32;
+        npx = wo - blk % xb_n * 32 < 32 ? wo - blk % xb_n * 32 : 32;
+        base = oy * sh * wp + blk % xb_n * 32 * sw;
+      }
       int two = npx > 16;
       const uint16_t* bcol = bp + g * group_w + nb * kb_n * 1024;
       _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
       for (int64_t ky = 0; ky < kh; ky++)
         for (int64_t kx = 0; kx < kw; kx++) {
-          const uint16_t* a = xt + ((img * hp + oy * sh + ky * dh) * wp + ox0 * sw + kx * dw)
-                                   * cp + g * cg;
+          const uint16_t* a = xt + (img * hp * wp + base + ky * dh * wp + kx * dw) * cp + g * cg;
           const uint16_t* b = bcol + (ky * kw + kx) * cb_n * 1024;
           for (int64_t cb = 0; cb < cb_n; cb++, b += 1024) {
             _tile_loadd(4, a + cb * 32, step * 2);
@@ -138,21 +172,21 @@ void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const f
         for (int64_t j = 0; j < 32; j++) tp[j] += bt[j];
       }
       if (!res && act) act_span(tmp, NULL, tmp, npx * 32, act);
-      float* yb = y + ((img * o + oc0) * ho + oy) * wo + ox0;
-      int64_t p8 = npx / 8 * 8, j8 = chans / 8 * 8;
-      for (int64_t p = 0; p < p8; p += 8)
-        for (int64_t j = 0; j < j8; j += 8) transpose8x8(tmp + p * 32 + j, 32, yb + j * plane + p,
-                                                         plane);
-      for (int64_t j = 0; j < chans; j++)
-        for (int64_t p = j < j8 ? p8 : 0; p < npx; p++) yb[j * plane + p] = tmp[p * 32 + j];
-      if (res) {
-        const float* rb = res + (yb - y);
-        for (int64_t j = 0; j < chans; j++) {
-          float* yr = yb + j * plane;
-          const float* rr = rb + j * plane;
-          for (int64_t p = 0; p < npx; p++) yr[p] += rr[p];
-          if (act) act_span(yr, NULL, yr, npx, act);
+      int64_t out0 = (img * o + oc0) * plane;
+      if (!pitch) {
+        store_run(tmp, npx, chans, y + out0 + q0, res ? res + out0 + q0 : NULL, plane, act);
+        continue;
+      }
+      for (int64_t p = 0; p < npx;) {  /* runs of positions inside one output row */
+        int64_t oy = (q0 + p) / wp, ox = (q0 + p) % wp;
+        int64_t len = wo - ox < npx - p ? wo - ox : npx - p;
+        if (len > 0) {
+          int64_t at = out0 + oy * wo + ox;
+          store_run(tmp + p * 32, len, chans, y + at, res ? res + at : NULL, plane, act);
+          p += len;
         }
+        p += wp - ox - (len > 0 ? len : 0) < npx - p ? wp - ox - (len > 0 ? len : 0)
+                                                    : npx - p;
       }
     }
     _tile_release();
@@ -164,15 +198,15 @@ void amx_conv_run(const float* x, uint16_t* xt, const uint16_t* bp, const float*
                   const float* res, float* y, int64_t n, int64_t c, int64_t h, int64_t w,
                   int64_t o, int64_t cp, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
                   int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl, int64_t hp,
-                  int64_t wp, int64_t ho, int64_t wo, int act) {
+                  int64_t wp, int64_t ho, int64_t wo, int pitch, int act) {
   amx_conv_prep(x, xt, n, c, h, w, cp, hp, wp, pt, pl);
   amx_conv(xt, bp, bias, res, y, n, o, cp, groups, groups == 1 ? cp : c / groups, kh, kw, sh,
-           sw, dh, dw, hp, wp, ho, wo, act);
+           sw, dh, dw, hp, wp, ho, wo, pitch, act);
 }
 """
 
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-_SIGNATURES = {"amx_conv_run": [_P] * 6 + [_I64] * 19 + [_INT]}
+_SIGNATURES = {"amx_conv_run": [_P] * 6 + [_I64] * 19 + [_INT, _INT]}
 
 
 @cache
@@ -194,13 +228,15 @@ def _up32(x: int) -> int:
     return (x + 31) // 32 * 32
 
 
-def _extent(geo) -> tuple[int, int]:
-    """The padded rows and columns the conv reads, the columns with room for a 32-pixel tile's
-    over-read past the row's end (the tile's rows beyond the output row are discarded)."""
+def _extent(geo) -> tuple[int, int, bool]:
+    """The padded rows and columns the conv reads and whether its tiles run along the padded
+    plane's pitch (stride 1); otherwise the columns have room for a 32-pixel tile's over-read
+    past an output row's end (the tile's pixels beyond the row are dropped)."""
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     hp = (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1
-    wp = (_up32(geo.wo) - 1) * sw + (geo.kw - 1) * dw + 1
-    return hp, wp
+    pitch = (sh, sw) == (1, 1)
+    wp = geo.wo + (geo.kw - 1) * dw if pitch else (_up32(geo.wo) - 1) * sw + (geo.kw - 1) * dw + 1
+    return hp, wp, pitch
 
 
 def packed_weight(w: np.ndarray, groups: int = 1) -> np.ndarray:
@@ -245,7 +281,7 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
     packed = ctx.prepared[key]
     if packed is None:
         return None
-    hp, wp = _extent(geo)
+    hp, wp, pitch = _extent(geo)
     cp = _up32(geo.c)
     out_at = len(ins)  # the output's position among the step's arrays
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
@@ -262,11 +298,13 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
                         None if bias is None else address(bias),
                         None if res is None else address(res), address(out), geo.n, geo.c,
                         geo.h, geo.w, geo.o, cp, geo.groups, geo.kh, geo.kw, sh, sw, dh, dw,
-                        geo.padding[0], geo.padding[1], hp, wp, geo.ho, geo.wo, act)
+                        geo.padding[0], geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch),
+                        act)
         if numpy_act is not None:
             np.copyto(out, numpy_act.apply(out))
 
     return Kernel(run, Dispatch.NATIVE,
                   f"braze AMX conv: implicit GEMM on NHWC bf16, operand rounded in ({what})",
                   reads=((0, src),), **cost,
-                  scratch=(((geo.n * hp * wp * cp + 32 * cp,), np.uint16),))
+                  scratch=(((geo.n * hp * wp * cp + (32 + geo.kw * geo.dilation[1]) * cp,),
+                            np.uint16),))
