@@ -4,9 +4,11 @@ The policy rounds a conv's input and weight to bf16 (cast(cast(x, bf16), f32)). 
 group with a static weight and such a rounded input reads the unrounded input instead (the
 rounding casts are not run) and copies it once per call into a zero-padded NHWC bf16 buffer
 (channels padded to 32, rounded to nearest even as they are copied). An output tile is 32
-pixels of one output row x 32 output channels, four 16 x 16 f32 tiles: for every tap and block
-of 32 input channels, a 16 x 32 bf16 A tile is 16 consecutive output pixels' input channels,
-loaded straight from the NHWC buffer with the stride's pixel step as its row stride, and the
+pixels x 32 output channels, four 16 x 16 f32 tiles: for every tap and block of 32 input
+channels, a 16 x 32 bf16 A tile is 16 output pixels' input channels, loaded straight from the
+NHWC buffer with one row stride (stride-1 convs: 32 consecutive positions along the padded
+plane's pitch, so a small plane's rows share tiles and only the positions past each row's end
+are wasted; strided ones: 32 pixels of one output row, the stride's pixel step apart), and the
 weight's VNNI tiles (amx_gemm.amx_pack of the weight as a [taps x C, O] matrix, packed once)
 are the B tiles. The tile leaves through an f32 scratch: bias (and without a residual the
 activation) added there, stored into the NCHW output with 8 x 8 transposes, a residual added
@@ -16,8 +18,10 @@ accumulate in f32: the policy's numbers up to the order of the sums.
 Before this, such convs ran braze's f32 kernels on the rounded values after two cast passes
 (slower than fp32); a pixel-row im2col + bf16 GEMM form was slower still (its im2col and
 conversion passes). Groups of whole 32-channel blocks (RegNet's 64-channel groups) run group by
-group; depthwise convs (not rounded by the policy) and other grouped ones keep the f32
-kernels."""
+group; depthwise convs (not rounded by the policy), other grouped ones and convs under MIN_K
+multiply-adds per output keep the f32 kernels. Isolated, hot 3x3 convs run at 1.3-1.6
+TFLOP/s on the AMX Xeon VM; in ResNet-50 the per-conv copies in and out (NCHW f32 <-> NHWC
+bf16) and cold weights leave 0.5-0.9 ms a conv."""
 from __future__ import annotations
 
 import ctypes
