@@ -1,8 +1,9 @@
 """Mixed precision: `AutoMixedPrecision(policy)` rounds the operands of the ops a policy lowers
-(matmuls and their fused kinds, convolutions but depthwise ones, which are memory-bound) to
-bf16 (or f16), keeping accumulation and every other op - norms, softmax, residual sums,
-reductions - in float32, which is what a bf16 GEMM with f32 accumulation computes (products of
-bf16 values are exact in f32).
+(matmuls and their fused kinds, convolutions of at least MIN_CONV_MACS multiply-adds per
+output: smaller ones, depthwise among them, are memory-bound) to bf16 (or f16), keeping
+accumulation and every other op - norms, softmax, residual sums, reductions - in float32,
+which is what a bf16 GEMM with f32 accumulation computes (products of bf16 values are exact
+in f32).
 
 Rounding is written as cast(cast(x, bf16), f32): the reference interpreter gives the policy's
 numbers exactly, and on weights it is weight preparation (computed once). A backend with a bf16
@@ -40,6 +41,14 @@ _LOWERED = (MatMul, DotGeneral, FusedMatMulBiasAct, Conv2d, ConvTranspose2d, Fus
             FusedAttentionBlock)
 
 
+MIN_CONV_MACS = 256
+"""Convs with fewer multiply-adds per output value (kh kw C / groups) keep f32 operands under a
+policy by default: they are memory-bound (a depthwise conv does kh kw), so bf16 operands save
+them nothing, and rounding them cost two cast passes each (MobileNetV2's bf16 call had taken
+1.4-1.8x its f32 time). The CPU executor's AMX conv (runtime/kernels/conv_amx.py) runs the
+rounded convs of this size and up."""
+
+
 @dataclass(frozen=True)
 class PrecisionPolicy:
     """Which ops compute on low-precision operands, and in what dtype. Inputs of those ops in
@@ -56,6 +65,8 @@ class PrecisionPolicy:
     # composite kinds holding lowered ops: decomposed first, so their matmuls are rounded too
     attention_core: bool = True
     # attention's own matmuls (q @ k^T, p @ v) on rounded q, k, v and probabilities
+    min_conv_macs: int = MIN_CONV_MACS
+    # convs with fewer multiply-adds per output keep f32 operands (0: every conv is rounded)
 
     def lowers(self, op) -> bool:
         return isinstance(op, self.ops)
@@ -97,7 +108,7 @@ def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int
             count += 1
             continue
         if policy.lowers(node.op) and node.outputs[0].dtype == f32 and \
-                not _depthwise(g, node):
+                not _small_conv(g, node, policy):
             names = _roles(node.op, len(ins))
             for i, (v, role) in enumerate(zip(ins, names)):
                 if role not in policy.skip_roles:
@@ -115,15 +126,12 @@ def apply_precision(g: Graph, policy: PrecisionPolicy | str) -> tuple[Graph, int
     return new, count
 
 
-def _depthwise(g: Graph, node) -> bool:
-    """A depthwise conv (every filter reads one channel of a multi-channel image): a few
-    multiply-adds per value it reads, so bf16 operands save no time on any backend; its
-    operands stay f32 (rounding them cost MobileNetV2 two cast passes per conv, 2x its f32
-    time)."""
+def _small_conv(g: Graph, node, policy: PrecisionPolicy) -> bool:
+    """A conv of fewer than policy.min_conv_macs multiply-adds per output (MIN_CONV_MACS)."""
     if not isinstance(node.op, (Conv2d, FusedConvBiasAct)):
         return False
-    c = g.shape_of(node.inputs[0]).dims[1]
-    return node.op.groups > 1 and node.op.groups == c
+    _, cg, kh, kw = g.shape_of(node.inputs[1]).dims
+    return kh * kw * cg < policy.min_conv_macs
 
 
 def _rounded(new: Graph, v: Value, policy: PrecisionPolicy, rounded: dict) -> Value:

@@ -8,7 +8,7 @@ import pytest
 import braze as bz
 import braze.models as models
 from braze.ir.analysis import weight_prep_nodes
-from braze.passes.precision import AutoMixedPrecision, apply_precision
+from braze.passes.precision import MIN_CONV_MACS, AutoMixedPrecision, apply_precision
 
 
 def test_matmul_operands_are_rounded_and_the_rest_stays_f32():
@@ -36,14 +36,17 @@ def test_matmul_operands_are_rounded_and_the_rest_stays_f32():
     np.testing.assert_allclose(bz.interpret(out, feeds, params)[0], want, rtol=1e-6, atol=1e-6)
 
 
-@pytest.mark.parametrize("groups, rounded", [(1, True), (2, True), (8, False)])
-def test_conv_operands_are_rounded_but_a_depthwise_convs(groups, rounded):
-    """A depthwise conv is memory-bound: its operands stay f32 (no backend gains from bf16
-    there); dense and grouped convs are rounded."""
+@pytest.mark.parametrize("channels, groups, rounded", [(64, 1, True), (64, 2, True),
+                                                      (64, 64, False), (8, 1, False)])
+def test_conv_operands_are_rounded_but_those_of_small_convs(channels, groups, rounded):
+    """A conv of fewer than MIN_CONV_MACS multiply-adds per output (a depthwise one, a 3x3
+    of 8 channels) is memory-bound: its operands stay f32; dense and grouped convs of more
+    are rounded."""
     g = bz.Graph("convs")
-    x = g.input("x", bz.Shape((1, 8, 9, 9)))
-    w = g.param("w", bz.Shape((8, 8 // groups, 3, 3)))
+    x = g.input("x", bz.Shape((1, channels, 9, 9)))
+    w = g.param("w", bz.Shape((channels, channels // groups, 3, 3)))
     g.set_outputs([g.conv2d(x, w, None, 1, 1, 1, groups)])
+    assert (9 * channels // groups >= MIN_CONV_MACS) is rounded
     out, count = apply_precision(g, "bf16")
     casts = [n for n in out.nodes if n.op.kind == "cast"]
     assert count == int(rounded) and len(casts) == 4 * int(rounded)

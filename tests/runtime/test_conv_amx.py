@@ -1,10 +1,12 @@
 """Convolutions under the bf16 policy (kernels/conv_amx.py): a conv of one group with a static
 weight and a rounded input runs as an implicit GEMM on AMX tiles, reading the unrounded input
-(the rounding casts are done inside it); odd sizes, strides, padding, dilation, 1x1, a 3-channel
-stem, groups of whole 32-channel blocks, every epilogue (bias, activations, a residual).
+(the rounding casts are done inside it); odd sizes, strides, padding, dilation, 1x1, a 7x7 of
+6 channels, groups of whole 32-channel blocks, every epilogue (bias, activations, a residual).
 Checked against the reference interpreter on the policy's graph (`exe.graph`); depthwise and
 other grouped convs and weights fed at run time keep the f32 kernels, and the fp32 compile
 never takes this path."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -50,12 +52,12 @@ def _run(g, seeds=(0, 1)):
 
 
 CASES = {
-    "3x3 same": (1, 16, 9, 11, 24, 3, dict(padding=1)),
-    "stride 2, asymmetric pad": (2, 6, 13, 9, 8, 3, dict(stride=2, padding=(0, 1, 1, 0))),
-    "dilation 2, rect": (1, 40, 15, 11, 7, (3, 2), dict(padding=2, dilation=2)),
+    "3x3 same": (1, 30, 9, 11, 24, 3, dict(padding=1)),
+    "stride 2, asymmetric pad": (2, 40, 13, 9, 8, 3, dict(stride=2, padding=(0, 1, 1, 0))),
+    "dilation 2, rect": (1, 45, 15, 11, 7, (3, 2), dict(padding=2, dilation=2)),
     "1x1": (2, 260, 7, 9, 33, 1, dict()),
     "1x1 stride 2": (1, 300, 9, 7, 20, 1, dict(stride=2)),
-    "7x7 stem, 3 channels": (1, 3, 30, 26, 16, 7, dict(stride=2, padding=3)),
+    "7x7 stride 2, 6 channels": (1, 6, 30, 26, 16, 7, dict(stride=2, padding=3)),
     "groups of 32 channels": (2, 64, 9, 10, 48, 3, dict(padding=1, groups=2)),
     "groups of 64, stride 2": (1, 256, 10, 9, 100, 3, dict(stride=2, padding=1, groups=4)),
 }
@@ -73,11 +75,23 @@ def test_convs_run_on_amx_tiles_from_the_unrounded_input(case, act, residual):
     assert len(inside) == 2  # the input's rounding casts run inside the conv
 
 
-def test_a_conv_of_few_multiply_adds_per_output_keeps_the_f32_kernels():
-    """Under conv_amx.MIN_K (kh kw C, C padded to 32) the copies outweigh the tiles."""
-    rows, _ = _run(_conv(1, 40, 9, 8, 12, 1, act="relu"))
+def test_a_conv_of_few_multiply_adds_per_output_stays_f32():
+    """Under precision.MIN_CONV_MACS (kh kw C) the default policy leaves the conv's operands in
+    f32 (no casts); a policy rounding every conv runs it on the f32 kernels, rounded."""
+    from braze.passes.precision import MIN_CONV_MACS, POLICIES
+
+    g = _conv(1, 40, 9, 8, 12, 1, act="relu")
+    assert 40 < MIN_CONV_MACS
+    rows, _ = _run(g)
     (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
-    assert "AMX" not in conv[3]
+    assert "AMX" not in conv[3] and not [r for r in rows if r[1] == "cast"]
+    every = dataclasses.replace(POLICIES["bf16"], min_conv_macs=0)
+    exe = bz.compile(g, params=bz.init_params(g, 0), precision=every)
+    feeds = bz.random_feeds(g, 0)
+    np.testing.assert_allclose(exe(feeds)[0], bz.interpret(exe.graph, feeds,
+                                                           bz.init_params(g, 0))[0],
+                               rtol=1e-5, atol=1e-5)
+    assert any(r[1] == "cast" for r in exe.dispatch_report().rows)
 
 
 @pytest.mark.parametrize("groups", [2, 6])
@@ -88,7 +102,8 @@ def test_grouped_and_depthwise_convs_keep_the_f32_kernels(groups):
 
 
 def test_a_weight_fed_at_run_time_keeps_the_f32_kernels():
-    rows, _ = _run(_conv(1, 8, 9, 8, 12, 3, padding=1, weight_input=True))
+    rows, _ = _run(_conv(1, 40, 9, 8, 12, 3, padding=1, weight_input=True))
+    assert [r for r in rows if r[1] == "cast"]  # rounded, by the f32 kernels' casts
     (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
     assert "bf16" not in conv[3]
 

@@ -18,10 +18,10 @@ accumulate in f32: the policy's numbers up to the order of the sums.
 Before this, such convs ran braze's f32 kernels on the rounded values after two cast passes
 (slower than fp32); a pixel-row im2col + bf16 GEMM form was slower still (its im2col and
 conversion passes). Groups of whole 32-channel blocks (RegNet's 64-channel groups) run group by
-group; depthwise convs (not rounded by the policy), other grouped ones and convs under MIN_K
-multiply-adds per output keep the f32 kernels. Isolated, hot 3x3 convs run at 1.3-1.6
-TFLOP/s on the AMX Xeon VM; in ResNet-50 the per-conv copies in and out (NCHW f32 <-> NHWC
-bf16) and cold weights leave 0.5-0.9 ms a conv."""
+group; depthwise convs and other convs under precision.MIN_CONV_MACS multiply-adds per output
+(which the default policy leaves in f32) and other grouped ones keep the f32 kernels.
+Isolated, hot 3x3 convs run at 1.3-1.6 TFLOP/s on the AMX Xeon VM; in ResNet-50 the per-conv
+copies in and out (NCHW f32 <-> NHWC bf16) and cold weights leave 0.5-0.9 ms a conv."""
 from __future__ import annotations
 
 import ctypes
@@ -30,6 +30,7 @@ from functools import cache
 import numpy as np
 
 from ...errors import InterpretError
+from ...passes.precision import MIN_CONV_MACS
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
@@ -222,12 +223,6 @@ def lib():
     return cc.load_library(SOURCE, "braze_conv_amx", _SIGNATURES)
 
 
-MIN_K = 256
-"""Convs with fewer multiply-adds per output (kh kw C, C padded to 32) keep the f32 kernels:
-their copies and stores outweigh the tiles (MobileNetV2's 16-96-channel 1x1 convs ran at
-25-66 GFLOP/s on the tiles against 100+ in f32)."""
-
-
 def _up32(x: int) -> int:
     return (x + 31) // 32 * 32
 
@@ -268,10 +263,12 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
                 numpy_act, what: str, cost: dict) -> Kernel | None:
     """The conv `node` (geometry `geo`, a conv.ConvGeometry) on AMX tiles, or None where it
     does not apply: no bf16 policy or AMX here, groups whose channels are not whole blocks of
-    32, fewer than MIN_K multiply-adds per output, a weight computed at run time or not
-    bf16-valued, an input the policy did not round, an output that is not f32."""
+    32, fewer than MIN_CONV_MACS multiply-adds per output (the default policy leaves those in
+    f32; on the tiles MobileNetV2's 16-96-channel 1x1 convs ran at 25-66 GFLOP/s), a weight
+    computed at run time or not bf16-valued, an input the policy did not round, an output
+    that is not f32."""
     if ctx is None or outs[0].dtype.name != "f32" or lib() is None or \
-            not bf16_gemm._bf16_policy(ctx) or geo.kh * geo.kw * _up32(geo.cg) < MIN_K or \
+            not bf16_gemm._bf16_policy(ctx) or geo.kh * geo.kw * geo.cg < MIN_CONV_MACS or \
             (geo.groups > 1 and geo.cg % 32):
         return None
     src = bf16_gemm.rounded_source(node, ctx, 0)
