@@ -5,7 +5,7 @@ reproduce PyTorch before and after `bz.fuse`; BatchNorms fold (after convs and a
 layers), convs fuse with their bias and activation, every transformer layer's attention block
 and residual LayerNorms fuse, and what does not fuse is a reported miss with its reason; the
 fused ONNX export runs in ONNX Runtime and matches; the compiled CPU executor matches the
-interpreter."""
+interpreter, in fp32 and under the bf16 policy (on the policy's graph)."""
 import numpy as np
 import pytest
 import torch
@@ -116,6 +116,19 @@ def test_compiled_executor_matches_the_interpreter(hf_vision_zoo, family):
     (want,) = bz.interpret(fused, feeds)
     (got,) = bz.compile(fused, "cpu")(feeds)
     _close(got, want)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_compiled_bf16_policy_matches_the_interpreter_on_its_graph(hf_vision_zoo, family):
+    """Under the bf16 policy (convs on AMX tiles where AMX runs, the bf16 GEMM, small and
+    depthwise convs in f32) the compiled executable computes the policy's graph: against
+    the reference interpreter on `exe.graph`, up to the order of f32 sums."""
+    m, g, _, _ = _graphs(hf_vision_zoo, family, "torchscript")
+    feeds = vision_inputs(2, m.image_size, seed=10)
+    exe = bz.compile(g, "cpu", precision="bf16")
+    (got,) = exe(feeds)
+    (want,) = bz.interpret(exe.graph, feeds)
+    np.testing.assert_allclose(got, want, rtol=1e-3, atol=1e-4 * float(np.abs(want).max()))
 
 
 def test_batch_norm_statistics_are_perturbed(hf_vision_zoo):
