@@ -166,7 +166,7 @@ def build_module(fam: Family, names: list[str]):
     import torch
     import transformers
 
-    from braze.models.hf import _perturb
+    from braze.models.hf import perturb_weights
 
     owner, _, cls_name = fam.model.rpartition(":")
     cls = getattr(importlib.import_module(owner) if owner else transformers, cls_name)
@@ -174,7 +174,7 @@ def build_module(fam: Family, names: list[str]):
     cfg = getattr(transformers, fam.config)(**fam.kwargs)
     cfg._attn_implementation = fam.attn
     model = cls(cfg, **fam.init).eval()
-    _perturb(model, 0)
+    perturb_weights(model, 0)
     extra = {"use_cache": False} if "use_cache" in inspect.signature(cls.forward).parameters \
         else {}
 

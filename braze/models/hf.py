@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 __all__ = ["HF_FAMILIES", "HFFamily", "hf_module", "hf_inputs", "export_onnx_variant",
-           "EXPORT_VARIANTS", "family_variants", "variant_attn"]
+           "EXPORT_VARIANTS", "family_variants", "variant_attn", "perturb_weights"]
 
 EXPORT_VARIANTS = ("sdpa", "eager", "dynamo")
 VOCAB = 128
@@ -231,7 +231,7 @@ def hf_module(family: str, *, size: str = "tiny", attn: str = "sdpa", seed: int 
     cfg._attn_implementation = attn if fam.sdpa else "eager"
     cls = getattr(transformers, fam.model_class)
     model = cls(cfg).eval()
-    _perturb(model, seed)
+    perturb_weights(model, seed)
     no_cache = "use_cache" in inspect.signature(cls.forward).parameters
     wrapped = _LastHidden(model, no_cache).eval()
     wrapped.vocab_size = cfg.vocab_size
@@ -247,7 +247,7 @@ def _family(name: str) -> HFFamily:
             from None
 
 
-def _perturb(model, seed: int) -> None:
+def perturb_weights(model, seed: int) -> None:
     """Move every 1-D parameter (norm weights off 1, biases off 0) by N(0, 0.1) noise."""
     import torch
 

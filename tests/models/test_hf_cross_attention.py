@@ -14,7 +14,7 @@ import torch
 
 import braze as bz
 from braze.ir.ops.fused import QkvInputs
-from braze.models.hf import _perturb
+from braze.models.hf import perturb_weights
 from braze.runtime.kernels import Dispatch
 
 VOCAB, SRC, TGT = 128, 8, 5
@@ -84,7 +84,7 @@ def module(family: str, attn: str):
     cfg = getattr(transformers, cfg_cls)(**kw)
     cfg._attn_implementation = attn
     model = getattr(transformers, model_cls)(cfg).eval()
-    _perturb(model, 0)
+    perturb_weights(model, 0)
     wrap = EncoderHidden if family == "mobilebert" else Seq2SeqHidden
     return wrap(model).eval()
 
@@ -205,7 +205,7 @@ def test_whisper_decoder_over_the_audio_encoder_fuses_through_import_torch():
                                      max_target_positions=16)
     cfg._attn_implementation = "sdpa"
     model = transformers.WhisperModel(cfg).eval()
-    _perturb(model, 0)
+    perturb_weights(model, 0)
     m = AudioSeq2SeqHidden(model).eval()
     rng = np.random.default_rng(2)
     f = {"input_features": rng.standard_normal((2, 16, 16)).astype(np.float32),

@@ -35,7 +35,7 @@ from ..plan import aligned_empty
 from . import native
 from .packed_gemm import gate_up_pairs
 
-__all__ = ["available", "AmxWeight", "gemm", "scratch_elems", "BF16"]
+__all__ = ["available", "AmxWeight", "gemm", "scratch_elems", "up32", "BF16"]
 
 TILE_CONFIG = r"""
 /* Palette 1, all 8 tiles 16 rows x 64 bytes: 16 x 16 f32 sums, 16 x 32 bf16 A tiles and
@@ -412,13 +412,14 @@ def available() -> bool:
     return _lib() is not None
 
 
-def _up32(x: int) -> int:
+def up32(x: int) -> int:
+    """x rounded up to a multiple of 32 (a tile's k pairs or a block of columns)."""
     return (x + 31) // 32 * 32
 
 
 def scratch_elems(rows: int, k: int) -> int:
     """uint16 elements of the operand scratch a `rows` x `k` product needs."""
-    return _up32(max(rows, 1)) * _up32(max(k, 1))
+    return up32(max(rows, 1)) * up32(max(k, 1))
 
 
 class AmxWeight:
@@ -434,7 +435,7 @@ class AmxWeight:
             w = gate_up_pairs(np.asarray(w, np.float32), gate_first)
         self.k, self.n = (int(x) for x in w.shape)
         src = np.ascontiguousarray(w, np.float32)
-        self.packed = aligned_empty(_up32(self.n) * _up32(self.k), np.uint16)
+        self.packed = aligned_empty(up32(self.n) * up32(self.k), np.uint16)
         _lib().amx_pack(address(src), self.k, self.n, address(self.packed))
 
 

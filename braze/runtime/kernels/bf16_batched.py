@@ -110,7 +110,7 @@ def batched_kernel(node, ins, outs, ctx, *, has_bias: bool = False, act: int = 0
     same leading dims under the bf16 policy, each rounded by the policy (read before rounding:
     Kernel.reads) or static with bf16 values; None otherwise."""
     a, b = ins[:2]
-    if not bf16_gemm._bf16_policy(ctx) or a.rank < 3 or b.rank != a.rank or \
+    if not bf16_gemm.bf16_policy(ctx) or a.rank < 3 or b.rank != a.rank or \
             tuple(a.dims[:-2]) != tuple(b.dims[:-2]) or outs[0].dtype.name != "f32":
         return None
     address_ = _gemm_address()

@@ -37,9 +37,9 @@ from . import amx_gemm, blas, gemm_choice, native
 from .packed_gemm import gemm_bias
 from .registry import Dispatch, Kernel, nbytes
 
-__all__ = ["available", "Bf16Weight", "bf16_weight", "bf16_bits", "rounded_source", "gemm",
-           "gemm_kernel",
-           "round_through", "scratch_elems", "describe", "PREPARED"]
+__all__ = ["available", "bf16_policy", "Bf16Weight", "bf16_weight", "bf16_bits",
+           "rounded_source", "gemm", "gemm_kernel", "round_through", "scratch_elems", "describe",
+           "PREPARED"]
 
 _ROW_MAJOR, _NO_TRANS, _B_MATRIX = 101, 111, 162  # CBLAS enums (the C code uses 151: packed)
 
@@ -165,7 +165,7 @@ def bf16_weight(node, ctx, position: int = 1, gate_first: bool | None = None
     available and every weight value is a bf16 number (the policy rounded it); else None.
     With `gate_first` set, packed in gate / up pairs for braze's AMX kernel's gated epilogue
     (None without AMX: MKL has no such epilogue)."""
-    if not _bf16_policy(ctx) or not available() or (gate_first is not None and not _amx()):
+    if not bf16_policy(ctx) or not available() or (gate_first is not None and not _amx()):
         return None
     value = node.inputs[position]
     w = ctx.static.get(value)
@@ -221,7 +221,8 @@ def _candidates(x: np.ndarray, w: np.ndarray) -> dict:
             "amx": lambda: gemm(x, amx, out, None, 0, x16)}
 
 
-def _bf16_policy(ctx) -> bool:
+def bf16_policy(ctx) -> bool:
+    """Whether the kernel context compiles under a bf16 policy (its roundings are to bf16)."""
     policy = ctx.precision
     if policy is None:
         return False

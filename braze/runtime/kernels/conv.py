@@ -139,9 +139,8 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
     what = f"residual + {what}" if residual else what
     cost = {"flops": geo.flops(), "bytes": nbytes(ins) + nbytes(outs)}
     out_at = len(ins)  # position of the output among the step's arrays
-    amx = None if geo.depthwise else \
-        conv_amx.conv_kernel(node, geo, ins, outs, ctx, code, has_bias, residual, numpy_act,
-                             what, cost)
+    amx = conv_amx.conv_kernel(node, geo, ins, outs, ctx, code, has_bias, residual, numpy_act,
+                               what, cost)
     if amx is not None:  # the bf16 policy's conv on AMX tiles
         return amx
     if geo.depthwise:

@@ -223,10 +223,6 @@ def lib():
     return cc.load_library(SOURCE, "braze_conv_amx", _SIGNATURES)
 
 
-def _up32(x: int) -> int:
-    return (x + 31) // 32 * 32
-
-
 def _extent(geo) -> tuple[int, int, bool]:
     """The padded rows and columns the conv reads and whether its tiles run along the padded
     plane's pitch (stride 1); otherwise the columns have room for a 32-pixel tile's over-read
@@ -234,7 +230,8 @@ def _extent(geo) -> tuple[int, int, bool]:
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     hp = (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1
     pitch = (sh, sw) == (1, 1)
-    wp = geo.wo + (geo.kw - 1) * dw if pitch else (_up32(geo.wo) - 1) * sw + (geo.kw - 1) * dw + 1
+    first = geo.wo if pitch else (amx_gemm.up32(geo.wo) - 1) * sw + 1  # columns tap 0 reads
+    wp = first + (geo.kw - 1) * dw
     return hp, wp, pitch
 
 
@@ -243,15 +240,12 @@ def packed_weight(w: np.ndarray, groups: int = 1) -> np.ndarray:
     [kh kw cg, og] matrix (channels zero-padded to a multiple of 32 for one group) packed into
     VNNI tile pairs, the groups one after another."""
     o, cg, kh, kw = w.shape
-    og, cp = o // groups, _up32(cg)
+    og, cp = o // groups, amx_gemm.up32(cg)
     parts = []
     for g in range(groups):
         m = np.zeros((kh, kw, cp, og), np.float32)
         m[:, :, :cg, :] = w[g * og:(g + 1) * og].transpose(2, 3, 1, 0)
-        m = m.reshape(kh * kw * cp, og)
-        part = aligned_empty(_up32(og) * m.shape[0], np.uint16)
-        amx_gemm._lib().amx_pack(address(m), m.shape[0], og, address(part))
-        parts.append(part)
+        parts.append(amx_gemm.AmxWeight(m.reshape(kh * kw * cp, og)).packed)
     if groups == 1:
         return parts[0]
     out = aligned_empty(sum(p.size for p in parts), np.uint16)
@@ -268,7 +262,7 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
     computed at run time or not bf16-valued, an input the policy did not round, an output
     that is not f32."""
     if ctx is None or outs[0].dtype.name != "f32" or lib() is None or \
-            not bf16_gemm._bf16_policy(ctx) or geo.kh * geo.kw * geo.cg < MIN_CONV_MACS or \
+            not bf16_gemm.bf16_policy(ctx) or geo.kh * geo.kw * geo.cg < MIN_CONV_MACS or \
             (geo.groups > 1 and geo.cg % 32):
         return None
     src = bf16_gemm.rounded_source(node, ctx, 0)
@@ -283,7 +277,7 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
     if packed is None:
         return None
     hp, wp, pitch = _extent(geo)
-    cp = _up32(geo.c)
+    cp = amx_gemm.up32(geo.c)
     out_at = len(ins)  # the output's position among the step's arrays
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     so = lib()
