@@ -1,15 +1,12 @@
 """braze's AMX bf16 GEMM (kernels/amx_gemm.py): exact bf16 products accumulated in f32, against
 NumPy at sizes that are not multiples of the 32 x 32 blocks, with every epilogue; declined
-operands leave the output alone; under the bf16 policy it runs the models' GEMMs (forced, or
-where measured faster than MKL's) and matches the policy graph's interpreter."""
-import json
+operands leave the output alone; the models forced onto it, and which bf16 GEMM a shape runs:
+test_dpbf16_gemm.py."""
 
 import ml_dtypes
 import numpy as np
 import pytest
 
-import braze as bz
-from braze import models
 from braze.runtime.kernels import amx_gemm, bf16_gemm, native
 
 needs_amx = pytest.mark.skipif(not amx_gemm.available(), reason="no AMX-BF16 here")
@@ -77,51 +74,10 @@ def test_operands_that_do_not_fit_are_declined_untouched():
     assert amx_gemm.gemm(x, w, out, None, 0, x16) and (out == 40.0).all()
 
 
-@needs_amx
-@pytest.mark.parametrize("build", [lambda: models.bert_encoder(2, 64, 4, batch=2, seq=9),
-                                   lambda: models.llama_tiny()], ids=["bert", "llama"])
-def test_models_run_their_bf16_gemms_on_it(monkeypatch, build):
-    monkeypatch.setenv("BRAZE_BF16_GEMM", "amx")
-    g = build()
-    params = bz.init_params(g, 0)
-    exe = bz.compile(g, params=params, precision="bf16")
-    feeds = bz.random_feeds(g, 4)
-    rows = exe.dispatch_report(feeds).rows
-    assert sum("braze bf16 GEMM (AMX tiles)" in r[3] for r in rows) >= 2
-    assert not any("MKL bf16" in r[3] for r in rows)
-    want = bz.interpret(exe.graph, feeds, params)
-    for got, w in zip(exe(feeds), want, strict=True):  # as test_bf16_gemm's _close
-        scale = max(1.0, float(np.abs(w).max()))
-        assert np.abs(got - w).max() < 4e-3 * scale
-        assert np.mean(np.abs(got - w) <= 1e-3 * np.abs(w) + 1e-4 * scale) > 0.99
-
-
-@needs_amx
-@pytest.mark.skipif(bf16_gemm._mkl() is None, reason="no MKL bf16 GEMM to measure against")
-def test_the_faster_of_mkl_and_amx_is_measured_once_per_shape(monkeypatch, tmp_path):
-    from braze.runtime.kernels import gemm_choice
-
-    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path))
-    monkeypatch.delenv("BRAZE_GEMM_CHOICES", raising=False)
-    monkeypatch.setattr(gemm_choice, "_choices", None)
-    monkeypatch.delenv("BRAZE_BF16_GEMM", raising=False)
-    g = models.bert_encoder(1, 64, 4, batch=1, seq=8)
-    exe = bz.compile(g, params=bz.init_params(g, 0), precision="bf16")
-    rows = exe.dispatch_report(bz.random_feeds(g, 0)).rows
-    saved = json.loads(next(tmp_path.glob("gemm_choice_*.json")).read_text())
-    key = gemm_choice.bf16_key
-    bf16 = {k: v for k, v in saved.items() if k.startswith(key(0, 0).split(":")[0] + ":")}
-    assert set(bf16) == {key(64, 192), key(64, 64), key(64, 256), key(256, 64)}
-    assert set(bf16.values()) <= {"mkl", "amx"}
-    mlp = [r for r in rows if r[1] == "fused_matmul_bias_act"]
-    kinds = {"amx": "braze bf16 GEMM (AMX tiles)", "mkl": "MKL bf16 GEMM (AMX)"}
-    assert kinds[bf16[key(64, 256)]] in mlp[0][3] and kinds[bf16[key(256, 64)]] in mlp[1][3]
-
-
 def test_prepared_weights_start_on_a_cache_line():
     """Every packed weight starts 64-byte aligned (NumPy gives 16: each 64-byte tile or panel
     row would then straddle two cache lines)."""
-    from braze.runtime.kernels import mkl_packed, packed_gemm
+    from braze.runtime.kernels import dpbf16_gemm, mkl_packed, packed_gemm
 
     rng = np.random.default_rng(3)
     for shape in ((40, 72), (33, 17), (256, 96)):
@@ -129,6 +85,8 @@ def test_prepared_weights_start_on_a_cache_line():
         packed = [packed_gemm.pack(w).panels]
         if amx_gemm.available():
             packed.append(amx_gemm.AmxWeight(w).packed)
+        if dpbf16_gemm.available():
+            packed.append(dpbf16_gemm.DpWeight(w).packed)
         if bf16_gemm._mkl() is not None:
             packed.append(bf16_gemm.Bf16Weight(w).packed)
         if mkl_packed.pack(w) is not None:

@@ -1,14 +1,15 @@
 """The bf16 GEMM path of the compiled executor (kernels/bf16_gemm.py): under the bf16 policy a
-GEMM on a static bf16-valued weight runs MKL's bf16 GEMM, reading the operand before the
-policy's rounding and rounding it itself; the rounding casts are left out of the run. Checked
-against the reference interpreter on the policy's graph (`exe.graph`), odd sizes included."""
+GEMM on a static bf16-valued weight runs a bf16 GEMM (MKL's or braze's), reading the operand
+before the policy's rounding and rounding it itself; the rounding casts are left out of the
+run. Checked against the reference interpreter on the policy's graph (`exe.graph`), odd sizes
+included."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 import braze as bz
 from braze import models
-from braze.runtime.kernels import amx_gemm, bf16_gemm
+from braze.runtime.kernels import bf16_gemm
 
 needs_bf16 = pytest.mark.skipif(not bf16_gemm.available(),
                                 reason="no MKL bf16 GEMM or no AMX / AVX512-BF16 CPU here")
@@ -67,7 +68,7 @@ def test_linear_layers_run_the_bf16_gemm(rows, k, n):
     exe = bz.compile(g, params=params, precision="bf16", threads=2)
     rows_ = _rows(exe, g)
     gemms = [r for r in rows_ if r[1].startswith("fused_matmul_bias_act")]
-    assert len(gemms) == 2 and all("bf16 GEMM (AMX" in r[3] for r in gemms)
+    assert len(gemms) == 2 and all("bf16 GEMM" in r[3] for r in gemms)
     folded = [r for r in rows_ if r[1] == "cast" and
               r[3].startswith(("done inside", "in the epilogue"))]
     assert len(folded) == 4  # each GEMM's operand: cast to bf16 and back, no step of its own
@@ -100,7 +101,7 @@ def test_attention_block_projects_qkv_and_output_in_bf16():
     blocks = [r for r in _rows(exe, g) if r[1].startswith("fused_attention_block")]
     assert len(blocks) == 2
     # q/k/v and the output on a bf16 GEMM (MKL's or braze's, whichever measured faster here)
-    assert all("bf16 GEMM (AMX" in r[3] and "f32 GEMM" not in r[3] for r in blocks)
+    assert all("bf16 GEMM" in r[3] and "f32 GEMM" not in r[3] for r in blocks)
     feeds = bz.random_feeds(g, 5)
     _close(exe(feeds), _policy_reference(exe, feeds, params))
 
@@ -154,7 +155,7 @@ def test_round_through_matches_the_policy_casts():
 @needs_bf16
 @pytest.mark.parametrize("weights", ["auto", "mkl"])
 def test_gated_mlp_runs_bf16_product_then_gate(weights, monkeypatch):
-    """With braze's AMX kernel, act(gate) * up is its GEMM's epilogue; with MKL's bf16 GEMM the
+    """With braze's bf16 kernels, act(gate) * up is their GEMM's epilogue; with MKL's the
     C gated kernel runs after the product."""
     if weights == "mkl" and bf16_gemm._mkl() is None:
         pytest.skip("no MKL bf16 GEMM")
@@ -165,11 +166,11 @@ def test_gated_mlp_runs_bf16_product_then_gate(weights, monkeypatch):
     rows = _rows(exe, g)
     gated = [r for r in rows if r[1] == "fused_swiglu"]
     assert gated
-    if weights == "auto" and amx_gemm.available():
+    if weights == "auto" and bf16_gemm._own():
         assert all(r[3].startswith("in the epilogue") and "gated silu" in r[3] for r in gated)
     else:
         assert all(r[3].startswith("C gated") for r in gated)
-    assert sum("bf16 GEMM (AMX" in r[3] for r in rows) >= 4
+    assert sum("bf16 GEMM" in r[3] for r in rows) >= 4
     feeds = bz.random_feeds(g, 1)
     _close(exe(feeds), _policy_reference(exe, feeds, params))
 

@@ -2,16 +2,22 @@
 policy a GEMM whose product only the policy's rounding for the next GEMM reads writes that
 product in bf16 from its epilogue, and the next GEMM reads those bf16 values as its operand.
 Checked against the reference interpreter on the policy's graph, odd sizes included, and
-against NumPy for the AMX kernel's bf16 operand and bf16 output."""
+against NumPy for the AMX kernel's bf16 operand and bf16 output. The model-level tests run on
+each of braze's bf16 GEMMs this CPU has (AMX tiles, AVX512-BF16)."""
 import ml_dtypes
 import numpy as np
 import pytest
 
 import braze as bz
-from braze.runtime.kernels import amx_gemm, bf16_gemm
+from braze.runtime.kernels import amx_gemm, bf16_gemm, dpbf16_gemm
 
 needs_amx = pytest.mark.skipif(not (amx_gemm.available() and bf16_gemm.available()),
                                reason="no AMX-BF16 here")
+OWN = [kind for kind, here in (("amx", amx_gemm.available()), ("dp", dpbf16_gemm.available()))
+       if here and bf16_gemm.available()]
+# each of braze's own bf16 GEMMs here (the hand-off and the gated epilogue are theirs alone)
+own_kinds = pytest.mark.parametrize(
+    "own", OWN or [pytest.param("amx", marks=pytest.mark.skip(reason="no braze bf16 GEMM"))])
 BF16 = ml_dtypes.bfloat16
 
 
@@ -92,10 +98,10 @@ def _close(got, want):
         assert np.median(np.abs(a - b)) <= 1e-5 * scale
 
 
-@needs_amx
+@own_kinds
 @pytest.mark.parametrize("rows,k,n", [(5, 13, 7), (70, 64, 96), (33, 96, 160), (1, 32, 64)])
-def test_up_projection_hands_bf16_to_the_down_projection(rows, k, n, monkeypatch):
-    monkeypatch.setenv("BRAZE_BF16_GEMM", "amx")
+def test_up_projection_hands_bf16_to_the_down_projection(rows, k, n, own, monkeypatch):
+    monkeypatch.setenv("BRAZE_BF16_GEMM", own)
     g = _mlp(rows, k, n)
     params = bz.init_params(g, seed=1)
     exe = _compile(g, params)
@@ -110,9 +116,9 @@ def test_up_projection_hands_bf16_to_the_down_projection(rows, k, n, monkeypatch
         _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
 
 
-@needs_amx
-def test_a_product_that_is_also_an_output_is_not_handed_over(monkeypatch):
-    monkeypatch.setenv("BRAZE_BF16_GEMM", "amx")
+@own_kinds
+def test_a_product_that_is_also_an_output_is_not_handed_over(own, monkeypatch):
+    monkeypatch.setenv("BRAZE_BF16_GEMM", own)
     g = _mlp(16, 64, 96, product_out=True)
     params = bz.init_params(g, seed=1)
     exe = _compile(g, params)
@@ -122,7 +128,6 @@ def test_a_product_that_is_also_an_output_is_not_handed_over(monkeypatch):
     _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
 
 
-@needs_amx
 def test_mkl_weights_keep_the_f32_product(monkeypatch):
     if bf16_gemm._mkl() is None:
         pytest.skip("no MKL bf16 GEMM")
@@ -136,11 +141,11 @@ def test_mkl_weights_keep_the_f32_product(monkeypatch):
     _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
 
 
-@needs_amx
-def test_a_reader_that_is_no_bf16_gemm_gets_the_rounded_values_cast_back(monkeypatch):
+@own_kinds
+def test_a_reader_that_is_no_bf16_gemm_gets_the_rounded_values_cast_back(own, monkeypatch):
     """The down projection's weight is a graph input (no static bf16 weight to pack): the up
     projection still writes bf16, and the cast back to f32 runs as its own step."""
-    monkeypatch.setenv("BRAZE_BF16_GEMM", "amx")
+    monkeypatch.setenv("BRAZE_BF16_GEMM", own)
     g = _mlp(24, 64, 96, second_weight_input=True)
     params = bz.init_params(g, seed=1)
     exe = _compile(g, params)
@@ -163,10 +168,9 @@ def test_f32_programs_hand_nothing_over():
                                atol=1e-4)
 
 
-@needs_amx
-@pytest.mark.parametrize("weights", ["amx", "mkl"])
+@pytest.mark.parametrize("weights", OWN + ["mkl"])
 def test_gated_mlp_hands_bf16_to_the_down_projection(weights, monkeypatch):
-    """act(gate) * up is written in bf16 (by the AMX GEMM's gated epilogue, or by the C gated
+    """act(gate) * up is written in bf16 (by braze's GEMM's gated epilogue, or by the C gated
     kernel after MKL's product) and read as it is by the down projection."""
     if weights == "mkl" and bf16_gemm._mkl() is None:
         pytest.skip("no MKL bf16 GEMM")
@@ -180,7 +184,7 @@ def test_gated_mlp_hands_bf16_to_the_down_projection(weights, monkeypatch):
     rows_ = exe.dispatch_report(feeds).rows
     gated = [r for r in rows_ if r[1] == "fused_swiglu"]
     assert gated and all("gated silu, bf16 out" in r[3] for r in gated)
-    epilogue = weights == "amx"
+    epilogue = weights != "mkl"
     assert all(r[3].startswith("in the epilogue") == epilogue for r in gated)
     handed = [r for r in rows_ if r[1] == "matmul" and "bf16 operand handed over" in r[3]]
     assert len(handed) == len(gated)
@@ -195,6 +199,8 @@ def test_attention_block_hands_bf16_through_its_core(weights, monkeypatch):
     before. The same numbers either way (the policy rounds exactly those values)."""
     if weights == "mkl" and bf16_gemm._mkl() is None:
         pytest.skip("no MKL bf16 GEMM")
+    if weights == "amx" and not amx_gemm.available():
+        pytest.skip("no AMX-BF16 here")
     from braze import models
     from braze.runtime.kernels import attention_amx
 

@@ -24,6 +24,7 @@ data (arch_prctl, once per process) and a C compiler; `BRAZE_BF16_GEMM=mkl` keep
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
 from functools import cache
 
 import ml_dtypes
@@ -35,7 +36,7 @@ from ..plan import aligned_empty
 from . import native
 from .packed_gemm import gate_up_pairs
 
-__all__ = ["available", "AmxWeight", "gemm", "scratch_elems", "up32", "BF16"]
+__all__ = ["available", "OwnWeight", "AmxWeight", "gemm", "fits", "scratch_elems", "up32", "BF16"]
 
 TILE_CONFIG = r"""
 /* Palette 1, all 8 tiles 16 rows x 64 bytes: 16 x 16 f32 sums, 16 x 32 bf16 A tiles and
@@ -422,11 +423,12 @@ def scratch_elems(rows: int, k: int) -> int:
     return up32(max(rows, 1)) * up32(max(k, 1))
 
 
-class AmxWeight:
-    """A [K, N] weight whose values are bf16 numbers, packed once into VNNI tile pairs. With
-    `gate_first` set, w is [K, 2F], the gate and up projections side by side (gate first or
-    second), packed as gate / up pairs of 16 columns (packed_gemm.gate_up_pairs: n = 2
-    ceil(F / 16) * 16) for the gated epilogue, whose output has out_cols = F columns."""
+class OwnWeight:
+    """A [K, N] weight whose values are bf16 numbers, packed once for one of braze's bf16
+    GEMMs (a subclass's `_pack`). With `gate_first` set, w is [K, 2F], the gate and up
+    projections side by side (gate first or second), packed as gate / up pairs of 16 columns
+    (packed_gemm.gate_up_pairs: n = 2 ceil(F / 16) * 16) for the gated epilogue, whose output
+    has out_cols = F columns."""
 
     def __init__(self, w: np.ndarray, gate_first: bool | None = None):
         self.gated = gate_first is not None
@@ -434,12 +436,42 @@ class AmxWeight:
         if self.gated:
             w = gate_up_pairs(np.asarray(w, np.float32), gate_first)
         self.k, self.n = (int(x) for x in w.shape)
-        src = np.ascontiguousarray(w, np.float32)
-        self.packed = aligned_empty(up32(self.n) * up32(self.k), np.uint16)
-        _lib().amx_pack(address(src), self.k, self.n, address(self.packed))
+        self.packed = self._pack(np.ascontiguousarray(w, np.float32))
+
+    def _pack(self, w: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+
+class AmxWeight(OwnWeight):
+    """A weight packed into VNNI tile pairs for the AMX kernel (OwnWeight)."""
+
+    def _pack(self, w: np.ndarray) -> np.ndarray:
+        packed = aligned_empty(up32(self.n) * up32(self.k), np.uint16)
+        _lib().amx_pack(address(w), self.k, self.n, address(packed))
+        return packed
 
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def fits(x: np.ndarray, w: OwnWeight, out: np.ndarray, bias: np.ndarray | None, act: int,
+         x16: np.ndarray, scratch: Callable[[int, int], int]) -> bool:
+    """Whether the operands fit a bf16 GEMM on braze's weight `w`: x [..., K] f32 or bf16 and
+    out [..., out_cols] f32 or bf16, C-contiguous, as many rows; bias [n] contiguous f32 or
+    None; act nonzero on a gated weight; x16 uint16 of at least scratch(rows, K) elements."""
+    k = x.shape[-1] if x.ndim else 0
+    if x.ndim < 1 or k != w.k or out.shape[-1] != w.out_cols or \
+            x.dtype not in (np.float32, BF16) or (w.gated and not act):
+        return False
+    if not x.flags.c_contiguous or not out.flags.c_contiguous or \
+            out.dtype not in (np.float32, BF16):
+        return False
+    rows = x.size // max(k, 1)
+    if out.size != rows * w.out_cols or x16.dtype != np.uint16 or \
+            x16.size < scratch(rows, k):
+        return False
+    return bias is None or (bias.dtype == np.float32 and bias.shape == (w.n,)
+                            and bias.flags.c_contiguous)
 
 
 def gemm(x: np.ndarray, w: AmxWeight, out: np.ndarray, bias: np.ndarray | None, act: int,
@@ -450,20 +482,10 @@ def gemm(x: np.ndarray, w: AmxWeight, out: np.ndarray, bias: np.ndarray | None, 
     to nearest even). On a gated weight out is [..., F] = act(gate) * up (act nonzero, bias
     in the gate / up pair layout). False, with nothing written, when the operands don't
     fit."""
-    k = x.shape[-1] if x.ndim else 0
-    if x.ndim < 1 or k != w.k or out.shape[-1] != w.out_cols or \
-            x.dtype not in (np.float32, BF16) or (w.gated and not act):
+    if not fits(x, w, out, bias, act, x16, scratch_elems):
         return False
-    if not x.flags.c_contiguous or not out.flags.c_contiguous or \
-            out.dtype not in (np.float32, BF16):
-        return False
+    k = x.shape[-1]
     rows = x.size // max(k, 1)
-    if out.size != rows * w.out_cols or x16.dtype != np.uint16 or \
-            x16.size < scratch_elems(rows, k):
-        return False
-    if bias is not None and (bias.dtype != np.float32 or bias.shape != (w.n,)
-                             or not bias.flags.c_contiguous):
-        return False
     if rows:
         _lib().amx_gemm_bias_act(address(x), k, x.dtype == BF16, address(x16),
                                  address(w.packed), address(out), out.dtype == BF16,

@@ -10,15 +10,19 @@ operand, and the two casts go unread and are dropped) and rounds it to nearest-e
 converting, one pass over `a` instead of three. Where the operand's bf16 values were written
 by the step before (the bf16 hand-off: fused.rounded_output) the GEMM reads them as they are.
 
-Used only where it pays: MKL is installed and exports the bf16 GEMM, and the CPU has AMX-BF16
-or AVX512-BF16 (elsewhere MKL emulates it more slowly than the f32 GEMM). `BRAZE_BF16_GEMM=0`
-turns it off (the policy's f32 GEMMs on rounded operands then run). On the 2-core AMX dev VM
-(one thread, CPU time, quiet-ish) MKL's packed bf16 GEMM ran 290-360 GFLOP/s per core at
-BERT-base shapes against 90-170 for f32 sgemm; its packed weight is ~3-8x the bf16 weight
-(MKL's AMX layout; BERT-base: ~0.5 GB). On an AMX CPU braze's own tile kernel
-(amx_gemm.py, the weight at its bf16 size) is the other candidate: which of the two runs a
-weight shape is measured once per machine (gemm_choice.choose_bf16);
-`BRAZE_BF16_GEMM=mkl` / `amx` forces one (amx_gemm alone also runs without MKL)."""
+Three GEMMs can run it, each where the CPU has what it needs:
+- MKL's (MKL installed and exporting the bf16 GEMM, a CPU with AMX-BF16 or AVX512-BF16). On
+  the 2-core AMX Xeon VM (one thread, CPU time, quiet-ish) its packed bf16 GEMM ran 290-360
+  GFLOP/s per core at BERT-base shapes against 90-170 for f32 sgemm; its packed weight is
+  ~3-8x the bf16 weight (MKL's AMX layout; BERT-base: ~0.5 GB). On the Zen 4 EPYC VM
+  (AVX512-BF16, no AMX) it ran 50-100 GFLOP/s, below braze's f32 kernel.
+- braze's AMX tile kernel (amx_gemm.py, "amx"; the weight at its bf16 size).
+- braze's AVX512-BF16 kernel (dpbf16_gemm.py, "dp"): on the Zen 4 VM 1.5-1.7x braze's f32
+  kernel and 2-3x MKL's bf16 GEMM.
+Where more than one runs, which runs a weight shape is measured once per machine
+(gemm_choice.choose_bf16); `BRAZE_BF16_GEMM=mkl` / `amx` / `dp` forces one, `0` turns the
+bf16 GEMM off (the policy's f32 GEMMs on rounded operands then run). The gated epilogue and a
+bf16 result (the hand-off) are braze's kernels' alone (OWN)."""
 from __future__ import annotations
 
 import ctypes
@@ -33,13 +37,13 @@ from ...ir.op import Value
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import amx_gemm, blas, gemm_choice, native
+from . import amx_gemm, blas, dpbf16_gemm, gemm_choice, native
 from .packed_gemm import gemm_bias
 from .registry import Dispatch, Kernel, nbytes
 
 __all__ = ["available", "bf16_policy", "Bf16Weight", "bf16_weight", "bf16_bits",
            "rounded_source", "gemm", "gemm_kernel", "round_through", "scratch_elems", "describe",
-           "PREPARED"]
+           "PREPARED", "OWN"]
 
 _ROW_MAJOR, _NO_TRANS, _B_MATRIX = 101, 111, 162  # CBLAS enums (the C code uses 151: packed)
 
@@ -91,18 +95,32 @@ class _Mkl:
 
 
 def _setting() -> str:
-    """BRAZE_BF16_GEMM: "0" (off), "mkl" or "amx" (forced), else "auto"."""
+    """BRAZE_BF16_GEMM: "0" (off), "mkl", "amx" or "dp" (forced), else "auto"."""
     flag = os.environ.get("BRAZE_BF16_GEMM", "auto")
-    return flag if flag in ("0", "mkl", "amx") else "auto"
+    return flag if flag in ("0", "mkl", "amx", "dp") else "auto"
 
 
 def _amx() -> bool:
     return _setting() in ("auto", "amx") and amx_gemm.available()
 
 
-@cache
+def _dp() -> bool:
+    return _setting() in ("auto", "dp") and dpbf16_gemm.available()
+
+
+def _own() -> bool:
+    """Whether one of braze's bf16 GEMMs (gated epilogue, bf16 results) runs here."""
+    return _amx() or _dp()
+
+
 def _mkl() -> _Mkl | None:
-    if _setting() in ("0", "amx") or not _cpu_has_bf16():
+    """MKL's bf16 GEMM, unless the setting rules it out."""
+    return None if _setting() in ("0", "amx", "dp") else _mkl_gemm()
+
+
+@cache
+def _mkl_gemm() -> _Mkl | None:
+    if not _cpu_has_bf16():
         return None
     lib = blas.mkl_library()
     if lib is None:
@@ -129,15 +147,19 @@ def _lib():
 
 
 def available() -> bool:
-    """Whether bf16 GEMMs run here (MKL with the bf16 GEMM on a bf16 CPU, or braze's AMX
-    kernel; a C compiler)."""
-    return (_mkl() is not None or _amx()) and _lib() is not None and native.lib() is not None
+    """Whether bf16 GEMMs run here (MKL with the bf16 GEMM on a bf16 CPU, or one of braze's
+    kernels; a C compiler)."""
+    return (_mkl() is not None or _own()) and _lib() is not None and native.lib() is not None
 
 
 def scratch_elems(rows: int, k: int) -> int:
     """uint16 elements of the operand scratch a `rows` x `k` bf16 GEMM needs (either kind)."""
     need = max(rows * k, 1)
-    return max(need, amx_gemm.scratch_elems(rows, k)) if _amx() else need
+    if _amx():
+        need = max(need, amx_gemm.scratch_elems(rows, k))
+    if _dp():
+        need = max(need, dpbf16_gemm.scratch_elems(rows, k))
+    return need
 
 
 class Bf16Weight:
@@ -155,17 +177,19 @@ class Bf16Weight:
                  address(self.packed))
 
 
-PREPARED = (Bf16Weight, amx_gemm.AmxWeight)  # what bf16_weight returns
+OWN = amx_gemm.OwnWeight  # braze's weights: gated, bf16 results
+PREPARED = (Bf16Weight, OWN)  # what bf16_weight returns
+Prepared = Bf16Weight | amx_gemm.AmxWeight | dpbf16_gemm.DpWeight
 
 
 def bf16_weight(node, ctx, position: int = 1, gate_first: bool | None = None
-                ) -> Bf16Weight | amx_gemm.AmxWeight | None:
+                ) -> Prepared | None:
     """The static 2-D weight at input `position` of `node` converted and packed for the bf16
     GEMM (cached in ctx.prepared), when the context's precision computes in bf16, the GEMM is
     available and every weight value is a bf16 number (the policy rounded it); else None.
     With `gate_first` set, packed in gate / up pairs for braze's AMX kernel's gated epilogue
-    (None without AMX: MKL has no such epilogue)."""
-    if not bf16_policy(ctx) or not available() or (gate_first is not None and not _amx()):
+    (None without one of braze's kernels: MKL has no such epilogue)."""
+    if not bf16_policy(ctx) or not available() or (gate_first is not None and not _own()):
         return None
     value = node.inputs[position]
     w = ctx.static.get(value)
@@ -181,7 +205,7 @@ def bf16_weight(node, ctx, position: int = 1, gate_first: bool | None = None
         elif gate_first is None:
             hit = _prepare(w)
         else:
-            hit = amx_gemm.AmxWeight(w, gate_first)
+            hit = _prepare(w, gate_first)
         ctx.prepared[key] = hit
     return hit or None
 
@@ -195,30 +219,44 @@ def bf16_bits(w: np.ndarray) -> np.ndarray | None:
     return (bits >> 16).astype(np.uint16)
 
 
-def _prepare(w: np.ndarray) -> Bf16Weight | amx_gemm.AmxWeight:
-    """w packed for the bf16 GEMM measured faster for its shape here (or the one there is)."""
-    if _mkl() is None:
-        return amx_gemm.AmxWeight(w)
-    if not _amx():
-        return Bf16Weight(w)
-    choice = _setting() if _setting() != "auto" else \
-        gemm_choice.choose_bf16(*w.shape, _candidates)
-    return amx_gemm.AmxWeight(w) if choice == "amx" else Bf16Weight(w)
+_KINDS = {"mkl": Bf16Weight, "amx": amx_gemm.AmxWeight, "dp": dpbf16_gemm.DpWeight}
 
 
-def describe(w: Bf16Weight | amx_gemm.AmxWeight) -> str:
+def _kinds(gated: bool = False) -> list[str]:
+    """The bf16 GEMMs that run here (of gemm_choice.BF16_CHOICES), braze's alone if gated."""
+    here = {"mkl": _mkl() is not None and not gated, "amx": _amx(), "dp": _dp()}
+    return [kind for kind in gemm_choice.BF16_CHOICES if here[kind]]
+
+
+def _prepare(w: np.ndarray, gate_first: bool | None = None) -> Prepared:
+    """w packed for the bf16 GEMM measured fastest for its shape here (or the one there is);
+    gated (gate_first set) for one of braze's."""
+    kinds = _kinds(gate_first is not None)
+    choice = kinds[0] if len(kinds) == 1 else \
+        gemm_choice.choose_bf16(*w.shape, lambda x, v: _candidates(x, v, kinds))
+    if choice not in kinds:  # a choice file from another configuration
+        choice = kinds[0]
+    return _KINDS[choice](w) if gate_first is None else _KINDS[choice](w, gate_first)
+
+
+def describe(w: Prepared) -> str:
     """Which bf16 GEMM runs a prepared weight, for dispatch reports."""
-    return "braze bf16 GEMM (AMX tiles)" if isinstance(w, amx_gemm.AmxWeight) else \
-        "MKL bf16 GEMM (AMX)"
+    if isinstance(w, amx_gemm.AmxWeight):
+        return "braze bf16 GEMM (AMX tiles)"
+    if isinstance(w, dpbf16_gemm.DpWeight):
+        return "braze bf16 GEMM (AVX512-BF16)"
+    return "MKL bf16 GEMM"
 
 
-def _candidates(x: np.ndarray, w: np.ndarray) -> dict:
-    """Both bf16 GEMMs on `x @ w`, for gemm_choice to time."""
-    mkl, amx = Bf16Weight(w), amx_gemm.AmxWeight(w)
+def _candidates(x: np.ndarray, w: np.ndarray, kinds: list[str]) -> dict:
+    """The bf16 GEMMs `kinds` on `x @ w`, for gemm_choice to time."""
     out = np.empty((x.shape[0], w.shape[1]), np.float32)
     x16 = aligned_empty(scratch_elems(x.shape[0], x.shape[1]), np.uint16)  # as the arena's
-    return {"mkl": lambda: gemm(x, mkl, out, None, 0, x16),
-            "amx": lambda: gemm(x, amx, out, None, 0, x16)}
+    runs = {}
+    for kind in kinds:
+        weight = _KINDS[kind](w)
+        runs[kind] = lambda weight=weight: gemm(x, weight, out, None, 0, x16)
+    return runs
 
 
 def bf16_policy(ctx) -> bool:
@@ -247,14 +285,16 @@ def round_through(a: np.ndarray, dtype) -> None:
             a[...] = a.astype(dtype.np).astype(np.float32)
 
 
-def gemm(x: np.ndarray, w: Bf16Weight | amx_gemm.AmxWeight, out: np.ndarray,
-         bias: np.ndarray | None, act: int, x16: np.ndarray) -> bool:
+def gemm(x: np.ndarray, w: Prepared, out: np.ndarray, bias: np.ndarray | None, act: int,
+         x16: np.ndarray) -> bool:
     """out = act(bf16(x) @ w + bias) for x [..., K] with contiguous rows: f32 (rounded to bf16
     into the scratch `x16`, at least rows * K uint16) or bf16 (read as it is). out is f32, or
-    bf16 on braze's AMX weight (the result rounded to nearest even). False (nothing written)
-    if the shapes do not fit."""
+    bf16 on braze's weights (OWN: the result rounded to nearest even). False (nothing
+    written) if the shapes do not fit."""
     if isinstance(w, amx_gemm.AmxWeight):
         return amx_gemm.gemm(x, w, out, bias, act, x16)
+    if isinstance(w, dpbf16_gemm.DpWeight):
+        return dpbf16_gemm.gemm(x, w, out, bias, act, x16)
     k = x.shape[-1] if x.ndim else 0
     if k != w.k or out.shape[-1] != w.n or not out.flags.c_contiguous or x.ndim < 1:
         return False
@@ -279,7 +319,7 @@ def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str,
     weight is a static bf16-valued matrix and x is the policy's rounding of some `a` (read
     instead of x and rounded here) or of bf16 values an earlier step wrote (read as they are,
     KernelContext.handoff); None otherwise. `outs[0]` bf16 (fused.rounded_output: the product
-    rounded for the next GEMM) runs only on braze's AMX weight. With `gate_first` set (a gated
+    rounded for the next GEMM) runs only on braze's weights (OWN). With `gate_first` set (a gated
     MLP's gate / up GEMM, fused.gated_gemm), outs are the gated node's (or its rounding's):
     act(gate) * up from braze's AMX kernel's gated epilogue."""
     out16 = outs[0].dtype.name == "bf16"
@@ -289,11 +329,11 @@ def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str,
     handed = ctx.handoff.get(node.inputs[0]) if ctx.handoff else None
     src = handed if handed is not None else rounded_source(node, ctx, 0)
     weight = bf16_weight(node, ctx, 1, gate_first) if src is not None else None
-    if weight is None or (out16 and not isinstance(weight, amx_gemm.AmxWeight)):
+    if weight is None or (out16 and not isinstance(weight, OWN)):
         return None
     cols, k, n_out = weight.n, weight.k, int(outs[0].dims[-1]) if outs[0].rank else 1
     full = 2 * n_out if gate_first is not None else cols   # the product's columns
-    if n_out != (weight.out_cols if isinstance(weight, amx_gemm.AmxWeight) else cols):
+    if n_out != (weight.out_cols if isinstance(weight, OWN) else cols):
         return None
     rows = int(np.prod(outs[0].dims[:-1], dtype=np.int64)) if outs[0].rank > 1 else 1
     if has_bias and tuple(ins[2].dims) not in ((full,), ()):

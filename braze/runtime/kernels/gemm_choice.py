@@ -35,7 +35,7 @@ __all__ = ["choose", "choose_bf16", "choose_keyed", "fp32_key", "bf16_key",
            "forced", "CHOICES", "BF16_CHOICES", "CONV_CHOICES", "BATCHED_CHOICES"]
 
 CHOICES = ("packed", "tiles", "mkl_packed")
-BF16_CHOICES = ("mkl", "amx")  # bf16_gemm.py: MKL's cblas_gemm_bf16bf16f32, amx_gemm.py
+BF16_CHOICES = ("mkl", "amx", "dp")  # bf16_gemm.py: MKL's, amx_gemm.py, dpbf16_gemm.py
 CONV_CHOICES = ("shifted", "rows", "im2col")  # conv.py: conv_tiles.py's two, im2col + MKL
 BATCHED_CHOICES = ("bf16_batched", "f32_rounded")  # bf16_batched.py, or the policy's f32 GEMM
 
@@ -110,10 +110,10 @@ def choose_bf16(k: int, n: int, runs: Callable) -> str:
 
 
 def bf16_key(k: int, n: int) -> str:
-    """The choice file's key for a bf16 [k, n] weight. "bf16-2": measured since braze's AMX
-    weights are 64-byte aligned (before, at 16 mod 64, its tile loads ran 1.3-1.7x slower and
-    MKL won shapes it no longer wins), so older "bf16:" entries are measured again."""
-    return f"bf16-2:{k}x{n}"
+    """The choice file's key for a bf16 [k, n] weight. "bf16-3": measured since braze's
+    AVX512-BF16 kernel (dpbf16_gemm.py) is a candidate, so older entries ("bf16:", "bf16-2:",
+    measured between MKL and AMX tiles alone) are measured again."""
+    return f"bf16-3:{k}x{n}"
 
 
 def choose_keyed(key: str, runs: Callable[[], dict[str, Callable]]) -> str:
