@@ -10,7 +10,7 @@ import braze as bz
 import braze.models as models
 from braze.ir.ops.attention import Attention, MaskKind
 from braze.passes.precision import PrecisionPolicy, apply_precision
-from braze.runtime.kernels import attention_amx, attention_native
+from braze.runtime.kernels import attention_amx, attention_dp, attention_native
 
 
 def _bf(a: np.ndarray) -> np.ndarray:
@@ -74,15 +74,20 @@ def test_round_operands_must_be_a_float_dtype():
 needs_c = pytest.mark.skipif(attention_native.lib() is None, reason="no C compiler")
 
 
-@pytest.fixture(params=["amx", "micro-kernels"])
+@pytest.fixture(params=["amx", "dp", "micro-kernels"])
 def core(request, monkeypatch):
-    """Each C core: the AMX kernel where it runs, and attn_heads_bf16 (the f32 micro-kernels on
-    rounded values), which runs everywhere else."""
+    """Each C core: the AMX kernel where it runs, the AVX512-BF16 one where it runs (and AMX is
+    set aside), and attn_heads_bf16 (the f32 micro-kernels on rounded values), which runs
+    everywhere else."""
     if request.param == "amx" and not attention_amx.available():
         pytest.skip("no AMX here")
-    if request.param == "micro-kernels":
+    if request.param == "dp" and not attention_dp.available():
+        pytest.skip("no AVX512-BF16 here")
+    if request.param != "amx":
         monkeypatch.setattr(attention_amx, "available", lambda: False)
-    return "AMX" if request.param == "amx" else "micro-kernels"
+    if request.param == "micro-kernels":
+        monkeypatch.setattr(attention_dp, "available", lambda: False)
+    return {"amx": "AMX", "dp": "AVX512-BF16", "micro-kernels": "micro-kernels"}[request.param]
 
 
 @needs_c
@@ -174,3 +179,39 @@ def test_fusion_keeps_the_rounding():
     params, feeds = bz.init_params(block_graph, 0), bz.random_feeds(block_graph, 0)
     np.testing.assert_allclose(bz.interpret(fused, feeds, params)[0],
                                bz.interpret(plain, feeds, params)[0], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not attention_dp.available(), reason="no AVX512-BF16 here")
+@pytest.mark.parametrize("shape, causal", [((2, 4, 2, 37, 53, 40, 40), True),
+                                           ((1, 3, 3, 5, 7, 13, 13), False),
+                                           ((1, 2, 1, 150, 300, 64, 64), True),
+                                           ((2, 2, 2, 20, 20, 96, 24), False)],
+                         ids=["gqa-causal-d40", "tiny-d13", "two-chunks", "dv-differs"])
+@pytest.mark.parametrize("in16, out16", [(False, False), (True, False), (False, True),
+                                         (True, True)])
+def test_avx512_bf16_core_takes_and_gives_bf16(shape, causal, in16, out16):
+    """attention_dp's core on q, k, v handed over as bf16 values gives what it gives on their
+    f32 values, and its bf16 output is its f32 output rounded; it matches the f32
+    micro-kernels on the rounded values up to the order of the f32 sums."""
+    b, hq, hkv, sq, sk, d, dv = shape
+    rng = np.random.default_rng(sum(shape))
+    q, k = (_bf(rng.standard_normal((b, h, s, d), dtype=np.float32))
+            for h, s in ((hq, sq), (hkv, sk)))
+    v = _bf(rng.standard_normal((b, hkv, sk, dv), dtype=np.float32))
+
+    def run(plan, q, k, v, out):
+        st = tuple(s // arr.itemsize for arr in (q, k, v, out) for s in arr.strides[:3])
+        scratch = np.empty(plan.scratch_shape, np.float32)
+        attention_native.attn_heads(plan, q, k, v, out, st, 1 / np.sqrt(d), 0.0, causal, 0,
+                                    None, (0, 0, 0, 0), scratch)
+        return out
+
+    f32 = run(attention_dp.DpHeadsPlan(shape), q, k, v, np.zeros((b, hq, sq, dv), np.float32))
+    as16 = (lambda a: a.astype(ml_dtypes.bfloat16)) if in16 else (lambda a: a)
+    out = np.zeros((b, hq, sq, dv), ml_dtypes.bfloat16 if out16 else np.float32)
+    got = run(attention_dp.DpHeadsPlan(shape, in16, out16), as16(q), as16(k), as16(v), out)
+    want = f32.astype(ml_dtypes.bfloat16) if out16 else f32
+    np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+    ref = run(attention_native.HeadsPlan(shape, True), q, k, v,
+              np.zeros((b, hq, sq, dv), np.float32))
+    assert np.abs(f32 - ref).max() < 4e-3 * np.abs(ref).max()

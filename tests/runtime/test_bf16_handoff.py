@@ -191,21 +191,19 @@ def test_gated_mlp_hands_bf16_to_the_down_projection(weights, monkeypatch):
     _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
 
 
-@needs_amx
-@pytest.mark.parametrize("weights", ["amx", "mkl"])
+@pytest.mark.parametrize("weights", OWN + ["mkl"])
 def test_attention_block_hands_bf16_through_its_core(weights, monkeypatch):
-    """In a fused attention block on braze's AMX GEMMs the q/k/v projections write bf16 for
-    the AMX core and the core writes bf16 for the output projection; with MKL's GEMMs, f32 as
-    before. The same numbers either way (the policy rounds exactly those values)."""
+    """In a fused attention block on braze's bf16 GEMMs the q/k/v projections write bf16 for
+    the bf16 attention core (AMX or AVX512-BF16) and the core writes bf16 for the output
+    projection; with MKL's GEMMs, f32 as before. The same numbers either way (the policy
+    rounds exactly those values)."""
     if weights == "mkl" and bf16_gemm._mkl() is None:
         pytest.skip("no MKL bf16 GEMM")
-    if weights == "amx" and not amx_gemm.available():
-        pytest.skip("no AMX-BF16 here")
     from braze import models
-    from braze.runtime.kernels import attention_amx
+    from braze.runtime.kernels import attention
 
-    if not attention_amx.available():
-        pytest.skip("no AMX attention core")
+    if attention._bf16_core() is None:
+        pytest.skip("no bf16 attention core")
     monkeypatch.setenv("BRAZE_BF16_GEMM", weights)
     g = models.bert_encoder(1, 64, 4, batch=2, seq=24)  # one layer: attention spreads a
     params = bz.init_params(g, 0)                        # rounding flip over every position
@@ -214,20 +212,20 @@ def test_attention_block_hands_bf16_through_its_core(weights, monkeypatch):
     blocks = [r for r in exe.dispatch_report(feeds).rows if r[1] == "fused_attention_block"]
     assert len(blocks) == 1
     inside = "bf16 q/k/v and output"
-    assert all((inside in r[3]) == (weights == "amx") for r in blocks)
+    assert all((inside in r[3]) == (weights != "mkl") for r in blocks)
     _close(exe(feeds), bz.interpret(exe.graph, feeds, params))
 
 
-@needs_amx
-def test_rope_keeps_f32_q_k_v_but_hands_the_output_over(monkeypatch):
+@own_kinds
+def test_rope_keeps_f32_q_k_v_but_hands_the_output_over(own, monkeypatch):
     """LLaMA's rope works on the f32 projections before the core rounds them: q/k/v stay f32,
     the core's output still goes to the output projection in bf16."""
     from braze import models
-    from braze.runtime.kernels import attention_amx
+    from braze.runtime.kernels import attention
 
-    if not attention_amx.available():
-        pytest.skip("no AMX attention core")
-    monkeypatch.setenv("BRAZE_BF16_GEMM", "amx")
+    if attention._bf16_core() is None:
+        pytest.skip("no bf16 attention core")
+    monkeypatch.setenv("BRAZE_BF16_GEMM", own)
     g = models.llama_tiny()
     params = bz.init_params(g, 0)
     exe = _compile(g, params)

@@ -14,7 +14,7 @@ from ...errors import InterpretError
 from ...ir.ops.attention import Attention, MaskKind
 from ...ir.ops.fused import FusedAttentionBlock, RopeMode
 from ..address import address
-from . import amx_gemm, attention_amx, bf16_gemm, blas, native
+from . import amx_gemm, attention_amx, attention_dp, bf16_gemm, blas, native
 from . import attention_native as heads_c
 from .fused import _c, gemm_bias_act, is_f32, packed_weight, prepared_gemm, prepared_how
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -86,7 +86,7 @@ def _projection(lib, x: np.ndarray, w: np.ndarray, out: np.ndarray, bias, packed
 
 class _Heads:
     """attention_native.attn_heads for one attention op and shape (B, Hq, Hkv, Sq, Sk, D, Dv).
-    `in16` / `out16` (the AMX core only, see bf16_inside): q, k, v come, and the output
+    `in16` / `out16` (the bf16 cores only, see bf16_inside): q, k, v come, and the output
     leaves, as bf16 values."""
 
     def __init__(self, op: Attention, shape: tuple[int, ...], in16: bool = False,
@@ -98,9 +98,10 @@ class _Heads:
         self.causal = bool(op.mask.is_causal)
         self.window = op.window if op.mask is MaskKind.SLIDING_WINDOW else 0
         self.rounded = op.round_operands is not None  # bf16 (_core_runs)
-        if self.rounded and attention_amx.available():
-            self.plan = attention_amx.AmxHeadsPlan(shape, in16, out16)
-            self.how = "AMX bf16 tiles on bf16-rounded q, k, v and probabilities"
+        core = _bf16_core() if self.rounded else None
+        if core is not None:
+            self.plan = core[0](shape, in16, out16)
+            self.how = f"{core[1]} on bf16-rounded q, k, v and probabilities"
         else:
             self.plan = heads_c.HeadsPlan(shape, self.rounded)
             self.how = "braze micro-kernels" + (" on bf16-rounded q, k, v and probabilities"
@@ -246,19 +247,30 @@ def attention_block(node, ins, outs, ctx):
                   f"{core}, no head copies)", scratch=scratch, reads=reads, **cost)
 
 
+def _bf16_core():
+    """(plan class, description) of the bf16 attention core that runs here: AMX tiles, or
+    AVX512-BF16 dot products; None (the f32 micro-kernels on rounded values run)."""
+    if attention_amx.available():
+        return attention_amx.AmxHeadsPlan, "AMX bf16 tiles"
+    if attention_dp.available():
+        return attention_dp.DpHeadsPlan, "AVX512-BF16 dot products"
+    return None
+
+
 def _bf16_inside(op: FusedAttentionBlock, low: list | None, low_o) -> tuple[bool, bool]:
-    """Whether the block's q/k/v projections hand the AMX attention core bf16 values (in16),
-    and whether the core hands the output projection bf16 values (out16): the core rounds q,
-    k, v and the projection its operand exactly so, so this is the same computation at half
-    the bytes. in16 needs braze's AMX GEMM for every q/k/v projection (it writes bf16) and no
-    q/k norm or rope between projection and core (they work on the f32 values); out16 needs
-    it for the output projection (it reads bf16 in place)."""
+    """Whether the block's q/k/v projections hand the bf16 attention core (AMX or
+    AVX512-BF16) bf16 values (in16), and whether the core hands the output projection bf16
+    values (out16): the core rounds q, k, v and the projection its operand exactly so, so
+    this is the same computation at half the bytes. in16 needs one of braze's bf16 GEMMs for
+    every q/k/v projection (they write bf16) and no q/k norm or rope between projection and
+    core (they work on the f32 values); out16 needs one for the output projection (they
+    read bf16 in place)."""
     rounds = op.attention_op.round_operands
-    amx = rounds is not None and rounds.name == "bf16" and (bool(low) or low_o is not None) \
-        and attention_amx.available()   # last: it compiles the AMX core
-    in16 = amx and bool(low) and all(isinstance(w, amx_gemm.AmxWeight) for w in low) and \
+    core = rounds is not None and rounds.name == "bf16" and (bool(low) or low_o is not None) \
+        and _bf16_core() is not None   # last: it compiles the core
+    in16 = core and bool(low) and all(isinstance(w, bf16_gemm.OWN) for w in low) and \
         op.qk_norm is None and op.rope is RopeMode.NONE
-    return in16, amx and isinstance(low_o, amx_gemm.AmxWeight)
+    return in16, core and isinstance(low_o, bf16_gemm.OWN)
 
 
 def _bf16_projections(node, ctx, shape: _BlockShape, roles) -> tuple[list | None, tuple]:

@@ -33,42 +33,16 @@ import ctypes
 from functools import cache
 
 from ..codegen import cc
-from . import amx_gemm, attention_native
-from .attention_native import HeadsPlan, _round_up
+from . import amx_gemm, attention_native, native
+from .attention_native import Bf16HeadsPlan
 
 __all__ = ["available", "AmxHeadsPlan"]
 
-SOURCE = attention_native.SOURCE + r"""
+SOURCE = attention_native.SOURCE + native.TRANSPOSE16 + r"""
 #include <immintrin.h>
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
 /* Tiles 0-3: 16 x 16 f32 sums; 4-5: A (16 rows x 32 bf16); 6-7: B (16 pairs x 16 columns). */
 """ + amx_gemm.TILE_CONFIG + r"""
-
-/* r[x] = column x of the 16 x 16 32-bit matrix whose rows are r[0..15] on entry. */
-static inline void transpose16(__m512i r[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  for (int i = 0; i < 16; i += 4) {   /* t[i + c]'s lane L: column 4 L + c of rows i.. i + 3 */
-    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-  }
-  for (int c = 0; c < 4; c++) {
-    __m512i w0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
-    __m512i w1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
-    __m512i w2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
-    __m512i w3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
-    t[c] = _mm512_shuffle_i32x4(w0, w2, 0x88);
-    t[4 + c] = _mm512_shuffle_i32x4(w1, w3, 0x88);
-    t[8 + c] = _mm512_shuffle_i32x4(w0, w2, 0xdd);
-    t[12 + c] = _mm512_shuffle_i32x4(w1, w3, 0xdd);
-  }
-  for (int i = 0; i < 16; i++) r[i] = t[i];
-}
 
 /* k^T of keys [0, kcp) (zero from kc) over d (zero from d to dp) in VNNI B tiles: tile
    (j / 16, t / 32) at ((j / 16) * dp / 32 + t / 32) * 512 holds bf16(key[j][t]) at row (t % 32)
@@ -194,33 +168,16 @@ void attn_heads_amx(const void* q, const void* k, const void* v, void* o, const 
   #pragma omp parallel num_threads(team) if(parallel)
   {
     configure_tiles();
-    char* base = (char*)(scratch + (int64_t)omp_get_thread_num() * per_thread);
-    base += (64 - (uintptr_t)base % 64) % 64;
-    /* a few cache lines between the buffers: with kb = bq = 128, sc, p16 and acc would start
-       a multiple of 4 KiB apart, and the loads of one alias the stores to another */
-    uint16_t* q16 = (uint16_t*)base;                 /* rep x bq x dp: the unit's q rows */
-    uint16_t* k16 = q16 + rep * bq * dp + 64;        /* kb x dp: the chunk's k^T tiles */
-    uint16_t* v16 = k16 + kb * dp + 96;              /* kb x dvp: the chunk's v tiles */
-    uint16_t* p16 = v16 + kb * dvp + 160;            /* bq x kb: probabilities */
-    float* sc = (float*)(p16 + bq * kb + 224);       /* bq x kb: scores, then probabilities */
-    float* acc = sc + bq * kb + 80;                  /* rep x bq x dvp: output sums */
-    float* mx = acc + rep * bq * dvp;                /* rep x bq: running max */
-    float* sum = mx + rep * bq;                      /* rep x bq: running sum */
-    uint16_t* rows = (uint16_t*)(sum + rep * bq);    /* 16 x dp: 16 keys rounded */
+    bf16_buffers f = bf16_buffers_at(scratch, per_thread, rep, bq, kb, dp, dvp);
+    uint16_t *q16 = f.q16, *k16 = f.k16, *v16 = f.v16, *p16 = f.p16, *rows = f.rows;
+    float *sc = f.sc, *acc = f.acc, *mx = f.mx, *sum = f.sum;
     #pragma omp for schedule(runtime)
     for (int64_t u = 0; u < units; u++) {
-      int64_t blk = blocks - 1 - u / (nb * hkv);  /* the blocks that see the most keys first */
-      int64_t b = u % (nb * hkv) / hkv, g = u % hkv;
-      int64_t q0 = blk * bq, n = sq - q0 < bq ? sq - q0 : bq, np = (n + 15) / 16 * 16;
-      int64_t lo_all, hi_all, unused;   /* keys some row of the unit sees */
-      row_keys(q0, off, sk, causal, window, &lo_all, &unused);
-      row_keys(q0 + n - 1, off, sk, causal, window, &unused, &hi_all);
-      for (int64_t r = 0; r < rep; r++) {
-        bf16_rows(q, in16, b * st[0] + (g * rep + r) * st[1] + q0 * st[2], st[2], n, d,
-                  q16 + r * bq * dp, dp, dp, np);
-        memset(acc + r * bq * dvp, 0, np * dvp * sizeof(float));
-        for (int64_t i = 0; i < np; i++) { mx[r * bq + i] = -INFINITY; sum[r * bq + i] = 0.0f; }
-      }
+      int64_t b, g, q0, n, lo_all, hi_all;   /* keys some row of the unit sees */
+      unit_at(u, blocks, nb, hkv, bq, sq, off, sk, causal, window, &b, &g, &q0, &n, &lo_all,
+              &hi_all);
+      int64_t np = (n + 15) / 16 * 16;
+      start_rows_bf16(q, in16, st, b, g, rep, q0, n, np, d, dp, bq, dvp, q16, acc, mx, sum);
       memset(p16 + n * kb, 0, (np - n) * kb * sizeof(uint16_t));   /* padding rows: p = 0 */
       const char* kh = (const char*)k + (b * st[3] + g * st[4]) * qkv_size;
       const char* vh = (const char*)v + (b * st[6] + g * st[7]) * qkv_size;
@@ -238,19 +195,8 @@ void attn_heads_amx(const void* q, const void* k, const void* v, void* o, const 
               tile_block(q16 + (r * bq + i0) * dp, dp, k16 + j0 / 16 * nd * 512, 512, nd * 512,
                          nd, sc + i0 * kb + j0, kb, 0, i0 + 16 < np, j0 + 16 < z);
           }
-          for (int64_t i = 0; i < n; i++) {   /* softmax step, p rounded */
-            int64_t lo, hi;
-            row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
-            float alpha = softmax_step(sc + i * kb, kc, c0, lo, hi, scale, softcap,
-                                       mh ? mh + (q0 + i) * mst[2] : 0, mst[3],
-                                       mx + r * bq + i, sum + r * bq + i);
-            if (alpha != 1.0f) {
-              float* a_i = acc + (r * bq + i) * dvp;
-              #pragma omp simd
-              for (int64_t t = 0; t < dvp; t++) a_i[t] *= alpha;
-            }
-            round_rows(sc + i * kb, kb, 1, kc, p16 + i * kb, kb, kcp, 1);
-          }
+          softmax_rows(sc, kb, n, q0, c0, kc, off, sk, causal, window, scale, softcap, mh,
+                       mst, mx + r * bq, sum + r * bq, acc + r * bq * dvp, dvp, p16, kcp, 1);
           for (int64_t i0 = 0; i0 < np; i0 += 32) {   /* out += p @ v over the keys rows see */
             int64_t a, z, i1 = i0 + 32 < n ? i0 + 32 : n;
             tile_keys(q0 + i0, q0 + i1 - 1, c0, kc, off, sk, causal, window, &a, &z);
@@ -297,19 +243,11 @@ def available() -> bool:
     return _lib() is not None and attention_native.lib() is not None
 
 
-class AmxHeadsPlan(HeadsPlan):
-    """HeadsPlan for the C attn_heads_amx (attention_native.attn_heads runs it): query blocks of
-    whole 16-row tiles, key chunks of 32-key steps, and the bf16 scratch (q rows, k and v
-    tiles, probabilities) in per_thread. `in16`: q, k and v come as bf16 values (the block's
-    projections wrote them so); `out16`: the output leaves rounded to bf16."""
+class AmxHeadsPlan(Bf16HeadsPlan):
+    """Bf16HeadsPlan for the C attn_heads_amx: query blocks of whole 16-row tiles, key chunks
+    of 32-key steps."""
 
-    def __init__(self, shape: tuple[int, ...], in16: bool = False, out16: bool = False):
-        self._blocks(shape, ROWS, KEYS)
-        b, hq, hkv, sq, sk, d, dv = shape
-        self.rounded, self.kernel = True, _lib().attn_heads_amx
-        self.extra = (int(in16), int(out16))
-        rep, dp, dvp = hq // hkv, _round_up(d, 32), _round_up(dv, 16)
-        bf16 = rep * self.bq * dp + self.kb * dp + self.kb * dvp + self.bq * self.kb
-        f32 = self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq + 8 * dp
-        self.per_thread = _round_up(bf16 // 2 + f32 + 16 + 352, 16)   # alignment, gaps
-        self.scratch_shape = (self.slots, self.per_thread)
+    rows, keys = ROWS, KEYS
+
+    def _core(self):
+        return _lib().attn_heads_amx

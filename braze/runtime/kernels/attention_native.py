@@ -38,7 +38,7 @@ from ..codegen import cc
 from ..codegen.vecmath import VECMATH_C
 from .native import REGISTER_TILE, ROPE_ROW, TO_BF16, TRANSPOSE8
 
-__all__ = ["lib", "attn_heads", "rope_packed", "head_strides", "HeadsPlan"]
+__all__ = ["lib", "attn_heads", "rope_packed", "head_strides", "HeadsPlan", "Bf16HeadsPlan"]
 
 SOURCE = r"""
 #include <math.h>
@@ -253,6 +253,94 @@ static inline float softmax_step(float* s, int64_t kc, int64_t c0, int64_t lo, i
   return alpha;
 }
 
+/* A bf16 core's buffers in its thread's slice of the scratch (per_thread floats; sizes in
+   HeadsPlan._bf16_per_thread): all 64-byte aligned but sc and acc, a few cache lines apart
+   (with kb = bq = 128, sc, p16 and acc would start a multiple of 4 KiB apart, and the loads
+   of one alias the stores to another). dp: a multiple of 32, dvp of 16. */
+typedef struct {
+  uint16_t* q16;   /* rep x bq x dp: the unit's q rows */
+  uint16_t* k16;   /* kb x dp: the chunk's k^T, packed as the core reads it */
+  uint16_t* v16;   /* kb x dvp: the chunk's v, packed as the core reads it */
+  uint16_t* p16;   /* bq x kb: probabilities */
+  float* sc;       /* bq x kb: scores, then probabilities */
+  float* acc;      /* rep x bq x dvp: output sums */
+  float* mx;       /* rep x bq: running max */
+  float* sum;      /* rep x bq: running sum */
+  uint16_t* rows;  /* 16 x dp: 16 keys rounded */
+} bf16_buffers;
+
+static bf16_buffers bf16_buffers_at(float* scratch, int64_t per_thread, int64_t rep,
+                                    int64_t bq, int64_t kb, int64_t dp, int64_t dvp) {
+  char* base = (char*)(scratch + (int64_t)omp_get_thread_num() * per_thread);
+  base += (64 - (uintptr_t)base % 64) % 64;
+  bf16_buffers f;
+  f.q16 = (uint16_t*)base;
+  f.k16 = f.q16 + rep * bq * dp + 64;
+  f.v16 = f.k16 + kb * dp + 96;
+  f.p16 = f.v16 + kb * dvp + 160;
+  f.sc = (float*)(f.p16 + bq * kb + 224);
+  f.acc = f.sc + bq * kb + 80;
+  f.mx = f.acc + rep * bq * dvp;
+  f.sum = f.mx + rep * bq;
+  f.rows = (uint16_t*)(f.sum + rep * bq);
+  return f;
+}
+
+/* Unit u of `blocks` query blocks (of bq rows) x nb batches x hkv kv heads: its batch *b,
+   kv head *g, first query row *q0 and rows *n (the blocks that see the most keys first), and
+   the keys [*lo, *hi) some row of it sees. */
+static inline void unit_at(int64_t u, int64_t blocks, int64_t nb, int64_t hkv, int64_t bq,
+                           int64_t sq, int64_t off, int64_t sk, int causal, int64_t window,
+                           int64_t* b, int64_t* g, int64_t* q0, int64_t* n, int64_t* lo,
+                           int64_t* hi) {
+  int64_t blk = blocks - 1 - u / (nb * hkv), unused;
+  *b = u % (nb * hkv) / hkv;
+  *g = u % hkv;
+  *q0 = blk * bq;
+  *n = sq - *q0 < bq ? sq - *q0 : bq;
+  row_keys(*q0, off, sk, causal, window, lo, &unused);
+  row_keys(*q0 + *n - 1, off, sk, causal, window, &unused, hi);
+}
+
+/* The bf16 cores' start of a unit: for each of its rep query heads, the n q rows (f32
+   rounded, or bf16 under in16) into q16 (rows dp apart, zero padded to dp columns and `rows`
+   rows; head r at r bq dp), and the rows' output sums, running max and sum reset. */
+static void start_rows_bf16(const void* q, int in16, const int64_t* st, int64_t b, int64_t g,
+                            int64_t rep, int64_t q0, int64_t n, int64_t rows, int64_t d,
+                            int64_t dp, int64_t bq, int64_t dvp, uint16_t* q16, float* acc,
+                            float* mx, float* sum) {
+  for (int64_t r = 0; r < rep; r++) {
+    bf16_rows(q, in16, b * st[0] + (g * rep + r) * st[1] + q0 * st[2], st[2], n, d,
+              q16 + r * bq * dp, dp, dp, rows);
+    memset(acc + r * bq * dvp, 0, rows * dvp * sizeof(float));
+    for (int64_t i = 0; i < rows; i++) { mx[r * bq + i] = -INFINITY; sum[r * bq + i] = 0.0f; }
+  }
+}
+
+/* softmax_step over rows [0, n) of a key chunk [c0, c0 + kc) (scores sc, rows kb apart; the
+   rows' running max mx, sum `sum` and output sums acc, rows dvp apart), each row's sums
+   rescaled; the probabilities then rounded to bf16 into p16 (rows kb apart, zero to kpad
+   columns), or with p16 NULL and rnd rounded in place (the f32 micro-kernels' bf16 core). */
+static void softmax_rows(float* sc, int64_t kb, int64_t n, int64_t q0, int64_t c0, int64_t kc,
+                         int64_t off, int64_t sk, int causal, int64_t window, float scale,
+                         float softcap, const float* mh, const int64_t* mst, float* mx,
+                         float* sum, float* acc, int64_t dvp, uint16_t* p16, int64_t kpad,
+                         int rnd) {
+  for (int64_t i = 0; i < n; i++) {
+    int64_t lo, hi;
+    row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
+    float alpha = softmax_step(sc + i * kb, kc, c0, lo, hi, scale, softcap,
+                               mh ? mh + (q0 + i) * mst[2] : 0, mst[3], mx + i, sum + i);
+    if (alpha != 1.0f) {
+      float* a_i = acc + i * dvp;
+      #pragma omp simd
+      for (int64_t t = 0; t < dvp; t++) a_i[t] *= alpha;
+    }
+    if (p16) round_rows(sc + i * kb, kb, 1, kc, p16 + i * kb, kb, kpad, 1);
+    else if (rnd) round_span(sc + i * kb, kc);
+  }
+}
+
 /* st: element strides (batch, head, row) of q, k, v, out; mst: (batch, head, row, col) of the
    additive mask (0 to broadcast; mask may be NULL). scratch: slots x per_thread floats (see
    HeadsPlan). bq: query rows per unit (a multiple of MR), kb: keys per chunk (of NR). rnd:
@@ -270,9 +358,10 @@ static void attn_core(const float* q, const float* k, const float* v, float* o,
       && BRAZE_PARALLEL(nb * hq * sq * sk * (d + dv), BRAZE_PAR_MIN_MACS);
   #pragma omp parallel for schedule(dynamic, 1) num_threads(team) if(parallel)
   for (int64_t u = 0; u < units; u++) {
-    int64_t blk = blocks - 1 - u / (nb * hkv);  /* the blocks that see the most keys first */
-    int64_t b = u % (nb * hkv) / hkv, g = u % hkv;
-    int64_t q0 = blk * bq, n = sq - q0 < bq ? sq - q0 : bq, np = (n + MR - 1) / MR * MR;
+    int64_t b, g, q0, n, lo_all, hi_all;   /* keys some row of the unit sees */
+    unit_at(u, blocks, nb, hkv, bq, sq, off, sk, causal, window, &b, &g, &q0, &n, &lo_all,
+            &hi_all);
+    int64_t np = (n + MR - 1) / MR * MR;
     float* w = scratch + (int64_t)omp_get_thread_num() * per_thread;
     int64_t q_rows = rnd ? bq : MR;    /* rows of q copied per head */
     float* qt = w;                      /* rep x MR x d: a short last row tile, padded (rnd:
@@ -286,9 +375,7 @@ static void attn_core(const float* q, const float* k, const float* v, float* o,
     float* acc = sc + bq * kb;          /* rep x bq x dvp: output sums */
     float* mx = acc + rep * bq * dvp;   /* rep x bq: running max */
     float* sum = mx + rep * bq;         /* rep x bq: running sum */
-    int64_t lo_all, hi_all, unused, full = rnd ? 0 : n / MR * MR;  /* rows read in place */
-    row_keys(q0, off, sk, causal, window, &lo_all, &unused);
-    row_keys(q0 + n - 1, off, sk, causal, window, &unused, &hi_all);
+    int64_t full = rnd ? 0 : n / MR * MR;  /* rows read in place */
     for (int64_t r = 0; r < rep; r++) {
       const float* qh = q + b * st[0] + (g * rep + r) * st[1] + q0 * st[2];
       for (int64_t i = full; i < np; i++) {
@@ -332,20 +419,8 @@ static void attn_core(const float* q, const float* k, const float* v, float* o,
                     sc + i0 * kb + j0, kb, 0);
           }
         }
-        for (int64_t i = 0; i < n; i++) {
-          int64_t lo, hi;
-          row_keys(q0 + i, off, sk, causal, window, &lo, &hi);
-          float* m_i = mx + r * bq + i;
-          float alpha = softmax_step(sc + i * kb, kc, c0, lo, hi, scale, softcap,
-                                     mh ? mh + (q0 + i) * mst[2] : 0, mst[3], m_i,
-                                     sum + r * bq + i);
-          if (alpha != 1.0f) {
-            float* a_i = acc + (r * bq + i) * dvp;
-            #pragma omp simd
-            for (int64_t t = 0; t < dvp; t++) a_i[t] *= alpha;
-          }
-          if (rnd) round_span(sc + i * kb, kc);
-        }
+        softmax_rows(sc, kb, n, q0, c0, kc, off, sk, causal, window, scale, softcap, mh, mst,
+                     mx + r * bq, sum + r * bq, acc + r * bq * dvp, dvp, 0, 0, rnd);
         for (int64_t i0 = 0; i0 < np; i0 += MR) {   /* out += p @ v over the keys rows see */
           int64_t a, z;
           tile_keys(q0 + i0, q0 + (i0 + MR < n ? i0 + MR : n) - 1, c0, kc, off, sk, causal,
@@ -451,6 +526,14 @@ class HeadsPlan:
                            + self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq)
         self.scratch_shape = (self.slots, self.per_thread)
 
+    def _bf16_per_thread(self, dp: int, dvp: int) -> int:
+        """Floats per thread of a bf16 core's buffers (bf16_buffers_at in the C source), with
+        q rows padded to dp and value columns to dvp."""
+        rep = self.shape[1] // self.shape[2]
+        bf16 = rep * self.bq * dp + self.kb * dp + self.kb * dvp + self.bq * self.kb
+        f32 = self.bq * self.kb + rep * self.bq * dvp + 2 * rep * self.bq + 8 * dp
+        return _round_up(bf16 // 2 + f32 + 16 + 352, 16)   # alignment, gaps
+
     def _blocks(self, shape: tuple[int, ...], rows: int, keys: int) -> None:
         """shape, slots, and the query rows per unit (bq, a multiple of `rows`, small enough
         that each thread gets UNITS_PER_THREAD units) and keys per chunk (kb, of `keys`)."""
@@ -460,6 +543,26 @@ class HeadsPlan:
         blocks = -(-UNITS_PER_THREAD * self.slots // max(1, b * hkv))
         self.bq = max(rows, min(_round_up(QUERY_BLOCK, rows), _round_up(-(-sq // blocks), rows)))
         self.kb = min(_round_up(KEY_BLOCK, keys), _round_up(max(sk, 1), keys))
+
+
+class Bf16HeadsPlan(HeadsPlan):
+    """HeadsPlan for a bf16 core (attention_amx's, attention_dp's): query blocks of whole
+    `rows`, key chunks of whole `keys`, the bf16 buffers (bf16_buffers_at) in per_thread, and
+    the core's extra arguments: `in16` (q, k and v come as bf16 values: the block's
+    projections wrote them so) and `out16` (the output leaves rounded to bf16)."""
+
+    rows, keys = 16, 32  # a subclass's core's
+
+    def __init__(self, shape: tuple[int, ...], in16: bool = False, out16: bool = False):
+        self._blocks(shape, self.rows, self.keys)
+        d, dv = shape[5], shape[6]
+        self.rounded, self.kernel = True, self._core()
+        self.extra = (int(in16), int(out16))
+        self.per_thread = self._bf16_per_thread(_round_up(d, 32), _round_up(dv, 16))
+        self.scratch_shape = (self.slots, self.per_thread)
+
+    def _core(self):
+        raise NotImplementedError
 
 
 def attn_heads(plan: HeadsPlan, q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray,

@@ -39,7 +39,66 @@ from ..plan import aligned_empty
 from . import native
 from .amx_gemm import BF16, OwnWeight, fits
 
-__all__ = ["available", "DpWeight", "gemm", "scratch_elems"]
+__all__ = ["available", "DpWeight", "gemm", "scratch_elems", "DP_MICRO"]
+
+DP_MICRO = r"""
+#ifndef BRAZE_DP_MICRO
+#define BRAZE_DP_MICRO
+#include <immintrin.h>
+#include <string.h>
+#define DP_NR 16   /* columns per panel */
+#define DP_QP 4    /* panels per micro block at most */
+#define DP_MR 6    /* rows per micro block at most */
+#if defined(__AVX512BF16__)
+/* c[h rows, q panels] (row stride ldc) = (load ? c : 0) + a @ b over `pairs` pairs of k; a:
+   bf16 rows lda apart (pairs of k adjacent), b: a panel slice [pairs][DP_NR][2], the next
+   panel's ps values further. h and q are constants where it is inlined: the accumulators
+   live in registers. */
+static inline __attribute__((always_inline)) void dp_micro_hq(
+    const int h, const int q, int64_t pairs, const uint16_t* restrict a, int64_t lda,
+    const uint16_t* restrict b, int64_t ps, float* restrict c, int64_t ldc, int load) {
+  __m512 acc[DP_MR][DP_QP];
+  #pragma GCC unroll 6
+  for (int i = 0; i < h; i++)
+    #pragma GCC unroll 4
+    for (int j = 0; j < q; j++)
+      acc[i][j] = load ? _mm512_loadu_ps(c + i * ldc + j * DP_NR) : _mm512_setzero_ps();
+  for (int64_t p = 0; p < pairs; p++) {
+    __m512i bv[DP_QP];
+    #pragma GCC unroll 4
+    for (int j = 0; j < q; j++) bv[j] = _mm512_load_si512(b + j * ps + p * 2 * DP_NR);
+    #pragma GCC unroll 6
+    for (int i = 0; i < h; i++) {
+      int32_t pair;
+      memcpy(&pair, a + i * lda + 2 * p, 4);
+      __m512i av = _mm512_set1_epi32(pair);
+      #pragma GCC unroll 4
+      for (int j = 0; j < q; j++)
+        acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)av, (__m512bh)bv[j]);
+    }
+  }
+  #pragma GCC unroll 6
+  for (int i = 0; i < h; i++)
+    #pragma GCC unroll 4
+    for (int j = 0; j < q; j++) _mm512_storeu_ps(c + i * ldc + j * DP_NR, acc[i][j]);
+}
+
+#define DP_CALL(H, Q) dp_micro_hq(H, Q, pairs, a, lda, b, ps, c, ldc, load)
+#define DP_ROWS(Q) switch (h) { case 1: DP_CALL(1, Q); break; case 2: DP_CALL(2, Q); break; \
+    case 3: DP_CALL(3, Q); break; case 4: DP_CALL(4, Q); break; case 5: DP_CALL(5, Q); break; \
+    default: DP_CALL(6, Q); }
+
+static void dp_micro(int h, int q, int64_t pairs, const uint16_t* a, int64_t lda,
+                  const uint16_t* b, int64_t ps, float* c, int64_t ldc, int load) {
+  if (q == 4) { DP_ROWS(4) return; }
+  if (q == 3) { DP_ROWS(3) return; }
+  if (q == 2) { DP_ROWS(2) return; }
+  DP_ROWS(1)
+}
+
+#endif
+#endif
+"""
 
 SOURCE = native.ACT_SPAN.join((r"""
 #include <stdint.h>
@@ -47,10 +106,10 @@ SOURCE = native.ACT_SPAN.join((r"""
 #include <math.h>
 #include <omp.h>
 #include <immintrin.h>
-""" + cc.simd_math_decls() + native.TO_BF16, r"""
-#define NR 16   /* columns per panel */
-#define QP 4    /* panels per tile (and per micro block) */
-#define MR 6    /* rows per micro block */
+""" + cc.simd_math_decls() + native.TO_BF16 + DP_MICRO, r"""
+#define NR DP_NR
+#define QP DP_QP   /* panels per tile */
+#define MR DP_MR
 #define KC 256  /* k values per K block: a block of a tile's 4 panels is 32 KiB */
 #define MC 192  /* rows per tile at most */
 #define LDC_T (QP * NR + 16)   /* the tile scratch's row stride (floats) */
@@ -85,52 +144,6 @@ void dp_pack(const float* w, int64_t k, int64_t n, uint16_t* out) {
 }
 
 #if defined(__AVX512BF16__)
-/* c[h rows, q panels] (row stride ldc) = (load ? c : 0) + a @ b over `pairs` pairs of k; a:
-   bf16 rows lda apart (pairs of k adjacent), b: a panel slice [pairs][NR][2], the next
-   panel's ps values further. h and q are constants where it is inlined: the accumulators
-   live in registers. */
-static inline __attribute__((always_inline)) void micro_hq(
-    const int h, const int q, int64_t pairs, const uint16_t* restrict a, int64_t lda,
-    const uint16_t* restrict b, int64_t ps, float* restrict c, int64_t ldc, int load) {
-  __m512 acc[MR][QP];
-  #pragma GCC unroll 6
-  for (int i = 0; i < h; i++)
-    #pragma GCC unroll 4
-    for (int j = 0; j < q; j++)
-      acc[i][j] = load ? _mm512_loadu_ps(c + i * ldc + j * NR) : _mm512_setzero_ps();
-  for (int64_t p = 0; p < pairs; p++) {
-    __m512i bv[QP];
-    #pragma GCC unroll 4
-    for (int j = 0; j < q; j++) bv[j] = _mm512_load_si512(b + j * ps + p * 2 * NR);
-    #pragma GCC unroll 6
-    for (int i = 0; i < h; i++) {
-      int32_t pair;
-      memcpy(&pair, a + i * lda + 2 * p, 4);
-      __m512i av = _mm512_set1_epi32(pair);
-      #pragma GCC unroll 4
-      for (int j = 0; j < q; j++)
-        acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)av, (__m512bh)bv[j]);
-    }
-  }
-  #pragma GCC unroll 6
-  for (int i = 0; i < h; i++)
-    #pragma GCC unroll 4
-    for (int j = 0; j < q; j++) _mm512_storeu_ps(c + i * ldc + j * NR, acc[i][j]);
-}
-
-#define MICRO(H, Q) micro_hq(H, Q, pairs, a, lda, b, ps, c, ldc, load)
-#define MICRO_ROWS(Q) switch (h) { case 1: MICRO(1, Q); break; case 2: MICRO(2, Q); break; \
-    case 3: MICRO(3, Q); break; case 4: MICRO(4, Q); break; case 5: MICRO(5, Q); break; \
-    default: MICRO(6, Q); }
-
-static void micro(int h, int q, int64_t pairs, const uint16_t* a, int64_t lda,
-                  const uint16_t* b, int64_t ps, float* c, int64_t ldc, int load) {
-  if (q == 4) { MICRO_ROWS(4) return; }
-  if (q == 3) { MICRO_ROWS(3) return; }
-  if (q == 2) { MICRO_ROWS(2) return; }
-  MICRO_ROWS(1)
-}
-
 /* A tile's f32 rows (ct, row stride LDC_T, `width` columns from column j0 of the product)
    through the epilogue into out (row stride ldo, f32 or, out16, bf16): bias + act, or gated
    (the tile's panels gate / up pairs: act(gate) * up into the pair's output columns, `cols`
@@ -177,7 +190,7 @@ void dp_gemm(const void* a, int64_t lda, int a16_in, uint16_t* a16, const uint16
   int in_place = a16_in && k == kp;
   const uint16_t* aa = in_place ? (const uint16_t*)a : a16;
   int64_t ldaa = in_place ? lda : kp;
-  int64_t units = (panels + QP - 1) / QP, nt = omp_get_max_threads();
+  int64_t units = (panels + QP - 1) / QP;
   int64_t rblocks = (m + MC - 1) / MC;
   int64_t rb = ((m + rblocks - 1) / rblocks + MR - 1) / MR * MR;   /* whole micro blocks */
   rblocks = (m + rb - 1) / rb;
@@ -204,7 +217,7 @@ void dp_gemm(const void* a, int64_t lda, int a16_in, uint16_t* a16, const uint16
         for (int64_t blk = 0; blk < blocks; blk++) {
           int64_t i0 = blk * rows / blocks;
           int h = (int)((blk + 1) * rows / blocks - i0);
-          micro(h, (int)q, kc / 2, aa + (r0 + i0) * ldaa + k0, ldaa, b, kc * NR,
+          dp_micro(h, (int)q, kc / 2, aa + (r0 + i0) * ldaa + k0, ldaa, b, kc * NR,
                 ct + i0 * LDC_T, LDC_T, k0 > 0);
         }
       }

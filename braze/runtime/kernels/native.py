@@ -14,8 +14,8 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 
-__all__ = ["lib", "ACT_CODES", "ACT_SPAN", "TO_BF16", "TRANSPOSE8", "ptr", "fptr", "ROPE_ROW",
-           "REGISTER_TILE"]
+__all__ = ["lib", "ACT_CODES", "ACT_SPAN", "TO_BF16", "TRANSPOSE8", "TRANSPOSE16", "ptr", "fptr",
+           "ROPE_ROW", "REGISTER_TILE"]
 
 ACT_CODES = {None: 0, "gelu": 1, "gelu_approx": 2, "silu": 3, "relu": 4, "sigmoid": 5,
              "tanh": 6, "quick_gelu": 7, "hard_swish": 8, "relu6": 9}
@@ -101,6 +101,41 @@ static inline void bf16_rows(const void* src, int in16, int64_t at, int64_t lds,
     memset(o + valid, 0, (w - valid) * sizeof(uint16_t));
   }
 }
+#endif
+"""
+
+TRANSPOSE16 = r"""
+#ifndef BRAZE_TRANSPOSE16
+#define BRAZE_TRANSPOSE16
+#include <immintrin.h>
+#if defined(__AVX512F__)
+/* r[x] = column x of the 16 x 16 32-bit matrix whose rows are r[0..15] on entry. */
+static inline void transpose16(__m512i r[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {   /* t[i + c]'s lane L: column 4 L + c of rows i.. i + 3 */
+    r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+    r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+    r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+    r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+  }
+  for (int c = 0; c < 4; c++) {
+    __m512i w0 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0x88);
+    __m512i w1 = _mm512_shuffle_i32x4(r[c], r[4 + c], 0xdd);
+    __m512i w2 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0x88);
+    __m512i w3 = _mm512_shuffle_i32x4(r[8 + c], r[12 + c], 0xdd);
+    t[c] = _mm512_shuffle_i32x4(w0, w2, 0x88);
+    t[4 + c] = _mm512_shuffle_i32x4(w1, w3, 0x88);
+    t[8 + c] = _mm512_shuffle_i32x4(w0, w2, 0xdd);
+    t[12 + c] = _mm512_shuffle_i32x4(w1, w3, 0xdd);
+  }
+  for (int i = 0; i < 16; i++) r[i] = t[i];
+}
+
+#endif
 #endif
 """
 
