@@ -20,7 +20,9 @@ Layout and blocking mirror braze's f32 kernel (packed_gemm.py):
   of the operand's pair per row, into the tile's f32 output in the thread's scratch.
 - The finished tile goes to `out` through the epilogue: bias + activation (native.ACT_SPAN,
   the code every kernel uses), optionally rounded to bf16 for the next GEMM (the bf16
-  hand-off), or gated: act(gate) * up on a weight packed by packed_gemm.gate_up_pairs.
+  hand-off: bias, GELU and rounding in one vector pass per row with the AMX kernel's
+  rational erf, native.BF16_ROW), or gated: act(gate) * up on a weight packed by
+  packed_gemm.gate_up_pairs.
 
 Products of bf16 values are exact in f32 and the sums run in f32 (vdpbf16ps flushes
 subnormal inputs and results, as AMX's tdpbf16ps does): the policy's numbers up to the order
@@ -106,13 +108,15 @@ SOURCE = native.ACT_SPAN.join((r"""
 #include <math.h>
 #include <omp.h>
 #include <immintrin.h>
-""" + cc.simd_math_decls() + native.TO_BF16 + DP_MICRO, r"""
+""" + cc.simd_math_decls() + native.TO_BF16 + native.BF16_ROW + DP_MICRO, r"""
 #define NR DP_NR
 #define QP DP_QP   /* panels per tile */
 #define MR DP_MR
 #define KC 256  /* k values per K block: a block of a tile's 4 panels is 32 KiB */
 #define MC 192  /* rows per tile at most */
 #define LDC_T (QP * NR + 16)   /* the tile scratch's row stride (floats) */
+#define SCRATCH_FLOATS (MC * LDC_T + MC * QP * NR / 2)   /* per thread: the tile, its gates */
+#define GELU_ERF """ + str(native.ACT_CODES["gelu"]) + r"""
 
 /* Where panel p's K block starting at k0 (even) starts in the packed weight (uint16 units):
    K blocks one after the other, the panels within, each [pairs][NR][2]. */
@@ -147,23 +151,40 @@ void dp_pack(const float* w, int64_t k, int64_t n, uint16_t* out) {
 /* A tile's f32 rows (ct, row stride LDC_T, `width` columns from column j0 of the product)
    through the epilogue into out (row stride ldo, f32 or, out16, bf16): bias + act, or gated
    (the tile's panels gate / up pairs: act(gate) * up into the pair's output columns, `cols`
-   of them valid from the tile's first output column). */
+   of them valid from the tile's first output column; the gates of all rows gathered into
+   `gates` first, so that the activation runs as one span, not 16 values at a time). */
 static void epilogue(float* ct, int64_t rows, int64_t width, const float* bias, int act,
-                     int gated, void* out, int out16, int64_t ldo, int64_t cols) {
+                     int gated, void* out, int out16, int64_t ldo, int64_t cols, float* gates) {
+  int64_t half = width / 2;   /* a gated tile's output columns */
+  if (gated) {
+    for (int64_t i = 0; i < rows; i++) {
+      float* t = ct + i * LDC_T;
+      for (int64_t q = 0; q < half / NR; q++) {
+        float* gate = t + 2 * q * NR;
+        float* up = gate + NR;
+        float* g = gates + i * half + q * NR;
+        #pragma omp simd
+        for (int c = 0; c < NR; c++) {
+          g[c] = gate[c] + (bias ? bias[2 * q * NR + c] : 0.0f);
+          up[c] += bias ? bias[2 * q * NR + NR + c] : 0.0f;
+        }
+      }
+    }
+    act_span(gates, 0, gates, rows * half, act);
+  }
   for (int64_t i = 0; i < rows; i++) {
     float* t = ct + i * LDC_T;
     if (gated) {
-      for (int64_t q = 0; q < width / (2 * NR); q++) {
-        float* gate = t + 2 * q * NR;
-        float* up = gate + NR;
-        if (bias) {
-          #pragma omp simd
-          for (int c = 0; c < 2 * NR; c++) gate[c] += bias[2 * q * NR + c];
-        }
-        act_span(gate, 0, gate, NR, act);
+      for (int64_t q = 0; q < half / NR; q++) {
+        const float* g = gates + i * half + q * NR;
+        const float* up = t + (2 * q + 1) * NR;
         #pragma omp simd
-        for (int c = 0; c < NR; c++) t[q * NR + c] = gate[c] * up[c];
+        for (int c = 0; c < NR; c++) t[q * NR + c] = g[c] * up[c];
       }
+    } else if (out16 && (act == 0 || act == GELU_ERF)) {   /* bias, GELU, rounding: 1 pass */
+      if (act) gelu_row_bf16(t, bias, (uint16_t*)out + i * ldo, cols);
+      else row_bf16(t, bias, (uint16_t*)out + i * ldo, cols, 0);
+      continue;
     } else if (out16 || bias || act) {
       act_span(t, bias, out16 ? t : (float*)out + i * ldo, cols, act);
       if (!out16) continue;
@@ -197,7 +218,8 @@ void dp_gemm(const void* a, int64_t lda, int a16_in, uint16_t* a16, const uint16
   int64_t tiles = rblocks * units;
   #pragma omp parallel if(tiles > 1 && m * n * k > (1 << 18))
   {
-    float* ct = scratch + (int64_t)omp_get_thread_num() * MC * LDC_T;
+    float* ct = scratch + (int64_t)omp_get_thread_num() * SCRATCH_FLOATS;
+    float* gates = ct + MC * LDC_T;
     if (!in_place) {
       #pragma omp for schedule(static)
       for (int64_t r = 0; r < m; r++)
@@ -226,19 +248,20 @@ void dp_gemm(const void* a, int64_t lda, int a16_in, uint16_t* a16, const uint16
         int64_t o0 = j0 / 2, cols = n_out - o0 < width / 2 ? n_out - o0 : width / 2;
         void* o = out16 ? (void*)((uint16_t*)out + r0 * n_out + o0)
                         : (void*)((float*)out + r0 * n_out + o0);
-        epilogue(ct, rows, width, bias ? bias + j0 : 0, act, 1, o, out16, n_out, cols);
+        epilogue(ct, rows, width, bias ? bias + j0 : 0, act, 1, o, out16, n_out, cols,
+                 gates);
       } else {
         int64_t cols = n - j0 < width ? n - j0 : width;
         void* o = out16 ? (void*)((uint16_t*)out + r0 * n + j0)
                         : (void*)((float*)out + r0 * n + j0);
-        epilogue(ct, rows, width, bias ? bias + j0 : 0, act, 0, o, out16, n, cols);
+        epilogue(ct, rows, width, bias ? bias + j0 : 0, act, 0, o, out16, n, cols, gates);
       }
     }
   }
 #endif
 }
 
-int64_t dp_scratch_floats(void) { return (int64_t)MC * LDC_T * omp_get_max_threads(); }
+int64_t dp_scratch_floats(void) { return (int64_t)SCRATCH_FLOATS * omp_get_max_threads(); }
 
 int dp_compiled(void) {
 #if defined(__AVX512BF16__)
