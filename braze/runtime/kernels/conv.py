@@ -32,7 +32,7 @@ from ...ir.ops.elementwise import UnaryFn
 from ...ir.ops.fused import FusedConvBiasAct
 from ...ir.ops.resize import Resize, ResizeMode
 from ..address import address
-from . import blas, conv_amx, conv_native, conv_tiles, gemm_choice, native
+from . import blas, conv_amx, conv_dp, conv_native, conv_tiles, gemm_choice, native
 from . import packed_gemm as pg
 from .fused import is_f32
 from .native import ptr as _ptr
@@ -139,10 +139,11 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
     what = f"residual + {what}" if residual else what
     cost = {"flops": geo.flops(), "bytes": nbytes(ins) + nbytes(outs)}
     out_at = len(ins)  # position of the output among the step's arrays
-    amx = conv_amx.conv_kernel(node, geo, ins, outs, ctx, code, has_bias, residual, numpy_act,
-                               what, cost)
-    if amx is not None:  # the bf16 policy's conv on AMX tiles
-        return amx
+    for engine in (conv_amx, conv_dp):  # the bf16 policy's conv on AMX tiles, or AVX512-BF16
+        low = engine.conv_kernel(node, geo, ins, outs, ctx, code, has_bias, residual,
+                                 numpy_act, what, cost)
+        if low is not None:
+            return low
     if geo.depthwise:
         mult = geo.o // geo.c
 

@@ -25,6 +25,8 @@ copies in and out (NCHW f32 <-> NHWC bf16) and cold weights leave 0.5-0.9 ms a c
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
@@ -37,22 +39,15 @@ from ..plan import aligned_empty
 from . import amx_gemm, bf16_gemm, native
 from .registry import Dispatch, Kernel
 
-__all__ = ["conv_kernel", "lib"]
+__all__ = ["conv_kernel", "lib", "Engine", "NHWC_IO", "AMX"]
 
-SOURCE = r"""
-#include <stdint.h>
-#include <string.h>
-#include <math.h>
-#include <omp.h>
-#include <immintrin.h>
-#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
-#error "AMX tiles needed"
-#endif
-""" + cc.simd_math_decls() + cc.parallel_min_define() + native.TO_BF16 + native.TRANSPOSE8 \
-    + native.ACT_SPAN + amx_gemm.TILE_CONFIG + r"""
+NHWC_IO = r"""
+#ifndef BRAZE_NHWC_IO
+#define BRAZE_NHWC_IO
+""" + native.TO_BF16 + native.TRANSPOSE8 + r"""
 /* xt [n, hp, wp, cp] bf16 = x [n, c, h, w] rounded to nearest even, padded row r reading image
    row r - pt and column v image column v - pl, zeros outside the image and past channel c. */
-void amx_conv_prep(const float* x, uint16_t* xt, int64_t n, int64_t c, int64_t h, int64_t w,
+static void conv_prep_bf16(const float* x, uint16_t* xt, int64_t n, int64_t c, int64_t h, int64_t w,
                    int64_t cp, int64_t hp, int64_t wp, int64_t pt, int64_t pl) {
   #pragma omp parallel for schedule(static) \
       if (BRAZE_PARALLEL(n * hp * wp * cp, BRAZE_PAR_MIN_MACS / 16))
@@ -87,17 +82,17 @@ void amx_conv_prep(const float* x, uint16_t* xt, int64_t n, int64_t c, int64_t h
   }
 }
 
-/* Pixels [0, len) of a finished tile (rows of 32 f32 channels, bias and, without a residual,
+/* Pixels [0, len) of a finished tile (rows of ldt f32 channels, bias and, without a residual,
    the activation applied) into the output rows y[j * plane + p] of its first `chans` channels
    (8 x 8 register transposes, the edges one by one), then res added and the activation. */
-static void store_run(const float* t, int64_t len, int64_t chans, float* yb, const float* rb,
-                      int64_t plane, int act) {
+static void store_run(const float* t, int64_t ldt, int64_t len, int64_t chans, float* yb,
+                      const float* rb, int64_t plane, int act) {
   int64_t p8 = len / 8 * 8, j8 = chans / 8 * 8;
   for (int64_t p = 0; p < p8; p += 8)
-    for (int64_t j = 0; j < j8; j += 8) transpose8x8(t + p * 32 + j, 32, yb + j * plane + p,
+    for (int64_t j = 0; j < j8; j += 8) transpose8x8(t + p * ldt + j, ldt, yb + j * plane + p,
                                                      plane);
   for (int64_t j = 0; j < chans; j++)
-    for (int64_t p = j < j8 ? p8 : 0; p < len; p++) yb[j * plane + p] = t[p * 32 + j];
+    for (int64_t p = j < j8 ? p8 : 0; p < len; p++) yb[j * plane + p] = t[p * ldt + j];
   if (rb)
     for (int64_t j = 0; j < chans; j++) {
       float* yr = yb + j * plane;
@@ -107,7 +102,73 @@ static void store_run(const float* t, int64_t len, int64_t chans, float* yb, con
     }
 }
 
-/* y [n, o, ho, wo] = act(conv + bias (+ res)) from amx_conv_prep's xt and the packed weight bp
+/* A finished tile (npx pixels, rows of ldt f32 channels, `chans` of them valid, output
+   channels from oc0) into y [img, o, plane]: bias added, the activation (after the residual
+   where there is one), stored from its first position q0 (with `pitch`, positions along the
+   padded plane's pitch: the runs inside each output row of wo, the rest dropped). */
+static void store_tile(float* tmp, int64_t ldt, int64_t npx, int64_t chans, int64_t oc0,
+                       const float* bias, const float* res, float* y, int64_t img, int64_t o,
+                       int64_t plane, int64_t q0, int pitch, int64_t wp, int64_t wo, int act) {
+  float bt[ldt];
+  for (int64_t j = 0; j < ldt; j++) bt[j] = bias && j < chans ? bias[oc0 + j] : 0.0f;
+  for (int64_t p = 0; p < npx; p++) {
+    float* tp = tmp + p * ldt;
+    #pragma omp simd
+    for (int64_t j = 0; j < ldt; j++) tp[j] += bt[j];
+  }
+  if (!res && act) act_span(tmp, NULL, tmp, npx * ldt, act);
+  int64_t out0 = (img * o + oc0) * plane;
+  if (!pitch) {
+    store_run(tmp, ldt, npx, chans, y + out0 + q0, res ? res + out0 + q0 : NULL, plane, act);
+    return;
+  }
+  for (int64_t p = 0; p < npx;) {  /* runs of positions inside one output row */
+    int64_t oy = (q0 + p) / wp, ox = (q0 + p) % wp;
+    int64_t len = wo - ox < npx - p ? wo - ox : npx - p;
+    if (len > 0) {
+      int64_t at = out0 + oy * wo + ox;
+      store_run(tmp + p * ldt, ldt, len, chans, y + at, res ? res + at : NULL, plane, act);
+      p += len;
+    }
+    p += wp - ox - (len > 0 ? len : 0) < npx - p ? wp - ox - (len > 0 ? len : 0) : npx - p;
+  }
+}
+/* Tile blk of up to tp output pixels: its first position *q0, pixels *npx and first input
+   pixel *base in the padded image. With `pitch` (stride 1): positions q = oy wp + ox along
+   the padded plane's pitch (ho wp of them); otherwise pixels of one output row (wo / tp
+   rounded up tiles a row), their input sw pixels apart. */
+static inline void tile_at(int64_t blk, int64_t tp, int pitch, int64_t ho, int64_t wp,
+                           int64_t wo, int64_t sh, int64_t sw, int64_t* q0, int64_t* npx,
+                           int64_t* base) {
+  if (pitch) {
+    *q0 = blk * tp;
+    *npx = ho * wp - *q0 < tp ? ho * wp - *q0 : tp;
+    *base = *q0;
+    return;
+  }
+  int64_t xb_n = (wo + tp - 1) / tp, oy = blk / xb_n, x0 = blk % xb_n * tp;
+  *q0 = oy * wo + x0;
+  *npx = wo - x0 < tp ? wo - x0 : tp;
+  *base = oy * sh * wp + x0 * sw;
+}
+#endif
+"""
+"""The bf16 convs' input copy (NCHW f32 -> zero-padded NHWC bf16, conv_prep_bf16) and output
+store (store_run); the source that includes it has included native.ACT_SPAN and
+cc.parallel_min_define() before."""
+
+SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <omp.h>
+#include <immintrin.h>
+#if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
+#error "AMX tiles needed"
+#endif
+""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + NHWC_IO \
+    + amx_gemm.TILE_CONFIG + r"""
+/* y [n, o, ho, wo] = act(conv + bias (+ res)) from conv_prep_bf16's xt and the packed weight bp
    (per group, amx_pack of its [kh kw cg, og] matrix: tap t = ky kw + kx, channel block cb at k
    block t (cg / 32) + cb; cg = cp for one group, else a multiple of 32); bias [o] and res
    (y's shape) may be NULL. A tile is 32 pixels: with `pitch` (stride 1) 32 consecutive
@@ -132,16 +193,7 @@ void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const f
       int64_t gn = it % (groups * nb_n), t = it / (groups * nb_n), g = gn / nb_n, nb = gn % nb_n;
       int64_t blk = t % blocks, img = t / blocks;
       int64_t q0, npx, base;  /* first position, positions, A base pixel in the image */
-      if (pitch) {
-        q0 = blk * 32;
-        npx = ho * wp - q0 < 32 ? ho * wp - q0 : 32;
-        base = q0;
-      } else {
-        int64_t xb_n = (wo + 31) / 32, oy = blk / xb_n;
-        q0 = oy * wo + blk % xb_n * 32;
-        npx = wo - blk % xb_n * 32 < 32 ? wo - blk % xb_n * 32 : 32;
-        base = oy * sh * wp + blk % xb_n * 32 * sw;
-      }
+      tile_at(blk, 32, pitch, ho, wp, wo, sh, sw, &q0, &npx, &base);
       int two = npx > 16;
       const uint16_t* bcol = bp + g * group_w + nb * kb_n * 1024;
       _tile_zero(0); _tile_zero(1); _tile_zero(2); _tile_zero(3);
@@ -169,42 +221,20 @@ void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const f
         _tile_stored(3, tmp + 528, 128);
       }
       int64_t chans = og - nb * 32 < 32 ? og - nb * 32 : 32, oc0 = g * og + nb * 32;
-      float bt[32];
-      for (int64_t j = 0; j < 32; j++) bt[j] = bias && j < chans ? bias[oc0 + j] : 0.0f;
-      for (int64_t p = 0; p < npx; p++) {
-        float* tp = tmp + p * 32;
-        #pragma omp simd
-        for (int64_t j = 0; j < 32; j++) tp[j] += bt[j];
-      }
-      if (!res && act) act_span(tmp, NULL, tmp, npx * 32, act);
-      int64_t out0 = (img * o + oc0) * plane;
-      if (!pitch) {
-        store_run(tmp, npx, chans, y + out0 + q0, res ? res + out0 + q0 : NULL, plane, act);
-        continue;
-      }
-      for (int64_t p = 0; p < npx;) {  /* runs of positions inside one output row */
-        int64_t oy = (q0 + p) / wp, ox = (q0 + p) % wp;
-        int64_t len = wo - ox < npx - p ? wo - ox : npx - p;
-        if (len > 0) {
-          int64_t at = out0 + oy * wo + ox;
-          store_run(tmp + p * 32, len, chans, y + at, res ? res + at : NULL, plane, act);
-          p += len;
-        }
-        p += wp - ox - (len > 0 ? len : 0) < npx - p ? wp - ox - (len > 0 ? len : 0)
-                                                    : npx - p;
-      }
+      store_tile(tmp, 32, npx, chans, oc0, bias, res, y, img, o, plane, q0, pitch, wp, wo,
+                 act);
     }
     _tile_release();
   }
 }
 
-/* The conv of x [n, c, h, w]: amx_conv_prep into xt, then amx_conv. */
+/* The conv of x [n, c, h, w]: conv_prep_bf16 into xt, then amx_conv. */
 void amx_conv_run(const float* x, uint16_t* xt, const uint16_t* bp, const float* bias,
                   const float* res, float* y, int64_t n, int64_t c, int64_t h, int64_t w,
                   int64_t o, int64_t cp, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
                   int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl, int64_t hp,
                   int64_t wp, int64_t ho, int64_t wo, int pitch, int act) {
-  amx_conv_prep(x, xt, n, c, h, w, cp, hp, wp, pt, pl);
+  conv_prep_bf16(x, xt, n, c, h, w, cp, hp, wp, pt, pl);
   amx_conv(xt, bp, bias, res, y, n, o, cp, groups, groups == 1 ? cp : c / groups, kh, kw, sh,
            sw, dh, dw, hp, wp, ho, wo, pitch, act);
 }
@@ -223,14 +253,32 @@ def lib():
     return cc.load_library(SOURCE, "braze_conv_amx", _SIGNATURES)
 
 
-def _extent(geo) -> tuple[int, int, bool]:
+@dataclass(frozen=True)
+class Engine:
+    """A bf16 implicit-GEMM conv (this module's AMX one, conv_dp's AVX512-BF16 one): its C
+    library (None where it does not run), its entry point (amx_conv_run's arguments), its
+    weight packing (w [o, cg, kh, kw], groups) -> packed, the input's padded channel count
+    for one group, whether it takes a conv's groups, the pixels a strided tile reads past a
+    row's end (a multiple of `tile`), and its name in dispatch reports."""
+
+    lib: Callable[[], object]
+    entry: str
+    pack: Callable[[np.ndarray, int], np.ndarray]
+    channels: Callable[[int], int]
+    takes_groups: Callable[[int, int], bool]
+    tile: int
+    name: str
+
+
+def _extent(geo, tile: int) -> tuple[int, int, bool]:
     """The padded rows and columns the conv reads and whether its tiles run along the padded
-    plane's pitch (stride 1); otherwise the columns have room for a 32-pixel tile's over-read
-    past an output row's end (the tile's pixels beyond the row are dropped)."""
+    plane's pitch (stride 1); otherwise the columns have room for a `tile`-pixel tile's
+    over-read past an output row's end (the tile's pixels beyond the row are dropped)."""
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     hp = (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1
     pitch = (sh, sw) == (1, 1)
-    first = geo.wo if pitch else (amx_gemm.up32(geo.wo) - 1) * sw + 1  # columns tap 0 reads
+    span = -(-geo.wo // tile) * tile if tile else geo.wo
+    first = geo.wo if pitch else (span - 1) * sw + 1  # columns tap 0 reads
     wp = first + (geo.kw - 1) * dw
     return hp, wp, pitch
 
@@ -253,34 +301,41 @@ def packed_weight(w: np.ndarray, groups: int = 1) -> np.ndarray:
     return out
 
 
+AMX = Engine(lib, "amx_conv_run", packed_weight, amx_gemm.up32,
+             lambda groups, cg: groups == 1 or cg % 32 == 0, 32,
+             "braze AMX conv: implicit GEMM on NHWC bf16")
+
+
 def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: bool,
-                numpy_act, what: str, cost: dict) -> Kernel | None:
-    """The conv `node` (geometry `geo`, a conv.ConvGeometry) on AMX tiles, or None where it
-    does not apply: no bf16 policy or AMX here, groups whose channels are not whole blocks of
-    32, fewer than MIN_CONV_MACS multiply-adds per output (the default policy leaves those in
-    f32; on the tiles MobileNetV2's 16-96-channel 1x1 convs ran at 25-66 GFLOP/s), a weight
-    computed at run time or not bf16-valued, an input the policy did not round, an output
-    that is not f32."""
-    if ctx is None or outs[0].dtype.name != "f32" or lib() is None or \
-            not bf16_gemm.bf16_policy(ctx) or geo.kh * geo.kw * geo.cg < MIN_CONV_MACS or \
-            (geo.groups > 1 and geo.cg % 32):
+                numpy_act, what: str, cost: dict, engine: Engine | None = None
+                ) -> Kernel | None:
+    """The conv `node` (geometry `geo`, a conv.ConvGeometry) on `engine`, or None where it
+    does not apply: no bf16 policy or no such engine here, groups the engine does not take
+    (AMX: whole blocks of 32 channels), fewer than MIN_CONV_MACS multiply-adds per output
+    (the default policy leaves those in f32; on AMX tiles MobileNetV2's 16-96-channel 1x1
+    convs ran at 25-66 GFLOP/s), a weight computed at run time or not bf16-valued, an input
+    the policy did not round, an output that is not f32. `engine` None: AMX."""
+    engine = AMX if engine is None else engine
+    if ctx is None or outs[0].dtype.name != "f32" or not bf16_gemm.bf16_policy(ctx) or \
+            geo.kh * geo.kw * geo.cg < MIN_CONV_MACS or engine.lib() is None or \
+            not engine.takes_groups(geo.groups, geo.cg):
         return None
     src = bf16_gemm.rounded_source(node, ctx, 0)
     w = ctx.static.get(node.inputs[1])
     if src is None or w is None or w.dtype != np.float32 or w.ndim != 4:
         return None
-    key = ("amx conv weight", node.inputs[1])
+    key = (engine.entry, "weight", node.inputs[1])
     if key not in ctx.prepared:
-        ctx.prepared[key] = packed_weight(w, geo.groups) \
+        ctx.prepared[key] = engine.pack(w, geo.groups) \
             if bf16_gemm.bf16_bits(w) is not None else None
     packed = ctx.prepared[key]
     if packed is None:
         return None
-    hp, wp, pitch = _extent(geo)
-    cp = amx_gemm.up32(geo.c)
+    hp, wp, pitch = _extent(geo, engine.tile)
+    cp = engine.channels(geo.c) if geo.groups == 1 else geo.c
     out_at = len(ins)  # the output's position among the step's arrays
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
-    so = lib()
+    entry = getattr(engine.lib(), engine.entry)
 
     def run(x, w_, *rest):
         out, xt = rest[out_at - 2], rest[-1]
@@ -288,18 +343,15 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
         bias = np.ascontiguousarray(rest[0], np.float32) if has_bias else None
         res = np.ascontiguousarray(rest[1]) if residual else None
         if x.dtype != np.float32 or not out.flags.c_contiguous:
-            raise InterpretError(f"AMX conv at node {node.label}: needs f32 contiguous arrays")
-        so.amx_conv_run(address(x), address(xt), address(packed),
-                        None if bias is None else address(bias),
-                        None if res is None else address(res), address(out), geo.n, geo.c,
-                        geo.h, geo.w, geo.o, cp, geo.groups, geo.kh, geo.kw, sh, sw, dh, dw,
-                        geo.padding[0], geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch),
-                        act)
+            raise InterpretError(f"bf16 conv at node {node.label}: needs f32 contiguous arrays")
+        entry(address(x), address(xt), address(packed), None if bias is None else address(bias),
+              None if res is None else address(res), address(out), geo.n, geo.c, geo.h, geo.w,
+              geo.o, cp, geo.groups, geo.kh, geo.kw, sh, sw, dh, dw, geo.padding[0],
+              geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), act)
         if numpy_act is not None:
             np.copyto(out, numpy_act.apply(out))
 
-    return Kernel(run, Dispatch.NATIVE,
-                  f"braze AMX conv: implicit GEMM on NHWC bf16, operand rounded in ({what})",
+    return Kernel(run, Dispatch.NATIVE, f"{engine.name}, operand rounded in ({what})",
                   reads=((0, src),), **cost,
                   scratch=(((geo.n * hp * wp * cp + (32 + geo.kw * geo.dilation[1]) * cp,),
                             np.uint16),))

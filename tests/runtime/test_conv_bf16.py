@@ -1,7 +1,8 @@
-"""Convolutions under the bf16 policy (kernels/conv_amx.py): a conv of one group with a static
-weight and a rounded input runs as an implicit GEMM on AMX tiles, reading the unrounded input
-(the rounding casts are done inside it); odd sizes, strides, padding, dilation, 1x1, a 7x7 of
-6 channels, groups of whole 32-channel blocks, every epilogue (bias, activations, a residual).
+"""Convolutions under the bf16 policy (kernels/conv_amx.py, kernels/conv_dp.py): a conv with a
+static weight and a rounded input runs as an implicit GEMM on AMX tiles or AVX512-BF16 dot
+products (each engine this CPU has, the other set aside), reading the unrounded input (the
+rounding casts are done inside it); odd sizes, strides, padding, dilation, 1x1, a 7x7 of 6
+channels, groups of whole 32-channel blocks, every epilogue (bias, activations, a residual).
 Checked against the reference interpreter on the policy's graph (`exe.graph`); depthwise and
 other grouped convs and weights fed at run time keep the f32 kernels, and the fp32 compile
 never takes this path."""
@@ -12,11 +13,24 @@ import pytest
 
 import braze as bz
 from braze.models import resnet_basic_block
-from braze.runtime.kernels import conv_amx, conv_native
+from braze.runtime.kernels import conv_amx, conv_dp, conv_native
 
-pytestmark = pytest.mark.skipif(
-    conv_amx.lib() is None or conv_native.lib() is None,
-    reason="no AMX tiles (or no permission for them) or no C compiler here")
+pytestmark = pytest.mark.skipif(conv_native.lib() is None, reason="no C compiler here")
+NAMES = {"amx": "AMX conv", "dp": "AVX512-BF16 conv"}
+
+
+@pytest.fixture(params=["amx", "dp"])
+def engine(request, monkeypatch):
+    """Each bf16 conv engine this CPU has (AMX set aside for the AVX512-BF16 one); its name in
+    dispatch reports."""
+    if request.param == "amx" and conv_amx.lib() is None:
+        pytest.skip("no AMX tiles (or no permission for them) here")
+    if request.param == "dp":
+        if conv_dp.lib() is None:
+            pytest.skip("no AVX512-BF16 here")
+        monkeypatch.setattr(conv_amx, "AMX", dataclasses.replace(conv_amx.AMX,
+                                                                   lib=lambda: None))
+    return NAMES[request.param]
 
 
 def _conv(n, c, h, w, o, k, *, stride=1, padding=0, dilation=1, groups=1, act=None,
@@ -58,6 +72,7 @@ CASES = {
     "1x1": (2, 260, 7, 9, 33, 1, dict()),
     "1x1 stride 2": (1, 300, 9, 7, 20, 1, dict(stride=2)),
     "7x7 stride 2, 6 channels": (1, 6, 30, 26, 16, 7, dict(stride=2, padding=3)),
+    "5x5, 11 channels (odd), 70 outputs": (1, 11, 12, 10, 70, 5, dict(padding=2)),
     "groups of 32 channels": (2, 64, 9, 10, 48, 3, dict(padding=1, groups=2)),
     "groups of 64, stride 2": (1, 256, 10, 9, 100, 3, dict(stride=2, padding=1, groups=4)),
 }
@@ -66,16 +81,17 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 @pytest.mark.parametrize("act, residual", [(None, False), ("relu", False), ("gelu", False),
                                            ("exp", False), ("relu", True), (None, True)])
-def test_convs_run_on_amx_tiles_from_the_unrounded_input(case, act, residual):
+def test_convs_run_as_bf16_implicit_gemms_from_the_unrounded_input(case, act, residual,
+                                                                    engine):
     n, c, h, w, o, k, attrs = CASES[case]
     rows, _ = _run(_conv(n, c, h, w, o, k, act=act, residual=residual, **attrs))
     convs = [r for r in rows if r[1] in ("conv2d", "fused_conv_bias_act")]
-    assert len(convs) == 1 and "AMX conv" in convs[0][3], convs
+    assert len(convs) == 1 and engine in convs[0][3], convs
     inside = [r for r in rows if r[1] == "cast" and "done inside" in r[3]]
     assert len(inside) == 2  # the input's rounding casts run inside the conv
 
 
-def test_a_conv_of_few_multiply_adds_per_output_stays_f32():
+def test_a_conv_of_few_multiply_adds_per_output_stays_f32(engine):
     """Under precision.MIN_CONV_MACS (kh kw C) the default policy leaves the conv's operands in
     f32 (no casts); a policy rounding every conv runs it on the f32 kernels, rounded."""
     from braze.passes.precision import MIN_CONV_MACS, POLICIES
@@ -84,7 +100,7 @@ def test_a_conv_of_few_multiply_adds_per_output_stays_f32():
     assert 40 < MIN_CONV_MACS
     rows, _ = _run(g)
     (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
-    assert "AMX" not in conv[3] and not [r for r in rows if r[1] == "cast"]
+    assert "bf16" not in conv[3] and not [r for r in rows if r[1] == "cast"]
     every = dataclasses.replace(POLICIES["bf16"], min_conv_macs=0)
     exe = bz.compile(g, params=bz.init_params(g, 0), precision=every)
     feeds = bz.random_feeds(g, 0)
@@ -95,13 +111,13 @@ def test_a_conv_of_few_multiply_adds_per_output_stays_f32():
 
 
 @pytest.mark.parametrize("groups", [2, 6])
-def test_grouped_and_depthwise_convs_keep_the_f32_kernels(groups):
+def test_grouped_and_depthwise_convs_keep_the_f32_kernels(groups, engine):
     rows, _ = _run(_conv(1, 6, 9, 8, 6, 3, padding=1, groups=groups, act="relu"))
     (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
     assert "bf16" not in conv[3]
 
 
-def test_a_weight_fed_at_run_time_keeps_the_f32_kernels():
+def test_a_weight_fed_at_run_time_keeps_the_f32_kernels(engine):
     rows, _ = _run(_conv(1, 40, 9, 8, 12, 3, padding=1, weight_input=True))
     assert [r for r in rows if r[1] == "cast"]  # rounded, by the f32 kernels' casts
     (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
@@ -116,8 +132,8 @@ def test_the_fp32_compile_keeps_the_f32_convs():
     assert "bf16" not in conv[3]
 
 
-def test_resnet_block_under_the_bf16_policy():
-    """The builtin ResNet basic block: both convs on AMX tiles, the residual and ReLU in
+def test_resnet_block_under_the_bf16_policy(engine):
+    """The builtin ResNet basic block: both convs on the bf16 engine, the residual and ReLU in
     the second one's epilogue, against the policy's reference and within bf16 of fp32."""
     g = resnet_basic_block(seed=0)
     exe = bz.compile(g, precision="bf16")
@@ -129,5 +145,5 @@ def test_resnet_block_under_the_bf16_policy():
     f32 = bz.interpret(g, feeds)[0]
     assert np.abs(got - f32).max() < 3e-2 * scale
     convs = [r for r in exe.dispatch_report().rows if r[1] == "fused_conv_bias_act"]
-    assert len(convs) == 2 and all("AMX conv" in r[3] for r in convs)
+    assert len(convs) == 2 and all(engine in r[3] for r in convs)
     assert any("residual" in r[3] for r in convs)
