@@ -20,8 +20,9 @@ micro-kernel. As the AMX core, it takes q, k and v as bf16 values from the block
 projections (`in16`) and hands its output to the output projection in bf16 (`out16`) where
 those run on braze's bf16 GEMMs.
 
-Speed (the 2-core Zen 4 EPYC VM, B=1 and 8, H=12, S=128, D=64, no mask): see
-tests/runtime/test_attention_dp.py for the numbers it must match and the README for timings."""
+Speed (the 2-core Zen 4 EPYC VM, H 12, S 128, D 64, no mask, alternating calls): B=1 0.27 ms
+against 0.43 for the f32 micro-kernels on rounded values (attn_heads_bf16), B=8 2.6 against
+3.8 ms. Tests: tests/runtime/test_attention_bf16_core.py (every core present)."""
 from __future__ import annotations
 
 import ctypes
