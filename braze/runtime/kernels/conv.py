@@ -32,7 +32,7 @@ from ...ir.ops.elementwise import UnaryFn
 from ...ir.ops.fused import FusedConvBiasAct
 from ...ir.ops.resize import Resize, ResizeMode
 from ..address import address
-from . import blas, conv_amx, conv_dp, conv_native, conv_nhwc, conv_tiles, gemm_choice, native
+from . import blas, conv_amx, conv_dp, conv_native, conv_tiles, gemm_choice, native
 from . import packed_gemm as pg
 from .fused import is_f32
 from .native import ptr as _ptr
@@ -166,10 +166,6 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
         static = None
     paths = conv_paths(geo, static is not None, sgemm is not None)
     choice = conv_choice(geo, code, has_bias, paths) if paths else None
-    if choice == "nhwc":
-        return Kernel(**_nhwc_kernel(node, geo, ctx, static, code, has_bias, residual,
-                                     numpy_act, out_at), dispatch=Dispatch.NATIVE, **cost,
-                      name=f"braze NHWC conv: taps in registers, epilogue per tile ({what})")
     if choice == "shifted":
         return Kernel(**_shifted_kernel(node, geo, ctx, static, code, has_bias, residual,
                                         numpy_act, out_at), dispatch=Dispatch.NATIVE, **cost,
@@ -236,8 +232,6 @@ def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool) -> tuple[str, 
             paths.append("rows")
     if mkl:
         paths.append("im2col")
-    if static_weight and conv_nhwc.lib() is not None:
-        paths.append("nhwc")
     return tuple(paths)
 
 
@@ -268,27 +262,6 @@ def _shifted_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: b
             rest[out_at - 2], code, rest[1] if residual else None)
 
     return {**_c_kernel(call, numpy_act, out_at, library=lib), "scratch": tuple(scratch)}
-
-
-def _nhwc_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
-                 residual: bool, numpy_act: UnaryFn | None, out_at: int) -> dict:
-    """The Kernel fields (run, scratch) of the conv on conv_nhwc.py (the weight packed once)."""
-    key = ("conv nhwc weight", node.inputs[1])
-    if key not in ctx.prepared:
-        ctx.prepared[key] = conv_nhwc.packed_weight(static, geo.groups)
-    packed = ctx.prepared[key]
-    run_c = conv_nhwc.lib().nhwc_conv_run
-
-    def run(x, w, *rest):
-        out = rest[out_at - 2]
-        x = _contiguous(x)
-        b = _contiguous(rest[0]) if has_bias else None
-        r = _contiguous(rest[1]) if residual else None
-        run_c(*conv_nhwc.run_args(geo, x, rest[-1], packed, b, r, out, code))
-        if numpy_act is not None:
-            np.copyto(out, numpy_act.apply(out))
-
-    return {"run": run, "scratch": (((conv_nhwc.scratch_floats(geo),), _F32),)}
 
 
 def _rows_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
@@ -420,12 +393,6 @@ def _choice_runs(geo: ConvGeometry, act: int, bias: bool, paths: tuple[str, ...]
         mkl_args = _im2col_args(geo, x, w, b, y, cols, act)
         keep.append(cols)
         calls["im2col"] = lambda: conv_native.lib().conv_gemm(*mkl_args)
-    if "nhwc" in paths:
-        packed_nhwc = conv_nhwc.packed_weight(w, geo.groups)
-        xt = np.empty(conv_nhwc.scratch_floats(geo), _F32)
-        nhwc_args = conv_nhwc.run_args(geo, x, xt, packed_nhwc, b, None, y, act)
-        keep += [packed_nhwc, xt]
-        calls["nhwc"] = lambda: conv_nhwc.lib().nhwc_conv_run(*nhwc_args)
     return {name: (lambda fn=fn: (keep, fn())) for name, fn in calls.items()}
 
 

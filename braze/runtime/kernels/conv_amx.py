@@ -39,53 +39,48 @@ from ..plan import aligned_empty
 from . import amx_gemm, bf16_gemm, native
 from .registry import Dispatch, Kernel
 
-__all__ = ["conv_kernel", "lib", "Engine", "NHWC_IO", "AMX", "nhwc_extent"]
+__all__ = ["conv_kernel", "lib", "Engine", "NHWC_IO", "AMX"]
 
 NHWC_IO = r"""
 #ifndef BRAZE_NHWC_IO
 #define BRAZE_NHWC_IO
 """ + native.TO_BF16 + native.TRANSPOSE8 + r"""
-/* xt [n, hp, wp, cp] = x [n, c, h, w] as T (CONVERT: uint16_t rounded to bf16 nearest even,
-   or float as it is), padded row r reading image row r - pt and column v image column v - pl,
-   zeros outside the image and past channel c. */
-#define CONV_PREP(NAME, T, CONVERT) \
-static void NAME(const float* x, T* xt, int64_t n, int64_t c, int64_t h, int64_t w, \
-                 int64_t cp, int64_t hp, int64_t wp, int64_t pt, int64_t pl) { \
-  int par = BRAZE_PARALLEL(n * hp * wp * cp, BRAZE_PAR_MIN_MACS / 16); \
-  _Pragma("omp parallel for schedule(static) if (par)") \
-  for (int64_t ir = 0; ir < n * hp; ir++) { \
-    int64_t img = ir / hp, iy = ir % hp - pt; \
-    T* d = xt + ir * wp * cp; \
-    if (iy < 0 || iy >= h) { \
-      memset(d, 0, (size_t)(wp * cp) * sizeof(T)); \
-      continue; \
-    } \
-    int64_t lo = pl < 0 ? 0 : pl, hi = pl + w < wp ? pl + w : wp; \
-    if (lo > hi) lo = hi; \
-    memset(d, 0, (size_t)(lo * cp) * sizeof(T)); \
-    memset(d + hi * cp, 0, (size_t)((wp - hi) * cp) * sizeof(T)); \
-    if (c < cp) \
-      for (int64_t v = lo; v < hi; v++) memset(d + v * cp + c, 0, (size_t)(cp - c) * sizeof(T)); \
-    const float* src = x + (img * c * h + iy) * w - pl;  /* channel ci at src + ci h w */ \
-    int64_t c8 = c / 8 * 8, v8 = lo + (hi - lo) / 8 * 8; \
-    for (int64_t ci = 0; ci < c8; ci += 8)  /* 8 channels x 8 columns through a transpose */ \
-      for (int64_t v = lo; v < v8; v += 8) { \
-        float blk[64]; \
-        transpose8x8(src + ci * h * w + v, h * w, blk, 8); \
-        for (int64_t p = 0; p < 8; p++) { \
-          T* dp = d + (v + p) * cp + ci; \
-          _Pragma("omp simd") \
-          for (int64_t k = 0; k < 8; k++) dp[k] = CONVERT(blk[p * 8 + k]); \
-        } \
-      } \
-    for (int64_t ci = 0; ci < c; ci++)  /* the edges one by one */ \
-      for (int64_t v = ci < c8 ? v8 : lo; v < hi; v++) \
-        d[v * cp + ci] = CONVERT(src[ci * h * w + v]); \
-  } \
+/* xt [n, hp, wp, cp] bf16 = x [n, c, h, w] rounded to nearest even, padded row r reading image
+   row r - pt and column v image column v - pl, zeros outside the image and past channel c. */
+static void conv_prep_bf16(const float* x, uint16_t* xt, int64_t n, int64_t c, int64_t h, int64_t w,
+                   int64_t cp, int64_t hp, int64_t wp, int64_t pt, int64_t pl) {
+  #pragma omp parallel for schedule(static) \
+      if (BRAZE_PARALLEL(n * hp * wp * cp, BRAZE_PAR_MIN_MACS / 16))
+  for (int64_t ir = 0; ir < n * hp; ir++) {
+    int64_t img = ir / hp, iy = ir % hp - pt;
+    uint16_t* d = xt + ir * wp * cp;
+    if (iy < 0 || iy >= h) {
+      memset(d, 0, (size_t)(wp * cp) * sizeof(uint16_t));
+      continue;
+    }
+    int64_t lo = pl < 0 ? 0 : pl, hi = pl + w < wp ? pl + w : wp;
+    if (lo > hi) lo = hi;
+    memset(d, 0, (size_t)(lo * cp) * sizeof(uint16_t));
+    memset(d + hi * cp, 0, (size_t)((wp - hi) * cp) * sizeof(uint16_t));
+    if (c < cp)
+      for (int64_t v = lo; v < hi; v++) memset(d + v * cp + c, 0, (size_t)(cp - c) * 2);
+    const float* src = x + (img * c * h + iy) * w - pl;  /* channel ci at src + ci h w */
+    int64_t c8 = c / 8 * 8, v8 = lo + (hi - lo) / 8 * 8;
+    for (int64_t ci = 0; ci < c8; ci += 8)  /* 8 channels x 8 columns through a transpose */
+      for (int64_t v = lo; v < v8; v += 8) {
+        float blk[64];
+        transpose8x8(src + ci * h * w + v, h * w, blk, 8);
+        for (int64_t p = 0; p < 8; p++) {
+          uint16_t* dp = d + (v + p) * cp + ci;
+          #pragma omp simd
+          for (int64_t k = 0; k < 8; k++) dp[k] = f32_to_bf16(blk[p * 8 + k]);
+        }
+      }
+    for (int64_t ci = 0; ci < c; ci++)  /* the edges one by one */
+      for (int64_t v = ci < c8 ? v8 : lo; v < hi; v++)
+        d[v * cp + ci] = f32_to_bf16(src[ci * h * w + v]);
+  }
 }
-#define AS_IS(v) (v)
-CONV_PREP(conv_prep_bf16, uint16_t, f32_to_bf16)
-CONV_PREP(conv_prep_f32, float, AS_IS)
 
 /* Pixels [0, len) of a finished tile (rows of ldt f32 channels, bias and, without a residual,
    the activation applied) into the output rows y[j * plane + p] of its first `chans` channels
@@ -158,9 +153,9 @@ static inline void tile_at(int64_t blk, int64_t tp, int pitch, int64_t ho, int64
 }
 #endif
 """
-"""The NHWC convs' input copy (NCHW f32 -> zero-padded NHWC bf16 or f32: conv_prep_bf16,
-conv_prep_f32), tile placement (tile_at) and output store (store_tile); the source that
-includes it has included native.ACT_SPAN and cc.parallel_min_define() before."""
+"""The bf16 convs' input copy (NCHW f32 -> zero-padded NHWC bf16, conv_prep_bf16) and output
+store (store_run); the source that includes it has included native.ACT_SPAN and
+cc.parallel_min_define() before."""
 
 SOURCE = r"""
 #include <stdint.h>
@@ -275,7 +270,7 @@ class Engine:
     name: str
 
 
-def nhwc_extent(geo, tile: int) -> tuple[int, int, bool]:
+def _extent(geo, tile: int) -> tuple[int, int, bool]:
     """The padded rows and columns the conv reads and whether its tiles run along the padded
     plane's pitch (stride 1); otherwise the columns have room for a `tile`-pixel tile's
     over-read past an output row's end (the tile's pixels beyond the row are dropped)."""
@@ -336,7 +331,7 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
     packed = ctx.prepared[key]
     if packed is None:
         return None
-    hp, wp, pitch = nhwc_extent(geo, engine.tile)
+    hp, wp, pitch = _extent(geo, engine.tile)
     cp = engine.channels(geo.c) if geo.groups == 1 else geo.c
     out_at = len(ins)  # the output's position among the step's arrays
     (sh, sw), (dh, dw) = geo.stride, geo.dilation

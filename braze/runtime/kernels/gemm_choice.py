@@ -36,7 +36,7 @@ __all__ = ["choose", "choose_bf16", "choose_keyed", "fp32_key", "bf16_key",
 
 CHOICES = ("packed", "tiles", "mkl_packed")
 BF16_CHOICES = ("mkl", "amx", "dp")  # bf16_gemm.py: MKL's, amx_gemm.py, dpbf16_gemm.py
-CONV_CHOICES = ("shifted", "rows", "im2col", "nhwc")  # conv.py: conv_tiles' two, MKL's, conv_nhwc
+CONV_CHOICES = ("shifted", "rows", "im2col")  # conv.py: conv_tiles.py's two, im2col + MKL
 BATCHED_CHOICES = ("bf16_batched", "f32_rounded")  # bf16_batched.py, or the policy's f32 GEMM
 
 _ROWS = 128  # the product measured: a sequence of 128 tokens, one batch
