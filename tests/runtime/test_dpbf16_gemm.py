@@ -153,3 +153,29 @@ def test_the_fastest_bf16_gemm_is_measured_once_per_shape(monkeypatch, tmp_path)
     assert set(bf16.values()) <= set(bf16_gemm._kinds())
     mlp = [r for r in rows if r[1] == "fused_matmul_bias_act"]
     assert KINDS[bf16[key(64, 256)]] in mlp[0][3] and KINDS[bf16[key(256, 64)]] in mlp[1][3]
+
+
+@needs_dp
+@pytest.mark.parametrize("rows,k,n", [(37, 64, 33), (130, 96, 200), (5, 13, 7), (64, 256, 64)])
+def test_tanh_gelu_bf16_result(rows, k, n):
+    """A bf16 result of the tanh GELU (v sigmoid(2u) with a vector exp, native.BF16_ROW) is
+    the exact function's value rounded to bf16, but one step off at near ties; no value is
+    further off than one bf16 step (plus the f32 sums' own rounding near zero), the left tail
+    (e^-2u past float32's range) included."""
+    rng = np.random.default_rng(rows + k + n)
+    x = rng.standard_normal((rows, k), dtype=np.float32)
+    w = _bf16(rng.standard_normal((k, n)) / np.sqrt(k) * 4)
+    bias = rng.standard_normal(n, dtype=np.float32)
+    out = np.full((rows, n), np.nan, BF16)
+    x16 = np.empty(dpbf16_gemm.scratch_elems(rows, k), np.uint16)
+    act = native.ACT_CODES["gelu_approx"]
+    assert dpbf16_gemm.gemm(x, dpbf16_gemm.DpWeight(w), out, bias, act, x16)
+    v = _bf16(x).astype(np.float64) @ w + bias
+    # v sigmoid(2u), in float64: 0.5 v (1 + tanh u) cancels to 0 in the left tail
+    want = v / (1 + np.exp(-2 * np.sqrt(2 / np.pi) * (v + 0.044715 * v ** 3)))
+    got = out.astype(np.float64)
+    step = np.spacing(np.abs(want).astype(BF16)).astype(np.float64)
+    sums = np.abs(_bf16(x).astype(np.float64)) @ np.abs(w) + np.abs(bias)
+    assert (np.abs(got - want) <= step + sums * 2.0 ** -19).all()
+    assert np.mean(got == want.astype(np.float32).astype(BF16).astype(np.float64)) > 0.97
+    assert (v < -4).any() and (v > 4).any()  # both tails reached

@@ -21,8 +21,8 @@ Layout and blocking mirror braze's f32 kernel (packed_gemm.py):
 - The finished tile goes to `out` through the epilogue: bias + activation (native.ACT_SPAN,
   the code every kernel uses), optionally rounded to bf16 for the next GEMM (the bf16
   hand-off: bias, GELU and rounding in one vector pass per row with the AMX kernel's
-  rational erf, native.BF16_ROW), or gated: act(gate) * up on a weight packed by
-  packed_gemm.gate_up_pairs.
+  rational erf, or the tanh GELU with a vector exp: native.BF16_ROW), or gated: act(gate) *
+  up on a weight packed by packed_gemm.gate_up_pairs.
 
 Products of bf16 values are exact in f32 and the sums run in f32 (vdpbf16ps flushes
 subnormal inputs and results, as AMX's tdpbf16ps does): the policy's numbers up to the order
@@ -134,6 +134,7 @@ SOURCE = native.ACT_SPAN.join((r"""
 #define LDC_T (QP * NR + 16)   /* the tile scratch's row stride (floats) */
 #define SCRATCH_FLOATS (MC * LDC_T + MC * QP * NR / 2)   /* per thread: the tile, its gates */
 #define GELU_ERF """ + str(native.ACT_CODES["gelu"]) + r"""
+#define GELU_APPROX """ + str(native.ACT_CODES["gelu_approx"]) + r"""
 
 /* Where panel p's K block starting at k0 (even) starts in the packed weight (uint16 units):
    K blocks one after the other, the panels within, each [pairs][NR][2]. */
@@ -198,9 +199,11 @@ static void epilogue(float* ct, int64_t rows, int64_t width, const float* bias, 
         #pragma omp simd
         for (int c = 0; c < NR; c++) t[q * NR + c] = g[c] * up[c];
       }
-    } else if (out16 && (act == 0 || act == GELU_ERF)) {   /* bias, GELU, rounding: 1 pass */
-      if (act) gelu_row_bf16(t, bias, (uint16_t*)out + i * ldo, cols);
-      else row_bf16(t, bias, (uint16_t*)out + i * ldo, cols, 0);
+    } else if (out16 && (act == 0 || act == GELU_ERF || act == GELU_APPROX)) {
+      uint16_t* o = (uint16_t*)out + i * ldo;   /* bias, GELU, rounding: one pass */
+      if (act == GELU_ERF) gelu_row_bf16(t, bias, o, cols);
+      else if (act == GELU_APPROX) gelu_tanh_row_bf16(t, bias, o, cols);
+      else row_bf16(t, bias, o, cols, 0);
       continue;
     } else if (out16 || bias || act) {
       act_span(t, bias, out16 ? t : (float*)out + i * ldo, cols, act);
