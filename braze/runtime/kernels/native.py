@@ -214,6 +214,23 @@ static inline __m512 exp16(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+/* y[c] = GELU_tanh(x[c]) in float32 for c < n (y may be x), as v / (1 + e^t), t = -2u, with
+   exp16 and an exact division: a few ulps, as the expf form it replaces (libmvec's expf made
+   GPT-2's FFN GEMM ~18% slower than with no activation); 0 where t >= 88 (|v| e^-t < 1e-37),
+   so the left tail keeps its relative accuracy down to there. */
+static inline void gelu_tanh_span(const float* x, float* y, int64_t n) {
+  for (int64_t c = 0; c < n; c += 16) {
+    __mmask16 m = n - c >= 16 ? 0xffff : (__mmask16)((1u << (n - c)) - 1);
+    __m512 v = _mm512_maskz_loadu_ps(m, x + c);
+    __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v),
+                                                SPLAT(-0.0713548162726f),
+                                                SPLAT(-1.59576912160573072f)));   /* -2u */
+    __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_LT_OQ);
+    __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_min_ps(t, SPLAT(88.0f))));
+    _mm512_mask_storeu_ps(y + c, m, _mm512_maskz_div_ps(live, v, d));
+  }
+}
+
 /* o[c] = bf16(GELU_tanh(x[c] + bias[c])) for c < n (bias may be NULL): the tanh GELU as
    v sigmoid(2u) = v / (1 + e^-2u), u = sqrt(2 / pi) (v + 0.044715 v^3), with exp16 and 1 / (1
    + e) from rcp14 and a Newton step: a few float32 ulps before the rounding to bf16 (libmvec's

@@ -60,7 +60,7 @@ SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #include <omp.h>
-""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + r"""
+""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + native.BF16_ROW + r"""
 #if defined(__AVX512F__)
 #define VW 16
 #else
@@ -142,11 +142,15 @@ static void tile_act(const float* src, float* dst, int64_t n, int act) {
     act_span(src, 0, dst, n, act);
     return;
   }
+#if defined(__AVX512F__)
+  gelu_tanh_span(src, dst, n);   /* the same form with an intrinsics exp (native.BF16_ROW) */
+#else
   #pragma omp simd
   for (int64_t i = 0; i < n; i++) {
     float v = src[i], t = -1.59576912160573072f * (v + 0.044715f * v * v * v);
     dst[i] = t < 88.0f ? v / (1.0f + expf(t < 88.0f ? t : 88.0f)) : 0.0f;
   }
+#endif
 }
 
 /* The gated epilogue of a tile: its scratch rows (row stride LDC_T) hold `pairs` pairs of
