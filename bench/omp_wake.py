@@ -6,21 +6,25 @@ bench/results/omp_wake.csv.
     python bench/omp_wake.py [--threads 2] [--repeat 10] [--gaps 0,1,4,16,64,200]
 
 Why: the benchmarks wait 0.2 s before each timed call, and on the Zen 4 VM of 2026-11-28 a
-woken libgomp worker took milliseconds to run (an empty region ~1 µs back to back, ~6 ms after
-64 ms idle): a step every call pays after idle that OpenVINO's TBB pool does not show."""
+woken libgomp worker took milliseconds to run (an empty region ~1 µs back to back, ~1 ms after
+64 ms idle with braze's spin setting, ~6 ms with libgomp's default): a step every call paid
+after idle, which OpenVINO's TBB pool did not show. Bound to cores (braze's default since,
+codegen.cc.set_omp_spin) the worker runs again in ~0.1 ms; BRAZE_BIND_THREADS=0 shows the
+unbound figures."""
 from __future__ import annotations
 
 import argparse
 import csv
 import ctypes
 import datetime
+import os
 import statistics
 import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "omp_wake.csv"
-FIELDS = ["when", "cpu", "threads", "gap_ms", "first_region_us", "second_region_us"]
+FIELDS = ["when", "cpu", "threads", "binding", "gap_ms", "first_region_us", "second_region_us"]
 
 SOURCE = r"""
 #include <omp.h>
@@ -62,7 +66,8 @@ def main() -> None:
             second.append(so.empty_region(args.threads))
         f, s = statistics.median(first) * 1e6, statistics.median(second) * 1e6
         print(f"after {gap:4d} ms idle: first region {f:8.1f} us, the next {s:8.1f} us")
-        rows.append({"when": when, "cpu": cpu, "threads": args.threads, "gap_ms": gap,
+        rows.append({"when": when, "cpu": cpu, "threads": args.threads,
+                     "binding": os.environ.get("OMP_PROC_BIND", "none"), "gap_ms": gap,
                      "first_region_us": f"{f:.1f}", "second_region_us": f"{s:.1f}"})
     new = not RESULTS.exists()
     with open(RESULTS, "a", newline="") as out:

@@ -3,6 +3,7 @@ bindings take the one-thread paths, large ones the parallel GEMM / attention reg
 caps OpenMP and MKL at its executable's threads and restores the caller's settings, and the
 shared work threshold picks one thread for small work, the same in Python and in C."""
 import ctypes
+import os
 
 import numpy as np
 import pytest
@@ -69,3 +70,40 @@ def test_threads_1_and_2_agree_with_the_interpreter(sym):
             np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-4)
     if omp_before is not None:  # the calls put the caller's OpenMP setting back
         assert native.lib().braze_max_threads() == omp_before
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs Linux and 2 CPUs")
+def test_openmp_workers_are_bound_and_the_caller_keeps_its_cpus():
+    """braze asks libgomp to bind its workers (OMP_PROC_BIND / OMP_PLACES, unless the user
+    set a binding or BRAZE_BIND_THREADS=0); libgomp also binds the thread that loads it, and
+    braze gives that thread its CPUs back after loading and after every call."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, braze as bz\n"
+        "from braze.models import resnet_basic_block\n"
+        "cpus = os.sched_getaffinity(0)\n"
+        "g = resnet_basic_block(seed=0)\n"
+        "exe = bz.compile(g, threads=2)\n"
+        "exe(bz.random_feeds(g, 0))\n"
+        "print(os.environ.get('OMP_PROC_BIND'), os.environ.get('OMP_PLACES'),"
+        " os.sched_getaffinity(0) == cpus)\n")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("OMP_PROC_BIND", "OMP_PLACES", "GOMP_CPU_AFFINITY",
+                        "BRAZE_BIND_THREADS", "BRAZE_OMP_BINDING")}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, check=True)
+    assert run.stdout.split() == ["close", "cores", "True"]
+    mine = subprocess.run([sys.executable, "-c", code], env={**env, "OMP_PROC_BIND": "false"},
+                          capture_output=True, text=True, check=True)
+    assert mine.stdout.split() == ["false", "None", "True"]  # the user's choice stands
+    off = subprocess.run([sys.executable, "-c", code], env={**env, "BRAZE_BIND_THREADS": "0"},
+                         capture_output=True, text=True, check=True)
+    assert off.stdout.split() == ["None", "None", "True"]
+    child = subprocess.run([sys.executable, "-c", code],  # a braze parent's binding
+                           env={**env, "OMP_PROC_BIND": "close", "OMP_PLACES": "cores",
+                                "BRAZE_OMP_BINDING": "1"},
+                           capture_output=True, text=True, check=True)
+    assert child.stdout.split() == ["close", "cores", "True"]

@@ -38,6 +38,7 @@ def _mkl():
     for path in candidates:
         try:
             lib = ctypes.CDLL(path)
+            cc.release_caller()
             fn = lib.cblas_sgemm
         except (OSError, AttributeError):
             continue

@@ -8,6 +8,7 @@ every core on first use (even under OMP_NUM_THREADS=1): on the loaded 2-core mac
 small GEMM region of bert-tiny then waited 10-25 ms at its barrier for a second thread."""
 from __future__ import annotations
 
+from ..codegen import cc
 from . import blas, native
 
 __all__ = ["ThreadLimit"]
@@ -34,6 +35,7 @@ class ThreadLimit:
         return self
 
     def __exit__(self, *exc) -> None:
+        cc.release_caller()  # libgomp or MKL may have loaded (and bound this thread) in the call
         if self.limit:
             lib = native.lib()
             if lib is not None:
