@@ -186,17 +186,25 @@ def set_omp_spin() -> None:
       BRAZE_BIND_THREADS=0: each worker stays on its core. Unbound, a worker that had slept
       took ~1 ms to run again on the 2-core Zen 4 VM (`bench/omp_wake.py`: 1.1 ms after 64-200
       ms idle, the next region 0.55 ms), bound ~0.1 ms: every call after a pause paid it.
-      libgomp binds the thread that loads it too; `release_caller` gives it its CPUs back."""
+      libgomp binds the thread that loads it too; `release_caller` gives it its CPUs back,
+      and the variables are dropped once libgomp has read them (`_forget_binding`)."""
     if "OMP_WAIT_POLICY" not in os.environ:
         os.environ.setdefault("GOMP_SPINCOUNT", "20000")
-    inherited = os.environ.get("BRAZE_OMP_BINDING") == "1"   # set by a braze parent process
     if os.environ.get("BRAZE_BIND_THREADS", "1") == "0" or _CALLER_CPUS or \
-            (any(name in os.environ for name in _BINDING) and not inherited) or \
-            not hasattr(os, "sched_getaffinity"):
+            any(name in os.environ for name in _BINDING) or not hasattr(os, "sched_getaffinity"):
         return
     _CALLER_CPUS.append(frozenset(os.sched_getaffinity(0)))
     os.environ["OMP_PROC_BIND"], os.environ["OMP_PLACES"] = "close", "cores"
     os.environ["BRAZE_OMP_BINDING"] = "1"
+
+
+def _forget_binding() -> None:
+    """Drop the binding variables braze set, once libgomp (a kernel library's dependency) has
+    read them: another OpenMP runtime loaded later in the process (torch bundles its own)
+    would bind the thread that loads it, and every pool that thread then starts."""
+    if _CALLER_CPUS and os.environ.get("BRAZE_OMP_BINDING") == "1":
+        for name in ("OMP_PROC_BIND", "OMP_PLACES", "BRAZE_OMP_BINDING"):
+            os.environ.pop(name, None)
 
 
 def release_caller() -> None:
@@ -232,6 +240,7 @@ def compile_c(source: str, name: str = "kernel", flags: tuple[str, ...] = FLAGS
                 _build(source, lib_path, flags)
     lib = ctypes.CDLL(str(lib_path))
     release_caller()
+    _forget_binding()   # libgomp has read it: later OpenMP runtimes (torch's copy) must not
     _LOADED[key] = lib
     return lib
 
