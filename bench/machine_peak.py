@@ -56,19 +56,21 @@ static float chains(int64_t iters) {
   return s;
 }
 
-/* Seconds for `iters` rounds on each of `threads` threads at once (flops = 2 * VW * CHAINS *
-   iters per thread). */
-double peak_seconds(int64_t iters, int threads) {
+/* Seconds for `iters` rounds of `loop` on each of `threads` threads at once. */
+static double timed(float (*loop)(int64_t), int64_t iters, int threads) {
   volatile float sink = 0.0f;
   double t = omp_get_wtime();
   #pragma omp parallel num_threads(threads)
   {
-    float s = chains(iters);
+    float s = loop(iters);
     #pragma omp atomic
     sink += s;
   }
   return omp_get_wtime() - t;
 }
+
+/* The FMA chains (flops = 2 * VW * CHAINS * iters per thread). */
+double peak_seconds(int64_t iters, int threads) { return timed(chains, iters, threads); }
 
 int lanes(void) { return VW; }
 
@@ -94,15 +96,7 @@ static float chains_bf16(int64_t iters) {
    AVX512-BF16. */
 double bf16_seconds(int64_t iters, int threads) {
 #if defined(__AVX512BF16__)
-  volatile float sink = 0.0f;
-  double t = omp_get_wtime();
-  #pragma omp parallel num_threads(threads)
-  {
-    float s = chains_bf16(iters);
-    #pragma omp atomic
-    sink += s;
-  }
-  return omp_get_wtime() - t;
+  return timed(chains_bf16, iters, threads);
 #else
   return -1.0;
 #endif
