@@ -43,6 +43,7 @@ from ..ir.shapes import Shape
 from ..ir.symbolic import eval_dim
 from .kernels import Kernel, KernelContext, kernel_for, reference_kernel
 from .kernels.fused import gated_gemm, rounded_output
+from .layout import plan_channels_last
 from .plan import Buffer, MemoryPlan, SharedArena, aligned_arena, plan_memory
 
 __all__ = ["Program", "Step", "DirectFeeds", "build_program"]
@@ -208,10 +209,13 @@ def _view_fn(node: Node, out_dims: tuple[int, ...]):
 
 
 def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np.ndarray],
-                  ctx: KernelContext, static_cache: dict, shared_arena: SharedArena | None = None
-                  ) -> Program:
+                  ctx: KernelContext, static_cache: dict, shared_arena: SharedArena | None = None,
+                  channels_last: bool = True) -> Program:
     """Plan `g` for `symbols`: evaluate static values, pick a kernel per node, plan memory.
-    With `shared_arena`, the arena is the front of that buffer instead of a new one."""
+    With `shared_arena`, the arena is the front of that buffer instead of a new one. With
+    `channels_last`, convs' activations are kept NHWC where layout.plan_channels_last says;
+    should a step touching one run a kernel that does not take NHWC, the program is built
+    again all NCHW."""
     symbols = dict(symbols)
     slot_of: dict[Value, int] = {}
     env: list = []
@@ -236,6 +240,13 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     ctx = replace(ctx, static={v: env[i] for v, i in slot_of.items() if env[i] is not None},
                   prepared=static_cache.setdefault(_PREPARED, {}),
                   rounded=_rounded(g) if ctx.precision is not None else {}, handoff={})
+
+    def types(n: Node) -> tuple[list[Shape], list[Shape]]:
+        return ([Shape(shapes[v], g.shape_of(v).dtype) for v in n.inputs],
+                [Shape(shapes[v], s.dtype) for v, s in zip(n.values, n.outputs)])
+
+    if channels_last:
+        ctx = replace(ctx, channels_last=plan_channels_last(g, static, types, ctx))
     steps: list[Step] = []
     views: list = []                  # (slot, view fn, source slot), made once after the plan
     view_ids: set[int] = set()
@@ -249,9 +260,7 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     for n in g.nodes:
         if static[n.id] or isinstance(n.op, Input) or n.id in absorbed:
             continue
-        ins = [g.shape_of(v) for v in n.inputs]
-        in_shapes = [Shape(shapes[v], s.dtype) for v, s in zip(n.inputs, ins)]
-        out_shapes = [Shape(shapes[v], s.dtype) for v, s in zip(n.values, n.outputs)]
+        in_shapes, out_shapes = types(n)
         src = n.inputs[0] if n.inputs else None
         view_ok, contig = _view_layout(n, shapes, contiguous.get(src, True))
         if view_ok:  # reshape / narrow / expand: NumPy views, no step
@@ -283,6 +292,9 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     outputs = {alias.get(v, v) for v in g.outputs}
     if any(st.kernel.reads for st in steps):
         steps, views = _drop_unread(steps, views, outputs, alias, slot_of)
+    if ctx.channels_last and not _layouts_hold(steps, ctx.channels_last):
+        return build_program(g, symbols, weights, replace(ctx, channels_last=frozenset()),
+                             static_cache, shared_arena, False)
     for idx, step in enumerate(steps):
         for v in step.inputs:
             last_use[alias.get(v, v)] = idx
@@ -317,6 +329,12 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     direct = _direct_feeds(g, plan, outputs, alias, slot_of, views, steps)
     return Program(g, symbols, env, input_slots, steps,
                    [slot_of[v] for v in g.outputs], plan, static_ids, view_ids, arena, direct)
+
+
+def _layouts_hold(steps: Sequence[Step], nhwc: frozenset) -> bool:
+    """Whether every step reading or writing a value kept NHWC takes that layout."""
+    return all(st.kernel.channels_last for st in steps
+               if any(v in nhwc for v in (*st.inputs, *st.writes)))
 
 
 def _rounded(g: Graph) -> dict[Value, Value]:

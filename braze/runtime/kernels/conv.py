@@ -32,13 +32,23 @@ from ...ir.ops.elementwise import UnaryFn
 from ...ir.ops.fused import FusedConvBiasAct
 from ...ir.ops.resize import Resize, ResizeMode
 from ..address import address
-from . import blas, conv_amx, conv_dp, conv_native, conv_tiles, gemm_choice, native
+from . import (
+    blas,
+    conv_amx,
+    conv_dp,
+    conv_native,
+    conv_nhwc,
+    conv_tiles,
+    gemm_choice,
+    native,
+    nhwc_io,
+)
 from . import packed_gemm as pg
 from .fused import is_f32
 from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
-__all__ = ["ConvGeometry", "resample_taps", "upscale_factor"]
+__all__ = ["ConvGeometry", "resample_taps", "upscale_factor", "channels_last_input"]
 
 _F32 = np.float32
 
@@ -144,6 +154,15 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
                                  numpy_act, what, cost)
         if low is not None:
             return low
+    lay = nhwc_io.layout_bits(node, ctx, residual=residual)
+    if lay:  # a value kept NHWC (runtime/layout.py): braze's NHWC f32 conv, or none
+        packed = conv_nhwc.takes(node, geo, ins, outs, ctx)
+        if packed is None:
+            return None
+        fields = conv_nhwc.kernel_fields(geo, packed, lay, code, has_bias, residual, out_at)
+        return Kernel(_with_numpy_act(fields["run"], numpy_act, out_at), Dispatch.NATIVE,
+                      f"braze NHWC conv: taps in registers{nhwc_io.describe(lay)} ({what})",
+                      scratch=fields["scratch"], channels_last=True, **cost)
     if geo.depthwise:
         mult = geo.o // geo.c
 
@@ -210,6 +229,35 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
             np.copyto(out, numpy_act.apply(out))
 
     return Kernel(gemm, Dispatch.NATIVE, name, scratch=scratch, **cost)
+
+
+def _with_numpy_act(run, numpy_act: UnaryFn | None, out_at: int):
+    """`run`, then the activation the C epilogue lacks on the output (in NumPy)."""
+    if numpy_act is None:
+        return run
+
+    def with_act(*arrays):
+        run(*arrays)
+        np.copyto(arrays[out_at], numpy_act.apply(arrays[out_at]))
+
+    return with_act
+
+
+def channels_last_input(node, ins, outs, ctx):
+    """The activation value the conv `node` reads (the unrounded one where a bf16 engine
+    rounds it itself) where its kernel takes NHWC input, output and residual (the bf16
+    engines, braze's NHWC f32 conv); None where it keeps NCHW (runtime/layout.py)."""
+    if not isinstance(node.op, (Conv2d, FusedConvBiasAct)) or conv_native.lib() is None or \
+            not is_f32(*ins, *outs):
+        return None
+    geo = ConvGeometry.of(node.op, ins[0].dims, ins[1].dims, outs[0].dims)
+    for engine in (conv_amx.AMX, conv_dp.DP):
+        found = conv_amx.applies(node, geo, outs, ctx, engine)
+        if found is not None:
+            return found[0]
+    if conv_nhwc.takes(node, geo, ins, outs, ctx) is not None:
+        return node.inputs[0]
+    return None
 
 
 def _im2col_args(geo: ConvGeometry, x, w, b, y, cols, act: int, res=None) -> tuple:

@@ -10,10 +10,11 @@ NHWC buffer with one row stride (stride-1 convs: 32 consecutive positions along 
 plane's pitch, so a small plane's rows share tiles and only the positions past each row's end
 are wasted; strided ones: 32 pixels of one output row, the stride's pixel step apart), and the
 weight's VNNI tiles (amx_gemm.amx_pack of the weight as a [taps x C, O] matrix, packed once)
-are the B tiles. The tile leaves through an f32 scratch: bias (and without a residual the
-activation) added there, stored into the NCHW output with 8 x 8 transposes, a residual added
-to the output rows, then the activation. Products of bf16 values are exact in f32 and the tiles
-accumulate in f32: the policy's numbers up to the order of the sums.
+are the B tiles. The tile leaves through an f32 scratch: bias, residual and activation, then
+NCHW through 8 x 8 transposes or NHWC rows (nhwc_io: the input, output and residual are each
+NCHW or NHWC, as the executor keeps them, runtime/layout.py). Products of bf16 values are
+exact in f32 and the tiles accumulate in f32: the policy's numbers up to the order of the
+sums.
 
 Before this, such convs ran braze's f32 kernels on the rounded values after two cast passes
 (slower than fp32); a pixel-row im2col + bf16 GEMM form was slower still (its im2col and
@@ -21,7 +22,8 @@ conversion passes). Groups of whole 32-channel blocks (RegNet's 64-channel group
 group; depthwise convs and other convs under precision.MIN_CONV_MACS multiply-adds per output
 (which the default policy leaves in f32) and other grouped ones keep the f32 kernels.
 Isolated, hot 3x3 convs run at 1.3-1.6 TFLOP/s on the AMX Xeon VM; in ResNet-50 the per-conv
-copies in and out (NCHW f32 <-> NHWC bf16) and cold weights leave 0.5-0.9 ms a conv."""
+copies in and out (NCHW f32 <-> NHWC bf16) and cold weights left 0.5-0.9 ms a conv, before
+the activations between convs were kept NHWC."""
 from __future__ import annotations
 
 import ctypes
@@ -36,126 +38,10 @@ from ...passes.precision import MIN_CONV_MACS
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import amx_gemm, bf16_gemm, native
+from . import amx_gemm, bf16_gemm, native, nhwc_io
 from .registry import Dispatch, Kernel
 
-__all__ = ["conv_kernel", "lib", "Engine", "NHWC_IO", "AMX"]
-
-NHWC_IO = r"""
-#ifndef BRAZE_NHWC_IO
-#define BRAZE_NHWC_IO
-""" + native.TO_BF16 + native.TRANSPOSE8 + r"""
-/* xt [n, hp, wp, cp] bf16 = x [n, c, h, w] rounded to nearest even, padded row r reading image
-   row r - pt and column v image column v - pl, zeros outside the image and past channel c. */
-static void conv_prep_bf16(const float* x, uint16_t* xt, int64_t n, int64_t c, int64_t h, int64_t w,
-                   int64_t cp, int64_t hp, int64_t wp, int64_t pt, int64_t pl) {
-  #pragma omp parallel for schedule(static) \
-      if (BRAZE_PARALLEL(n * hp * wp * cp, BRAZE_PAR_MIN_MACS / 16))
-  for (int64_t ir = 0; ir < n * hp; ir++) {
-    int64_t img = ir / hp, iy = ir % hp - pt;
-    uint16_t* d = xt + ir * wp * cp;
-    if (iy < 0 || iy >= h) {
-      memset(d, 0, (size_t)(wp * cp) * sizeof(uint16_t));
-      continue;
-    }
-    int64_t lo = pl < 0 ? 0 : pl, hi = pl + w < wp ? pl + w : wp;
-    if (lo > hi) lo = hi;
-    memset(d, 0, (size_t)(lo * cp) * sizeof(uint16_t));
-    memset(d + hi * cp, 0, (size_t)((wp - hi) * cp) * sizeof(uint16_t));
-    if (c < cp)
-      for (int64_t v = lo; v < hi; v++) memset(d + v * cp + c, 0, (size_t)(cp - c) * 2);
-    const float* src = x + (img * c * h + iy) * w - pl;  /* channel ci at src + ci h w */
-    int64_t c8 = c / 8 * 8, v8 = lo + (hi - lo) / 8 * 8;
-    for (int64_t ci = 0; ci < c8; ci += 8)  /* 8 channels x 8 columns through a transpose */
-      for (int64_t v = lo; v < v8; v += 8) {
-        float blk[64];
-        transpose8x8(src + ci * h * w + v, h * w, blk, 8);
-        for (int64_t p = 0; p < 8; p++) {
-          uint16_t* dp = d + (v + p) * cp + ci;
-          #pragma omp simd
-          for (int64_t k = 0; k < 8; k++) dp[k] = f32_to_bf16(blk[p * 8 + k]);
-        }
-      }
-    for (int64_t ci = 0; ci < c; ci++)  /* the edges one by one */
-      for (int64_t v = ci < c8 ? v8 : lo; v < hi; v++)
-        d[v * cp + ci] = f32_to_bf16(src[ci * h * w + v]);
-  }
-}
-
-/* Pixels [0, len) of a finished tile (rows of ldt f32 channels, bias and, without a residual,
-   the activation applied) into the output rows y[j * plane + p] of its first `chans` channels
-   (8 x 8 register transposes, the edges one by one), then res added and the activation. */
-static void store_run(const float* t, int64_t ldt, int64_t len, int64_t chans, float* yb,
-                      const float* rb, int64_t plane, int act) {
-  int64_t p8 = len / 8 * 8, j8 = chans / 8 * 8;
-  for (int64_t p = 0; p < p8; p += 8)
-    for (int64_t j = 0; j < j8; j += 8) transpose8x8(t + p * ldt + j, ldt, yb + j * plane + p,
-                                                     plane);
-  for (int64_t j = 0; j < chans; j++)
-    for (int64_t p = j < j8 ? p8 : 0; p < len; p++) yb[j * plane + p] = t[p * ldt + j];
-  if (rb)
-    for (int64_t j = 0; j < chans; j++) {
-      float* yr = yb + j * plane;
-      const float* rr = rb + j * plane;
-      for (int64_t p = 0; p < len; p++) yr[p] += rr[p];
-      if (act) act_span(yr, NULL, yr, len, act);
-    }
-}
-
-/* A finished tile (npx pixels, rows of ldt f32 channels, `chans` of them valid, output
-   channels from oc0) into y [img, o, plane]: bias added, the activation (after the residual
-   where there is one), stored from its first position q0 (with `pitch`, positions along the
-   padded plane's pitch: the runs inside each output row of wo, the rest dropped). */
-static void store_tile(float* tmp, int64_t ldt, int64_t npx, int64_t chans, int64_t oc0,
-                       const float* bias, const float* res, float* y, int64_t img, int64_t o,
-                       int64_t plane, int64_t q0, int pitch, int64_t wp, int64_t wo, int act) {
-  float bt[ldt];
-  for (int64_t j = 0; j < ldt; j++) bt[j] = bias && j < chans ? bias[oc0 + j] : 0.0f;
-  for (int64_t p = 0; p < npx; p++) {
-    float* tp = tmp + p * ldt;
-    #pragma omp simd
-    for (int64_t j = 0; j < ldt; j++) tp[j] += bt[j];
-  }
-  if (!res && act) act_span(tmp, NULL, tmp, npx * ldt, act);
-  int64_t out0 = (img * o + oc0) * plane;
-  if (!pitch) {
-    store_run(tmp, ldt, npx, chans, y + out0 + q0, res ? res + out0 + q0 : NULL, plane, act);
-    return;
-  }
-  for (int64_t p = 0; p < npx;) {  /* runs of positions inside one output row */
-    int64_t oy = (q0 + p) / wp, ox = (q0 + p) % wp;
-    int64_t len = wo - ox < npx - p ? wo - ox : npx - p;
-    if (len > 0) {
-      int64_t at = out0 + oy * wo + ox;
-      store_run(tmp + p * ldt, ldt, len, chans, y + at, res ? res + at : NULL, plane, act);
-      p += len;
-    }
-    p += wp - ox - (len > 0 ? len : 0) < npx - p ? wp - ox - (len > 0 ? len : 0) : npx - p;
-  }
-}
-/* Tile blk of up to tp output pixels: its first position *q0, pixels *npx and first input
-   pixel *base in the padded image. With `pitch` (stride 1): positions q = oy wp + ox along
-   the padded plane's pitch (ho wp of them); otherwise pixels of one output row (wo / tp
-   rounded up tiles a row), their input sw pixels apart. */
-static inline void tile_at(int64_t blk, int64_t tp, int pitch, int64_t ho, int64_t wp,
-                           int64_t wo, int64_t sh, int64_t sw, int64_t* q0, int64_t* npx,
-                           int64_t* base) {
-  if (pitch) {
-    *q0 = blk * tp;
-    *npx = ho * wp - *q0 < tp ? ho * wp - *q0 : tp;
-    *base = *q0;
-    return;
-  }
-  int64_t xb_n = (wo + tp - 1) / tp, oy = blk / xb_n, x0 = blk % xb_n * tp;
-  *q0 = oy * wo + x0;
-  *npx = wo - x0 < tp ? wo - x0 : tp;
-  *base = oy * sh * wp + x0 * sw;
-}
-#endif
-"""
-"""The bf16 convs' input copy (NCHW f32 -> zero-padded NHWC bf16, conv_prep_bf16) and output
-store (store_run); the source that includes it has included native.ACT_SPAN and
-cc.parallel_min_define() before."""
+__all__ = ["conv_kernel", "lib", "Engine", "AMX", "applies"]
 
 SOURCE = r"""
 #include <stdint.h>
@@ -166,7 +52,7 @@ SOURCE = r"""
 #if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
 #error "AMX tiles needed"
 #endif
-""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + NHWC_IO \
+""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + nhwc_io.NHWC_IO \
     + amx_gemm.TILE_CONFIG + r"""
 /* y [n, o, ho, wo] = act(conv + bias (+ res)) from conv_prep_bf16's xt and the packed weight bp
    (per group, amx_pack of its [kh kw cg, og] matrix: tap t = ky kw + kx, channel block cb at k
@@ -179,7 +65,8 @@ SOURCE = r"""
 void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const float* res,
               float* y, int64_t n, int64_t o, int64_t cp, int64_t groups, int64_t cg,
               int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-              int64_t hp, int64_t wp, int64_t ho, int64_t wo, int pitch, int act) {
+              int64_t hp, int64_t wp, int64_t ho, int64_t wo, int pitch, int act,
+              int lay) {
   int64_t og = o / groups, cb_n = cg / 32, kb_n = kh * kw * cb_n, nb_n = (og + 31) / 32;
   int64_t blocks = pitch ? (ho * wp + 31) / 32 : ho * ((wo + 31) / 32);
   int64_t group_w = nb_n * kb_n * 1024, plane = ho * wo, step = pitch ? cp : sw * cp;
@@ -222,7 +109,7 @@ void amx_conv(const uint16_t* xt, const uint16_t* bp, const float* bias, const f
       }
       int64_t chans = og - nb * 32 < 32 ? og - nb * 32 : 32, oc0 = g * og + nb * 32;
       store_tile(tmp, 32, npx, chans, oc0, bias, res, y, img, o, plane, q0, pitch, wp, wo,
-                 act);
+                 act, lay);
     }
     _tile_release();
   }
@@ -233,15 +120,15 @@ void amx_conv_run(const float* x, uint16_t* xt, const uint16_t* bp, const float*
                   const float* res, float* y, int64_t n, int64_t c, int64_t h, int64_t w,
                   int64_t o, int64_t cp, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
                   int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl, int64_t hp,
-                  int64_t wp, int64_t ho, int64_t wo, int pitch, int act) {
-  conv_prep_bf16(x, xt, n, c, h, w, cp, hp, wp, pt, pl);
+                  int64_t wp, int64_t ho, int64_t wo, int pitch, int act, int lay) {
+  conv_prep_bf16(x, xt, n, c, h, w, cp, hp, wp, pt, pl, lay & IN_NHWC);
   amx_conv(xt, bp, bias, res, y, n, o, cp, groups, groups == 1 ? cp : c / groups, kh, kw, sh,
-           sw, dh, dw, hp, wp, ho, wo, pitch, act);
+           sw, dh, dw, hp, wp, ho, wo, pitch, act, lay);
 }
 """
 
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
-_SIGNATURES = {"amx_conv_run": [_P] * 6 + [_I64] * 19 + [_INT, _INT]}
+_SIGNATURES = {"amx_conv_run": [_P] * 6 + [_I64] * 19 + [_INT] * 3}
 
 
 @cache
@@ -270,19 +157,6 @@ class Engine:
     name: str
 
 
-def _extent(geo, tile: int) -> tuple[int, int, bool]:
-    """The padded rows and columns the conv reads and whether its tiles run along the padded
-    plane's pitch (stride 1); otherwise the columns have room for a `tile`-pixel tile's
-    over-read past an output row's end (the tile's pixels beyond the row are dropped)."""
-    (sh, sw), (dh, dw) = geo.stride, geo.dilation
-    hp = (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1
-    pitch = (sh, sw) == (1, 1)
-    span = -(-geo.wo // tile) * tile if tile else geo.wo
-    first = geo.wo if pitch else (span - 1) * sw + 1  # columns tap 0 reads
-    wp = first + (geo.kw - 1) * dw
-    return hp, wp, pitch
-
-
 def packed_weight(w: np.ndarray, groups: int = 1) -> np.ndarray:
     """A bf16-valued conv weight [o, cg, kh, kw] as amx_conv reads it: per group, the
     [kh kw cg, og] matrix (channels zero-padded to a multiple of 32 for one group) packed into
@@ -306,16 +180,14 @@ AMX = Engine(lib, "amx_conv_run", packed_weight, amx_gemm.up32,
              "braze AMX conv: implicit GEMM on NHWC bf16")
 
 
-def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: bool,
-                numpy_act, what: str, cost: dict, engine: Engine | None = None
-                ) -> Kernel | None:
-    """The conv `node` (geometry `geo`, a conv.ConvGeometry) on `engine`, or None where it
-    does not apply: no bf16 policy or no such engine here, groups the engine does not take
-    (AMX: whole blocks of 32 channels), fewer than MIN_CONV_MACS multiply-adds per output
-    (the default policy leaves those in f32; on AMX tiles MobileNetV2's 16-96-channel 1x1
-    convs ran at 25-66 GFLOP/s), a weight computed at run time or not bf16-valued, an input
-    the policy did not round, an output that is not f32. `engine` None: AMX."""
-    engine = AMX if engine is None else engine
+def applies(node, geo, outs, ctx, engine: Engine) -> tuple | None:
+    """(the unrounded input it reads, the packed weight) where the conv `node` (geometry
+    `geo`, a conv.ConvGeometry) runs on `engine`, else None: no bf16 policy or no such engine
+    here, groups the engine does not take (AMX: whole blocks of 32 channels), fewer than
+    MIN_CONV_MACS multiply-adds per output (the default policy leaves those in f32; on AMX
+    tiles MobileNetV2's 16-96-channel 1x1 convs ran at 25-66 GFLOP/s), a weight computed at
+    run time or not bf16-valued, an input the policy did not round, an output that is not
+    f32."""
     if ctx is None or outs[0].dtype.name != "f32" or not bf16_gemm.bf16_policy(ctx) or \
             geo.kh * geo.kw * geo.cg < MIN_CONV_MACS or engine.lib() is None or \
             not engine.takes_groups(geo.groups, geo.cg):
@@ -329,9 +201,22 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
         ctx.prepared[key] = engine.pack(w, geo.groups) \
             if bf16_gemm.bf16_bits(w) is not None else None
     packed = ctx.prepared[key]
-    if packed is None:
+    return None if packed is None else (src, packed)
+
+
+def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: bool,
+                numpy_act, what: str, cost: dict, engine: Engine | None = None
+                ) -> Kernel | None:
+    """The conv `node` (geometry `geo`, a conv.ConvGeometry) on `engine` (None: AMX), or None
+    where it does not apply (`applies`). Its input, output and residual are NCHW or NHWC as
+    the executor keeps them (KernelContext.channels_last)."""
+    engine = AMX if engine is None else engine
+    found = applies(node, geo, outs, ctx, engine)
+    if found is None:
         return None
-    hp, wp, pitch = _extent(geo, engine.tile)
+    src, packed = found
+    lay = nhwc_io.layout_bits(node, ctx, src, residual)
+    hp, wp, pitch = nhwc_io.extent(geo, engine.tile)
     cp = engine.channels(geo.c) if geo.groups == 1 else geo.c
     out_at = len(ins)  # the output's position among the step's arrays
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
@@ -347,11 +232,11 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
         entry(address(x), address(xt), address(packed), None if bias is None else address(bias),
               None if res is None else address(res), address(out), geo.n, geo.c, geo.h, geo.w,
               geo.o, cp, geo.groups, geo.kh, geo.kw, sh, sw, dh, dw, geo.padding[0],
-              geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), act)
+              geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), act, lay)
         if numpy_act is not None:
             np.copyto(out, numpy_act.apply(out))
 
-    return Kernel(run, Dispatch.NATIVE, f"{engine.name}, operand rounded in ({what})",
-                  reads=((0, src),), **cost,
+    return Kernel(run, Dispatch.NATIVE, f"{engine.name}, operand rounded in"
+                  f"{nhwc_io.describe(lay)} ({what})", reads=((0, src),), **cost,
                   scratch=(((geo.n * hp * wp * cp + (32 + geo.kw * geo.dilation[1]) * cp,),
-                            np.uint16),))
+                            np.uint16),), channels_last=True)

@@ -40,7 +40,10 @@ class KernelContext:
     precision policy's rounding of an operand) to `a`: a kernel that rounds `a` itself may
     read it instead (`Kernel.reads`). `handoff` maps each value computed as `cast(b, f32)`
     from bf16 values `b` that an earlier step writes itself (a GEMM rounding its product for
-    the next GEMM, fused.rounded_output) to `b`: a bf16 GEMM reads `b` as its operand."""
+    the next GEMM, fused.rounded_output) to `b`: a bf16 GEMM reads `b` as its operand.
+    `channels_last` holds the 4-d values the executor stores NHWC instead of NCHW (the convs'
+    activations, runtime/layout.py): a kernel reading or writing one of them must say it
+    takes that layout (`Kernel.channels_last`)."""
 
     threads: int = 0
     precision: Any = None
@@ -49,6 +52,7 @@ class KernelContext:
     prepared: dict[Any, Any] = field(default_factory=dict)
     rounded: dict[Any, Any] = field(default_factory=dict)
     handoff: dict[Any, Any] = field(default_factory=dict)
+    channels_last: frozenset = frozenset()
 
 
 @dataclass
@@ -65,7 +69,8 @@ class Kernel:
     `reads` lists (input position, value): the kernel gets that value's array at that
     position instead of the node's input (a GEMM reading the unrounded operand and rounding it
     to bf16 itself, see KernelContext.rounded); steps whose results nothing reads then are
-    dropped."""
+    dropped. `channels_last`: the kernel reads and writes the node's values in the layout
+    KernelContext.channels_last gives them (NHWC for those in it, else NCHW)."""
 
     run: Callable[..., None]
     dispatch: str = Dispatch.NATIVE
@@ -76,6 +81,7 @@ class Kernel:
     scratch: tuple[tuple[tuple[int, ...], object], ...] = ()
     bind: Callable[..., Callable[[], None]] | None = None
     reads: tuple[tuple[int, Any], ...] = ()
+    channels_last: bool = False
 
 
 KernelFactory = Callable[[Node, Sequence[Shape], Sequence[Shape], KernelContext], "Kernel | None"]

@@ -1,0 +1,191 @@
+"""The float32 conv on NHWC activations (AVX-512): conv_dp's implicit GEMM with f32 FMAs.
+
+It runs the convs whose input, output or residual the executor keeps NHWC (channels last,
+runtime/layout.py): dense or grouped convs with a weight known when the program is built.
+The input is read in place where it is NHWC and the conv reads no padding, stride or taps
+(a 1x1 conv is then a plain GEMM over pixel rows); otherwise it is copied once per call into a
+zero-padded NHWC f32 buffer (nhwc_io's conv_prep_f32, from NCHW or NHWC). The weight is packed
+once per tap into panels of 16 output channels ([c][16] floats, one 64-byte vector per input
+channel). An output tile is up to TP pixels x 64 output channels: micro blocks of up to 6
+pixels (balanced) accumulate every tap in 24 registers (per tap and input channel, 4 weight
+vectors and one broadcast of each pixel's value), and the tile leaves through an f32 scratch
+(nhwc_io's store_tile: bias, residual, activation; NHWC rows, or NCHW through 8 x 8
+transposes). Tried as a fourth measured path on NCHW activations it won on the ResNet block
+but not on whole networks: its two per-conv copies (in and out) ate the gain; with the
+activations kept NHWC between convs there are no such copies."""
+from __future__ import annotations
+
+import ctypes
+from functools import cache
+
+import numpy as np
+
+from ..address import address
+from ..codegen import cc
+from ..plan import aligned_empty
+from . import native, nhwc_io
+
+__all__ = ["lib", "packed_weight", "takes", "kernel_fields", "TP"]
+
+TP = 48  # output pixels per tile at most (tiles of balanced sizes)
+
+SOURCE = r"""
+#include <stdint.h>
+#include <string.h>
+#include <math.h>
+#include <omp.h>
+#include <immintrin.h>
+""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + nhwc_io.NHWC_IO \
+    + r"""
+#define TP """ + str(TP) + r"""
+#define MR 6
+#if defined(__AVX512F__)
+/* c[h pixels, q panels of 16 channels] (row stride ldc) = (add ? c : 0) + sum over taps t
+   and input channels of a_t @ b_t: a_t = a + a_off[t], pixels lda apart, cin channels each;
+   b_t = b + t b_tap, panels [cin][16] ps floats apart. h and q are constants where it is
+   inlined. */
+static inline __attribute__((always_inline)) void f32_micro_hq(
+    const int h, const int q, int64_t cin, const float* restrict a, int64_t lda,
+    const float* restrict b, int64_t ps, float* restrict c, int64_t ldc, int add, int64_t taps,
+    const int64_t* a_off, int64_t b_tap) {
+  __m512 acc[MR][4];
+  #pragma GCC unroll 6
+  for (int i = 0; i < h; i++)
+    #pragma GCC unroll 4
+    for (int j = 0; j < q; j++)
+      acc[i][j] = add ? _mm512_loadu_ps(c + i * ldc + j * 16) : _mm512_setzero_ps();
+  for (int64_t t = 0; t < taps; t++) {
+    const float* at = a + a_off[t];
+    const float* bt = b + t * b_tap;
+    for (int64_t ch = 0; ch < cin; ch++) {
+      __m512 bv[4];
+      #pragma GCC unroll 4
+      for (int j = 0; j < q; j++) bv[j] = _mm512_load_ps(bt + j * ps + ch * 16);
+      #pragma GCC unroll 6
+      for (int i = 0; i < h; i++) {
+        __m512 av = _mm512_set1_ps(at[i * lda + ch]);
+        #pragma GCC unroll 4
+        for (int j = 0; j < q; j++) acc[i][j] = _mm512_fmadd_ps(av, bv[j], acc[i][j]);
+      }
+    }
+  }
+  #pragma GCC unroll 6
+  for (int i = 0; i < h; i++)
+    #pragma GCC unroll 4
+    for (int j = 0; j < q; j++) _mm512_storeu_ps(c + i * ldc + j * 16, acc[i][j]);
+}
+
+#define F32_CALL(H, Q) f32_micro_hq(H, Q, cin, a, lda, b, ps, c, ldc, add, taps, a_off, b_tap)
+#define F32_ROWS(Q) switch (h) { case 1: F32_CALL(1, Q); break; case 2: F32_CALL(2, Q); \
+    break; case 3: F32_CALL(3, Q); break; case 4: F32_CALL(4, Q); break; \
+    case 5: F32_CALL(5, Q); break; default: F32_CALL(6, Q); }
+
+static void f32_micro(int h, int q, int64_t cin, const float* a, int64_t lda, const float* b,
+                      int64_t ps, float* c, int64_t ldc, int add, int64_t taps,
+                      const int64_t* a_off, int64_t b_tap) {
+  if (q == 4) { F32_ROWS(4) return; }
+  if (q == 3) { F32_ROWS(3) return; }
+  if (q == 2) { F32_ROWS(2) return; }
+  F32_ROWS(1)
+}
+
+NHWC_CONV(f32_conv, float, 1, MR, f32_micro)
+#endif
+
+/* y = act(conv + bias (+ res)) of x (each NCHW or NHWC by the layout bits `lay`): x copied
+   by conv_prep_f32 into xt [n, hp, wp, c] unless xt is x (an NHWC input read in place), then
+   f32_conv's tiles on the packed weight bp [groups][kh kw][panels][cg][16]. */
+void nhwc_conv_run(const float* x, const float* xt, const float* bp, const float* bias,
+                   const float* res, float* y, int64_t n, int64_t c, int64_t h, int64_t w,
+                   int64_t o, int64_t groups, int64_t kh, int64_t kw, int64_t sh, int64_t sw,
+                   int64_t dh, int64_t dw, int64_t pt, int64_t pl, int64_t hp, int64_t wp,
+                   int64_t ho, int64_t wo, int pitch, int act, int lay) {
+#if defined(__AVX512F__)
+  if (xt != x) conv_prep_f32(x, (float*)xt, n, c, h, w, c, hp, wp, pt, pl, lay & IN_NHWC);
+  f32_conv(xt, bp, bias, res, y, n, o, c, groups, c / groups, kh, kw, sh, sw, dh, dw, hp, wp,
+           ho, wo, pitch, act, lay);
+}
+#endif
+
+int nhwc_compiled(void) {
+#if defined(__AVX512F__)
+  return 1;
+#else
+  return 0;
+#endif
+}
+"""
+
+_P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+_SIGNATURES = {"nhwc_conv_run": [_P] * 6 + [_I64] * 18 + [_INT] * 3,
+               "nhwc_compiled": ([], _INT)}
+
+
+@cache
+def lib():
+    """The compiled NHWC f32 conv library, or None (no AVX-512, no C compiler)."""
+    if "avx512f" not in cc.cpu_flags():
+        return None
+    so = cc.load_library(SOURCE, "braze_conv_nhwc", _SIGNATURES)
+    return so if so is not None and so.nhwc_compiled() else None
+
+
+def packed_weight(w: np.ndarray, groups: int = 1) -> np.ndarray:
+    """A conv weight [o, cg, kh, kw] as nhwc_conv_run reads it: per group and tap, panels of
+    16 output channels (the last zero padded), [groups, taps, panels, cg, 16] floats."""
+    o, cg, kh, kw = w.shape
+    og = o // groups
+    panels = -(-og // 16)
+    m = np.zeros((groups, kh * kw, panels * 16, cg), np.float32)
+    m[:, :, :og, :] = np.asarray(w, np.float32).reshape(groups, og, cg, kh * kw) \
+        .transpose(0, 3, 1, 2)
+    m = m.reshape(groups, kh * kw, panels, 16, cg).transpose(0, 1, 2, 4, 3)
+    out = aligned_empty(m.size, np.float32)
+    out[...] = m.ravel()
+    return out
+
+
+
+def takes(node, geo, ins, outs, ctx) -> np.ndarray | None:
+    """The packed weight where the conv `node` (geometry `geo`, a conv.ConvGeometry) runs
+    here: AVX-512 and a C compiler, f32 arrays, one group or groups of whole panels (16
+    output channels, 8 input channels at least: RegNet's 64-channel groups; a depthwise conv
+    would fill one lane of 16), a 4-d weight known when the program is built; else None."""
+    if ctx is None or (geo.groups != 1 and (geo.og % 16 or geo.cg < 8)) or lib() is None or \
+            not all(s.dtype.name == "f32" for s in (*ins, *outs)):
+        return None
+    w = ctx.static.get(node.inputs[1])
+    if w is None or w.dtype != np.float32 or w.ndim != 4:
+        return None
+    key = ("conv nhwc weight", node.inputs[1])
+    if key not in ctx.prepared:
+        ctx.prepared[key] = packed_weight(w, geo.groups)
+    return ctx.prepared[key]
+
+
+def _in_place(geo, lay: int) -> bool:
+    """An NHWC input the conv reads as it is: no padding, stride, dilation or taps."""
+    return bool(lay & nhwc_io.IN_NHWC) and geo.direct
+
+
+def kernel_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
+                  residual: bool, out_at: int) -> dict:
+    """The Kernel fields (run, scratch) of the conv with the layout bits `lay` (nhwc_io)."""
+    in_place = _in_place(geo, lay)
+    hp, wp, pitch = (geo.h, geo.w, True) if in_place else nhwc_io.extent(geo, 0)
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    run_c = lib().nhwc_conv_run
+
+    def run(x, w, *rest):
+        out = rest[out_at - 2]
+        x = np.ascontiguousarray(x)
+        b = np.ascontiguousarray(rest[0]) if has_bias else None
+        r = np.ascontiguousarray(rest[1]) if residual else None
+        xt = x if in_place else rest[-1]
+        run_c(address(x), address(xt), address(packed), None if b is None else address(b),
+              None if r is None else address(r), address(out), geo.n, geo.c, geo.h, geo.w,
+              geo.o, geo.groups, geo.kh, geo.kw, sh, sw, dh, dw, geo.padding[0],
+              geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), code, lay)
+
+    floats = geo.n * hp * wp * geo.c + (TP + geo.kw * dw) * geo.c
+    return {"run": run, "scratch": () if in_place else (((floats,), np.float32),)}

@@ -1,0 +1,270 @@
+"""The NHWC convs' input copy and output store (the AMX and AVX512-BF16 bf16 convs, the f32 one
+of conv_nhwc.py), and the layout bits their entry points take.
+
+A conv's activation input, output and residual are each stored NCHW or NHWC (channels last:
+the executor keeps a value NHWC when every step that reads it takes that layout,
+runtime/layout.py). The input is copied once per call into a zero-padded NHWC buffer (bf16
+rounded to nearest even, or f32 as it is): from NCHW through 8 x 8 register transposes, from
+NHWC one contiguous run of channels per pixel. A finished tile (pixels x output channels, f32)
+gets bias, residual and activation and is stored: into NCHW through 8 x 8 transposes, into
+NHWC as one contiguous run of channels per pixel. A residual stored in the output's layout
+(NCHW) joins after the store; in any other case it joins in the tile first."""
+from __future__ import annotations
+
+from . import native
+
+__all__ = ["NHWC_IO", "IN_NHWC", "OUT_NHWC", "RES_NHWC", "extent", "layout_bits", "describe"]
+
+IN_NHWC, OUT_NHWC, RES_NHWC = 1, 2, 4  # the `lay` bits: which of the conv's arrays are NHWC
+
+NHWC_IO = r"""
+#ifndef BRAZE_NHWC_IO
+#define BRAZE_NHWC_IO
+""" + native.TO_BF16 + native.TRANSPOSE8 + r"""
+#define IN_NHWC 1
+#define OUT_NHWC 2
+#define RES_NHWC 4
+/* xt [n, hp, wp, cp] = x (NCHW [n, c, h, w], or NHWC [n, h, w, c] with `nhwc`) as T (CONVERT:
+   uint16_t rounded to bf16 nearest even, or float as it is), padded row r reading image row
+   r - pt and column v image column v - pl, zeros outside the image and past channel c. */
+#define CONV_PREP(NAME, T, CONVERT) \
+static void NAME(const float* x, T* xt, int64_t n, int64_t c, int64_t h, int64_t w, \
+                 int64_t cp, int64_t hp, int64_t wp, int64_t pt, int64_t pl, int nhwc) { \
+  int par = BRAZE_PARALLEL(n * hp * wp * cp, BRAZE_PAR_MIN_MACS / 16); \
+  _Pragma("omp parallel for schedule(static) if (par)") \
+  for (int64_t ir = 0; ir < n * hp; ir++) { \
+    int64_t img = ir / hp, iy = ir % hp - pt; \
+    T* d = xt + ir * wp * cp; \
+    if (iy < 0 || iy >= h) { \
+      memset(d, 0, (size_t)(wp * cp) * sizeof(T)); \
+      continue; \
+    } \
+    int64_t lo = pl < 0 ? 0 : pl, hi = pl + w < wp ? pl + w : wp; \
+    if (lo > hi) lo = hi; \
+    memset(d, 0, (size_t)(lo * cp) * sizeof(T)); \
+    memset(d + hi * cp, 0, (size_t)((wp - hi) * cp) * sizeof(T)); \
+    if (c < cp) \
+      for (int64_t v = lo; v < hi; v++) memset(d + v * cp + c, 0, (size_t)(cp - c) * sizeof(T)); \
+    if (nhwc) {  /* pixel v's channels at src + v c */ \
+      const float* src = x + ((img * h + iy) * w - pl) * c; \
+      for (int64_t v = lo; v < hi; v++) { \
+        const float* s = src + v * c; \
+        T* dp = d + v * cp; \
+        _Pragma("omp simd") \
+        for (int64_t k = 0; k < c; k++) dp[k] = CONVERT(s[k]); \
+      } \
+      continue; \
+    } \
+    const float* src = x + (img * c * h + iy) * w - pl;  /* channel ci at src + ci h w */ \
+    int64_t c8 = c / 8 * 8, v8 = lo + (hi - lo) / 8 * 8; \
+    for (int64_t ci = 0; ci < c8; ci += 8)  /* 8 channels x 8 columns through a transpose */ \
+      for (int64_t v = lo; v < v8; v += 8) { \
+        float blk[64]; \
+        transpose8x8(src + ci * h * w + v, h * w, blk, 8); \
+        for (int64_t p = 0; p < 8; p++) { \
+          T* dp = d + (v + p) * cp + ci; \
+          _Pragma("omp simd") \
+          for (int64_t k = 0; k < 8; k++) dp[k] = CONVERT(blk[p * 8 + k]); \
+        } \
+      } \
+    for (int64_t ci = 0; ci < c; ci++)  /* the edges one by one */ \
+      for (int64_t v = ci < c8 ? v8 : lo; v < hi; v++) \
+        d[v * cp + ci] = CONVERT(src[ci * h * w + v]); \
+  } \
+}
+#define AS_IS(v) (v)
+CONV_PREP(conv_prep_bf16, uint16_t, f32_to_bf16)
+CONV_PREP(conv_prep_f32, float, AS_IS)
+
+/* Pixels [0, len) of a finished tile (rows of ldt f32 channels) into the NCHW output rows
+   y[j * plane + p] of its first `chans` channels (8 x 8 register transposes, the edges one by
+   one), then res (NCHW, may be NULL) added and, with it, the activation. */
+static void store_run(const float* t, int64_t ldt, int64_t len, int64_t chans, float* yb,
+                      const float* rb, int64_t plane, int act) {
+  int64_t p8 = len / 8 * 8, j8 = chans / 8 * 8;
+  for (int64_t p = 0; p < p8; p += 8)
+    for (int64_t j = 0; j < j8; j += 8) transpose8x8(t + p * ldt + j, ldt, yb + j * plane + p,
+                                                     plane);
+  for (int64_t j = 0; j < chans; j++)
+    for (int64_t p = j < j8 ? p8 : 0; p < len; p++) yb[j * plane + p] = t[p * ldt + j];
+  if (rb)
+    for (int64_t j = 0; j < chans; j++) {
+      float* yr = yb + j * plane;
+      const float* rr = rb + j * plane;
+      for (int64_t p = 0; p < len; p++) yr[p] += rr[p];
+      if (act) act_span(yr, NULL, yr, len, act);
+    }
+}
+
+/* Pixels [0, len) of a tile, image pixels at .. at + len of image img, into y [.., o] with
+   the layout bits `lay`: a residual not stored like an NCHW output joins in the tile first
+   (then the activation), NHWC output rows are one copy of `chans` floats each. */
+static void store_span(float* t, int64_t ldt, int64_t len, int64_t chans, int64_t oc0,
+                       const float* res, float* y, int64_t img, int64_t o, int64_t plane,
+                       int64_t at, int act, int lay) {
+  int res_in_tile = res && (lay & (OUT_NHWC | RES_NHWC));
+  if (res_in_tile) {
+    for (int64_t p = 0; p < len; p++) {
+      float* tp = t + p * ldt;
+      if (lay & RES_NHWC) {
+        const float* rp = res + (img * plane + at + p) * o + oc0;
+        #pragma omp simd
+        for (int64_t j = 0; j < chans; j++) tp[j] += rp[j];
+      } else {
+        const float* rp = res + (img * o + oc0) * plane + at + p;
+        for (int64_t j = 0; j < chans; j++) tp[j] += rp[j * plane];
+      }
+    }
+    if (act) act_span(t, NULL, t, len * ldt, act);
+  }
+  if (lay & OUT_NHWC) {
+    for (int64_t p = 0; p < len; p++)
+      memcpy(y + (img * plane + at + p) * o + oc0, t + p * ldt, (size_t)chans * sizeof(float));
+    return;
+  }
+  int64_t out0 = (img * o + oc0) * plane + at;
+  store_run(t, ldt, len, chans, y + out0, res && !res_in_tile ? res + out0 : NULL, plane, act);
+}
+
+/* A finished tile (npx pixels, rows of ldt f32 channels, `chans` of them valid, output
+   channels from oc0) into y (image img, o channels, plane pixels; NCHW or NHWC by `lay`):
+   bias added, the activation (after the residual where there is one), stored from its first
+   position q0 (with `pitch`, positions along the padded plane's pitch: the runs inside each
+   output row of wo, the rest dropped). */
+static void store_tile(float* tmp, int64_t ldt, int64_t npx, int64_t chans, int64_t oc0,
+                       const float* bias, const float* res, float* y, int64_t img, int64_t o,
+                       int64_t plane, int64_t q0, int pitch, int64_t wp, int64_t wo, int act,
+                       int lay) {
+  float bt[ldt];
+  for (int64_t j = 0; j < ldt; j++) bt[j] = bias && j < chans ? bias[oc0 + j] : 0.0f;
+  for (int64_t p = 0; p < npx; p++) {
+    float* tp = tmp + p * ldt;
+    #pragma omp simd
+    for (int64_t j = 0; j < ldt; j++) tp[j] += bt[j];
+  }
+  if (!res && act) act_span(tmp, NULL, tmp, npx * ldt, act);
+  if (!pitch) {
+    store_span(tmp, ldt, npx, chans, oc0, res, y, img, o, plane, q0, act, lay);
+    return;
+  }
+  for (int64_t p = 0; p < npx;) {  /* runs of positions inside one output row */
+    int64_t oy = (q0 + p) / wp, ox = (q0 + p) % wp;
+    int64_t len = wo - ox < npx - p ? wo - ox : npx - p;
+    if (len > 0) {
+      store_span(tmp + p * ldt, ldt, len, chans, oc0, res, y, img, o, plane, oy * wo + ox,
+                 act, lay);
+      p += len;
+    }
+    p += wp - ox - (len > 0 ? len : 0) < npx - p ? wp - ox - (len > 0 ? len : 0) : npx - p;
+  }
+}
+
+/* Tile blk of up to tp output pixels: its first position *q0, pixels *npx and first input
+   pixel *base in the padded image. With `pitch` (stride 1): positions q = oy wp + ox along
+   the padded plane's pitch (ho wp of them); otherwise pixels of one output row (wo / tp
+   rounded up tiles a row), their input sw pixels apart. */
+static inline void tile_at(int64_t blk, int64_t tp, int pitch, int64_t ho, int64_t wp,
+                           int64_t wo, int64_t sh, int64_t sw, int64_t* q0, int64_t* npx,
+                           int64_t* base) {
+  if (pitch) {
+    *q0 = blk * tp;
+    *npx = ho * wp - *q0 < tp ? ho * wp - *q0 : tp;
+    *base = *q0;
+    return;
+  }
+  int64_t xb_n = (wo + tp - 1) / tp, oy = blk / xb_n, x0 = blk % xb_n * tp;
+  *q0 = oy * wo + x0;
+  *npx = wo - x0 < tp ? wo - x0 : tp;
+  *base = oy * sh * wp + x0 * sw;
+}
+
+/* NAME(xt, bp, bias, res, y, ...): y = act(conv + bias (+ res)) from a padded NHWC input xt
+   [n, hp, wp, cp] of element type T and a weight bp packed per group and tap into panels of
+   16 output channels ([cg / KU][16][KU]: KU input channels per k step, 2 for bf16 pairs),
+   each of bias [o] and res (y's shape) may be NULL; the layout bits `lay` say how y and res
+   are stored. Tiles of up to TP pixels (balanced: a 7 x 7 plane is one tile of 49, not 48 and
+   1) x 64 output channels, handed out over the threads: with `pitch` (stride 1) consecutive
+   positions q = oy wp + ox of the padded plane's pitch, whose input for tap (ky, kx) is the
+   padded pixel q + ky dh wp + kx dw (the wp - wo positions past each row's end are computed
+   and dropped); otherwise pixels of one output row, their input sw pixels apart. Per block
+   of input channels (weights of all taps ~256 KB: they stay in L2 across the tile), micro
+   blocks of up to MR pixels (balanced heights) run MICRO(h, q panels, k steps, a, lda, b,
+   panel stride, c, ldc, load c first, taps, a_off, tap stride) into an f32 scratch tile,
+   which store_tile takes to y. */
+#define NHWC_CONV(NAME, T, KU, MR, MICRO) \
+static void NAME(const T* xt, const T* bp, const float* bias, const float* res, float* y, \
+                 int64_t n, int64_t o, int64_t cp, int64_t groups, int64_t cg, int64_t kh, \
+                 int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t hp, \
+                 int64_t wp, int64_t ho, int64_t wo, int pitch, int act, int lay) { \
+  int64_t og = o / groups, panels = (og + 15) / 16, units = (panels + 3) / 4, taps = kh * kw; \
+  int64_t span = pitch ? ho * wp : wo, per = (span + TP - 1) / TP, tp = (span + per - 1) / per; \
+  int64_t blocks = pitch ? per : ho * per, ks = cg / KU; \
+  int64_t kb = 1024 / taps < 8 ? 8 : 1024 / taps;  /* k steps per block */ \
+  int64_t tap_w = panels * cg * 16, plane = ho * wo, step = pitch ? cp : sw * cp; \
+  int64_t items = n * blocks * groups * units; \
+  int64_t a_off[taps];   /* each tap's input pixel offset from the tile's, in elements */ \
+  for (int64_t ky = 0; ky < kh; ky++) \
+    for (int64_t kx = 0; kx < kw; kx++) a_off[ky * kw + kx] = (ky * dh * wp + kx * dw) * cp; \
+  int par = BRAZE_PARALLEL(n * o * plane * kh * kw * cg, BRAZE_PAR_MIN_MACS); \
+  _Pragma("omp parallel if (par)") \
+  { \
+    float tmp[TP * 64] __attribute__((aligned(64))); \
+    _Pragma("omp for schedule(static)") \
+    for (int64_t it = 0; it < items; it++) { \
+      int64_t gu = it % (groups * units), t = it / (groups * units), g = gu / units; \
+      int64_t u = gu % units, blk = t % blocks, img = t / blocks; \
+      int64_t q0, npx, base;  /* first position, positions, A base pixel in the image */ \
+      tile_at(blk, tp, pitch, ho, wp, wo, sh, sw, &q0, &npx, &base); \
+      int64_t qn = panels - 4 * u < 4 ? panels - 4 * u : 4; \
+      const T* a = xt + (img * hp * wp + base) * cp + g * cg; \
+      const T* b = bp + g * taps * tap_w + 4 * u * cg * 16; \
+      int64_t mbs = (npx + MR - 1) / MR; \
+      for (int64_t k0 = 0; k0 < ks; k0 += kb) \
+        for (int64_t mb = 0; mb < mbs; mb++) { \
+          int64_t i0 = mb * npx / mbs, h = (mb + 1) * npx / mbs - i0; \
+          MICRO((int)h, (int)qn, ks - k0 < kb ? ks - k0 : kb, a + i0 * step + KU * k0, step, \
+                b + 16 * KU * k0, cg * 16, tmp + i0 * 64, 64, k0 > 0, taps, a_off, tap_w); \
+        } \
+      int64_t chans = og - 64 * u < 64 ? og - 64 * u : 64, oc0 = g * og + 64 * u; \
+      store_tile(tmp, 64, npx, chans, oc0, bias, res, y, img, o, plane, q0, pitch, wp, wo, \
+                 act, lay); \
+    } \
+  } \
+}
+#endif
+"""
+"""C source the NHWC convs include (after native.ACT_SPAN and cc.parallel_min_define()):
+conv_prep_bf16 / conv_prep_f32 (the input copy), store_tile (the output store), tile_at, and
+NHWC_CONV, which makes a conv's tile loop from a micro-kernel (define TP first)."""
+
+
+def extent(geo, tile: int) -> tuple[int, int, bool]:
+    """The padded rows and columns an NHWC conv reads and whether its tiles run along the
+    padded plane's pitch (stride 1); otherwise the columns have room for a `tile`-pixel
+    tile's over-read past an output row's end (the tile's pixels beyond the row are
+    dropped)."""
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    hp = (geo.ho - 1) * sh + (geo.kh - 1) * dh + 1
+    pitch = (sh, sw) == (1, 1)
+    span = -(-geo.wo // tile) * tile if tile else geo.wo
+    first = geo.wo if pitch else (span - 1) * sw + 1  # columns tap 0 reads
+    wp = first + (geo.kw - 1) * dw
+    return hp, wp, pitch
+
+
+def layout_bits(node, ctx, source=None, residual: bool = False) -> int:
+    """The `lay` bits of a conv step: which of its input (`source`, else the node's input 0),
+    output and residual (input 3) the executor keeps NHWC (KernelContext.channels_last)."""
+    nhwc = ctx.channels_last if ctx is not None else ()
+    if not nhwc:
+        return 0
+    src = node.inputs[0] if source is None else source
+    return ((IN_NHWC if src in nhwc else 0) | (OUT_NHWC if node.value in nhwc else 0) |
+            (RES_NHWC if residual and node.inputs[3] in nhwc else 0))
+
+
+def describe(lay: int) -> str:
+    """The layout bits for a dispatch report: '' when all NCHW."""
+    parts = [name for bit, name in ((IN_NHWC, "input"), (OUT_NHWC, "output"),
+                                    (RES_NHWC, "residual")) if lay & bit]
+    return f", NHWC {' / '.join(parts)}" if parts else ""
