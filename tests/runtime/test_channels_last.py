@@ -157,27 +157,43 @@ def test_grouped_convs_of_whole_panels_take_nhwc(monkeypatch):
     assert _layouts(exe) == ["output", "input / output", "input"]
 
 
-def _depthwise_between() -> bz.Graph:
+def _depthwise_between(multiplier: int = 1) -> bz.Graph:
     b = Builder(1, 32, 10, 9)
     a = b.conv(b.x, 32, 3, padding=1, act="relu")
-    a = b.conv(a, 32, 3, padding=1, groups=32, act="relu")
+    a = b.conv(a, 32 * multiplier, 3, padding=1, groups=32, act="relu")
     b.g.set_outputs([b.conv(a, 32, 1)])
     return b.g
 
 
-def test_depthwise_convs_keep_nchw(monkeypatch):
-    g = _depthwise_between()
+@pytest.mark.parametrize("stride", [1, 2])
+def test_depthwise_convs_take_nhwc(stride, monkeypatch):
+    """One filter per channel (MobileNet's): channels in vectors, taps' weights in registers."""
+    b = Builder(2, 24, 13, 11)
+    a = b.conv(b.x, 40, 1, act="relu6")
+    a = b.conv(a, 40, 3, stride=stride, padding=1, groups=40, act="relu6")
+    a = b.conv(a, 40, 1, act="relu6")
+    d = b.conv(a, 40, 5, padding=2, groups=40, res=a)
+    b.g.set_outputs([b.conv(d, 24, 1)])
+    exe = _compile(b.g, None, monkeypatch, True)
+    _check(exe, b.g)
+    assert _layouts(exe) == ["output", "input / output", "input / output",
+                             "input / output / residual", "input"]
+
+
+def test_depthwise_convs_with_a_channel_multiplier_keep_nchw(monkeypatch):
+    g = _depthwise_between(multiplier=2)
     exe = _compile(g, None, monkeypatch, True)
     _check(exe, g)
     assert _layouts(exe) == ["", "", ""]
 
 
 def test_a_step_that_cannot_take_nhwc_rebuilds_the_program_nchw(monkeypatch):
-    """The planner made to believe every conv takes NHWC: the depthwise conv's kernel does
-    not say it does, so the program is built again all NCHW, and the results are right."""
+    """The planner made to believe every conv takes NHWC: the depthwise conv with a channel
+    multiplier does not say it does, so the program is built again all NCHW, and the results
+    are right."""
     monkeypatch.setattr(layout, "channels_last_input", lambda node, ins, outs, ctx:
                         node.inputs[0])
-    g = _depthwise_between()
+    g = _depthwise_between(multiplier=2)
     exe = _compile(g, None, monkeypatch, True)
     _check(exe, g)
     assert _layouts(exe) == ["", "", ""]

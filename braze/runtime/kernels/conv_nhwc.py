@@ -107,6 +107,52 @@ void nhwc_conv_run(const float* x, const float* xt, const float* bp, const float
 }
 #endif
 
+/* The depthwise conv (one filter per channel) of x (NCHW or NHWC by `lay`) into y: x copied by
+   conv_prep_f32 into xt [n, hp, wp, cp] (channels zero padded to cp, a multiple of 16), the
+   weight wk [kh kw][cp]; tiles as NHWC_CONV's (up to TP pixels x 64 channels), each vector of
+   16 channels summed over the taps with the taps' weights held in registers. */
+void nhwc_depthwise_run(const float* x, float* xt, const float* wk, const float* bias,
+                        const float* res, float* y, int64_t n, int64_t c, int64_t h, int64_t w,
+                        int64_t cp, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh,
+                        int64_t dw, int64_t pt, int64_t pl, int64_t hp, int64_t wp, int64_t ho,
+                        int64_t wo, int pitch, int act, int lay) {
+#if defined(__AVX512F__)
+  conv_prep_f32(x, xt, n, c, h, w, cp, hp, wp, pt, pl, lay & IN_NHWC);
+  int64_t taps = kh * kw, units = (cp + 63) / 64, plane = ho * wo, step = pitch ? cp : sw * cp;
+  int64_t span = pitch ? ho * wp : wo, per = (span + TP - 1) / TP, tp = (span + per - 1) / per;
+  int64_t blocks = pitch ? per : ho * per, items = n * blocks * units;
+  int64_t a_off[taps];
+  for (int64_t ky = 0; ky < kh; ky++)
+    for (int64_t kx = 0; kx < kw; kx++) a_off[ky * kw + kx] = (ky * dh * wp + kx * dw) * cp;
+  #pragma omp parallel if (BRAZE_PARALLEL(n * cp * plane * taps * 16, BRAZE_PAR_MIN_MACS))
+  {
+    float tmp[TP * 64] __attribute__((aligned(64)));
+    __m512 wv[taps];
+    #pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; it++) {
+      int64_t u = it % units, t = it / units, blk = t % blocks, img = t / blocks;
+      int64_t q0, npx, base;
+      tile_at(blk, tp, pitch, ho, wp, wo, sh, sw, &q0, &npx, &base);
+      int64_t nv = (cp - 64 * u) / 16 < 4 ? (cp - 64 * u) / 16 : 4;
+      const float* a = xt + (img * hp * wp + base) * cp + 64 * u;
+      for (int64_t j = 0; j < nv; j++) {
+        for (int64_t k = 0; k < taps; k++) wv[k] = _mm512_load_ps(wk + k * cp + 64 * u + 16 * j);
+        for (int64_t p = 0; p < npx; p++) {
+          const float* ap = a + p * step + 16 * j;
+          __m512 acc = _mm512_setzero_ps();
+          for (int64_t k = 0; k < taps; k++)
+            acc = _mm512_fmadd_ps(_mm512_loadu_ps(ap + a_off[k]), wv[k], acc);
+          _mm512_store_ps(tmp + p * 64 + 16 * j, acc);
+        }
+      }
+      int64_t chans = c - 64 * u < 64 ? c - 64 * u : 64;
+      store_tile(tmp, 64, npx, chans, 64 * u, bias, res, y, img, c, plane, q0, pitch, wp, wo,
+                 act, lay);
+    }
+  }
+#endif
+}
+
 int nhwc_compiled(void) {
 #if defined(__AVX512F__)
   return 1;
@@ -118,6 +164,7 @@ int nhwc_compiled(void) {
 
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _SIGNATURES = {"nhwc_conv_run": [_P] * 6 + [_I64] * 18 + [_INT] * 3,
+               "nhwc_depthwise_run": [_P] * 6 + [_I64] * 17 + [_INT] * 3,
                "nhwc_compiled": ([], _INT)}
 
 
@@ -145,13 +192,32 @@ def packed_weight(w: np.ndarray, groups: int = 1) -> np.ndarray:
     return out
 
 
+def depthwise_weight(w: np.ndarray) -> np.ndarray:
+    """A depthwise weight [c, 1, kh, kw] as nhwc_depthwise_run reads it: [kh kw, cp] floats,
+    the channels zero padded to cp (a multiple of 16)."""
+    c, _, kh, kw = w.shape
+    out = aligned_empty(kh * kw * _up16(c), np.float32).reshape(kh * kw, _up16(c))
+    out[...] = 0.0
+    out[:, :c] = np.asarray(w, np.float32).reshape(c, kh * kw).T
+    return out.ravel()
+
+
+def _up16(c: int) -> int:
+    return -(-c // 16) * 16
+
+
+def _one_per_channel(geo) -> bool:
+    """A depthwise conv of one filter per channel (MobileNet's)."""
+    return geo.depthwise and geo.o == geo.c
+
 
 def takes(node, geo, ins, outs, ctx) -> np.ndarray | None:
     """The packed weight where the conv `node` (geometry `geo`, a conv.ConvGeometry) runs
-    here: AVX-512 and a C compiler, f32 arrays, one group or groups of whole panels (16
-    output channels, 8 input channels at least: RegNet's 64-channel groups; a depthwise conv
-    would fill one lane of 16), a 4-d weight known when the program is built; else None."""
-    if ctx is None or (geo.groups != 1 and (geo.og % 16 or geo.cg < 8)) or lib() is None or \
+    here: AVX-512 and a C compiler, f32 arrays, one group, groups of whole panels (16 output
+    channels, 8 input channels at least: RegNet's 64-channel groups) or one filter per channel
+    (depthwise), a 4-d weight known when the program is built; else None."""
+    dense = geo.groups == 1 or (geo.og % 16 == 0 and geo.cg >= 8)
+    if ctx is None or not (dense or _one_per_channel(geo)) or lib() is None or \
             not all(s.dtype.name == "f32" for s in (*ins, *outs)):
         return None
     w = ctx.static.get(node.inputs[1])
@@ -159,7 +225,7 @@ def takes(node, geo, ins, outs, ctx) -> np.ndarray | None:
         return None
     key = ("conv nhwc weight", node.inputs[1])
     if key not in ctx.prepared:
-        ctx.prepared[key] = packed_weight(w, geo.groups)
+        ctx.prepared[key] = packed_weight(w, geo.groups) if dense else depthwise_weight(w)
     return ctx.prepared[key]
 
 
@@ -174,6 +240,8 @@ def kernel_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
     in_place = _in_place(geo, lay)
     hp, wp, pitch = (geo.h, geo.w, True) if in_place else nhwc_io.extent(geo, 0)
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    if geo.groups > 1 and _one_per_channel(geo):
+        return _depthwise_fields(geo, packed, lay, code, has_bias, residual, out_at)
     run_c = lib().nhwc_conv_run
 
     def run(x, w, *rest):
@@ -189,3 +257,25 @@ def kernel_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
 
     floats = geo.n * hp * wp * geo.c + (TP + geo.kw * dw) * geo.c
     return {"run": run, "scratch": () if in_place else (((floats,), np.float32),)}
+
+
+def _depthwise_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
+                      residual: bool, out_at: int) -> dict:
+    """kernel_fields of a depthwise conv (nhwc_depthwise_run)."""
+    hp, wp, pitch = nhwc_io.extent(geo, 0)
+    (sh, sw), (dh, dw) = geo.stride, geo.dilation
+    cp = _up16(geo.c)
+    run_c = lib().nhwc_depthwise_run
+
+    def run(x, w, *rest):
+        out = rest[out_at - 2]
+        x = np.ascontiguousarray(x)
+        b = np.ascontiguousarray(rest[0]) if has_bias else None
+        r = np.ascontiguousarray(rest[1]) if residual else None
+        run_c(address(x), address(rest[-1]), address(packed),
+              None if b is None else address(b), None if r is None else address(r),
+              address(out), geo.n, geo.c, geo.h, geo.w, cp, geo.kh, geo.kw, sh, sw, dh, dw,
+              geo.padding[0], geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), code, lay)
+
+    floats = geo.n * hp * wp * cp + (TP + geo.kw * dw) * cp
+    return {"run": run, "scratch": (((floats,), np.float32),)}
