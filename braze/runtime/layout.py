@@ -5,11 +5,13 @@ every value NCHW, each such conv copies its input into NHWC and transposes its o
 two passes over memory per conv, which in ResNet-50 cost about as much as the NHWC tiles
 saved. So a conv's output is kept NHWC where
 
-- its producer is a conv whose kernel takes NHWC (kernels.conv.channels_last_input),
+- its producer is a conv or max pool whose kernel takes NHWC (kernels.conv and
+  kernels.pool_nhwc: channels_last_input),
 - it is no graph output, and
-- every step reading it is such a conv reading it as its input or its residual; under the
-  bf16 policy a conv reads its input through the policy's rounding casts, which its kernel
-  does itself (KernelContext.rounded): those casts then have no other readers.
+- every step reading it is such a conv or pool (or a global average pool) reading it as its
+  input, or a conv reading it as its residual; under the bf16 policy a conv reads its input
+  through the policy's rounding casts, which its kernel does itself (KernelContext.rounded):
+  those casts then have no other readers.
 
 Everything else stays NCHW: the graph's semantics and every other kernel see NCHW only, and a
 conv reading an NCHW value or writing one (a graph output, a value a pooling step reads)
@@ -27,7 +29,7 @@ from ..ir.node import Node
 from ..ir.op import Value
 from ..ir.ops.elementwise import Cast
 from ..ir.ops.fused_simple import FusedConvBiasAct
-from .kernels import KernelContext
+from .kernels import KernelContext, pool_nhwc
 from .kernels.conv import channels_last_input
 
 __all__ = ["plan_channels_last", "enabled"]
@@ -44,24 +46,33 @@ def plan_channels_last(g: Graph, static: list[bool], types: Callable[[Node], tup
     node's concrete (input, output) Shapes."""
     if not enabled():
         return frozenset()
-    reads: dict[int, Value] = {}  # conv node id -> the activation its kernel reads
+    reads: dict[int, Value] = {}  # node id -> the activation its kernel reads NHWC
     for n in g.nodes:
-        if not static[n.id] and n.op.kind in ("conv2d", "fused_conv_bias_act"):
-            v = channels_last_input(n, *types(n), ctx)
-            if v is not None:
-                reads[n.id] = v
+        if static[n.id]:
+            continue
+        takes = _TAKES.get(n.op.kind)
+        v = takes(n, *types(n), ctx) if takes is not None else None
+        if v is not None:
+            reads[n.id] = v
     keep = set()
     for nid in reads:
         v = g.nodes[nid].value
+        if g.nodes[nid].op.kind == "global_avg_pool":  # [N, C, 1, 1]: the same either way
+            continue
         if not g.is_output(v) and all(_reads_nhwc(g, u, v, reads) for u in g.users(v)):
             keep.add(v)
     return frozenset(keep)
 
 
+_TAKES = {"conv2d": channels_last_input, "fused_conv_bias_act": channels_last_input,
+          "pool2d": pool_nhwc.channels_last_input,
+          "global_avg_pool": pool_nhwc.channels_last_input}
+
+
 def _reads_nhwc(g: Graph, user: Node, v: Value, reads: dict[int, Value]) -> bool:
-    """Whether the step of `user` reads `v` NHWC: a conv of `reads` taking v as its input
-    (read directly) or residual, or the bf16 rounding of a conv's input that the conv's
-    kernel does itself."""
+    """Whether the step of `user` reads `v` NHWC: a node of `reads` taking v as its input
+    (read directly) or a conv's residual, or the bf16 rounding of a conv's input that the
+    conv's kernel does itself."""
     if user.id in reads:
         ok = {3} if isinstance(user.op, FusedConvBiasAct) and user.op.residual else set()
         if reads[user.id] == v and user.inputs[0] == v:

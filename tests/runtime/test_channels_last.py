@@ -121,8 +121,8 @@ def test_bf16_engine_chains_are_bit_equal_to_nchw(monkeypatch):
 def test_values_other_steps_read_or_the_graph_returns_stay_nchw(precision, monkeypatch):
     b = Builder(1, 24, 12, 10)
     a = b.conv(b.x, 40, 3, padding=1, act="relu")        # also a graph output
-    p = b.conv(a, 40, 3, padding=1, act="relu")          # also read by a max pool
-    q = b.g.max_pool2d(p, (2, 2), (2, 2))
+    p = b.conv(a, 40, 3, padding=1, act="relu")          # also read by an average pool
+    q = b.g.avg_pool2d(p, (2, 2), (2, 2))
     t = b.conv(p, 40, 1, act="relu")                     # also read by tanh
     y = b.conv(t, 16, 3, padding=1)
     b.g.set_outputs([a, b.g.add(b.g.tanh(t), t), y, q])
@@ -145,6 +145,26 @@ def test_residuals_in_the_other_layout_join_in_the_tile(precision, monkeypatch):
     _check(exe, b.g)
     assert _layouts(exe) == ["output", "input / output", "input / output",
                              "input / residual"]
+
+
+@pytest.mark.parametrize("precision", [None, "bf16"])
+def test_max_pools_and_the_global_average_pool_take_nhwc(precision, monkeypatch):
+    """ResNet's stem -> max pool -> convs -> global average pool, all NHWC in between (a
+    padded 3x3 stride-2 pool)."""
+    b = Builder(2, 3, 23, 19)
+    a = b.conv(b.x, 40, 7, stride=2, padding=3, act="relu")
+    m = b.g.max_pool2d(a, (3, 3), (2, 2), 1)
+    c = b.conv(m, 40, 3, padding=1, act="relu")
+    m2 = b.g.max_pool2d(c, (2, 2), (2, 2))               # NHWC in, NCHW out (graph output)
+    d = b.conv(c, 40, 3, padding=1, res=c, act="relu")
+    b.g.set_outputs([b.g.global_avg_pool(d), m2])
+    exe = _compile(b.g, precision, monkeypatch, True)
+    _check(exe, b.g)
+    assert _layouts(exe) == ["output", "input / output", "input / output / residual"]
+    names = {r[1]: r[3] for r in exe.dispatch_report().rows}
+    assert "NHWC input" in names["global_avg_pool"]
+    pools = [r[3] for r in exe.dispatch_report().rows if r[1] == "max_pool2d"]
+    assert pools == ["C max pool, NHWC input / output", "C max pool, NHWC input"]
 
 
 def test_grouped_convs_of_whole_panels_take_nhwc(monkeypatch):
