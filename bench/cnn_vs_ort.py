@@ -8,13 +8,18 @@ threads), ratios to ONNX Runtime, and each tool's max difference from ONNX Runti
 the output's largest magnitude. Appends rows to bench/results/cnn_vs_ort.csv.
 
     python bench/cnn_vs_ort.py [--models det,rec,cls,resnet,resnet50,mobilenet_v2,regnet]
-                               [--repeat 20] [--ref-repeat 2] [--det-size 320] [--label NAME]
+                               [--repeat 20] [--ref-repeat 2] [--det-size 320] [--settle 0.2]
+                               [--label NAME]
 
 The tools are timed in interleaved rounds (one call each per round), so load from other
-processes on a shared machine falls on all of them alike. braze runs import -> fuse (cpu
-target) -> compile; the reference is `bz.interpret` on the imported graph. braze's threads
-are capped by OMP_NUM_THREADS / MKL_NUM_THREADS, not `bz.compile(threads=2)`: on this machine
-that call starts numba's thread pool, and the runs then measured ~50x slower."""
+processes on a shared machine falls on all of them alike; each call starts `--settle` seconds
+after the one before, and every tool runs with its default thread pool settings (until
+session 18 this script set OMP_WAIT_POLICY=PASSIVE and turned ONNX Runtime's spinning off
+instead: braze's OpenMP workers then slept after every step, 2.5 ms of MobileNetV2's 8).
+braze runs import -> fuse (cpu target) -> compile; the reference is `bz.interpret` on the
+imported graph. braze's threads are capped by OMP_NUM_THREADS / MKL_NUM_THREADS, not
+`bz.compile(threads=2)`: on this machine that call starts numba's thread pool, and the runs
+then measured ~50x slower."""
 from __future__ import annotations
 
 import os
@@ -22,7 +27,6 @@ import os
 THREADS = 2
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ.setdefault(_var, str(THREADS))
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP workers sleep, never spin
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
@@ -69,8 +73,6 @@ def ort_session(path: Path):
     so.intra_op_num_threads = THREADS
     so.inter_op_num_threads = 1
     so.log_severity_level = 3
-    # idle ORT workers would spin on the cores braze's OpenMP threads need between its calls
-    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
 
 
@@ -120,9 +122,12 @@ def openvino_call(path: Path, feeds: dict, hint: str):
     return setup_openvino(SimpleNamespace(path=path), feeds, THREADS, hint)
 
 
-def interleaved_medians(calls: dict, repeat: int, ref_repeat: int) -> dict[str, float]:
+def interleaved_medians(calls: dict, repeat: int, ref_repeat: int, settle: float
+                        ) -> dict[str, float]:
     """Median ms per tool over rounds of one call each; the slow reference runs in the first
-    `ref_repeat` rounds only. Every tool is called twice first to warm up."""
+    `ref_repeat` rounds only. Every tool is called twice first to warm up. Each call starts
+    `settle` seconds after the previous one ended (as executor_vs_peers.interleaved_ms): a
+    thread pool still spinning after its call would slow whichever tool runs next."""
     for name, fn in calls.items():
         for _ in range(1 if name == "reference" else 2):
             fn()
@@ -131,13 +136,15 @@ def interleaved_medians(calls: dict, repeat: int, ref_repeat: int) -> dict[str, 
         for name, fn in calls.items():
             if name == "reference" and r >= ref_repeat:
                 continue
+            time.sleep(settle)
             t0 = time.perf_counter()
             fn()
             times[name].append(time.perf_counter() - t0)
     return {name: statistics.median(t) * 1e3 for name, t in times.items()}
 
 
-def bench_model(name: str, path: Path, shape, repeat: int, ref_repeat: int) -> list[dict]:
+def bench_model(name: str, path: Path, shape, repeat: int, ref_repeat: int, settle: float
+                ) -> list[dict]:
     import braze as bz
     from braze.runtime.kernels import Dispatch
 
@@ -170,7 +177,7 @@ def bench_model(name: str, path: Path, shape, repeat: int, ref_repeat: int) -> l
             diffs[tool] = float(np.abs(out - want).max()) / scale
     calls["reference"] = lambda: bz.interpret(g, feeds)
     diffs["reference"] = float(np.abs(ref_out - want).max()) / scale
-    ms = interleaved_medians(calls, repeat, ref_repeat)
+    ms = interleaved_medians(calls, repeat, ref_repeat, settle)
     rows = []
     for tool, t in ms.items():
         rows.append({"model": name, "input": "x".join(map(str, shape)), "tool": tool,
@@ -188,6 +195,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--ref-repeat", type=int, default=2)
     ap.add_argument("--det-size", type=int, default=320)
+    ap.add_argument("--settle", type=float, default=0.2)
     ap.add_argument("--label", default="")
     args = ap.parse_args()
     ocr = rapidocr_models(args.det_size)
@@ -207,7 +215,8 @@ def main() -> None:
                 print(f"skip {name}: rapidocr-onnxruntime is not installed or unknown model")
                 continue
             load = f"{os.getloadavg()[0]:.2f}"
-            for row in bench_model(name, path, shape, args.repeat, args.ref_repeat):
+            for row in bench_model(name, path, shape, args.repeat, args.ref_repeat,
+                                   args.settle):
                 row.update(when=when, label=args.label, cpu=cpu, threads=THREADS, load_avg=load)
                 rows.append(row)
                 print(f"{row['model']:<7} {row['input']:<14} {row['tool']:<16} "

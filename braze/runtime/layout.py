@@ -5,11 +5,11 @@ every value NCHW, each such conv copies its input into NHWC and transposes its o
 two passes over memory per conv, which in ResNet-50 cost about as much as the NHWC tiles
 saved. So a conv's output is kept NHWC where
 
-- its producer is a conv or max pool whose kernel takes NHWC (kernels.conv and
-  kernels.pool_nhwc: channels_last_input),
+- its producer is a conv, max pool or per-channel scale whose kernel takes NHWC
+  (kernels.conv and kernels.nhwc_ops: channels_last_input),
 - it is no graph output, and
-- every step reading it is such a conv or pool (or a global average pool) reading it as its
-  input, or a conv reading it as its residual; under the bf16 policy a conv reads its input
+- every step reading it is such a step (or a global average pool) reading it as its
+  activation, or a conv reading it as its residual; under the bf16 policy a conv reads its input
   through the policy's rounding casts, which its kernel does itself (KernelContext.rounded):
   those casts then have no other readers.
 
@@ -29,7 +29,7 @@ from ..ir.node import Node
 from ..ir.op import Value
 from ..ir.ops.elementwise import Cast
 from ..ir.ops.fused_simple import FusedConvBiasAct
-from .kernels import KernelContext, pool_nhwc
+from .kernels import KernelContext, nhwc_ops
 from .kernels.conv import channels_last_input
 
 __all__ = ["plan_channels_last", "enabled"]
@@ -65,8 +65,8 @@ def plan_channels_last(g: Graph, static: list[bool], types: Callable[[Node], tup
 
 
 _TAKES = {"conv2d": channels_last_input, "fused_conv_bias_act": channels_last_input,
-          "pool2d": pool_nhwc.channels_last_input,
-          "global_avg_pool": pool_nhwc.channels_last_input}
+          "pool2d": nhwc_ops.channels_last_input, "binary": nhwc_ops.channels_last_input,
+          "global_avg_pool": nhwc_ops.channels_last_input}
 
 
 def _reads_nhwc(g: Graph, user: Node, v: Value, reads: dict[int, Value]) -> bool:
@@ -75,8 +75,8 @@ def _reads_nhwc(g: Graph, user: Node, v: Value, reads: dict[int, Value]) -> bool
     conv's kernel does itself."""
     if user.id in reads:
         ok = {3} if isinstance(user.op, FusedConvBiasAct) and user.op.residual else set()
-        if reads[user.id] == v and user.inputs[0] == v:
-            ok.add(0)
+        if reads[user.id] == v:  # positions where the node reads its activation directly
+            ok.update(i for i, x in enumerate(user.inputs) if x == v)
         return all(i in ok for i, x in enumerate(user.inputs) if x == v)
     return _rounding_for_convs(g, user, v, reads)
 

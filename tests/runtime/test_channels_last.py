@@ -167,6 +167,24 @@ def test_max_pools_and_the_global_average_pool_take_nhwc(precision, monkeypatch)
     assert pools == ["C max pool, NHWC input / output", "C max pool, NHWC input"]
 
 
+@pytest.mark.parametrize("scale_first", [False, True])
+@pytest.mark.parametrize("precision", [None, "bf16"])
+def test_squeeze_excitation_scales_take_nhwc(scale_first, precision, monkeypatch):
+    """RegNet-Y's block: conv -> (global average pool -> 1x1 -> relu -> 1x1 -> sigmoid) ->
+    x * s per channel -> conv + residual, NHWC from end to end (batch 2: s per image)."""
+    b = Builder(2, 16, 12, 10)
+    x = b.conv(b.x, 48, 3, padding=1, act="relu")
+    s = b.conv(b.g.global_avg_pool(x), 12, 1, act="relu")
+    s = b.conv(s, 48, 1, act="sigmoid")
+    y = b.g.mul(s, x) if scale_first else b.g.mul(x, s)
+    b.g.set_outputs([b.conv(y, 48, 1, res=x, act="relu")])
+    exe = _compile(b.g, precision, monkeypatch, True)
+    _check(exe, b.g)
+    (mul,) = [r[3] for r in exe.dispatch_report().rows if r[1] == "mul"]
+    assert mul == "C per-channel scale, NHWC input / output"
+    assert _layouts(exe)[0] == "output" and _layouts(exe)[-1] == "input / residual"
+
+
 def test_grouped_convs_of_whole_panels_take_nhwc(monkeypatch):
     b = Builder(1, 32, 10, 9)
     a = b.conv(b.x, 64, 3, padding=1, act="relu")

@@ -11,7 +11,7 @@ from . import (  # noqa: E402,F401
     float_tests,
     fused,
     indexing,
-    pool_nhwc,
+    nhwc_ops,
     region,
     rope_layouts,
     selection,

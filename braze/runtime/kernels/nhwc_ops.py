@@ -1,11 +1,13 @@
-"""Pooling on channels-last activations: max pooling reading and writing NCHW or NHWC, and the
-global average pool reading NHWC (its [N, C, 1, 1] output is the same in either layout).
+"""The steps between convs that take channels-last activations: max pooling and a per-channel
+scale (x * s for s of [N or 1, C, 1, 1], squeeze-excitation's), each reading and writing NCHW
+or NHWC, and the global average pool reading NHWC (its [N, C, 1, 1] output is the same in
+either layout).
 
-They let the executor keep a conv's output NHWC when a pooling step reads it (the max pool
-after ResNet's stem, the global average pool at the end of every CNN; runtime/layout.py):
-over an NHWC row, a window's pixels are runs of contiguous channels, so both run in vectors
-of channels. These kernels take a node only when one of its values is kept NHWC; otherwise
-conv.py's NCHW pooling runs."""
+They let the executor keep a conv's output NHWC when such a step reads it (the max pool after
+ResNet's stem, the global average pool at the end of every CNN, RegNet-Y's and MobileNetV3's
+squeeze-excitation; runtime/layout.py): over an NHWC row, a window's pixels are runs of
+contiguous channels, so they run in vectors of channels. These kernels take a node only when
+one of its values is kept NHWC; otherwise the NCHW kernels run."""
 from __future__ import annotations
 
 import ctypes
@@ -14,6 +16,7 @@ from functools import cache
 import numpy as np
 
 from ...ir.ops.conv import GlobalAvgPool, Pool2d, PoolKind
+from ...ir.ops.elementwise import Binary, BinaryFn
 from ..address import address
 from ..codegen import cc
 from . import nhwc_io
@@ -68,6 +71,22 @@ void nhwc_max_pool(const float* x, float* y, int64_t n, int64_t c, int64_t h, in
   }
 }
 
+/* y = x [n, c, hw] * s [n or 1 (s_batch 0), c] per channel; x and y NCHW or NHWC by `lay`. */
+void nhwc_channel_scale(const float* x, const float* s, float* y, int64_t n, int64_t c,
+                        int64_t hw, int64_t s_batch, int lay) {
+  int64_t xc = lay & IN_NHWC ? 1 : hw, xp = lay & IN_NHWC ? c : 1;
+  int64_t yc = lay & OUT_NHWC ? 1 : hw, yp = lay & OUT_NHWC ? c : 1;
+  #pragma omp parallel for schedule(static) if (BRAZE_PARALLEL(n * hw * c, BRAZE_PAR_MIN_MACS / 16))
+  for (int64_t row = 0; row < n * hw; row++) {
+    int64_t img = row / hw, p = row % hw;
+    const float* xr = x + img * hw * c + p * xp;
+    const float* sr = s + img * s_batch * c;
+    float* yr = y + img * hw * c + p * yp;
+    #pragma omp simd
+    for (int64_t ch = 0; ch < c; ch++) yr[ch * yc] = xr[ch * xc] * sr[ch];
+  }
+}
+
 /* y [n, c] = the mean of each channel of x [n, hw, c] (NHWC) over its hw pixels. */
 void nhwc_channel_means(const float* x, float* y, int64_t n, int64_t hw, int64_t c) {
   int64_t blocks = (c + 63) / 64;
@@ -87,29 +106,47 @@ void nhwc_channel_means(const float* x, float* y, int64_t n, int64_t hw, int64_t
 
 _P, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
 _SIGNATURES = {"nhwc_max_pool": [_P, _P] + [_I64] * 12 + [_INT],
-               "nhwc_channel_means": [_P, _P, _I64, _I64, _I64]}
+               "nhwc_channel_means": [_P, _P, _I64, _I64, _I64],
+               "nhwc_channel_scale": [_P, _P, _P, _I64, _I64, _I64, _I64, _INT]}
 
 
 @cache
 def lib():
     """The compiled pooling library, or None without a C compiler."""
-    return cc.load_library(SOURCE, "braze_pool_nhwc", _SIGNATURES)
+    return cc.load_library(SOURCE, "braze_nhwc_ops", _SIGNATURES)
 
 
 def channels_last_input(node, ins, outs, ctx):
-    """The input of a max pool or global average pool on f32 values where this module's
-    kernels run it (so the executor may keep that value NHWC), else None."""
+    """The activation a max pool, global average pool or per-channel scale on f32 values
+    reads where this module's kernels run it (so the executor may keep that value NHWC), else
+    None."""
     op = node.op
     if lib() is None or any(s.dtype.name != "f32" for s in (*ins, *outs)):
         return None
     if isinstance(op, GlobalAvgPool) or (isinstance(op, Pool2d) and op.pool is PoolKind.MAX):
         return node.inputs[0]
+    at = _scaled(node, ins, outs)
+    return None if at is None else node.inputs[at]
+
+
+def _scaled(node, ins, outs) -> int | None:
+    """The position of x in x * s (s of [N or 1, C, 1, 1], x of the output's 4-d shape)."""
+    if not isinstance(node.op, Binary) or node.op.fn is not BinaryFn.MUL or len(ins) != 2:
+        return None
+    dims = [tuple(int(d) for d in s.dims) for s in ins]
+    y = tuple(int(d) for d in outs[0].dims)
+    for at in (0, 1):
+        x, s = dims[at], dims[1 - at]
+        if len(y) == 4 and x == y and len(s) == 4 and s[0] in (1, y[0]) and s[1] == y[1] \
+                and s[2:] == (1, 1) and y[2:] != (1, 1):
+            return at
     return None
 
 
-def _bits(node, ctx) -> int:
+def _bits(node, ctx, at: int = 0) -> int:
+    """IN_NHWC where input `at` is kept NHWC, OUT_NHWC where the output is."""
     nhwc = ctx.channels_last if ctx is not None else ()
-    return ((nhwc_io.IN_NHWC if node.inputs[0] in nhwc else 0) |
+    return ((nhwc_io.IN_NHWC if node.inputs[at] in nhwc else 0) |
             (nhwc_io.OUT_NHWC if node.value in nhwc else 0))
 
 
@@ -143,3 +180,22 @@ def global_avg_pool_nhwc(node, ins, outs, ctx):
 
     return Kernel(run, Dispatch.NATIVE, "C channel means, NHWC input", flops=n * c * h * w,
                   bytes=nbytes(ins) + nbytes(outs), channels_last=True)
+
+
+@register_kernel(Binary)
+def channel_scale_nhwc(node, ins, outs, ctx):
+    at = _scaled(node, ins, outs)
+    lay = _bits(node, ctx, at) if at is not None else 0
+    if not lay or channels_last_input(node, ins, outs, ctx) is None:
+        return None
+    n, c, h, w = (int(d) for d in outs[0].dims)
+    s_batch = int(int(ins[1 - at].dims[0]) == n and n > 1)
+
+    def run(*arrays):
+        x, s, out = arrays[at], arrays[1 - at], arrays[2]
+        lib().nhwc_channel_scale(address(np.ascontiguousarray(x)),
+                                 address(np.ascontiguousarray(s)), address(out), n, c, h * w,
+                                 s_batch, lay)
+
+    return Kernel(run, Dispatch.NATIVE, f"C per-channel scale{nhwc_io.describe(lay)}",
+                  flops=n * c * h * w, bytes=nbytes(ins) + nbytes(outs), channels_last=True)
