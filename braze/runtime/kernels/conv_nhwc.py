@@ -107,17 +107,70 @@ void nhwc_conv_run(const float* x, const float* xt, const float* bp, const float
 }
 #endif
 
-/* The depthwise conv (one filter per channel) of x (NCHW or NHWC by `lay`) into y: x copied by
-   conv_prep_f32 into xt [n, hp, wp, cp] (channels zero padded to cp, a multiple of 16), the
-   weight wk [kh kw][cp]; tiles as NHWC_CONV's (up to TP pixels x 64 channels), each vector of
-   16 channels summed over the taps with the taps' weights held in registers. */
+#if defined(__AVX512F__)
+/* nhwc_depthwise_run on an NHWC input, read in place: tiles of up to TP pixels of one output
+   row x 64 channels, each tap's pixel read where it lies in the image (no padded copy: on the
+   small planes of a MobileNetV3-style net the copy cost more than the taps). */
+static void dw_direct(const float* x, const float* wk, const float* bias, const float* res,
+                      float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t cp,
+                      int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
+                      int64_t pt, int64_t pl, int64_t ho, int64_t wo, int act, int lay) {
+  int64_t taps = kh * kw, units = (cp + 63) / 64, plane = ho * wo;
+  int64_t per = (wo + TP - 1) / TP, tp = (wo + per - 1) / per, items = n * ho * per * units;
+  #pragma omp parallel if (BRAZE_PARALLEL(n * cp * plane * taps * 16, BRAZE_PAR_MIN_MACS))
+  {
+    float tmp[TP * 64] __attribute__((aligned(64)));
+    __m512 wv[taps];
+    #pragma omp for schedule(static)
+    for (int64_t it = 0; it < items; it++) {
+      int64_t u = it % units, t = it / units, x0 = t % per * tp, r = t / per;
+      int64_t oy = r % ho, img = r / ho, npx = wo - x0 < tp ? wo - x0 : tp;
+      int64_t chans = c - 64 * u < 64 ? c - 64 * u : 64;
+      const float* xi = x + img * h * w * c;
+      for (int64_t j = 0; j < (chans + 15) / 16; j++) {
+        int64_t ch0 = 64 * u + 16 * j, left = c - ch0;
+        __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
+        for (int64_t k = 0; k < taps; k++) wv[k] = _mm512_load_ps(wk + k * cp + ch0);
+        for (int64_t p = 0; p < npx; p++) {
+          int64_t iy0 = oy * sh - pt, ix0 = (x0 + p) * sw - pl;
+          __m512 acc = _mm512_setzero_ps();
+          for (int64_t ky = 0; ky < kh; ky++) {
+            int64_t iy = iy0 + ky * dh;
+            if (iy < 0 || iy >= h) continue;
+            for (int64_t kx = 0; kx < kw; kx++) {
+              int64_t ix = ix0 + kx * dw;
+              if (ix < 0 || ix >= w) continue;
+              __m512 v = _mm512_maskz_loadu_ps(m, xi + (iy * w + ix) * c + ch0);
+              acc = _mm512_fmadd_ps(v, wv[ky * kw + kx], acc);
+            }
+          }
+          _mm512_store_ps(tmp + p * 64 + 16 * j, acc);
+        }
+      }
+      store_tile(tmp, 64, npx, chans, 64 * u, bias, res, y, img, c, plane, oy * wo + x0, 0, 0,
+                 wo, act, lay);
+    }
+  }
+}
+#endif
+
+/* The depthwise conv (one filter per channel) of x (NCHW or NHWC by `lay`) into y, the weight
+   wk [kh kw][cp] (channels zero padded to cp, a multiple of 16). An NHWC x is read in place
+   (dw_direct); an NCHW one is copied by conv_prep_f32 into xt [n, hp, wp, cp], then tiles as
+   NHWC_CONV's (up to TP pixels x 64 channels), each vector of 16 channels summed over the
+   taps with the taps' weights held in registers. */
 void nhwc_depthwise_run(const float* x, float* xt, const float* wk, const float* bias,
                         const float* res, float* y, int64_t n, int64_t c, int64_t h, int64_t w,
                         int64_t cp, int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh,
                         int64_t dw, int64_t pt, int64_t pl, int64_t hp, int64_t wp, int64_t ho,
                         int64_t wo, int pitch, int act, int lay) {
 #if defined(__AVX512F__)
-  conv_prep_f32(x, xt, n, c, h, w, cp, hp, wp, pt, pl, lay & IN_NHWC);
+  if (lay & IN_NHWC) {
+    dw_direct(x, wk, bias, res, y, n, c, h, w, cp, kh, kw, sh, sw, dh, dw, pt, pl, ho, wo,
+              act, lay);
+    return;
+  }
+  conv_prep_f32(x, xt, n, c, h, w, cp, hp, wp, pt, pl, 0);
   int64_t taps = kh * kw, units = (cp + 63) / 64, plane = ho * wo, step = pitch ? cp : sw * cp;
   int64_t span = pitch ? ho * wp : wo, per = (span + TP - 1) / TP, tp = (span + per - 1) / per;
   int64_t blocks = pitch ? per : ho * per, items = n * blocks * units;
@@ -272,10 +325,12 @@ def _depthwise_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bo
         x = np.ascontiguousarray(x)
         b = np.ascontiguousarray(rest[0]) if has_bias else None
         r = np.ascontiguousarray(rest[1]) if residual else None
-        run_c(address(x), address(rest[-1]), address(packed),
+        xt = None if lay & nhwc_io.IN_NHWC else address(rest[-1])  # no copy of an NHWC x
+        run_c(address(x), xt, address(packed),
               None if b is None else address(b), None if r is None else address(r),
               address(out), geo.n, geo.c, geo.h, geo.w, cp, geo.kh, geo.kw, sh, sw, dh, dw,
               geo.padding[0], geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), code, lay)
 
     floats = geo.n * hp * wp * cp + (TP + geo.kw * dw) * cp
-    return {"run": run, "scratch": (((floats,), np.float32),)}
+    scratch = () if lay & nhwc_io.IN_NHWC else (((floats,), np.float32),)
+    return {"run": run, "scratch": scratch}

@@ -78,7 +78,7 @@ CONV_PREP(conv_prep_f32, float, AS_IS)
 
 /* Pixels [0, len) of a finished tile (rows of ldt f32 channels) into the NCHW output rows
    y[j * plane + p] of its first `chans` channels (8 x 8 register transposes, the edges one by
-   one), then res (NCHW, may be NULL) added and, with it, the activation. */
+   one), then per output row res (NCHW, may be NULL) added and the activation (0: none). */
 static void store_run(const float* t, int64_t ldt, int64_t len, int64_t chans, float* yb,
                       const float* rb, int64_t plane, int act) {
   int64_t p8 = len / 8 * 8, j8 = chans / 8 * 8;
@@ -87,23 +87,27 @@ static void store_run(const float* t, int64_t ldt, int64_t len, int64_t chans, f
                                                      plane);
   for (int64_t j = 0; j < chans; j++)
     for (int64_t p = j < j8 ? p8 : 0; p < len; p++) yb[j * plane + p] = t[p * ldt + j];
-  if (rb)
+  if (rb || act)
     for (int64_t j = 0; j < chans; j++) {
       float* yr = yb + j * plane;
-      const float* rr = rb + j * plane;
-      for (int64_t p = 0; p < len; p++) yr[p] += rr[p];
+      if (rb) {
+        const float* rr = rb + j * plane;
+        for (int64_t p = 0; p < len; p++) yr[p] += rr[p];
+      }
       if (act) act_span(yr, NULL, yr, len, act);
     }
 }
 
 /* Pixels [0, len) of a tile, image pixels at .. at + len of image img, into y [.., o] with
-   the layout bits `lay`: a residual not stored like an NCHW output joins in the tile first
-   (then the activation), NHWC output rows are one copy of `chans` floats each. */
+   the layout bits `lay`, then the activation `act` (0: none, or done in the tile already). A
+   residual not stored like an NCHW output joins in the tile first; NHWC output rows are one
+   copy of `chans` floats each. The activation runs over runs of contiguous values: the tile's
+   rows when they are whole, else the output's. */
 static void store_span(float* t, int64_t ldt, int64_t len, int64_t chans, int64_t oc0,
                        const float* res, float* y, int64_t img, int64_t o, int64_t plane,
                        int64_t at, int act, int lay) {
   int res_in_tile = res && (lay & (OUT_NHWC | RES_NHWC));
-  if (res_in_tile) {
+  if (res_in_tile)
     for (int64_t p = 0; p < len; p++) {
       float* tp = t + p * ldt;
       if (lay & RES_NHWC) {
@@ -115,14 +119,23 @@ static void store_span(float* t, int64_t ldt, int64_t len, int64_t chans, int64_
         for (int64_t j = 0; j < chans; j++) tp[j] += rp[j * plane];
       }
     }
-    if (act) act_span(t, NULL, t, len * ldt, act);
-  }
   if (lay & OUT_NHWC) {
-    for (int64_t p = 0; p < len; p++)
-      memcpy(y + (img * plane + at + p) * o + oc0, t + p * ldt, (size_t)chans * sizeof(float));
+    if (act && chans == ldt) {
+      act_span(t, NULL, t, len * ldt, act);
+      act = 0;
+    }
+    float* yp = y + (img * plane + at) * o + oc0;
+    for (int64_t p = 0; p < len; p++) memcpy(yp + p * o, t + p * ldt, (size_t)chans * 4);
+    if (act && chans == o) act_span(yp, NULL, yp, len * o, act);
+    else if (act)
+      for (int64_t p = 0; p < len; p++) act_span(yp + p * o, NULL, yp + p * o, chans, act);
     return;
   }
   int64_t out0 = (img * o + oc0) * plane + at;
+  if (res_in_tile && act && chans == ldt) {
+    act_span(t, NULL, t, len * ldt, act);
+    act = 0;
+  }
   store_run(t, ldt, len, chans, y + out0, res && !res_in_tile ? res + out0 : NULL, plane, act);
 }
 
@@ -135,14 +148,18 @@ static void store_tile(float* tmp, int64_t ldt, int64_t npx, int64_t chans, int6
                        const float* bias, const float* res, float* y, int64_t img, int64_t o,
                        int64_t plane, int64_t q0, int pitch, int64_t wp, int64_t wo, int act,
                        int lay) {
-  float bt[ldt];
-  for (int64_t j = 0; j < ldt; j++) bt[j] = bias && j < chans ? bias[oc0 + j] : 0.0f;
-  for (int64_t p = 0; p < npx; p++) {
-    float* tp = tmp + p * ldt;
-    #pragma omp simd
-    for (int64_t j = 0; j < ldt; j++) tp[j] += bt[j];
+  if (bias) {
+    const float* bt = bias + oc0;
+    for (int64_t p = 0; p < npx; p++) {
+      float* tp = tmp + p * ldt;
+      #pragma omp simd
+      for (int64_t j = 0; j < chans; j++) tp[j] += bt[j];
+    }
   }
-  if (!res && act) act_span(tmp, NULL, tmp, npx * ldt, act);
+  if (!res && act && chans == ldt) {  /* whole rows: one pass over the tile */
+    act_span(tmp, NULL, tmp, npx * ldt, act);
+    act = 0;
+  }
   if (!pitch) {
     store_span(tmp, ldt, npx, chans, oc0, res, y, img, o, plane, q0, act, lay);
     return;
