@@ -18,6 +18,12 @@ pytestmark = pytest.mark.skipif(conv_native.lib() is None or conv_nhwc.lib() is 
 CONV_KINDS = ("conv2d", "fused_conv_bias_act")
 
 
+@pytest.fixture(autouse=True)
+def small_convs_take_nhwc(monkeypatch):
+    """These graphs are small: let every conv take NHWC (one test restores the limit)."""
+    monkeypatch.setattr(conv_nhwc, "MIN_MACS", 0)
+
+
 class Builder:
     """A graph of convs with seeded params."""
 
@@ -243,3 +249,22 @@ def test_the_switch_keeps_every_value_nchw(monkeypatch):
     _check(exe, g)
     assert _layouts(exe) == [""] * 5
     assert not layout.enabled()
+
+
+def test_f32_convs_under_the_size_limit_keep_nchw(monkeypatch):
+    """Under conv_nhwc.MIN_MACS multiply-adds an f32 conv keeps the NCHW kernels (the OCR
+    direction classifier's tiny convs ran 1.4x slower NHWC); larger ones take NHWC."""
+    monkeypatch.setattr(conv_nhwc, "MIN_MACS", 1 << 21)
+    b = Builder(1, 24, 13, 11)
+    a = b.conv(b.x, 40, 3, padding=1, act="relu")      # 1.4M multiply-adds: NCHW
+    a = b.conv(a, 40, 1, act="relu")
+    b.g.set_outputs([b.conv(a, 24, 1)])
+    exe = _compile(b.g, None, monkeypatch, True)
+    _check(exe, b.g)
+    assert _layouts(exe) == ["", "", ""]
+    big = Builder(1, 64, 28, 28)
+    a = big.conv(big.x, 64, 3, padding=1, act="relu")  # 29M: NHWC
+    big.g.set_outputs([big.conv(a, 64, 3, padding=1)])
+    exe = _compile(big.g, None, monkeypatch, True)
+    _check(exe, big.g)
+    assert _layouts(exe) == ["output", "input"]

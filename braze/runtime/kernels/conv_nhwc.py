@@ -25,9 +25,13 @@ from ..codegen import cc
 from ..plan import aligned_empty
 from . import native, nhwc_io
 
-__all__ = ["lib", "packed_weight", "takes", "kernel_fields", "TP"]
+__all__ = ["lib", "packed_weight", "takes", "kernel_fields", "TP", "MIN_MACS"]
 
 TP = 48  # output pixels per tile at most (tiles of balanced sizes)
+# Convs under this many multiply-adds keep NCHW and the NCHW kernels: the OCR direction
+# classifier's (0.15-1.2M each) ran 1.4x slower NHWC, two OpenMP regions and a padded copy
+# costing more than the layout saves; MobileNetV2's smallest are 7.5M.
+MIN_MACS = 1 << 21
 
 SOURCE = r"""
 #include <stdint.h>
