@@ -252,8 +252,9 @@ def test_the_switch_keeps_every_value_nchw(monkeypatch):
 
 
 def test_f32_convs_under_the_size_limit_keep_nchw(monkeypatch):
-    """Under conv_nhwc.MIN_MACS multiply-adds an f32 conv keeps the NCHW kernels (the OCR
-    direction classifier's tiny convs ran 1.4x slower NHWC); larger ones take NHWC."""
+    """Under conv_nhwc.MIN_MACS multiply-adds a dense f32 conv keeps the NCHW kernels (the
+    OCR direction classifier's tiny convs ran 1.4x slower NHWC); larger ones, and depthwise
+    convs of any size, take NHWC."""
     monkeypatch.setattr(conv_nhwc, "MIN_MACS", 1 << 21)
     b = Builder(1, 24, 13, 11)
     a = b.conv(b.x, 40, 3, padding=1, act="relu")      # 1.4M multiply-adds: NCHW
@@ -264,7 +265,8 @@ def test_f32_convs_under_the_size_limit_keep_nchw(monkeypatch):
     assert _layouts(exe) == ["", "", ""]
     big = Builder(1, 64, 28, 28)
     a = big.conv(big.x, 64, 3, padding=1, act="relu")  # 29M: NHWC
+    a = big.conv(a, 64, 3, padding=1, groups=64)       # depthwise, 0.45M: NHWC
     big.g.set_outputs([big.conv(a, 64, 3, padding=1)])
     exe = _compile(big.g, None, monkeypatch, True)
     _check(exe, big.g)
-    assert _layouts(exe) == ["output", "input"]
+    assert _layouts(exe) == ["output", "input / output", "input"]

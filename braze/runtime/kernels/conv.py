@@ -246,8 +246,8 @@ def _with_numpy_act(run, numpy_act: UnaryFn | None, out_at: int):
 def channels_last_input(node, ins, outs, ctx):
     """The activation value the conv `node` reads (the unrounded one where a bf16 engine
     rounds it itself) where its kernel takes NHWC input, output and residual (the bf16
-    engines, braze's NHWC f32 conv for convs of conv_nhwc.MIN_MACS multiply-adds or more);
-    None where it keeps NCHW (runtime/layout.py)."""
+    engines, braze's NHWC f32 conv for depthwise convs and others of conv_nhwc.MIN_MACS
+    multiply-adds or more); None where it keeps NCHW (runtime/layout.py)."""
     if not isinstance(node.op, (Conv2d, FusedConvBiasAct)) or conv_native.lib() is None or \
             not is_f32(*ins, *outs):
         return None
@@ -256,7 +256,7 @@ def channels_last_input(node, ins, outs, ctx):
         found = conv_amx.applies(node, geo, outs, ctx, engine)
         if found is not None:
             return found[0]
-    if geo.flops() >= 2 * conv_nhwc.MIN_MACS and \
+    if (geo.depthwise or geo.flops() >= 2 * conv_nhwc.MIN_MACS) and \
             conv_nhwc.takes(node, geo, ins, outs, ctx) is not None:
         return node.inputs[0]
     return None
