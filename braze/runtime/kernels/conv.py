@@ -9,7 +9,11 @@ direct C loop. Bias and activation are applied in place after the GEMM (fused in
 depthwise). A transposed conv is the GEMM with the weights transposed, then col2im. Resize
 reads the op's own index or interpolation tables (`Resize.indices` / `Resize.weights`): each
 matrix row has a few consecutive nonzeros, so resampling runs as two separable passes over
-those taps instead of two dense GEMMs. Other dtypes decline and run the reference."""
+those taps instead of two dense GEMMs. Other dtypes decline and run the reference.
+
+Where the executor keeps a conv's input, output or residual NHWC (runtime/layout.py asks
+`channels_last_input` which convs can), the conv runs on a bf16 engine or braze's NHWC f32
+conv (conv_nhwc.py), whichever takes it, with those arrays' layouts."""
 from __future__ import annotations
 
 import math
