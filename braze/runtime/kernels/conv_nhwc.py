@@ -116,13 +116,20 @@ void nhwc_conv_run(const float* x, const float* xt, const float* bp, const float
 #if defined(__AVX512F__)
 /* nhwc_depthwise_run on an NHWC input, read in place: tiles of up to TP pixels of one output
    row x 64 channels, each tap's pixel read where it lies in the image (no padded copy: on the
-   small planes of a MobileNetV3-style net the copy cost more than the taps). */
+   small planes of a MobileNetV3-style net the copy cost more than the taps). Interior pixels
+   (every tap inside the image) go DW_PX at a time with no bounds tests: DW_PX independent
+   FMA chains instead of one (one chain of 9 dependent FMAs per pixel left EfficientNet's 3x3
+   depthwise convs at 16-23 GFLOP/s); the edges one by one. */
+#define DW_PX 4
 static void dw_direct(const float* x, const float* wk, const float* bias, const float* res,
                       float* y, int64_t n, int64_t c, int64_t h, int64_t w, int64_t cp,
                       int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
                       int64_t pt, int64_t pl, int64_t ho, int64_t wo, int act, int lay) {
   int64_t taps = kh * kw, units = (cp + 63) / 64, plane = ho * wo;
   int64_t per = (wo + TP - 1) / TP, tp = (wo + per - 1) / per, items = n * ho * per * units;
+  int64_t a_off[taps];  /* each tap's input offset from the window's first pixel, in floats */
+  for (int64_t ky = 0; ky < kh; ky++)
+    for (int64_t kx = 0; kx < kw; kx++) a_off[ky * kw + kx] = (ky * dh * w + kx * dw) * c;
   #pragma omp parallel if (BRAZE_PARALLEL(n * cp * plane * taps * 16, BRAZE_PAR_MIN_MACS))
   {
     float tmp[TP * 64] __attribute__((aligned(64)));
@@ -137,8 +144,29 @@ static void dw_direct(const float* x, const float* wk, const float* bias, const 
         int64_t ch0 = 64 * u + 16 * j, left = c - ch0;
         __mmask16 m = left >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << left) - 1);
         for (int64_t k = 0; k < taps; k++) wv[k] = _mm512_load_ps(wk + k * cp + ch0);
-        for (int64_t p = 0; p < npx; p++) {
-          int64_t iy0 = oy * sh - pt, ix0 = (x0 + p) * sw - pl;
+        int64_t iy0 = oy * sh - pt;
+        if (iy0 >= 0 && iy0 + (kh - 1) * dh < h)  /* interior pixels, DW_PX at a time */
+          for (int64_t p = 0; p + DW_PX <= npx; p += DW_PX) {
+            int64_t ix0 = (x0 + p) * sw - pl;
+            if (ix0 < 0 || ix0 + (DW_PX - 1) * sw + (kw - 1) * dw >= w) continue;
+            const float* b0 = xi + (iy0 * w + ix0) * c + ch0;
+            __m512 acc[DW_PX];
+            for (int i = 0; i < DW_PX; i++) acc[i] = _mm512_setzero_ps();
+            for (int64_t k = 0; k < taps; k++) {
+              const float* bk = b0 + a_off[k];
+              for (int i = 0; i < DW_PX; i++)
+                acc[i] = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, bk + i * sw * c), wv[k],
+                                         acc[i]);
+            }
+            for (int i = 0; i < DW_PX; i++) _mm512_store_ps(tmp + (p + i) * 64 + 16 * j, acc[i]);
+          }
+        for (int64_t p = 0; p < npx; p++) {  /* the rest, one by one */
+          int64_t ix0 = (x0 + p) * sw - pl;
+          if (p % DW_PX == 0 && p + DW_PX <= npx && iy0 >= 0 && iy0 + (kh - 1) * dh < h &&
+              ix0 >= 0 && ix0 + (DW_PX - 1) * sw + (kw - 1) * dw < w) {
+            p += DW_PX - 1;  /* done in the interior pass */
+            continue;
+          }
           __m512 acc = _mm512_setzero_ps();
           for (int64_t ky = 0; ky < kh; ky++) {
             int64_t iy = iy0 + ky * dh;
