@@ -224,12 +224,15 @@ void nhwc_depthwise_run(const float* x, float* xt, const float* wk, const float*
       const float* a = xt + (img * hp * wp + base) * cp + 64 * u;
       for (int64_t j = 0; j < nv; j++) {
         for (int64_t k = 0; k < taps; k++) wv[k] = _mm512_load_ps(wk + k * cp + 64 * u + 16 * j);
-        for (int64_t p = 0; p < npx; p++) {
+        for (int64_t p = 0; p < npx; p += DW_PX) {  /* DW_PX pixels' chains at a time */
           const float* ap = a + p * step + 16 * j;
-          __m512 acc = _mm512_setzero_ps();
+          int64_t np_ = npx - p < DW_PX ? npx - p : DW_PX;
+          __m512 acc[DW_PX];
+          for (int i = 0; i < DW_PX; i++) acc[i] = _mm512_setzero_ps();
           for (int64_t k = 0; k < taps; k++)
-            acc = _mm512_fmadd_ps(_mm512_loadu_ps(ap + a_off[k]), wv[k], acc);
-          _mm512_store_ps(tmp + p * 64 + 16 * j, acc);
+            for (int i = 0; i < np_; i++)
+              acc[i] = _mm512_fmadd_ps(_mm512_loadu_ps(ap + i * step + a_off[k]), wv[k], acc[i]);
+          for (int i = 0; i < np_; i++) _mm512_store_ps(tmp + (p + i) * 64 + 16 * j, acc[i]);
         }
       }
       int64_t chans = c - 64 * u < 64 ? c - 64 * u : 64;
