@@ -319,55 +319,36 @@ def takes(node, geo, ins, outs, ctx) -> np.ndarray | None:
     return ctx.prepared[key]
 
 
-def _in_place(geo, lay: int) -> bool:
-    """An NHWC input the conv reads as it is: no padding, stride, dilation or taps."""
-    return bool(lay & nhwc_io.IN_NHWC) and geo.direct
-
-
 def kernel_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
                   residual: bool, out_at: int) -> dict:
-    """The Kernel fields (run, scratch) of the conv with the layout bits `lay` (nhwc_io)."""
-    in_place = _in_place(geo, lay)
-    hp, wp, pitch = (geo.h, geo.w, True) if in_place else nhwc_io.extent(geo, 0)
+    """The Kernel fields (run, scratch) of the conv with the layout bits `lay` (nhwc_io): on
+    nhwc_depthwise_run for one filter per channel, else nhwc_conv_run. An NHWC input is read
+    in place by a depthwise conv, and by others reading no padding, stride, dilation or taps;
+    otherwise it goes through a padded copy in the scratch."""
+    depthwise = geo.groups > 1 and _one_per_channel(geo)
+    in_place = bool(lay & nhwc_io.IN_NHWC) and (depthwise or geo.direct)
+    hp, wp, pitch = (geo.h, geo.w, True) if in_place and not depthwise \
+        else nhwc_io.extent(geo, 0)
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
-    if geo.groups > 1 and _one_per_channel(geo):
-        return _depthwise_fields(geo, packed, lay, code, has_bias, residual, out_at)
-    run_c = lib().nhwc_conv_run
+    if depthwise:
+        channels = _up16(geo.c)
+        entry = lib().nhwc_depthwise_run
+        sizes = (geo.n, geo.c, geo.h, geo.w, channels)
+    else:
+        channels = geo.c
+        entry = lib().nhwc_conv_run
+        sizes = (geo.n, geo.c, geo.h, geo.w, geo.o, geo.groups)
+    window = (geo.kh, geo.kw, sh, sw, dh, dw, geo.padding[0], geo.padding[1], hp, wp, geo.ho,
+              geo.wo, int(pitch), code, lay)
 
     def run(x, w, *rest):
         out = rest[out_at - 2]
         x = np.ascontiguousarray(x)
         b = np.ascontiguousarray(rest[0]) if has_bias else None
         r = np.ascontiguousarray(rest[1]) if residual else None
-        xt = x if in_place else rest[-1]
-        run_c(address(x), address(xt), address(packed), None if b is None else address(b),
-              None if r is None else address(r), address(out), geo.n, geo.c, geo.h, geo.w,
-              geo.o, geo.groups, geo.kh, geo.kw, sh, sw, dh, dw, geo.padding[0],
-              geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), code, lay)
-
-    floats = geo.n * hp * wp * geo.c + (TP + geo.kw * dw) * geo.c
-    return {"run": run, "scratch": () if in_place else (((floats,), np.float32),)}
-
-
-def _depthwise_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
-                      residual: bool, out_at: int) -> dict:
-    """kernel_fields of a depthwise conv (nhwc_depthwise_run)."""
-    hp, wp, pitch = nhwc_io.extent(geo, 0)
-    (sh, sw), (dh, dw) = geo.stride, geo.dilation
-    cp = _up16(geo.c)
-    run_c = lib().nhwc_depthwise_run
-
-    def run(x, w, *rest):
-        out = rest[out_at - 2]
-        x = np.ascontiguousarray(x)
-        b = np.ascontiguousarray(rest[0]) if has_bias else None
-        r = np.ascontiguousarray(rest[1]) if residual else None
-        xt = None if lay & nhwc_io.IN_NHWC else address(rest[-1])  # no copy of an NHWC x
-        run_c(address(x), xt, address(packed),
+        entry(address(x), address(x if in_place else rest[-1]), address(packed),
               None if b is None else address(b), None if r is None else address(r),
-              address(out), geo.n, geo.c, geo.h, geo.w, cp, geo.kh, geo.kw, sh, sw, dh, dw,
-              geo.padding[0], geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), code, lay)
+              address(out), *sizes, *window)
 
-    floats = geo.n * hp * wp * cp + (TP + geo.kw * dw) * cp
-    scratch = () if lay & nhwc_io.IN_NHWC else (((floats,), np.float32),)
-    return {"run": run, "scratch": scratch}
+    floats = geo.n * hp * wp * channels + (TP + geo.kw * dw) * channels
+    return {"run": run, "scratch": () if in_place else (((floats,), np.float32),)}

@@ -13,17 +13,23 @@ from __future__ import annotations
 
 from . import native
 
-__all__ = ["NHWC_IO", "IN_NHWC", "OUT_NHWC", "RES_NHWC", "extent", "layout_bits", "describe"]
+__all__ = ["NHWC_IO", "LAYOUT_BITS", "IN_NHWC", "OUT_NHWC", "RES_NHWC", "extent", "layout_bits",
+           "describe"]
 
 IN_NHWC, OUT_NHWC, RES_NHWC = 1, 2, 4  # the `lay` bits: which of the conv's arrays are NHWC
+LAYOUT_BITS = f"""
+#ifndef IN_NHWC
+#define IN_NHWC {IN_NHWC}
+#define OUT_NHWC {OUT_NHWC}
+#define RES_NHWC {RES_NHWC}
+#endif
+"""
+"""The `lay` bits as C macros."""
 
-NHWC_IO = r"""
+NHWC_IO = LAYOUT_BITS + r"""
 #ifndef BRAZE_NHWC_IO
 #define BRAZE_NHWC_IO
 """ + native.TO_BF16 + native.TRANSPOSE8 + r"""
-#define IN_NHWC 1
-#define OUT_NHWC 2
-#define RES_NHWC 4
 /* xt [n, hp, wp, cp] = x (NCHW [n, c, h, w], or NHWC [n, h, w, c] with `nhwc`) as T (CONVERT:
    uint16_t rounded to bf16 nearest even, or float as it is), padded row r reading image row
    r - pt and column v image column v - pl, zeros outside the image and past channel c. */
@@ -270,8 +276,9 @@ def extent(geo, tile: int) -> tuple[int, int, bool]:
 
 
 def layout_bits(node, ctx, source=None, residual: bool = False) -> int:
-    """The `lay` bits of a conv step: which of its input (`source`, else the node's input 0),
-    output and residual (input 3) the executor keeps NHWC (KernelContext.channels_last)."""
+    """The `lay` bits of a step: which of its input (`source`, else the node's input 0),
+    output and, for a conv with one, residual (input 3) the executor keeps NHWC
+    (KernelContext.channels_last)."""
     nhwc = ctx.channels_last if ctx is not None else ()
     if not nhwc:
         return 0

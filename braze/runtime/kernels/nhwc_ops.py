@@ -28,9 +28,7 @@ SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <omp.h>
-""" + cc.parallel_min_define() + r"""
-#define IN_NHWC 1
-#define OUT_NHWC 2
+""" + cc.parallel_min_define() + nhwc_io.LAYOUT_BITS + r"""
 
 /* y = max over kh x kw windows (stride sh x sw, top / left padding pt / pl: -inf outside)
    of x [n, c, h, w] into y [n, c, ho, wo]; each NCHW or NHWC by the layout bits `lay`. A NaN
@@ -143,16 +141,9 @@ def _scaled(node, ins, outs) -> int | None:
     return None
 
 
-def _bits(node, ctx, at: int = 0) -> int:
-    """IN_NHWC where input `at` is kept NHWC, OUT_NHWC where the output is."""
-    nhwc = ctx.channels_last if ctx is not None else ()
-    return ((nhwc_io.IN_NHWC if node.inputs[at] in nhwc else 0) |
-            (nhwc_io.OUT_NHWC if node.value in nhwc else 0))
-
-
 @register_kernel(Pool2d)
 def max_pool_nhwc(node, ins, outs, ctx):
-    lay = _bits(node, ctx)
+    lay = nhwc_io.layout_bits(node, ctx)
     if not lay or channels_last_input(node, ins, outs, ctx) is None:
         return None
     op = node.op
@@ -170,7 +161,7 @@ def max_pool_nhwc(node, ins, outs, ctx):
 
 @register_kernel(GlobalAvgPool)
 def global_avg_pool_nhwc(node, ins, outs, ctx):
-    if not _bits(node, ctx) & nhwc_io.IN_NHWC or \
+    if not nhwc_io.layout_bits(node, ctx) & nhwc_io.IN_NHWC or \
             channels_last_input(node, ins, outs, ctx) is None:
         return None
     n, c, h, w = (int(d) for d in ins[0].dims)
@@ -185,7 +176,7 @@ def global_avg_pool_nhwc(node, ins, outs, ctx):
 @register_kernel(Binary)
 def channel_scale_nhwc(node, ins, outs, ctx):
     at = _scaled(node, ins, outs)
-    lay = _bits(node, ctx, at) if at is not None else 0
+    lay = nhwc_io.layout_bits(node, ctx, node.inputs[at]) if at is not None else 0
     if not lay or channels_last_input(node, ins, outs, ctx) is None:
         return None
     n, c, h, w = (int(d) for d in outs[0].dims)
