@@ -76,7 +76,8 @@ def test_bf16_operand_and_bf16_result(rows, k, n, out16):
 @pytest.mark.parametrize("rows,k,f", [(5, 13, 7), (37, 64, 40), (130, 96, 100), (7, 256, 16)])
 @pytest.mark.parametrize("gate_first", [True, False])
 @pytest.mark.parametrize("out16", [False, True])
-def test_gated_epilogue(rows, k, f, gate_first, out16):
+@pytest.mark.parametrize("act", ["silu", "sigmoid", "quick_gelu", "gelu"])
+def test_gated_epilogue(rows, k, f, gate_first, out16, act):
     rng = np.random.default_rng(rows + k + f)
     x = rng.standard_normal((rows, k), dtype=np.float32)
     w = _bf16(rng.standard_normal((k, 2 * f)) / np.sqrt(k))
@@ -86,10 +87,10 @@ def test_gated_epilogue(rows, k, f, gate_first, out16):
     out = np.full((rows, f), np.nan, BF16 if out16 else np.float32)
     x16 = np.empty(dpbf16_gemm.scratch_elems(rows, k), np.uint16)
     assert dpbf16_gemm.gemm(x, weight, out, gate_up_pairs(bias, gate_first),
-                            native.ACT_CODES["silu"], x16)
+                            native.ACT_CODES[act], x16)
     full = _bf16(x).astype(np.float64) @ w + bias
     gate, up = (full[:, :f], full[:, f:]) if gate_first else (full[:, f:], full[:, :f])
-    want = _act(gate, "silu") * up
+    want = _act(gate, act) * up
     tol = 2.0 ** -8 if out16 else 1e-5
     np.testing.assert_allclose(out.astype(np.float64), want, rtol=tol,
                                atol=tol * np.abs(want).max())

@@ -407,20 +407,31 @@ static inline __attribute__((always_inline)) void tile_hq(
 
 ACT_SPAN = EXP16 + r"""
 #if defined(__AVX512F__)
-/* y[i] = (times_v ? v : 1) / (1 + e^(-a v)), v = x[i], over n values (y may be x): SiLU
-   (a 1), sigmoid (a 1, no v) and quick GELU (a 1.702) with exp16 and 1 / (1 + e) from rcp14
-   and a Newton step: a few float32 ulps, at ~1/3 the cost of libmvec's expf and a division
-   (a K = 32 1x1 conv with SiLU took twice its time without). 0 (-0 times v) where -a v >= 88,
-   as the scalar forms. */
+/* 1 / (1 + e^(-a v)) in 16 lanes, with exp16 and 1 / (1 + e) from rcp14 and a Newton step:
+   a few float32 ulps, at ~1/3 the cost of libmvec's expf and a division (a K = 32 1x1 conv
+   with SiLU took twice its time without); 0 where -a v >= 88, as the scalar forms. SiLU (a 1,
+   times v), sigmoid (a 1) and quick GELU (a 1.702, times v) are built on it. */
+static inline __m512 sigmoid16(__m512 v, float a) {
+  __m512 t = _mm512_mul_ps(v, SPLAT(-a));
+  __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_LT_OQ);
+  t = _mm512_max_ps(_mm512_min_ps(t, SPLAT(88.0f)), SPLAT(-88.0f));  /* 1 + e^-88 is 1 */
+  __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(t));
+  __m512 r = _mm512_rcp14_ps(d);
+  return _mm512_maskz_mov_ps(live, _mm512_fmadd_ps(_mm512_fnmadd_ps(d, r, SPLAT(1.0f)), r, r));
+}
+
+/* act(v) for the acts sigmoid16 computes (SIGMOID16_ACT(act): SiLU, sigmoid, quick GELU). */
+#define SIGMOID16_ACT(act) ((act) == 3 || (act) == 5 || (act) == 7)
+static inline __m512 sigmoid_act16(__m512 v, int act) {
+  __m512 r = sigmoid16(v, act == 7 ? 1.702f : 1.0f);
+  return act == 5 ? r : _mm512_mul_ps(v, r);
+}
+
+/* y[i] = (times_v ? v : 1) sigmoid16(v, a), v = x[i], over n values (y may be x). */
 static inline void sigmoid_span(const float* x, float* y, int64_t n, float a, int times_v) {
   for (int64_t i = 0; i < n; i += 16) {
     __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
-    __m512 v = _mm512_maskz_loadu_ps(m, x + i), t = _mm512_mul_ps(v, SPLAT(-a));
-    __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_LT_OQ);
-    t = _mm512_max_ps(_mm512_min_ps(t, SPLAT(88.0f)), SPLAT(-88.0f));  /* 1 + e^-88 is 1 */
-    __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(t));
-    __m512 r = _mm512_rcp14_ps(d);
-    r = _mm512_maskz_mov_ps(live, _mm512_fmadd_ps(_mm512_fnmadd_ps(d, r, SPLAT(1.0f)), r, r));
+    __m512 v = _mm512_maskz_loadu_ps(m, x + i), r = sigmoid16(v, a);
     _mm512_mask_storeu_ps(y + i, m, times_v ? _mm512_mul_ps(v, r) : r);
   }
 }

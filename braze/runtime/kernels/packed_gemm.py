@@ -161,6 +161,19 @@ static void gated_epilogue(const float* ct, int64_t rows, int64_t pairs, float* 
                            int64_t cols, int64_t ldo, int act) {
   float gate[8 * NR];  /* a tile has at most 16 panels */
   int64_t width = pairs * NR < cols ? pairs * NR : cols;
+#if defined(__AVX512F__)
+  if (NR == 16 && SIGMOID16_ACT(act)) {   /* one pass: act(gate) * up in registers */
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t q = 0; q * NR < width; q++) {
+        const float* g = ct + i * LDC_T + 2 * q * NR;
+        __mmask16 m = width - q * NR >= NR ? 0xffff : (__mmask16)((1u << (width - q * NR)) - 1);
+        __m512 v = _mm512_loadu_ps(g);
+        _mm512_mask_storeu_ps(out + i * ldo + q * NR, m,
+                              _mm512_mul_ps(sigmoid_act16(v, act), _mm512_loadu_ps(g + NR)));
+      }
+    return;
+  }
+#endif
   for (int64_t i = 0; i < rows; i++) {
     const float* row = ct + i * LDC_T;
     for (int64_t q = 0; q < pairs; q++) memcpy(gate + q * NR, row + 2 * q * NR, NR * 4);
