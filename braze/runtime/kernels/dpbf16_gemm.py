@@ -274,7 +274,22 @@ void dp_gemm(const void* a, int64_t lda, int a16_in, uint16_t* a16, const uint16
         /* micro blocks of balanced heights (128 rows: 18 of 6 and 4 of 5, not 21 of 6 and
            one of 2, which runs at a third of the rate) */
         int64_t blocks = (rows + MR - 1) / MR;
+        /* a model's weights come from memory (each is read once per call): while this block
+           computes, fetch the next one into L2 (this tile's next K block, or the next
+           tile's first), a share per micro block; 3-5% at 128 rows */
+        const char* next = 0;
+        int64_t lines = 0;
+        if (k0 + KC < kp) {
+          next = (const char*)(bp + panel_at(p0, k0 + KC, kp, panels));
+          lines = q * ((kp - k0 - KC < KC ? kp - k0 - KC : KC) / 2);
+        } else if (u + 1 < units) {
+          next = (const char*)(bp + panel_at(p0 + QP, 0, kp, panels));
+          lines = (panels - p0 - QP < QP ? panels - p0 - QP : QP) * ((kp < KC ? kp : KC) / 2);
+        }
+        int64_t share = (lines + blocks - 1) / blocks;
         for (int64_t blk = 0; blk < blocks; blk++) {
+          for (int64_t l = blk * share; l < (blk + 1) * share && l < lines; l++)
+            __builtin_prefetch(next + l * 64, 0, 2);
           int64_t i0 = blk * rows / blocks;
           int h = (int)((blk + 1) * rows / blocks - i0);
           dp_micro(h, (int)q, kc / 2, aa + (r0 + i0) * ldaa + k0, ldaa, b, kc * NR,
