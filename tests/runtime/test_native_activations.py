@@ -1,11 +1,14 @@
 """The native kernels' shared activation loop (native.ACT_SPAN: GEMM and conv epilogues,
 activation steps) against float64, in float32 ulps, over a dense sweep of [-120, 120] and
 random values: SiLU, sigmoid and quick GELU run on sigmoid_span under AVX-512 (exp16 and
-rcp14 with a Newton step), documented at a few ulps; the libmvec forms elsewhere."""
+rcp14 with a Newton step), documented at a few ulps; the erf GELU on gelu16 (vecmath's erfc
+form in intrinsics: full relative accuracy in the left tail too); the libmvec forms elsewhere
+(whose erf GELU keeps only absolute accuracy in the left tail: not held to these bounds)."""
 import ctypes
 
 import numpy as np
 import pytest
+from scipy.special import ndtr
 
 from braze.runtime.codegen import cc
 from braze.runtime.kernels import native
@@ -19,13 +22,14 @@ void act_probe(const float* x, float* y, int64_t n, int act) { act_span(x, NULL,
 """
 
 A = float(np.float32(1.702))  # quick GELU's constant as float32 code holds it
-REFS = {
-    "silu": (3, lambda v: v / (1 + np.exp(-v))),
-    "sigmoid": (5, lambda v: 1 / (1 + np.exp(-v))),
+REFS = {  # name: (act code, float64 reference, max ulps)
+    "silu": (3, lambda v: v / (1 + np.exp(-v)), 4.0),
+    "sigmoid": (5, lambda v: 1 / (1 + np.exp(-v)), 4.0),
+    "gelu": (1, lambda v: v * ndtr(v), 6.0),
     # the product 1.702 v is rounded to float32 before the exp, as float32 code must (its
     # rounding alone moves e^-1.702v by up to ~60 ulps near v = -40)
     "quick_gelu": (7, lambda v: v / (1 + np.exp(-(np.float32(A) * v.astype(np.float32))
-                                                .astype(np.float64)))),
+                                                .astype(np.float64))), 4.0),
 }
 
 
@@ -40,8 +44,10 @@ def probe():
 
 
 @pytest.mark.parametrize("name", sorted(REFS))
-def test_sigmoid_family_within_four_ulps(name, probe):
-    code, ref = REFS[name]
+def test_activations_within_a_few_ulps(name, probe):
+    code, ref, bound = REFS[name]
+    if name == "gelu" and "avx512f" not in cc.cpu_flags():
+        pytest.skip("the erf GELU runs libmvec's erff here (absolute accuracy in the tail)")
     x = np.concatenate([np.linspace(-120, 120, 240_001),
                         np.random.default_rng(0).standard_normal(50_001) * 8]).astype(np.float32)
     for part in (x, x[-37:].copy()):  # the masked tail of a span too
@@ -52,5 +58,5 @@ def test_sigmoid_family_within_four_ulps(name, probe):
         normal = np.abs(want) > np.finfo(np.float32).tiny * 2**10
         ulps = np.abs(y - want) / np.spacing(np.abs(want).astype(np.float32))
         assert not np.isnan(y).any()
-        assert ulps[normal].max() <= 4.0, (name, float(ulps[normal].max()))
+        assert ulps[normal].max() <= bound, (name, float(ulps[normal].max()))
         assert np.all(np.abs(y[~normal]) <= np.finfo(np.float32).tiny * 2**11)

@@ -52,7 +52,15 @@ CALLS = {"exp": "bz_expf", "tanh": "bz_tanhf", "erf": "bz_erff", "sigmoid": "bz_
          "quick_gelu": "bz_quick_geluf"}
 """Function name -> the C function of VECMATH_C (float32 only)."""
 
+ERFC_Q = ("-0.67179406f", "1.3452865f", "0.18936555f", "-0.37516394f", "-0.15760612f",
+          "0.28205708f", "0.10672544f", "-0.29033178f", "-0.0004282862f", "0.2458333f",
+          "-0.1401319f")
+"""log(erfc(z) / t) + z^2 = sum of ERFC_Q[i] (t - 1/2)^i, t = 1 / (1 + z/2), z in [0, 12.5]
+(C float literals): bz_erfc_q's polynomial, and native.GELU16's."""
+
 VECMATH_C = r"""
+#ifndef BRAZE_VECMATH
+#define BRAZE_VECMATH
 #include <stdint.h>
 #define BZ_INLINE static inline __attribute__((always_inline))
 
@@ -139,14 +147,14 @@ BZ_INLINE float bz_tanhf(float x) {  /* odd: computed for |x|, the sign put back
 BZ_INLINE float bz_erfc_q(float t) {
   float s = t - 0.5f;
   float s2 = s * s, s4 = s2 * s2;
-  float c01 = 1.3452865f * s - 0.67179406f;
-  float c23 = -0.37516394f * s + 0.18936555f;
-  float c45 = 0.28205708f * s - 0.15760612f;
-  float c67 = -0.29033178f * s + 0.10672544f;
-  float c89 = 0.2458333f * s - 0.0004282862f;
+  float c01 = """ + ERFC_Q[1] + r""" * s + """ + ERFC_Q[0] + r""";
+  float c23 = """ + ERFC_Q[3] + r""" * s + """ + ERFC_Q[2] + r""";
+  float c45 = """ + ERFC_Q[5] + r""" * s + """ + ERFC_Q[4] + r""";
+  float c67 = """ + ERFC_Q[7] + r""" * s + """ + ERFC_Q[6] + r""";
+  float c89 = """ + ERFC_Q[9] + r""" * s + """ + ERFC_Q[8] + r""";
   float c0_3 = c23 * s2 + c01;
   float c4_7 = c67 * s2 + c45;
-  float c8_10 = -0.1401319f * s2 + c89;
+  float c8_10 = """ + ERFC_Q[10] + r""" * s2 + c89;
   return (c8_10 * s4 + c4_7) * s4 + c0_3;
 }
 
@@ -226,6 +234,7 @@ BZ_INLINE float bz_gelu_tanhf(float x) {
   float u2 = 1.59576912f * (x + 0.044715f * x * x * x);
   return bz_sigmoid_parts(u2, -0.0f, x, x);
 }
+#endif
 """
 
 

@@ -13,6 +13,7 @@ import numpy as np
 
 from ..address import address
 from ..codegen import cc
+from ..codegen.vecmath import ERFC_Q
 
 __all__ = ["lib", "ACT_CODES", "ACT_SPAN", "EXP16", "TO_BF16", "TRANSPOSE8", "TRANSPOSE16",
            "BF16_ROW", "ptr", "fptr", "ROPE_ROW", "REGISTER_TILE"]
@@ -113,11 +114,14 @@ EXP16 = r"""
 /* e^x in 16 lanes for x <= 88 (callers clamp; far below -87 it is 0): 2^n p(r), n = x log2(e)
    rounded, r = x - n ln2 (ln2 in two parts, |r| <= ln2 / 2) and p the degree-7 Taylor
    polynomial (its truncation 5e-9 relative): about an ulp of float32, no call, no table. */
-static inline __m512 exp16(__m512 x) {
-  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, SPLAT(1.44269504088896341f)),
+/* e^(x + lo) 2^bias, lo a low part of the argument (bias: a result that would be denormal
+   stays normal, for a caller whose last multiply takes 2^-bias off and rounds once). */
+static inline __m512 exp16_hl(__m512 x, __m512 lo, float bias) {
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_add_ps(x, lo),
+                                                SPLAT(1.44269504088896341f)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   __m512 r = _mm512_fnmadd_ps(n, SPLAT(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, SPLAT(-2.12194440e-4f), r);
+  r = _mm512_add_ps(_mm512_fnmadd_ps(n, SPLAT(-2.12194440e-4f), r), lo);
   __m512 p = SPLAT(1.0f / 5040.0f);
   p = _mm512_fmadd_ps(p, r, SPLAT(1.0f / 720.0f));
   p = _mm512_fmadd_ps(p, r, SPLAT(1.0f / 120.0f));
@@ -126,11 +130,53 @@ static inline __m512 exp16(__m512 x) {
   p = _mm512_fmadd_ps(p, r, SPLAT(0.5f));
   p = _mm512_fmadd_ps(p, r, SPLAT(1.0f));
   p = _mm512_fmadd_ps(p, r, SPLAT(1.0f));
-  return _mm512_scalef_ps(p, n);
+  return _mm512_scalef_ps(p, _mm512_add_ps(n, SPLAT(bias)));
+}
+
+static inline __m512 exp16(__m512 x) { return exp16_hl(x, _mm512_setzero_ps(), 0.0f); }
+#endif
+#endif
+"""
+
+GELU16 = EXP16 + r"""
+#ifndef BRAZE_GELU16
+#define BRAZE_GELU16
+#if defined(__AVX512F__)
+/* GELU(x) = x Phi(x) in 16 lanes, Phi the standard normal CDF: codegen.vecmath's bz_geluf
+   (its erfc form on both sides: full relative accuracy in the left tail; its polynomial,
+   ERFC_Q) in intrinsics, with exp16 and 1 / (1 + z/2) from rcp14 and a Newton step. bz_geluf's
+   exp rounds with a 1.5 * 2^23 shift that -ffast-math folds away; these intrinsics keep their
+   meaning under it. Phi(-|x|) = t e^(-z^2 + Q(t)) / 2, z = |x| / sqrt 2, t = 1 / (1 + z/2),
+   with z^2 carried as hi + lo (FMA) into the exp. */
+static inline __m512 gelu16(__m512 x) {
+  __m512 ax = _mm512_min_ps(_mm512_abs_ps(x), SPLAT(17.5f));  /* Phi(-17.5) is 0 in float */
+  __m512 x2 = _mm512_mul_ps(ax, ax), lo = _mm512_fmsub_ps(ax, ax, x2);
+  __m512 d = _mm512_fmadd_ps(ax, SPLAT(0.353553391f), SPLAT(1.0f));
+  __m512 t = _mm512_rcp14_ps(d);
+  t = _mm512_fmadd_ps(_mm512_fnmadd_ps(d, t, SPLAT(1.0f)), t, t);
+  __m512 s = _mm512_sub_ps(t, SPLAT(0.5f)), s2 = _mm512_mul_ps(s, s);
+  __m512 s4 = _mm512_mul_ps(s2, s2);
+  __m512 c01 = _mm512_fmadd_ps(SPLAT(Q1), s, SPLAT(Q0));
+  __m512 c23 = _mm512_fmadd_ps(SPLAT(Q3), s, SPLAT(Q2));
+  __m512 c45 = _mm512_fmadd_ps(SPLAT(Q5), s, SPLAT(Q4));
+  __m512 c67 = _mm512_fmadd_ps(SPLAT(Q7), s, SPLAT(Q6));
+  __m512 c89 = _mm512_fmadd_ps(SPLAT(Q9), s, SPLAT(Q8));
+  __m512 q = _mm512_fmadd_ps(_mm512_fmadd_ps(_mm512_fmadd_ps(SPLAT(Q10), s2, c89), s4,
+                                             _mm512_fmadd_ps(c67, s2, c45)),
+                             s4, _mm512_fmadd_ps(c23, s2, c01));
+  __m512 e = exp16_hl(_mm512_mul_ps(x2, SPLAT(-0.5f)), _mm512_fmadd_ps(lo, SPLAT(-0.5f), q),
+                      63.0f);
+  __m512 tail = _mm512_mul_ps(t, e);                          /* Phi(-|x|) 2^64 */
+  __mmask16 neg = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_LT_OQ);
+  __m512 left = _mm512_mul_ps(_mm512_mul_ps(x, tail), SPLAT(0x1p-64f));
+  __m512 right = _mm512_mul_ps(x, _mm512_fnmadd_ps(tail, SPLAT(0x1p-64f), SPLAT(1.0f)));
+  return _mm512_mask_blend_ps(neg, right, left);
 }
 #endif
 #endif
 """
+for _i, _c in enumerate(ERFC_Q):
+    GELU16 = GELU16.replace(f"SPLAT(Q{_i})", f"SPLAT({_c})")
 
 BF16_ROW = EXP16 + r"""
 #ifndef BRAZE_BF16_ROW
@@ -405,7 +451,7 @@ static inline __attribute__((always_inline)) void tile_hq(
 }
 """
 
-ACT_SPAN = EXP16 + r"""
+ACT_SPAN = GELU16 + r"""
 #if defined(__AVX512F__)
 /* 1 / (1 + e^(-a v)) in 16 lanes, with exp16 and 1 / (1 + e) from rcp14 and a Newton step:
    a few float32 ulps, at ~1/3 the cost of libmvec's expf and a division (a K = 32 1x1 conv
@@ -452,13 +498,20 @@ static void act_span(const float* x, const float* bias, float* y, int64_t n, int
     src = y;
   }
   switch (act) {
-    case 1: ACT_LOOP(0.5f * v * (1.0f + erff(v * 0.70710678118654752f)))
     case 2: ACT_LOOP(0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v))))
 #if defined(__AVX512F__)
+    case 1: {
+      for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, gelu16(_mm512_maskz_loadu_ps(m, src + i)));
+      }
+      break;
+    }
     case 3: SIGMOID_SPAN(1.0f, 1)
     case 5: SIGMOID_SPAN(1.0f, 0)
     case 7: SIGMOID_SPAN(1.702f, 1)
 #else
+    case 1: ACT_LOOP(0.5f * v * (1.0f + erff(v * 0.70710678118654752f)))
     case 3: ACT_LOOP(v < -88.0f ? -0.0f : v / (1.0f + expf(-v)))
     case 5: ACT_LOOP(v < -88.0f ? 0.0f : 1.0f / (1.0f + expf(-v)))
     case 7: ACT_LOOP(v < -52.0f ? -0.0f : v / (1.0f + expf(-1.702f * v)))
