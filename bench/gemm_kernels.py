@@ -107,12 +107,12 @@ def _methods(x, ws, bias, out, threads, baseline):
     """name -> callable(i) computing into `out` with the i-th weight copy (of `ws`)."""
     import numpy as np  # noqa: PLC0415 - loaded after the thread env vars are set
 
-    from braze.runtime.kernels import blas, fused, native  # noqa: PLC0415
+    from braze.runtime.kernels import blas, c_snippets, fused, native  # noqa: PLC0415
     from braze.runtime.kernels import packed_gemm as pg  # noqa: PLC0415
 
     lib = native.lib()
     copies = len(ws)
-    gelu = native.ACT_CODES["gelu"]
+    gelu = c_snippets.ACT_CODES["gelu"]
     sgemm = blas._mkl()  # noqa: SLF001 - the raw cblas_sgemm, for the whole-matrix MKL row
     m, k = x.shape
     n = ws[0].shape[1]

@@ -7,7 +7,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from braze.runtime.kernels import amx_gemm, bf16_gemm, native
+from braze.runtime.kernels import amx_gemm, bf16_gemm, c_snippets
 
 needs_amx = pytest.mark.skipif(not amx_gemm.available(), reason="no AMX-BF16 here")
 
@@ -28,7 +28,7 @@ def test_matches_numpy(rows, k, n, epilogue):
     act = {"bias_gelu": "gelu", "silu": "silu"}.get(epilogue)
     out = np.full((rows, n), np.nan, np.float32)
     x16 = np.empty(amx_gemm.scratch_elems(rows, k), np.uint16)
-    assert amx_gemm.gemm(x, amx_gemm.AmxWeight(w), out, bias, native.ACT_CODES[act], x16)
+    assert amx_gemm.gemm(x, amx_gemm.AmxWeight(w), out, bias, c_snippets.ACT_CODES[act], x16)
     want = _bf16(x).astype(np.float64) @ w
     if bias is not None:
         want = want + bias
@@ -118,7 +118,7 @@ def test_gated_epilogue_matches_numpy(rows, k, f, gate_first, act):
     from braze.runtime.kernels.packed_gemm import gate_up_pairs
     bias = gate_up_pairs(b, gate_first)
     x16 = np.zeros(amx_gemm.scratch_elems(rows, k), np.uint16)
-    code = native.ACT_CODES[act]
+    code = c_snippets.ACT_CODES[act]
     out = np.full((rows, f), np.nan, np.float32)
     assert amx_gemm.gemm(x, weight, out, bias, code, x16)
     scale = np.abs(want).max()

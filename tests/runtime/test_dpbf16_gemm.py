@@ -12,7 +12,7 @@ import pytest
 import braze as bz
 from braze import models
 from braze.ir.ops.elementwise import Unary, UnaryFn
-from braze.runtime.kernels import bf16_gemm, dpbf16_gemm, native
+from braze.runtime.kernels import bf16_gemm, c_snippets, dpbf16_gemm
 from braze.runtime.kernels.packed_gemm import gate_up_pairs
 
 needs_dp = pytest.mark.skipif(not dpbf16_gemm.available(), reason="no AVX512-BF16 here")
@@ -43,7 +43,7 @@ def test_matches_numpy(rows, k, n, epilogue):
     act = {"bias_gelu": "gelu", "silu": "silu", "gelu_approx": "gelu_approx"}.get(epilogue)
     out = np.full((rows, n), np.nan, np.float32)
     x16 = np.empty(dpbf16_gemm.scratch_elems(rows, k), np.uint16)
-    assert dpbf16_gemm.gemm(x, dpbf16_gemm.DpWeight(w), out, bias, native.ACT_CODES[act], x16)
+    assert dpbf16_gemm.gemm(x, dpbf16_gemm.DpWeight(w), out, bias, c_snippets.ACT_CODES[act], x16)
     want = _act(_bf16(x).astype(np.float64) @ w + (0 if bias is None else bias), act)
     np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5 * np.sqrt(k))
 
@@ -87,7 +87,7 @@ def test_gated_epilogue(rows, k, f, gate_first, out16, act):
     out = np.full((rows, f), np.nan, BF16 if out16 else np.float32)
     x16 = np.empty(dpbf16_gemm.scratch_elems(rows, k), np.uint16)
     assert dpbf16_gemm.gemm(x, weight, out, gate_up_pairs(bias, gate_first),
-                            native.ACT_CODES[act], x16)
+                            c_snippets.ACT_CODES[act], x16)
     full = _bf16(x).astype(np.float64) @ w + bias
     gate, up = (full[:, :f], full[:, f:]) if gate_first else (full[:, f:], full[:, :f])
     want = _act(gate, act) * up
@@ -159,7 +159,7 @@ def test_the_fastest_bf16_gemm_is_measured_once_per_shape(monkeypatch, tmp_path)
 @needs_dp
 @pytest.mark.parametrize("rows,k,n", [(37, 64, 33), (130, 96, 200), (5, 13, 7), (64, 256, 64)])
 def test_tanh_gelu_bf16_result(rows, k, n):
-    """A bf16 result of the tanh GELU (v sigmoid(2u) with a vector exp, native.BF16_ROW) is
+    """A bf16 result of the tanh GELU (v sigmoid(2u) with a vector exp, c_snippets.BF16_ROW) is
     the exact function's value rounded to bf16, but one step off at near ties; no value is
     further off than one bf16 step (plus the f32 sums' own rounding near zero), the left tail
     (e^-2u past float32's range) included."""
@@ -169,7 +169,7 @@ def test_tanh_gelu_bf16_result(rows, k, n):
     bias = rng.standard_normal(n, dtype=np.float32)
     out = np.full((rows, n), np.nan, BF16)
     x16 = np.empty(dpbf16_gemm.scratch_elems(rows, k), np.uint16)
-    act = native.ACT_CODES["gelu_approx"]
+    act = c_snippets.ACT_CODES["gelu_approx"]
     assert dpbf16_gemm.gemm(x, dpbf16_gemm.DpWeight(w), out, bias, act, x16)
     v = _bf16(x).astype(np.float64) @ w + bias
     # v sigmoid(2u), in float64: 0.5 v (1 + tanh u) cancels to 0 in the left tail

@@ -12,7 +12,7 @@ import braze as bz
 from braze.ir.ops.elementwise import UnaryFn
 from braze.ir.ops.fused_simple import FusedSwiGLU
 from braze.models.llama import llama_decoder
-from braze.runtime.kernels import Dispatch, native
+from braze.runtime.kernels import Dispatch, c_snippets
 from braze.runtime.kernels import packed_gemm as pg
 
 pytestmark = pytest.mark.skipif(pg.lib() is None, reason="no C compiler")
@@ -187,7 +187,7 @@ def test_kernel_matches_float64(m, k, f, act, gate_first):
     for b in (bias, None):
         out = np.full((m, f), np.nan, np.float32)
         paired = None if b is None else pg.gate_up_pairs(b, gate_first)
-        assert pg.gemm_gated(x, packed, out, paired, native.ACT_CODES[act])
+        assert pg.gemm_gated(x, packed, out, paired, c_snippets.ACT_CODES[act])
         h = x.astype("f8") @ w.astype("f8") + (0 if b is None else b)
         np.testing.assert_allclose(out, ref.reference(h), rtol=1e-4, atol=2e-5)
 
@@ -215,7 +215,7 @@ def test_rows_4kb_apart_match_float64(m, k, gated):
     assert (m * (k + 16) <= pg.PAD_X_FLOATS) == (m < 3000)
     if gated:
         out = np.full((m, 24), np.nan, np.float32)
-        assert pg.gemm_gated(x, pg.pack_gated(w), out, None, native.ACT_CODES["silu"])
+        assert pg.gemm_gated(x, pg.pack_gated(w), out, None, c_snippets.ACT_CODES["silu"])
         want = FusedSwiGLU(True, UnaryFn.SILU).reference(h)
     else:
         out = np.full((m, 48), np.nan, np.float32)

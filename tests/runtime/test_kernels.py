@@ -6,7 +6,7 @@ import pytest
 
 import braze as bz
 from braze.ir.ops.attention import rope_tables
-from braze.runtime.kernels import Dispatch, native
+from braze.runtime.kernels import Dispatch, c_snippets, native
 
 pytestmark = pytest.mark.skipif(native.lib() is None, reason="no C compiler on this machine")
 
@@ -245,7 +245,7 @@ def test_gemm_bias_act_slabs(m, n, k, transposed, act):
         rng.standard_normal((k, n)).astype("f4")
     for bias in (rng.standard_normal(n).astype("f4"), None):
         out = np.full((m, n), np.nan, np.float32)
-        assert fused.gemm_bias_act(native.lib(), x, w, out, bias, native.ACT_CODES[act])
+        assert fused.gemm_bias_act(native.lib(), x, w, out, bias, c_snippets.ACT_CODES[act])
         want = x.astype("f8") @ w.astype("f8") + (0 if bias is None else bias)
         if act == "relu":
             want = np.maximum(want, 0)

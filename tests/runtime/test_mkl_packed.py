@@ -6,7 +6,7 @@ import pytest
 
 import braze as bz
 from braze import models
-from braze.runtime.kernels import mkl_packed, native
+from braze.runtime.kernels import c_snippets, mkl_packed
 
 needs_mkl = pytest.mark.skipif(not mkl_packed.available(), reason="no MKL or no C compiler")
 
@@ -25,7 +25,7 @@ def test_matches_numpy(rows, k, n, epilogue):
     x = rng.standard_normal((rows, k), dtype=np.float32)
     w = rng.standard_normal((k, n), dtype=np.float32)
     bias = rng.standard_normal(n, dtype=np.float32) if "bias" in epilogue else None
-    act = native.ACT_CODES["gelu"] if "gelu" in epilogue else 0
+    act = c_snippets.ACT_CODES["gelu"] if "gelu" in epilogue else 0
     packed = mkl_packed.pack(w)
     out = np.full((rows, n), np.nan, np.float32)
     assert mkl_packed.gemm(x, packed, out, bias, act)

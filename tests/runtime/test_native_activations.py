@@ -1,4 +1,4 @@
-"""The native kernels' shared activation loop (native.ACT_SPAN: GEMM and conv epilogues,
+"""The native kernels' shared activation loop (c_snippets.ACT_SPAN: GEMM and conv epilogues,
 activation steps) against float64, in float32 ulps, over a dense sweep of [-120, 120] and
 random values: SiLU, sigmoid and quick GELU run on sigmoid_span under AVX-512 (exp16 and
 rcp14 with a Newton step), documented at a few ulps; the erf GELU on gelu16 (vecmath's erfc
@@ -11,13 +11,13 @@ import pytest
 from scipy.special import ndtr
 
 from braze.runtime.codegen import cc
-from braze.runtime.kernels import native
+from braze.runtime.kernels import c_snippets
 
 SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
-""" + cc.simd_math_decls() + native.ACT_SPAN + r"""
+""" + cc.simd_math_decls() + c_snippets.ACT_SPAN + r"""
 void act_probe(const float* x, float* y, int64_t n, int act) { act_span(x, NULL, y, n, act); }
 """
 

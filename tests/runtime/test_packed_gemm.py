@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import braze as bz
-from braze.runtime.kernels import blas, native
+from braze.runtime.kernels import blas, c_snippets, native
 from braze.runtime.kernels import packed_gemm as pg
 
 pytestmark = pytest.mark.skipif(pg.lib() is None, reason="no C compiler")
@@ -68,7 +68,7 @@ def test_matches_float64_on_odd_sizes(m, k, n, transposed):
 def test_every_activation_epilogue(act, with_bias):
     x, w, bias = _operands(37, 300, 70, 3)
     out = np.full((37, 70), np.nan, np.float32)
-    assert pg.gemm(x, pg.pack(w), out, bias if with_bias else None, native.ACT_CODES[act])
+    assert pg.gemm(x, pg.pack(w), out, bias if with_bias else None, c_snippets.ACT_CODES[act])
     pre = x.astype("f8") @ w.astype("f8") + (bias if with_bias else 0)
     np.testing.assert_allclose(out, _ACTS[act](pre), rtol=1e-4, atol=2e-5)
 
@@ -77,11 +77,11 @@ def test_leading_dims_are_rows_and_threads_do_not_change_the_result():
     x, w, bias = _operands(3 * 101, 257, 200, 5)
     packed = pg.pack(w)
     out = np.empty((3, 101, 200), np.float32)
-    assert pg.gemm(x.reshape(3, 101, 257), packed, out, bias, native.ACT_CODES["relu"])
+    assert pg.gemm(x.reshape(3, 101, 257), packed, out, bias, c_snippets.ACT_CODES["relu"])
     native.lib().braze_set_threads(1)
     try:
         single = np.empty_like(out)
-        assert pg.gemm(x.reshape(3, 101, 257), packed, single, bias, native.ACT_CODES["relu"])
+        assert pg.gemm(x.reshape(3, 101, 257), packed, single, bias, c_snippets.ACT_CODES["relu"])
     finally:
         native.lib().braze_set_threads(2)
     np.testing.assert_array_equal(out, single)  # each element's sum has one order
@@ -117,7 +117,7 @@ def test_tanh_gelu_epilogue_keeps_its_tails():
     # float is 0 below about v = -5), no NaN past expf's range
     v = np.linspace(-40, 40, 801, dtype=np.float32)
     out = np.empty((1, v.size), np.float32)
-    gelu = native.ACT_CODES["gelu_approx"]
+    gelu = c_snippets.ACT_CODES["gelu_approx"]
     assert pg.gemm(v.reshape(1, -1), pg.pack(np.eye(v.size, dtype=np.float32)), out, None, gelu)
     v64 = v.astype("f8")
     with np.errstate(over="ignore"):
@@ -247,7 +247,7 @@ def test_gemm_measured_fastest_or_forced(monkeypatch, flag, tmp_path):
             choice = json.loads(saved[0].read_text())
             assert len(choice) == 1 and used == set(choice.values())
             # measured as the node runs: the 45 x 71 weight with its bias and GELU
-            assert list(choice) == [f"fp32-3:45x71:act{native.ACT_CODES['gelu']}"]
+            assert list(choice) == [f"fp32-3:45x71:act{c_snippets.ACT_CODES['gelu']}"]
     elif flag == "mkl_packed" and not mkl_packed.available():
         return
     else:
@@ -339,7 +339,7 @@ def test_a_choice_with_an_epilogue_measures_it_under_its_own_key(monkeypatch, tm
     monkeypatch.delenv("BRAZE_PACKED_GEMM", raising=False)
     monkeypatch.delenv("BRAZE_FP32_GEMM", raising=False)
     monkeypatch.setattr(gemm_choice, "_choices", None)
-    code = native.ACT_CODES[act]
+    code = c_snippets.ACT_CODES[act]
     x, w = gemm_choice._operands(24, 40)
     out = np.empty((x.shape[0], 40), np.float32)
     runs = gemm_choice._fp32_runs(x, w, _mkl_tiles, code, bias, out)

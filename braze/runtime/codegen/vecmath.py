@@ -56,7 +56,7 @@ ERFC_Q = ("-0.67179406f", "1.3452865f", "0.18936555f", "-0.37516394f", "-0.15760
           "0.28205708f", "0.10672544f", "-0.29033178f", "-0.0004282862f", "0.2458333f",
           "-0.1401319f")
 """log(erfc(z) / t) + z^2 = sum of ERFC_Q[i] (t - 1/2)^i, t = 1 / (1 + z/2), z in [0, 12.5]
-(C float literals): bz_erfc_q's polynomial, and native.GELU16's."""
+(C float literals): bz_erfc_q's polynomial, and c_snippets.GELU16's."""
 
 VECMATH_C = r"""
 #ifndef BRAZE_VECMATH

@@ -33,7 +33,7 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import native
+from . import c_snippets
 from .packed_gemm import gate_up_pairs
 
 __all__ = ["available", "OwnWeight", "AmxWeight", "gemm", "fits", "scratch_elems", "up32", "BF16"]
@@ -53,7 +53,7 @@ static void configure_tiles(void) {
 }
 """
 
-SOURCE = native.ACT_SPAN.join(("""
+SOURCE = c_snippets.ACT_SPAN.join(("""
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
@@ -61,10 +61,10 @@ SOURCE = native.ACT_SPAN.join(("""
 #include <unistd.h>
 #include <sys/syscall.h>
 #include <immintrin.h>
-""" + cc.simd_math_decls() + native.TO_BF16, r"""
+""" + cc.simd_math_decls() + c_snippets.TO_BF16, r"""
 #define MC 256  /* rows per chunk: 256 x k bf16 stays in L2 across the column blocks */
 #define PF 4    /* B tiles prefetched this many k blocks ahead */
-#define GELU_ERF """ + str(native.ACT_CODES["gelu"]) + r"""
+#define GELU_ERF """ + str(c_snippets.ACT_CODES["gelu"]) + r"""
 
 /* Linux's permission to use AMX tile data in this process: 0 on success. */
 int amx_enable(void) {
@@ -94,7 +94,7 @@ void amx_pack(const float* w, int64_t k, int64_t n, uint16_t* out) {
 }
 
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__)
-""" + native.BF16_ROW + r"""
+""" + c_snippets.BF16_ROW + r"""
 /* row_bf16's GELU over a block's rows (tmp, 32 apart) into out16 (rows ld apart): two full
    rows, four vectors, at a time. */
 static inline void gelu_rows_bf16(const float* tmp, const float* bias, uint16_t* out16,

@@ -2,7 +2,7 @@
 head, block of query rows), chunks of keys, masks and online softmax, with q @ k^T and p @ v as
 `tdpbf16ps` tile products accumulating in f32.
 
-Rounding: q, k and v are rounded to bf16 (nearest even, native.TO_BF16), and so are the
+Rounding: q, k and v are rounded to bf16 (nearest even, c_snippets.TO_BF16), and so are the
 probabilities softmax_step leaves for p @ v (divided by their sum where a row's keys all lie in
 one chunk, else the unnormalized exponentials; the running sum stays f32 and is divided out at
 the end). Products of bf16 numbers are exact in f32, so a row matches
@@ -33,12 +33,12 @@ import ctypes
 from functools import cache
 
 from ..codegen import cc
-from . import amx_gemm, attention_native, native
+from . import amx_gemm, attention_native, c_snippets
 from .attention_native import Bf16HeadsPlan
 
 __all__ = ["available", "AmxHeadsPlan"]
 
-SOURCE = attention_native.SOURCE + native.TRANSPOSE16 + r"""
+SOURCE = attention_native.SOURCE + c_snippets.TRANSPOSE16 + r"""
 #include <immintrin.h>
 #if defined(__AMX_TILE__) && defined(__AMX_BF16__) && defined(__AVX512F__)
 /* Tiles 0-3: 16 x 16 f32 sums; 4-5: A (16 rows x 32 bf16); 6-7: B (16 pairs x 16 columns). */

@@ -29,12 +29,12 @@ import ctypes
 from functools import cache
 
 from ..codegen import cc
-from . import attention_native, dpbf16_gemm, native
+from . import attention_native, c_snippets, dpbf16_gemm
 from .attention_native import Bf16HeadsPlan
 
 __all__ = ["available", "DpHeadsPlan"]
 
-SOURCE = attention_native.SOURCE + native.TRANSPOSE16 + dpbf16_gemm.DP_MICRO + r"""
+SOURCE = attention_native.SOURCE + c_snippets.TRANSPOSE16 + dpbf16_gemm.DP_MICRO + r"""
 #if defined(__AVX512BF16__)
 /* k^T of keys [0, kc) (zero to a whole panel) over d (zero to dp) in panels of 16 keys: key j,
    d pair t at kt[(j / 16) dp 16 + t 32 + (j % 16) 2]: each 16-key group rounded into rows

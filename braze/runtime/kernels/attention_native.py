@@ -36,7 +36,7 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 from ..codegen.vecmath import VECMATH_C
-from .native import REGISTER_TILE, ROPE_ROW, TO_BF16, TRANSPOSE8
+from .c_snippets import REGISTER_TILE, ROPE_ROW, TO_BF16, TRANSPOSE8
 
 __all__ = ["lib", "attn_heads", "rope_packed", "head_strides", "HeadsPlan", "Bf16HeadsPlan"]
 

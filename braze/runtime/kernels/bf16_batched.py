@@ -22,7 +22,7 @@ from ...ir.dtypes import bf16
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import bf16_gemm, blas, gemm_choice, native
+from . import bf16_gemm, blas, c_snippets, gemm_choice, native
 from .registry import Dispatch, Kernel, nbytes
 
 __all__ = ["batched_kernel"]
@@ -30,7 +30,7 @@ __all__ = ["batched_kernel"]
 SOURCE = r"""
 #include <stdint.h>
 #include <omp.h>
-""" + cc.parallel_min_define() + native.TO_BF16 + r"""
+""" + cc.parallel_min_define() + c_snippets.TO_BF16 + r"""
 typedef void (*bf16_gemm_fn)(int, int, int, int, int, int, float, const uint16_t*, int,
                              const uint16_t*, int, float, float*, int);
 

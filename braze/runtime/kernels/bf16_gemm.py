@@ -37,7 +37,7 @@ from ...ir.op import Value
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import amx_gemm, blas, dpbf16_gemm, gemm_choice, native
+from . import amx_gemm, blas, c_snippets, dpbf16_gemm, gemm_choice, native
 from .packed_gemm import gemm_bias
 from .registry import Dispatch, Kernel, nbytes
 
@@ -50,7 +50,7 @@ _ROW_MAJOR, _NO_TRANS, _B_MATRIX = 101, 111, 162  # CBLAS enums (the C code uses
 SOURCE = r"""
 #include <stdint.h>
 #include <omp.h>
-""" + native.TO_BF16 + r"""
+""" + c_snippets.TO_BF16 + r"""
 /* dst[i] = bf16(src[i]) rounded to nearest even (NaN stays a quiet NaN), over rows of `cols`
    values read `lda` apart. */
 void round_bf16(const float* src, int64_t lda, uint16_t* dst, int64_t rows, int64_t cols) {

@@ -38,7 +38,7 @@ from ...passes.precision import MIN_CONV_MACS
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import amx_gemm, bf16_gemm, native, nhwc_io
+from . import amx_gemm, bf16_gemm, c_snippets, nhwc_io
 from .registry import Dispatch, Kernel
 
 __all__ = ["conv_kernel", "lib", "Engine", "AMX", "applies"]
@@ -52,7 +52,7 @@ SOURCE = r"""
 #if !defined(__AMX_TILE__) || !defined(__AMX_BF16__)
 #error "AMX tiles needed"
 #endif
-""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + nhwc_io.NHWC_IO \
+""" + cc.simd_math_decls() + cc.parallel_min_define() + c_snippets.ACT_SPAN + nhwc_io.NHWC_IO \
     + amx_gemm.TILE_CONFIG + r"""
 /* y [n, o, ho, wo] = act(conv + bias (+ res)) from conv_prep_bf16's xt and the packed weight bp
    (per group, amx_pack of its [kh kw cg, og] matrix: tap t = ky kw + kx, channel block cb at k

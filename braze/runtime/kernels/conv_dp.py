@@ -29,7 +29,7 @@ import numpy as np
 
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import conv_amx, dpbf16_gemm, native, nhwc_io
+from . import c_snippets, conv_amx, dpbf16_gemm, nhwc_io
 from .dpbf16_gemm import DP_MICRO
 
 __all__ = ["conv_kernel", "lib", "packed_weight", "DP"]
@@ -42,7 +42,7 @@ SOURCE = r"""
 #include <math.h>
 #include <omp.h>
 #include <immintrin.h>
-""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + nhwc_io.NHWC_IO \
+""" + cc.simd_math_decls() + cc.parallel_min_define() + c_snippets.ACT_SPAN + nhwc_io.NHWC_IO \
     + DP_MICRO + r"""
 #define TP """ + str(TP) + r"""
 

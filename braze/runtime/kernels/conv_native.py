@@ -15,14 +15,14 @@ import numpy as np
 
 from ...ir.ops.elementwise import UnaryFn
 from ..codegen import cc
-from . import native
+from . import c_snippets
 
 __all__ = ["lib", "ACTIVATIONS", "packed_call", "packed_wrappers", "with_packed", "VALID_RANGE"]
 
-# The activations the C epilogue applies (code passed as `act`: native.ACT_CODES, run by
-# native.ACT_SPAN with the switch outside its vector loops); others run in NumPy after it.
-ACTIVATIONS = {None: 0, **{fn: native.ACT_CODES[fn.value] for fn in UnaryFn
-                           if fn.value in native.ACT_CODES}}
+# The activations the C epilogue applies (code passed as `act`: c_snippets.ACT_CODES, run by
+# c_snippets.ACT_SPAN with the switch outside its vector loops); others run in NumPy after it.
+ACTIVATIONS = {None: 0, **{fn: c_snippets.ACT_CODES[fn.value] for fn in UnaryFn
+                           if fn.value in c_snippets.ACT_CODES}}
 
 VALID_RANGE = r"""
 /* First and one-past-last output index o with 0 <= o * s + off < n (off may be negative). */
@@ -42,7 +42,7 @@ SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 
-""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + r"""
+""" + cc.simd_math_decls() + cc.parallel_min_define() + c_snippets.ACT_SPAN + r"""
 /* Loops with less work than this (multiply-adds or copies, 2^18: a sixteenth of a GEMM's bar,
    as these loops are not blocked for cache) run on one thread: waking the other threads and
    meeting them at the end costs more than they save (far more when the machine is busy and a
@@ -81,7 +81,7 @@ void im2col(const float* x, float* cols, int64_t channels, int64_t h, int64_t w,
   }
 }
 
-/* y[i] = act(y[i] + b (+ res[i])) over n values in place (act: native.ACT_CODES; res, a
+/* y[i] = act(y[i] + b (+ res[i])) over n values in place (act: c_snippets.ACT_CODES; res, a
    residual, may be NULL). */
 static inline void plane_act(float* y, int64_t n, float b, const float* res, int act) {
   if (b != 0.0f) {
@@ -220,7 +220,7 @@ static void dw_row(const float* const* tap, const float* f, int64_t taps, float 
 
 /* Depthwise conv: output channel oc reads input channel oc / mult through its own kh x kw
    filter w[oc]; bias and a residual res of y's shape (either may be NULL), then the
-   activation (native.ACT_CODES), fused. The input is read through zero-padded rows split
+   activation (c_snippets.ACT_CODES), fused. The input is read through zero-padded rows split
    into their sw column phases (pad_row: column j of a padded row at phase j % sw, index
    j / sw), so a tap of an output row reads one unit-stride run with no bounds tests, strided
    or not, and an output row is one pass of vectors that keep their sums in registers over

@@ -23,7 +23,7 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import native, nhwc_io
+from . import c_snippets, nhwc_io
 
 __all__ = ["lib", "packed_weight", "takes", "kernel_fields", "TP", "MIN_MACS"]
 
@@ -41,7 +41,7 @@ SOURCE = r"""
 #include <math.h>
 #include <omp.h>
 #include <immintrin.h>
-""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + nhwc_io.NHWC_IO \
+""" + cc.simd_math_decls() + cc.parallel_min_define() + c_snippets.ACT_SPAN + nhwc_io.NHWC_IO \
     + r"""
 #define TP """ + str(TP) + r"""
 #define MR 6

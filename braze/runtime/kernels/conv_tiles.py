@@ -15,13 +15,13 @@ its columns are a shifted window of the plane. With the weights in [o, kh, kw, c
 The output is cut into tiles of up to MC output channels x NB = 64 pixels (QP panels of 16
 under AVX-512), handed out dynamically over the OpenMP threads. Per tile and K block of KC
 rows the tile's window is copied into a [KC][NB] block in the thread's L1 (each row one
-unit-stride run, no bounds tests), and the shared register tile (native.REGISTER_TILE: 6
+unit-stride run, no bounds tests), and the shared register tile (c_snippets.REGISTER_TILE: 6
 channels x 4 vectors of pixels, weight rows broadcast) runs down the tile's channels; the
 first block's sums start from the bias, later blocks' are added (blocked summation, as the
 packed GEMM). Where the tile's columns are output pixels themselves (wq == wo: 1x1 convs,
 strided ones too), whole vectors of them, the micro-kernel writes the output in place and
 the activation runs there; otherwise the tile goes through the thread's scratch, and bias +
-activation (native.ACT_SPAN) take it to the output.
+activation (c_snippets.ACT_SPAN) take it to the output.
 
 The pixel-row form (`conv_rows` / `rows_conv`, one group) is for small planes with many
 channels, where 64-pixel vectors go idle (a 7x7 plane fills 49 of 64): the input is copied into
@@ -41,7 +41,7 @@ import numpy as np
 
 from ..address import address
 from ..codegen import cc
-from . import conv_native, native
+from . import c_snippets, conv_native
 from . import packed_gemm as pg
 from .conv_native import VALID_RANGE
 
@@ -56,7 +56,7 @@ SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 #include <omp.h>
-""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + VALID_RANGE + r"""
+""" + cc.simd_math_decls() + cc.parallel_min_define() + c_snippets.ACT_SPAN + VALID_RANGE + r"""
 #if defined(__AVX512F__)
 #define VW 16
 #else
@@ -68,7 +68,7 @@ SOURCE = r"""
 #define KC 128
 #define MC """ + str(MC) + r"""
 typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
-""" + native.REGISTER_TILE + r"""
+""" + c_snippets.REGISTER_TILE + r"""
 #define NB (QP * NR)      /* pixels per tile */
 #define LDC_T (NB + 16)   /* tile output rows, padded off one L1 set */
 #define LDA_T (KC + 16)   /* weight rows copied when k * 4 is a multiple of 4 KB */
@@ -130,7 +130,7 @@ void conv_prep(const float* x, float* xq, int64_t planes, int64_t h, int64_t w, 
    of hq x wq, plane stride ps, or x itself when the conv reads no padding and no stride) and
    wt = w [o, cg, kh, kw] as [o, kh, kw, cg] (taps_major: K = kh * kw * cg runs over the taps'
    channels, so a K block may span taps); bias [o] or NULL; res (a residual of y's shape) or
-   NULL, added to each finished tile before the activation; act a native.ACT_CODES value.
+   NULL, added to each finished tile before the activation; act a c_snippets.ACT_CODES value.
    Output pixel (oy, ox) is column P = oy * wq + ox of the GEMM (columns with ox >= wo are
    computed and dropped); tap (ky, kx) reads its phase plane's column P + (ky dh / sh) wq +
    kx dw / sw: a unit-stride run. */
@@ -279,7 +279,7 @@ void conv_rows(const float* x, float* xt, float* rows, int64_t n, int64_t c, int
 }
 
 /* y [n, o, px] = out [n * px, o] transposed per image, in 16 x 16 blocks; with a residual
-   res (y's shape) or an activation (native.ACT_CODES), y = act(y + res) on each block's
+   res (y's shape) or an activation (c_snippets.ACT_CODES), y = act(y + res) on each block's
    rows as they land (res may be NULL). */
 void rows_to_nchw(const float* out, float* y, const float* res, int64_t n, int64_t px,
                   int64_t o, int act) {

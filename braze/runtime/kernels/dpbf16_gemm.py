@@ -18,10 +18,10 @@ Layout and blocking mirror braze's f32 kernel (packed_gemm.py):
   out dynamically over the OpenMP threads. Per tile and K block the micro-kernel runs down the
   rows, MR = 6 at a time: 24 accumulators, per pair of k 4 weight vectors and one broadcast
   of the operand's pair per row, into the tile's f32 output in the thread's scratch.
-- The finished tile goes to `out` through the epilogue: bias + activation (native.ACT_SPAN,
+- The finished tile goes to `out` through the epilogue: bias + activation (c_snippets.ACT_SPAN,
   the code every kernel uses), optionally rounded to bf16 for the next GEMM (the bf16
   hand-off: bias, GELU and rounding in one vector pass per row with the AMX kernel's
-  rational erf, or the tanh GELU with a vector exp: native.BF16_ROW), or gated: act(gate) *
+  rational erf, or the tanh GELU with a vector exp: c_snippets.BF16_ROW), or gated: act(gate) *
   up on a weight packed by packed_gemm.gate_up_pairs.
 
 Products of bf16 values are exact in f32 and the sums run in f32 (vdpbf16ps flushes
@@ -41,7 +41,7 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import native
+from . import c_snippets
 from .amx_gemm import BF16, OwnWeight, fits
 
 __all__ = ["available", "DpWeight", "gemm", "scratch_elems", "DP_MICRO"]
@@ -119,13 +119,13 @@ static inline void dp_micro(int h, int q, int64_t pairs, const uint16_t* a, int6
 #endif
 """
 
-SOURCE = native.ACT_SPAN.join((r"""
+SOURCE = c_snippets.ACT_SPAN.join((r"""
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
 #include <omp.h>
 #include <immintrin.h>
-""" + cc.simd_math_decls() + native.TO_BF16 + native.BF16_ROW + DP_MICRO, r"""
+""" + cc.simd_math_decls() + c_snippets.TO_BF16 + c_snippets.BF16_ROW + DP_MICRO, r"""
 #define NR DP_NR
 #define QP DP_QP   /* panels per tile */
 #define MR DP_MR
@@ -133,8 +133,8 @@ SOURCE = native.ACT_SPAN.join((r"""
 #define MC 192  /* rows per tile at most */
 #define LDC_T (QP * NR + 16)   /* the tile scratch's row stride (floats) */
 #define SCRATCH_FLOATS (MC * LDC_T + MC * QP * NR / 2)   /* per thread: the tile, its gates */
-#define GELU_ERF """ + str(native.ACT_CODES["gelu"]) + r"""
-#define GELU_APPROX """ + str(native.ACT_CODES["gelu_approx"]) + r"""
+#define GELU_ERF """ + str(c_snippets.ACT_CODES["gelu"]) + r"""
+#define GELU_APPROX """ + str(c_snippets.ACT_CODES["gelu_approx"]) + r"""
 
 /* Where panel p's K block starting at k0 (even) starts in the packed weight (uint16 units):
    K blocks one after the other, the panels within, each [pairs][NR][2]. */

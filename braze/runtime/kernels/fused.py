@@ -22,7 +22,7 @@ from ...ir.ops.linalg import MatMul
 from ...ir.ops.norm import GroupNorm, LayerNorm, RmsNorm
 from ...ir.ops.reduce import Softmax
 from ..address import address
-from . import bf16_batched, bf16_gemm, blas, gemm_choice, mkl_packed, native
+from . import bf16_batched, bf16_gemm, blas, c_snippets, gemm_choice, mkl_packed, native
 from . import packed_gemm as pg
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
@@ -39,7 +39,7 @@ def _numel(s) -> int:
 
 
 def _act_code(fn) -> int | None:
-    return native.ACT_CODES.get(None if fn is None else fn.value)
+    return c_snippets.ACT_CODES.get(None if fn is None else fn.value)
 
 
 def _c(a: np.ndarray) -> np.ndarray:
@@ -94,7 +94,7 @@ def packed_weight(node, ctx, position: int = 1, gate_first: bool | None = None, 
     time at batch 1 and 0.76-0.87x at batch 8 with braze's old 12 x 16 micro-kernel: MKL's
     product (then 1.1-1.3x as fast) outran the pass the epilogue saves; with the 6 x 64 one
     braze's kernel wins that shape here and the step is fused. Either copy costs ~1.0x the GEMM
-    weights in RSS (bench/gemm_kernels.py --model NAME --batch B). `act` (a native.ACT_CODES
+    weights in RSS (bench/gemm_kernels.py --model NAME --batch B). `act` (a c_snippets.ACT_CODES
     value) and `bias` are the epilogue the node runs: the choice is measured with them, since
     braze's kernel applies them per tile in cache where MKL's runs a pass over the output."""
     value = node.inputs[position]

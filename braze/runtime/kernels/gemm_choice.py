@@ -73,7 +73,7 @@ def forced() -> str | None:
 def choose(k: int, n: int, tiles: Callable, act: int = 0, bias: bool = False) -> str:
     """The fastest fp32 GEMM here for a static [k, n] weight, one of CHOICES; `tiles(x, w,
     out, bias, act)` runs MKL's tiles. With a bias (`bias`) or an activation `act` (a
-    native.ACT_CODES value; measured with a bias too) the runs measured add them, as the node
+    c_snippets.ACT_CODES value; measured with a bias too) the runs measured add them, as the node
     will: braze's kernel applies them per tile in cache, MKL's packed sgemm in a pass after
     the product. Without MKL the packed kernel is the choice (the alternative, NumPy's BLAS,
     measured slower on every machine so far)."""

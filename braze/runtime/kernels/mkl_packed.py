@@ -82,7 +82,7 @@ def pack(w: np.ndarray) -> MklPackedWeight | None:
 def gemm(x: np.ndarray, w: MklPackedWeight, out: np.ndarray, bias: np.ndarray | None,
          act: int) -> bool:
     """out = act(x @ w + bias) for x [..., K] and out [..., N] (float32, C-contiguous; bias [N]
-    contiguous float32 or None; act a native.ACT_CODES value). False, with nothing written,
+    contiguous float32 or None; act a c_snippets.ACT_CODES value). False, with nothing written,
     when the operands don't fit."""
     if x.ndim < 1 or x.shape[-1] != w.k or out.shape[-1] != w.n:
         return False

@@ -11,7 +11,7 @@ NHWC as one contiguous run of channels per pixel. A residual stored in the outpu
 (NCHW) joins after the store; in any other case it joins in the tile first."""
 from __future__ import annotations
 
-from . import native
+from . import c_snippets
 
 __all__ = ["NHWC_IO", "LAYOUT_BITS", "IN_NHWC", "OUT_NHWC", "RES_NHWC", "extent", "layout_bits",
            "describe"]
@@ -29,7 +29,7 @@ LAYOUT_BITS = f"""
 NHWC_IO = LAYOUT_BITS + r"""
 #ifndef BRAZE_NHWC_IO
 #define BRAZE_NHWC_IO
-""" + native.TO_BF16 + native.TRANSPOSE8 + r"""
+""" + c_snippets.TO_BF16 + c_snippets.TRANSPOSE8 + r"""
 /* xt [n, hp, wp, cp] = x (NCHW [n, c, h, w], or NHWC [n, h, w, c] with `nhwc`) as T (CONVERT:
    uint16_t rounded to bf16 nearest even, or float as it is), padded row r reading image row
    r - pt and column v image column v - pl, zeros outside the image and past channel c. */
@@ -256,7 +256,7 @@ static void NAME(const T* xt, const T* bp, const float* bias, const float* res, 
 }
 #endif
 """
-"""C source the NHWC convs include (after native.ACT_SPAN and cc.parallel_min_define()):
+"""C source the NHWC convs include (after c_snippets.ACT_SPAN and cc.parallel_min_define()):
 conv_prep_bf16 / conv_prep_f32 (the input copy), store_tile (the output store), tile_at, and
 NHWC_CONV, which makes a conv's tile loop from a micro-kernel (define TP first)."""
 

@@ -21,7 +21,7 @@ floats, about 1.0x the weight (MKL's cblas_sgemm_pack took ~4x per tile slab). A
   larger, copied into the tile's padded scratch rows per K block (once per panel group: the
   down projection K = 2048 of LLaMA-small took ~6% longer that way at 128 rows);
 - starts the accumulators from the bias, and applies the activation while the finished tile
-  goes from scratch to `out`, with the executor's activation code (native.ACT_SPAN: the same
+  goes from scratch to `out`, with the executor's activation code (c_snippets.ACT_SPAN: the same
   exp / erf / tanh the other kernels use and the tests check), except the tanh GELU, computed
   as x sigmoid(2u) (the same function, half the cost of libmvec's tanhf, no left-tail
   cancellation), under AVX-512 with an intrinsics exp (native.gelu_tanh_span: GPT-2's FFN
@@ -49,7 +49,7 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import native
+from . import c_snippets
 
 __all__ = ["PackedWeight", "lib", "pack", "gemm", "pack_gated", "gemm_gated", "gate_up_pairs",
            "gemm_bias", "PANEL"]
@@ -61,7 +61,8 @@ SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #include <omp.h>
-""" + cc.simd_math_decls() + cc.parallel_min_define() + native.ACT_SPAN + native.BF16_ROW + r"""
+""" + cc.simd_math_decls() + cc.parallel_min_define() + c_snippets.ACT_SPAN \
+    + c_snippets.BF16_ROW + r"""
 #if defined(__AVX512F__)
 #define VW 16
 #else
@@ -72,10 +73,10 @@ SOURCE = r"""
 #define NV (NR / VW)
 #define KC 128
 #define MC 144  /* rows per tile at most (balanced over the row blocks) */
-#define GELU_APPROX """ + str(native.ACT_CODES["gelu_approx"]) + r"""
+#define GELU_APPROX """ + str(c_snippets.ACT_CODES["gelu_approx"]) + r"""
 
 typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
-""" + native.REGISTER_TILE + r"""
+""" + c_snippets.REGISTER_TILE + r"""
 #define MICRO(h, q) tile_hq(h, q, kc, a, lda, bp, NR, ps, c, ldc, bias, 0, load)
 #define MICRO_ROWS(q) switch (h) { case 1: MICRO(1, q); break; case 2: MICRO(2, q); break; \
     case 3: MICRO(3, q); break; case 4: MICRO(4, q); break; case 5: MICRO(5, q); break; \
@@ -144,7 +145,7 @@ static void tile_act(const float* src, float* dst, int64_t n, int act) {
     return;
   }
 #if defined(__AVX512F__)
-  gelu_tanh_span(src, dst, n);   /* the same form with an intrinsics exp (native.BF16_ROW) */
+  gelu_tanh_span(src, dst, n);   /* the same form with an intrinsics exp (c_snippets.BF16_ROW) */
 #else
   #pragma omp simd
   for (int64_t i = 0; i < n; i++) {
@@ -396,7 +397,7 @@ def pack_gated(w: np.ndarray, gate_first: bool = True) -> PackedWeight | None:
 def gemm(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.ndarray | None,
          act: int) -> bool:
     """out = act(x @ w + bias) for x [..., k] and out [..., n] (float32, C-contiguous; bias
-    [n] contiguous or None; act a native.ACT_CODES value) on a weight packed by `pack`.
+    [n] contiguous or None; act a c_snippets.ACT_CODES value) on a weight packed by `pack`.
     False, with nothing written, when the operands don't fit."""
     so = lib()
     if so is None or packed.gated or not _fits(x, packed, out, bias):
@@ -413,7 +414,7 @@ def gemm_gated(x: np.ndarray, packed: PackedWeight, out: np.ndarray, bias: np.nd
                act: int) -> bool:
     """out = act(gate) * up for x [..., k] and out [..., F] on a weight packed by pack_gated,
     where [gate | up] = x @ w + bias (float32, C-contiguous; bias laid out by gate_up_pairs,
-    [2 ceil(F / 16) * 16], or None; act a nonzero native.ACT_CODES value). False, with nothing
+    [2 ceil(F / 16) * 16], or None; act a nonzero c_snippets.ACT_CODES value). False, with nothing
     written, when the operands don't fit."""
     so = lib()
     if so is None or not packed.gated or not act or not _fits(x, packed, out, bias):

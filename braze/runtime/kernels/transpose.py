@@ -18,7 +18,7 @@ import numpy as np
 from ...ir.ops.shape import Transpose
 from ..address import address
 from ..codegen import cc
-from .native import TRANSPOSE8
+from .c_snippets import TRANSPOSE8
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 __all__ = ["batched_2d", "lib"]
