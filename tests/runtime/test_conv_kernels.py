@@ -11,7 +11,7 @@ import pytest
 import braze as bz
 from braze.ir.ops.elementwise import UnaryFn
 from braze.runtime.kernels import Dispatch, conv_native, gemm_choice
-from braze.runtime.kernels.conv import resample_taps
+from braze.runtime.kernels.pool_resize import resample_taps
 
 pytestmark = pytest.mark.skipif(conv_native.lib() is None, reason="no C compiler on this machine")
 

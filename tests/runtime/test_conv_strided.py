@@ -10,7 +10,7 @@ import pytest
 import braze as bz
 from braze.ir.ops.elementwise import UnaryFn
 from braze.runtime.kernels import Dispatch, conv_native
-from braze.runtime.kernels.conv import upscale_factor
+from braze.runtime.kernels.pool_resize import upscale_factor
 
 pytestmark = pytest.mark.skipif(conv_native.lib() is None, reason="no C compiler on this machine")
 

@@ -12,6 +12,7 @@ from . import (  # noqa: E402,F401
     fused,
     indexing,
     nhwc_ops,
+    pool_resize,
     region,
     rope_layouts,
     selection,

@@ -1,15 +1,13 @@
 """Kernels for the convolution family (float32, NCHW): conv2d and fused_conv_bias_act,
-conv_transpose2d, max / average pooling, global average pooling, resize_nearest_2x and resize.
+conv_transpose2d (pooling and resize: pool_resize.py).
 
 A conv is one GEMM per image and group, written straight into the output: the weights
 [Cout/g, Cin/g * kh * kw] times the image's im2col columns [Cin/g * kh * kw, Ho * Wo] give the
 [Cout/g, Ho * Wo] block of the NCHW output, no transpose. A 1x1 stride-1 unpadded conv reads the
 image itself as the columns (no im2col); a depthwise conv (one input channel per filter) is a
 direct C loop. Bias and activation are applied in place after the GEMM (fused into the loop for
-depthwise). A transposed conv is the GEMM with the weights transposed, then col2im. Resize
-reads the op's own index or interpolation tables (`Resize.indices` / `Resize.weights`): each
-matrix row has a few consecutive nonzeros, so resampling runs as two separable passes over
-those taps instead of two dense GEMMs. Other dtypes decline and run the reference.
+depthwise). A transposed conv is the GEMM with the weights transposed, then col2im. Other
+dtypes decline and run the reference.
 
 Where the executor keeps a conv's input, output or residual NHWC (runtime/layout.py asks
 `channels_last_input` which convs can), the conv runs on a bf16 engine or braze's NHWC f32
@@ -27,14 +25,9 @@ import numpy as np
 from ...ir.ops.conv import (
     Conv2d,
     ConvTranspose2d,
-    GlobalAvgPool,
-    Pool2d,
-    PoolKind,
-    ResizeNearest2x,
 )
 from ...ir.ops.elementwise import UnaryFn
 from ...ir.ops.fused import FusedConvBiasAct
-from ...ir.ops.resize import Resize, ResizeMode
 from ..address import address
 from . import (
     blas,
@@ -52,7 +45,7 @@ from .fused import is_f32
 from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
-__all__ = ["ConvGeometry", "resample_taps", "upscale_factor", "channels_last_input"]
+__all__ = ["ConvGeometry", "c_kernel", "channels_last_input"]
 
 _F32 = np.float32
 
@@ -120,7 +113,7 @@ def _epilogue(act: UnaryFn | None) -> tuple[int, UnaryFn | None]:
     return 0, act
 
 
-def _c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1, library=None):
+def c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1, library=None):
     """(run, bind) for a kernel that is one C call: `c_call(*arrays)` gives the C function and
     its arguments (pointers, sizes) for C-contiguous arrays. `run` makes its inputs contiguous
     on every call; `bind` computes the call once (the executor's arrays never move). An
@@ -177,7 +170,7 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
                                    geo.c, geo.h, geo.w, mult, *geo.window_args(), geo.ho,
                                    geo.wo, code)
 
-        return Kernel(**_c_kernel(depthwise, numpy_act, out_at), dispatch=Dispatch.NATIVE,
+        return Kernel(**c_kernel(depthwise, numpy_act, out_at), dispatch=Dispatch.NATIVE,
                       name=f"C depthwise conv (epilogue {what})", **cost)
     og, cg, hw_out = geo.og, geo.cg, geo.ho * geo.wo
     k = cg * geo.kh * geo.kw
@@ -205,7 +198,7 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
                                                None if geo.direct else rest[-1], code,
                                                rest[1] if residual else None)
 
-        return Kernel(**_c_kernel(conv_gemm, numpy_act, out_at), dispatch=Dispatch.NATIVE,
+        return Kernel(**c_kernel(conv_gemm, numpy_act, out_at), dispatch=Dispatch.NATIVE,
                       name=name.replace("BLAS GEMM", "MKL sgemm"), scratch=scratch, **cost)
     in_plane, in_group = geo.h * geo.w, cg * geo.h * geo.w
 
@@ -315,7 +308,7 @@ def _shifted_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: b
             geo, layout, x, xq, w_src, w_dst, rest[0] if has_bias else None,
             rest[out_at - 2], code, rest[1] if residual else None)
 
-    return {**_c_kernel(call, numpy_act, out_at, library=lib), "scratch": tuple(scratch)}
+    return {**c_kernel(call, numpy_act, out_at, library=lib), "scratch": tuple(scratch)}
 
 
 def _rows_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
@@ -514,115 +507,3 @@ def conv_transpose2d(node, ins, outs, ctx):
     return Kernel(run, Dispatch.NATIVE, name,
                   flops=2 * n * c * h * w * og * kh * kw, bytes=nbytes(ins) + nbytes(outs),
                   scratch=(((k, h * w), _F32), ((groups, k, cg), _F32)))
-
-
-@register_kernel(Pool2d)
-def pool2d(node, ins, outs, ctx):
-    lib = conv_native.lib()
-    if lib is None or not is_f32(*ins):
-        return None
-    op = node.op
-    n, c, h, w = (int(d) for d in ins[0].dims)
-    ho, wo = (int(d) for d in outs[0].dims[2:])
-    (kh, kw), (sh, sw) = op.kernel, op.stride
-    is_max = int(op.pool is PoolKind.MAX)
-
-    def pool(x, out):
-        return lib.pool2d, (_ptr(x), _ptr(out), n * c, h, w, kh, kw, sh, sw, op.padding[0],
-                            op.padding[1], ho, wo, is_max, int(op.count_include_pad))
-
-    return Kernel(**_c_kernel(pool), dispatch=Dispatch.NATIVE, name=f"C {op.pool.value} pool",
-                  flops=n * c * ho * wo * kh * kw, bytes=nbytes(ins) + nbytes(outs))
-
-
-@register_kernel(GlobalAvgPool)
-def global_avg_pool(node, ins, outs, ctx):
-    lib = conv_native.lib()
-    if lib is None or not is_f32(*ins):
-        return None
-    n, c, h, w = (int(d) for d in ins[0].dims)
-
-    def means(x, out):
-        return lib.plane_means, (_ptr(x), _ptr(out), n * c, h * w)
-
-    return Kernel(**_c_kernel(means), dispatch=Dispatch.NATIVE, name="C plane means",
-                  flops=n * c * h * w, bytes=nbytes(ins) + nbytes(outs))
-
-
-@register_kernel(ResizeNearest2x)
-def resize_nearest_2x(node, ins, outs, ctx):
-    """float32: the C nearest gather with index tables i // 2 (NumPy's broadcast copy of this
-    ran at 0.2 GB/s in the OCR detector); other dtypes: the broadcast copy."""
-    n, c, h, w = (int(d) for d in ins[0].dims)
-    cost = {"bytes": nbytes(ins) + nbytes(outs)}
-    lib = conv_native.lib()
-    if lib is not None and is_f32(*ins):
-        rows = np.arange(2 * h, dtype=np.int64) // 2
-        cols = np.arange(2 * w, dtype=np.int64) // 2
-
-        def gather(x, out):
-            return lib.gather2d, (_ptr(x), _ptr(out), n * c, h, w, 2 * h, 2 * w, _ptr(rows),
-                                  _ptr(cols), 2)
-
-        return Kernel(**_c_kernel(gather), dispatch=Dispatch.NATIVE, name="C nearest gather",
-                      **cost)
-
-    def run(x, out):
-        np.copyto(out.reshape(n, c, h, 2, w, 2), x[:, :, :, None, :, None])
-
-    return Kernel(run, Dispatch.NATIVE, "NumPy broadcast copy", **cost)
-
-
-def upscale_factor(index: np.ndarray, n_in: int) -> int:
-    """f where a nearest index table reads source i at outputs i * f .. i * f + f - 1 for every
-    i < n_in (an integer upscale), else 0."""
-    f = len(index) // n_in
-    if f < 1 or len(index) != f * n_in:
-        return 0
-    return f if np.array_equal(index, np.arange(len(index)) // f) else 0
-
-
-def resample_taps(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """An [out, in] resampling matrix as (start [out] int64, weights [out, taps] float32): row r
-    is weights[r] on columns start[r] .. start[r] + taps - 1, taps the widest nonzero span."""
-    n_out, n_in = m.shape
-    nz = m != 0
-    some = nz.any(axis=1)
-    first = np.where(some, nz.argmax(axis=1), 0)
-    last = np.where(some, n_in - 1 - nz[:, ::-1].argmax(axis=1), 0)
-    taps = int((last - first).max(initial=0)) + 1
-    start = np.minimum(first, n_in - taps).astype(np.int64)
-    cols = start[:, None] + np.arange(taps)
-    return start, np.ascontiguousarray(np.take_along_axis(m, cols, axis=1), dtype=_F32)
-
-
-@register_kernel(Resize)
-def resize(node, ins, outs, ctx):
-    lib = conv_native.lib()
-    if lib is None or not is_f32(*ins):
-        return None
-    op: Resize = node.op
-    n, c, h, w = (int(d) for d in ins[0].dims)
-    ho, wo = (int(d) for d in outs[0].dims[2:])
-    cost = {"bytes": nbytes(ins) + nbytes(outs)}
-    if op.mode is ResizeMode.NEAREST:
-        rows, cols = op.indices(0, h, ho), op.indices(1, w, wo)
-        repeat = upscale_factor(cols, w)
-
-        def gather(x, out):
-            return lib.gather2d, (_ptr(x), _ptr(out), n * c, h, w, ho, wo, _ptr(rows),
-                                  _ptr(cols), repeat)
-
-        return Kernel(**_c_kernel(gather), dispatch=Dispatch.NATIVE, name="C nearest gather",
-                      **cost)
-    hs, hw_ = resample_taps(op.weights(0, h, ho))
-    ws, ww = resample_taps(op.weights(1, w, wo))
-
-    def resample(x, out, tmp):
-        return lib.resample, (_ptr(x), _ptr(out), _ptr(tmp), n * c, h, w, ho, wo, _ptr(ws),
-                              _ptr(ww), ww.shape[1], _ptr(hs), _ptr(hw_), hw_.shape[1])
-
-    flops = 2 * n * c * (h * wo * ww.shape[1] + ho * wo * hw_.shape[1])
-    return Kernel(**_c_kernel(resample), dispatch=Dispatch.NATIVE,
-                  name=f"C separable {op.mode.value} resampling",
-                  scratch=(((n * c, h, wo), _F32),), flops=flops, **cost)

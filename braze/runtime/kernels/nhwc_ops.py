@@ -19,7 +19,7 @@ from ...ir.ops.conv import GlobalAvgPool, Pool2d, PoolKind
 from ...ir.ops.elementwise import Binary, BinaryFn
 from ..address import address
 from ..codegen import cc
-from . import nhwc_io
+from . import nhwc_io, pool_resize  # noqa: F401  (registered first: these are tried first)
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 __all__ = ["lib", "channels_last_input"]
