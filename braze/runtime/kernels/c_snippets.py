@@ -464,6 +464,29 @@ static inline __m512 sigmoid_act16(__m512 v, int act) {
   return act == 5 ? r : _mm512_mul_ps(v, r);
 }
 
+/* act(v) in 16 lanes for every act code but tanh (ACT16_OK): in registers, for stores that
+   apply the epilogue on the way out; the same forms as act_span (the tanh GELU as v / (1 +
+   e^-2u), gelu_tanh_span's). */
+#define ACT16_OK(act) ((act) != 6)
+static inline __m512 act16(__m512 v, int act) {
+  switch (act) {
+    case 1: return gelu16(v);
+    case 2: {
+      __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v), SPLAT(-0.0713548162726f),
+                                                  SPLAT(-1.59576912160573072f)));   /* -2u */
+      __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_LT_OQ);
+      __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_min_ps(t, SPLAT(88.0f))));
+      return _mm512_maskz_div_ps(live, v, d);
+    }
+    case 3: case 5: case 7: return sigmoid_act16(v, act);
+    case 4: return _mm512_max_ps(v, _mm512_setzero_ps());
+    case 8: return _mm512_mul_ps(v, _mm512_mul_ps(_mm512_min_ps(_mm512_max_ps(
+        _mm512_add_ps(v, SPLAT(3.0f)), _mm512_setzero_ps()), SPLAT(6.0f)), SPLAT(1.0f / 6.0f)));
+    case 9: return _mm512_min_ps(_mm512_max_ps(v, _mm512_setzero_ps()), SPLAT(6.0f));
+    default: return v;
+  }
+}
+
 /* y[i] = (times_v ? v : 1) sigmoid16(v, a), v = x[i], over n values (y may be x). */
 static inline void sigmoid_span(const float* x, float* y, int64_t n, float a, int times_v) {
   for (int64_t i = 0; i < n; i += 16) {
