@@ -59,8 +59,9 @@ void dp_conv_run(const float* x, uint16_t* xt, const uint16_t* bp, const float* 
                  int64_t wp, int64_t ho, int64_t wo, int pitch, int act, int lay) {
 #if defined(__AVX512BF16__)
   conv_prep_bf16(x, xt, n, c, h, w, cp, hp, wp, pt, pl, lay & IN_NHWC);
+  (void)pitch;   /* NHWC_CONV's tiles need none (conv_amx's entry point takes it) */
   dp_conv(xt, bp, bias, res, y, n, o, cp, groups, groups == 1 ? cp : c / groups, kh, kw, sh,
-          sw, dh, dw, hp, wp, ho, wo, pitch, act, lay);
+          sw, dh, dw, hp, wp, ho, wo, act, lay);
 #endif
 }
 

@@ -49,18 +49,18 @@ SOURCE = r"""
 #define MR 6
 #if defined(__AVX512F__)
 /* c[h pixels, q panels of 16 channels] (row stride ldc) = (add ? c : 0) + sum over taps t
-   and input channels of a_t @ b_t: pixel i of a_t at a + ro[i] + a_off[t], cin channels;
-   b_t = b + t b_tap, panels [cin][16] ps floats apart. h and q are constants where it is
-   inlined. */
+   and input channels of a_t @ b_t: pixel i of a_t at a + ro[i] + a_off[t] (ro NULL: i lda),
+   cin channels; b_t = b + t b_tap, panels [cin][16] ps floats apart. h and q are constants
+   where it is inlined. */
 static inline __attribute__((always_inline)) void f32_micro_hq(
-    const int h, const int q, int64_t cin, const float* restrict a, const int64_t* ro,
-    const float* restrict b, int64_t ps, float* restrict c, int64_t ldc, int add, int64_t taps,
-    const int64_t* a_off, int64_t b_tap) {
+    const int h, const int q, int64_t cin, const float* restrict a, int64_t lda,
+    const int64_t* ro, const float* restrict b, int64_t ps, float* restrict c, int64_t ldc,
+    int add, int64_t taps, const int64_t* a_off, int64_t b_tap) {
   __m512 acc[MR][4];
   const float* ar[MR];
   #pragma GCC unroll 6
   for (int i = 0; i < h; i++) {
-    ar[i] = a + ro[i];
+    ar[i] = a + (ro ? ro[i] : i * lda);
     #pragma GCC unroll 4
     for (int j = 0; j < q; j++)
       acc[i][j] = add ? _mm512_loadu_ps(c + i * ldc + j * 16) : _mm512_setzero_ps();
@@ -86,67 +86,22 @@ static inline __attribute__((always_inline)) void f32_micro_hq(
     for (int j = 0; j < q; j++) _mm512_storeu_ps(c + i * ldc + j * 16, acc[i][j]);
 }
 
-#define F32_CALL(H, Q) f32_micro_hq(H, Q, cin, a, ro, b, ps, c, ldc, add, taps, a_off, b_tap)
+#define F32_CALL(H, Q) f32_micro_hq(H, Q, cin, a, lda, ro, b, ps, c, ldc, add, taps, a_off, \
+                                    b_tap)
 #define F32_ROWS(Q) switch (h) { case 1: F32_CALL(1, Q); break; case 2: F32_CALL(2, Q); \
     break; case 3: F32_CALL(3, Q); break; case 4: F32_CALL(4, Q); break; \
     case 5: F32_CALL(5, Q); break; default: F32_CALL(6, Q); }
 
-static void f32_micro(int h, int q, int64_t cin, const float* a, const int64_t* ro,
-                      const float* b, int64_t ps, float* c, int64_t ldc, int add, int64_t taps,
-                      const int64_t* a_off, int64_t b_tap) {
+static void f32_micro(int h, int q, int64_t cin, const float* a, int64_t lda,
+                      const int64_t* ro, const float* b, int64_t ps, float* c, int64_t ldc,
+                      int add, int64_t taps, const int64_t* a_off, int64_t b_tap) {
   if (q == 4) { F32_ROWS(4) return; }
   if (q == 3) { F32_ROWS(3) return; }
   if (q == 2) { F32_ROWS(2) return; }
   F32_ROWS(1)
 }
 
-/* NHWC_CONV's tile loop with a tile's pixels anywhere in the plane: tiles of up to TP output
-   pixels in order (q = oy wo + ox, across rows), each pixel's input window read at its own
-   offset (ro) in the padded input xt [n, hp, wp, cp]. The bf16 engines' tiles run along the
-   padded plane's pitch instead (stride 1; the wp - wo positions past each row computed and
-   dropped: 29% more work on a padded 7 x 7 plane) or within one output row (a 7-pixel tile
-   on a 7 x 7 stride-2 plane, each weight read for 7 pixels). */
-static void f32_conv(const float* xt, const float* bp, const float* bias, const float* res,
-                     float* y, int64_t n, int64_t o, int64_t cp, int64_t groups, int64_t cg,
-                     int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw,
-                     int64_t hp, int64_t wp, int64_t ho, int64_t wo, int act, int lay) {
-  int64_t og = o / groups, panels = (og + 15) / 16, units = (panels + 3) / 4, taps = kh * kw;
-  int64_t plane = ho * wo, per = (plane + TP - 1) / TP, tp = (plane + per - 1) / per;
-  int64_t kb = 1024 / taps < 8 ? 8 : 1024 / taps;  /* input channels per block */
-  int64_t tap_w = panels * cg * 16, items = n * per * groups * units;
-  int64_t a_off[taps];   /* each tap's input offset from its pixel's window, in floats */
-  for (int64_t ky = 0; ky < kh; ky++)
-    for (int64_t kx = 0; kx < kw; kx++) a_off[ky * kw + kx] = (ky * dh * wp + kx * dw) * cp;
-  int par = BRAZE_PARALLEL(n * o * plane * taps * cg, BRAZE_PAR_MIN_MACS);
-  #pragma omp parallel if (par)
-  {
-    float tmp[TP * 64] __attribute__((aligned(64)));
-    int64_t ro[TP];
-    #pragma omp for schedule(static)
-    for (int64_t it = 0; it < items; it++) {
-      int64_t gu = it % (groups * units), t = it / (groups * units), g = gu / units;
-      int64_t u = gu % units, q0 = t % per * tp, img = t / per;
-      int64_t npx = plane - q0 < tp ? plane - q0 : tp;
-      for (int64_t p = 0; p < npx; p++) {
-        int64_t oy = (q0 + p) / wo, ox = (q0 + p) % wo;
-        ro[p] = (oy * sh * wp + ox * sw) * cp;
-      }
-      int64_t qn = panels - 4 * u < 4 ? panels - 4 * u : 4;
-      const float* a = xt + img * hp * wp * cp + g * cg;
-      const float* b = bp + g * taps * tap_w + 4 * u * cg * 16;
-      int64_t mbs = (npx + MR - 1) / MR;
-      for (int64_t k0 = 0; k0 < cg; k0 += kb)
-        for (int64_t mb = 0; mb < mbs; mb++) {
-          int64_t i0 = mb * npx / mbs, h = (mb + 1) * npx / mbs - i0;
-          f32_micro((int)h, (int)qn, cg - k0 < kb ? cg - k0 : kb, a + k0, ro + i0,
-                    b + 16 * k0, cg * 16, tmp + i0 * 64, 64, k0 > 0, taps, a_off, tap_w);
-        }
-      int64_t chans = og - 64 * u < 64 ? og - 64 * u : 64, oc0 = g * og + 64 * u;
-      store_tile(tmp, 64, npx, chans, oc0, bias, res, y, img, o, plane, q0, 0, wp, wo, act,
-                 lay);
-    }
-  }
-}
+NHWC_CONV(f32_conv, float, 1, MR, f32_micro)
 #endif
 
 /* y = act(conv + bias (+ res)) of x (each NCHW or NHWC by the layout bits `lay`): x copied
@@ -162,8 +117,8 @@ void nhwc_conv_run(const float* x, const float* xt, const float* bp, const float
   (void)pitch;   /* the depthwise prep path's; these tiles need none */
   f32_conv(xt, bp, bias, res, y, n, o, c, groups, c / groups, kh, kw, sh, sw, dh, dw, hp, wp,
            ho, wo, act, lay);
-}
 #endif
+}
 
 #if defined(__AVX512F__)
 /* nhwc_depthwise_run on an NHWC input, read in place: tiles of up to TP pixels of one output

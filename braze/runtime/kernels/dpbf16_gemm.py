@@ -56,23 +56,26 @@ DP_MICRO = r"""
 #define DP_MR 6    /* rows per micro block at most */
 #if defined(__AVX512BF16__)
 /* c[h rows, q panels] (row stride ldc) = (load ? c : 0) + sum over taps t of a_t @ b_t over
-   `pairs` pairs of k; a_t = a + a_off[t] (a_off NULL: one tap at a): bf16 rows lda apart
-   (pairs of k adjacent); b_t = b + t b_tap: a panel slice [pairs][DP_NR][2], the next panel's
-   ps values further (a GEMM: one tap; an implicit-GEMM conv: its kernel's taps, each a shifted
-   view of the input). h and q are constants where it is inlined: the accumulators live in
-   registers. */
+   `pairs` pairs of k; a_t = a + a_off[t] (a_off NULL: one tap at a): bf16 rows lda apart, or
+   (ro not NULL) row i at ro[i] (pairs of k adjacent); b_t = b + t b_tap: a panel slice
+   [pairs][DP_NR][2], the next panel's ps values further (a GEMM: one tap; an implicit-GEMM
+   conv: its kernel's taps, each a shifted view of the input, and a pixel's window at its own
+   offset). h and q are constants where it is inlined: the accumulators live in registers. */
 static inline __attribute__((always_inline)) void dp_micro_hq(
     const int h, const int q, int64_t pairs, const uint16_t* restrict a, int64_t lda,
-    const uint16_t* restrict b, int64_t ps, float* restrict c, int64_t ldc, int load,
-    int64_t taps, const int64_t* a_off, int64_t b_tap) {
+    const int64_t* ro, const uint16_t* restrict b, int64_t ps, float* restrict c, int64_t ldc,
+    int load, int64_t taps, const int64_t* a_off, int64_t b_tap) {
   __m512 acc[DP_MR][DP_QP];
+  const uint16_t* ar[DP_MR];
   #pragma GCC unroll 6
-  for (int i = 0; i < h; i++)
+  for (int i = 0; i < h; i++) {
+    ar[i] = a + (ro ? ro[i] : i * lda);
     #pragma GCC unroll 4
     for (int j = 0; j < q; j++)
       acc[i][j] = load ? _mm512_loadu_ps(c + i * ldc + j * DP_NR) : _mm512_setzero_ps();
+  }
   for (int64_t t = 0; t < taps; t++) {
-    const uint16_t* at = a + (a_off ? a_off[t] : 0);
+    const int64_t at = a_off ? a_off[t] : 0;
     const uint16_t* bt = b + t * b_tap;
     for (int64_t p = 0; p < pairs; p++) {
       __m512i bv[DP_QP];
@@ -81,7 +84,7 @@ static inline __attribute__((always_inline)) void dp_micro_hq(
       #pragma GCC unroll 6
       for (int i = 0; i < h; i++) {
         int32_t pair;
-        memcpy(&pair, at + i * lda + 2 * p, 4);
+        memcpy(&pair, ar[i] + at + 2 * p, 4);
         __m512i av = _mm512_set1_epi32(pair);
         #pragma GCC unroll 4
         for (int j = 0; j < q; j++)
@@ -95,14 +98,16 @@ static inline __attribute__((always_inline)) void dp_micro_hq(
     for (int j = 0; j < q; j++) _mm512_storeu_ps(c + i * ldc + j * DP_NR, acc[i][j]);
 }
 
-#define DP_CALL(H, Q) dp_micro_hq(H, Q, pairs, a, lda, b, ps, c, ldc, load, taps, a_off, b_tap)
+#define DP_CALL(H, Q) dp_micro_hq(H, Q, pairs, a, lda, ro, b, ps, c, ldc, load, taps, a_off, \
+                                  b_tap)
 #define DP_ROWS(Q) switch (h) { case 1: DP_CALL(1, Q); break; case 2: DP_CALL(2, Q); break; \
     case 3: DP_CALL(3, Q); break; case 4: DP_CALL(4, Q); break; case 5: DP_CALL(5, Q); break; \
     default: DP_CALL(6, Q); }
 
 static void dp_micro_taps(int h, int q, int64_t pairs, const uint16_t* a, int64_t lda,
-                          const uint16_t* b, int64_t ps, float* c, int64_t ldc, int load,
-                          int64_t taps, const int64_t* a_off, int64_t b_tap) {
+                          const int64_t* ro, const uint16_t* b, int64_t ps, float* c,
+                          int64_t ldc, int load, int64_t taps, const int64_t* a_off,
+                          int64_t b_tap) {
   if (q == 4) { DP_ROWS(4) return; }
   if (q == 3) { DP_ROWS(3) return; }
   if (q == 2) { DP_ROWS(2) return; }
@@ -112,7 +117,7 @@ static void dp_micro_taps(int h, int q, int64_t pairs, const uint16_t* a, int64_
 /* dp_micro_taps of one tap: c = (load ? c : 0) + a @ b. */
 static inline void dp_micro(int h, int q, int64_t pairs, const uint16_t* a, int64_t lda,
                             const uint16_t* b, int64_t ps, float* c, int64_t ldc, int load) {
-  dp_micro_taps(h, q, pairs, a, lda, b, ps, c, ldc, load, 1, 0, 0);
+  dp_micro_taps(h, q, pairs, a, lda, 0, b, ps, c, ldc, load, 1, 0, 0);
 }
 
 #endif

@@ -240,52 +240,52 @@ static inline void tile_at(int64_t blk, int64_t tp, int pitch, int64_t ho, int64
    [n, hp, wp, cp] of element type T and a weight bp packed per group and tap into panels of
    16 output channels ([cg / KU][16][KU]: KU input channels per k step, 2 for bf16 pairs),
    each of bias [o] and res (y's shape) may be NULL; the layout bits `lay` say how y and res
-   are stored. Tiles of up to TP pixels (balanced: a 7 x 7 plane is one tile of 49, not 48 and
-   1) x 64 output channels, handed out over the threads: with `pitch` (stride 1) consecutive
-   positions q = oy wp + ox of the padded plane's pitch, whose input for tap (ky, kx) is the
-   padded pixel q + ky dh wp + kx dw (the wp - wo positions past each row's end are computed
-   and dropped); otherwise pixels of one output row, their input sw pixels apart. Per block
-   of input channels (weights of all taps ~256 KB: they stay in L2 across the tile), micro
-   blocks of up to MR pixels (balanced heights) run MICRO(h, q panels, k steps, a, lda, b,
-   panel stride, c, ldc, load c first, taps, a_off, tap stride) into an f32 scratch tile,
-   which store_tile takes to y. */
+   are stored. Tiles of up to TP consecutive output pixels (q = oy wo + ox, across rows;
+   balanced: a 7 x 7 plane is one tile of 49, not 48 and 1) x 64 output channels, handed out
+   over the threads; each pixel reads its window at its own offset (ro) in xt, so no padding
+   positions are computed (tiles along the padded plane's pitch computed 29% more on a padded
+   7 x 7 plane) and a stride-2 tile is not cut at a row's end (7-pixel tiles on a 7 x 7
+   plane, each weight read for 7 pixels). Per block of input channels (weights of all taps
+   ~256 KB: they stay in L2 across the tile), micro blocks of up to MR pixels (balanced
+   heights) run MICRO(h, q panels, k steps, a, 0, ro, b, panel stride, c, ldc, load c first,
+   taps, a_off, tap stride) into an f32 scratch tile, which store_tile takes to y. */
 #define NHWC_CONV(NAME, T, KU, MR, MICRO) \
 static void NAME(const T* xt, const T* bp, const float* bias, const float* res, float* y, \
                  int64_t n, int64_t o, int64_t cp, int64_t groups, int64_t cg, int64_t kh, \
                  int64_t kw, int64_t sh, int64_t sw, int64_t dh, int64_t dw, int64_t hp, \
-                 int64_t wp, int64_t ho, int64_t wo, int pitch, int act, int lay) { \
+                 int64_t wp, int64_t ho, int64_t wo, int act, int lay) { \
   int64_t og = o / groups, panels = (og + 15) / 16, units = (panels + 3) / 4, taps = kh * kw; \
-  int64_t span = pitch ? ho * wp : wo, per = (span + TP - 1) / TP, tp = (span + per - 1) / per; \
-  int64_t blocks = pitch ? per : ho * per, ks = cg / KU; \
-  int64_t kb = 1024 / taps < 8 ? 8 : 1024 / taps;  /* k steps per block */ \
-  int64_t tap_w = panels * cg * 16, plane = ho * wo, step = pitch ? cp : sw * cp; \
-  int64_t items = n * blocks * groups * units; \
-  int64_t a_off[taps];   /* each tap's input pixel offset from the tile's, in elements */ \
+  int64_t plane = ho * wo, per = (plane + TP - 1) / TP, tp = (plane + per - 1) / per; \
+  int64_t ks = cg / KU, kb = 1024 / taps < 8 ? 8 : 1024 / taps;  /* k steps, per block */ \
+  int64_t tap_w = panels * cg * 16, items = n * per * groups * units; \
+  int64_t a_off[taps];   /* each tap's input offset from its pixel's window, in elements */ \
   for (int64_t ky = 0; ky < kh; ky++) \
     for (int64_t kx = 0; kx < kw; kx++) a_off[ky * kw + kx] = (ky * dh * wp + kx * dw) * cp; \
-  int par = BRAZE_PARALLEL(n * o * plane * kh * kw * cg, BRAZE_PAR_MIN_MACS); \
+  int par = BRAZE_PARALLEL(n * o * plane * taps * cg, BRAZE_PAR_MIN_MACS); \
   _Pragma("omp parallel if (par)") \
   { \
     float tmp[TP * 64] __attribute__((aligned(64))); \
+    int64_t ro[TP];   /* the tile's pixels' windows in the image, in elements */ \
     _Pragma("omp for schedule(static)") \
     for (int64_t it = 0; it < items; it++) { \
       int64_t gu = it % (groups * units), t = it / (groups * units), g = gu / units; \
-      int64_t u = gu % units, blk = t % blocks, img = t / blocks; \
-      int64_t q0, npx, base;  /* first position, positions, A base pixel in the image */ \
-      tile_at(blk, tp, pitch, ho, wp, wo, sh, sw, &q0, &npx, &base); \
+      int64_t u = gu % units, q0 = t % per * tp, img = t / per; \
+      int64_t npx = plane - q0 < tp ? plane - q0 : tp; \
+      for (int64_t p = 0; p < npx; p++) \
+        ro[p] = ((q0 + p) / wo * sh * wp + (q0 + p) % wo * sw) * cp; \
       int64_t qn = panels - 4 * u < 4 ? panels - 4 * u : 4; \
-      const T* a = xt + (img * hp * wp + base) * cp + g * cg; \
+      const T* a = xt + img * hp * wp * cp + g * cg; \
       const T* b = bp + g * taps * tap_w + 4 * u * cg * 16; \
       int64_t mbs = (npx + MR - 1) / MR; \
       for (int64_t k0 = 0; k0 < ks; k0 += kb) \
         for (int64_t mb = 0; mb < mbs; mb++) { \
           int64_t i0 = mb * npx / mbs, h = (mb + 1) * npx / mbs - i0; \
-          MICRO((int)h, (int)qn, ks - k0 < kb ? ks - k0 : kb, a + i0 * step + KU * k0, step, \
+          MICRO((int)h, (int)qn, ks - k0 < kb ? ks - k0 : kb, a + KU * k0, 0, ro + i0, \
                 b + 16 * KU * k0, cg * 16, tmp + i0 * 64, 64, k0 > 0, taps, a_off, tap_w); \
         } \
       int64_t chans = og - 64 * u < 64 ? og - 64 * u : 64, oc0 = g * og + 64 * u; \
-      store_tile(tmp, 64, npx, chans, oc0, bias, res, y, img, o, plane, q0, pitch, wp, wo, \
-                 act, lay); \
+      store_tile(tmp, 64, npx, chans, oc0, bias, res, y, img, o, plane, q0, 0, wp, wo, act, \
+                 lay); \
     } \
   } \
 }
