@@ -224,25 +224,30 @@ def test_depthwise_convs_take_nhwc(stride, monkeypatch):
                              "input / output / residual", "input"]
 
 
+@pytest.mark.parametrize("precision", [None, "bf16"])
 @pytest.mark.parametrize("act", ["gelu", "gelu_approx", "silu", "sigmoid", "quick_gelu",
                                  "relu", "relu6", "hard_swish", "tanh"])
-def test_every_activation_is_stored_into_nhwc(act, monkeypatch):
+def test_every_activation_is_stored_into_nhwc(act, precision, monkeypatch):
     """NHWC stores apply bias, residual and activation per 16 channels in registers
-    (nhwc_io.store_nhwc; tanh the span pass): 37 channels (a masked tail), a padded conv
-    (tiles along the pitch, runs of each row) and a residual."""
+    (nhwc_io.store_nhwc; tanh the span pass), for the f32 conv and the bf16 engines alike:
+    37 channels (a masked tail), padded and strided convs (tiles across rows) and a
+    residual."""
     b = Builder(2, 24, 11, 9)
     a = b.conv(b.x, 37, 3, padding=1, act=act)
     m = b.conv(a, 37, 1, act=act)
     r = b.conv(m, 37, 3, padding=1, res=a, act=act)
-    b.g.set_outputs([b.conv(r, 16, 1)])
-    exe = _compile(b.g, None, monkeypatch, True)
+    s = b.conv(r, 37, 3, stride=2, padding=1, act=act)
+    b.g.set_outputs([b.conv(s, 16, 1)])
+    exe = _compile(b.g, precision, monkeypatch, True)
     params = bz.init_params(b.g, 0)
+    tol = 1e-5 if precision is None else 2e-3
     for seed in (0, 1):  # inputs scaled so every activation sees its range (tails, relu6's 6)
         feeds = {k: v * 12.0 for k, v in bz.random_feeds(b.g, seed).items()}
         (want,) = bz.interpret(exe.graph, feeds, params)
         (got,) = exe(feeds)
-        assert np.abs(got - want).max() < 1e-5 * max(1.0, float(np.abs(want).max()))
-    assert _layouts(exe) == ["output", "input / output", "input / output / residual", "input"]
+        assert np.abs(got - want).max() < tol * max(1.0, float(np.abs(want).max()))
+    assert _layouts(exe) == ["output", "input / output", "input / output / residual",
+                             "input / output", "input"]
 
 
 def test_depthwise_convs_with_a_channel_multiplier_keep_nchw(monkeypatch):
