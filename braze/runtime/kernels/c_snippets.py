@@ -497,11 +497,14 @@ static inline void sigmoid_span(const float* x, float* y, int64_t n, float a, in
 }
 #define SIGMOID_SPAN(a, times_v) { sigmoid_span(src, y, n, a, times_v); break; }
 #endif
+/* The act codes whose function has an exp, tanh or erf in it: ~10x a copy's work per value. */
+#define ACT_HEAVY(act) ((act) == 1 || (act) == 2 || (act) == 3 || (act) == 5 || (act) == 6 || \
+                        (act) == 7)
 /* y[i] = act(x[i] (+ bias[i])) over n values (y may be x; bias may be NULL). The switch is
-   outside the loops, so each loop vectorizes on its own (libmvec's expf / tanhf / erff; SiLU,
-   sigmoid and quick GELU on sigmoid_span under AVX-512). Under -ffast-math libmvec's expf
-   returns NaN, not inf, past its range (e^88.7): SiLU, sigmoid and quick GELU select their
-   limit (0) where exp would overflow. */
+   outside the loops, so each loop vectorizes on its own (libmvec's expf / tanhf / erff; GELU
+   on gelu16, SiLU, sigmoid and quick GELU on sigmoid_span under AVX-512). Under -ffast-math
+   libmvec's expf returns NaN, not inf, past its range (e^88.7): SiLU, sigmoid and quick GELU
+   select their limit (0) where exp would overflow. */
 #define ACT_LOOP(EXPR) { _Pragma("omp simd") for (int64_t i = 0; i < n; i++) { \
     float v = src[i]; y[i] = (EXPR); } break; }
 static void act_span(const float* x, const float* bias, float* y, int64_t n, int act) {
