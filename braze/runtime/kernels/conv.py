@@ -159,6 +159,7 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
         fields = conv_nhwc.kernel_fields(geo, packed, lay, code, has_bias, residual, out_at)
         return Kernel(_with_numpy_act(fields["run"], numpy_act, out_at), Dispatch.NATIVE,
                       f"braze NHWC conv: taps in registers{nhwc_io.describe(lay)} ({what})",
+                      bind=fields["bind"] if numpy_act is None else None,
                       scratch=fields["scratch"], channels_last=True, **cost)
     if geo.depthwise:
         mult = geo.o // geo.c

@@ -29,7 +29,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
+from functools import cache, partial
 
 import numpy as np
 
@@ -38,7 +38,7 @@ from ...passes.precision import MIN_CONV_MACS
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import amx_gemm, bf16_gemm, c_snippets, nhwc_io
+from . import amx_gemm, bf16_gemm, c_snippets, conv_native, nhwc_io
 from .registry import Dispatch, Kernel
 
 __all__ = ["conv_kernel", "lib", "Engine", "AMX", "applies"]
@@ -137,7 +137,8 @@ def lib():
     tiles, which amx_gemm asks for) or a C compiler."""
     if not amx_gemm.available():
         return None
-    return cc.load_library(SOURCE, "braze_conv_amx", _SIGNATURES)
+    return cc.load_library(SOURCE + conv_native.packed_wrappers(_SIGNATURES), "braze_conv_amx",
+                           conv_native.with_packed(_SIGNATURES))
 
 
 @dataclass(frozen=True)
@@ -222,21 +223,39 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     entry = getattr(engine.lib(), engine.entry)
 
-    def run(x, w_, *rest):
-        out, xt = rest[out_at - 2], rest[-1]
+    def c_args(x, bias, res, out, xt) -> tuple:
+        return (address(x), address(xt), address(packed), None if bias is None else address(bias),
+                None if res is None else address(res), address(out), geo.n, geo.c, geo.h, geo.w,
+                geo.o, cp, geo.groups, geo.kh, geo.kw, sh, sw, dh, dw, geo.padding[0],
+                geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), act, lay)
+
+    def used(x, w_, *rest) -> tuple:
+        """The arrays the C call reads or writes: x, bias, residual, out, scratch."""
+        return (x, rest[0] if has_bias else None, rest[1] if residual else None,
+                rest[out_at - 2], rest[-1])
+
+    def run(*arrays):
+        x, bias, res, out, xt = used(*arrays)
         x = np.ascontiguousarray(x)
-        bias = np.ascontiguousarray(rest[0], np.float32) if has_bias else None
-        res = np.ascontiguousarray(rest[1]) if residual else None
+        bias = np.ascontiguousarray(bias, np.float32) if has_bias else None
+        res = np.ascontiguousarray(res) if residual else None
         if x.dtype != np.float32 or not out.flags.c_contiguous:
             raise InterpretError(f"bf16 conv at node {node.label}: needs f32 contiguous arrays")
-        entry(address(x), address(xt), address(packed), None if bias is None else address(bias),
-              None if res is None else address(res), address(out), geo.n, geo.c, geo.h, geo.w,
-              geo.o, cp, geo.groups, geo.kh, geo.kw, sh, sw, dh, dw, geo.padding[0],
-              geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), act, lay)
+        entry(*c_args(x, bias, res, out, xt))
         if numpy_act is not None:
             np.copyto(out, numpy_act.apply(out))
 
+    def bind(*arrays):
+        """The call with its arguments packed once (the executor's arrays never move)."""
+        x, bias, res, out, xt = used(*arrays)
+        if numpy_act is not None or x.dtype != np.float32 or \
+                (bias is not None and bias.dtype != np.float32) or \
+                not all(a is None or a.flags.c_contiguous for a in (x, bias, res, out)):
+            return partial(run, *arrays)
+        return conv_native.packed_call(entry, c_args(x, bias, res, out, xt),
+                                       library=engine.lib())
+
     return Kernel(run, Dispatch.NATIVE, f"{engine.name}, operand rounded in"
-                  f"{nhwc_io.describe(lay)} ({what})", reads=((0, src),), **cost,
+                  f"{nhwc_io.describe(lay)} ({what})", reads=((0, src),), bind=bind, **cost,
                   scratch=(((geo.n * hp * wp * cp + (32 + geo.kw * geo.dilation[1]) * cp,),
                             np.uint16),), channels_last=True)

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import c_snippets, conv_amx, dpbf16_gemm, nhwc_io
+from . import c_snippets, conv_amx, conv_native, dpbf16_gemm, nhwc_io
 from .dpbf16_gemm import DP_MICRO
 
 __all__ = ["conv_kernel", "lib", "packed_weight", "DP"]
@@ -84,7 +84,9 @@ def lib():
     """The compiled AVX512-BF16 conv library, or None (no AVX512-BF16, no C compiler)."""
     if not dpbf16_gemm.available():
         return None
-    so = cc.load_library(SOURCE, "braze_conv_dp", _SIGNATURES)
+    entries = {"dp_conv_run": _SIGNATURES["dp_conv_run"]}
+    so = cc.load_library(SOURCE + conv_native.packed_wrappers(entries), "braze_conv_dp",
+                         {**_SIGNATURES, **conv_native.with_packed(entries)})
     return so if so is not None and so.dp_conv_compiled() else None
 
 

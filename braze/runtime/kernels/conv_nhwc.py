@@ -18,14 +18,14 @@ activations kept NHWC between convs there are no such copies."""
 from __future__ import annotations
 
 import ctypes
-from functools import cache
+from functools import cache, partial
 
 import numpy as np
 
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
-from . import c_snippets, nhwc_io
+from . import c_snippets, conv_native, nhwc_io
 
 __all__ = ["lib", "packed_weight", "takes", "kernel_fields", "TP", "MIN_MACS"]
 
@@ -270,7 +270,9 @@ def lib():
     """The compiled NHWC f32 conv library, or None (no AVX-512, no C compiler)."""
     if "avx512f" not in cc.cpu_flags():
         return None
-    so = cc.load_library(SOURCE, "braze_conv_nhwc", _SIGNATURES)
+    entries = {name: _SIGNATURES[name] for name in ("nhwc_conv_run", "nhwc_depthwise_run")}
+    so = cc.load_library(SOURCE + conv_native.packed_wrappers(entries), "braze_conv_nhwc",
+                         {**_SIGNATURES, **conv_native.with_packed(entries)})
     return so if so is not None and so.nhwc_compiled() else None
 
 
@@ -348,14 +350,27 @@ def kernel_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
     window = (geo.kh, geo.kw, sh, sw, dh, dw, geo.padding[0], geo.padding[1], hp, wp, geo.ho,
               geo.wo, int(pitch), code, lay)
 
-    def run(x, w, *rest):
-        out = rest[out_at - 2]
-        x = np.ascontiguousarray(x)
-        b = np.ascontiguousarray(rest[0]) if has_bias else None
-        r = np.ascontiguousarray(rest[1]) if residual else None
-        entry(address(x), address(x if in_place else rest[-1]), address(packed),
-              None if b is None else address(b), None if r is None else address(r),
-              address(out), *sizes, *window)
+    def used(x, w, *rest) -> tuple:
+        """The arrays the C call reads or writes: x, bias, residual, out, scratch."""
+        return (x, rest[0] if has_bias else None, rest[1] if residual else None,
+                rest[out_at - 2], None if in_place else rest[-1])
+
+    def c_args(x, b, r, out, xt) -> tuple:
+        return (address(x), address(x if in_place else xt), address(packed),
+                None if b is None else address(b), None if r is None else address(r),
+                address(out), *sizes, *window)
+
+    def run(*arrays):
+        x, b, r, out, xt = used(*arrays)
+        entry(*c_args(*(None if a is None else np.ascontiguousarray(a) for a in
+                        (x, b, r)), out, xt))
+
+    def bind(*arrays):
+        """The call with its arguments packed once (the executor's arrays never move)."""
+        if not all(a is None or a.flags.c_contiguous for a in used(*arrays)):
+            return partial(run, *arrays)
+        return conv_native.packed_call(entry, c_args(*used(*arrays)), library=lib())
 
     floats = geo.n * hp * wp * channels + (TP + geo.kw * dw) * channels
-    return {"run": run, "scratch": () if in_place else (((floats,), np.float32),)}
+    return {"run": run, "bind": bind,
+            "scratch": () if in_place else (((floats,), np.float32),)}
