@@ -1,9 +1,11 @@
 """FuseConvBiasAct through the views of a 1-D conv written as a 2-D one (ONNX Conv over
 [N, C, L] and torch conv1d import as reshape -> conv2d -> reshape): act(reshape(conv)) and
 wav2vec2's act(narrow(reshape(conv))) take the activation into the conv's epilogue, the views
-after it. Fires (op counts), must-not-fire with the reason (a view read elsewhere, an
-activation the target lacks), numerics through the interpreter and the compiled kernels, the
-fuse -> unfuse round trip, and the imported ONNX 1-D conv."""
+after it; and through a conv's output turned back into tokens (SegFormer's Mix-FFN:
+act(reshape(transpose(conv))), act(transpose(conv))). Fires (op counts), must-not-fire with
+the reason (a view read elsewhere, an activation the target lacks), numerics through the
+interpreter and the compiled kernels, the fuse -> unfuse round trip, and the imported ONNX
+1-D conv."""
 import numpy as np
 import pytest
 
@@ -119,3 +121,69 @@ def test_an_imported_onnx_conv1d_with_gelu_fuses(tmp_path):
     feeds = {"x": x.numpy()}
     np.testing.assert_allclose(bz.compile(g)(feeds)[0], bz.interpret(g, feeds)[0], rtol=1e-5,
                                atol=1e-5)
+
+
+def mix_ffn_graph(reshape=True, perm_reader=False, loss=False, act="gelu"):
+    """SegFormer's Mix-FFN middle: tokens [batch, 7 * 5, 16] -> NCHW -> depthwise 3x3 conv
+    -> transpose back to NHWC (-> reshape to tokens) -> act."""
+    rng = np.random.default_rng(1)
+    g = bz.Graph("mix_ffn")
+    t = g.input("t", bz.Shape(("batch", 35, 16)))
+    w = g.param("w", bz.Shape((16, 1, 3, 3)), rng.standard_normal((16, 1, 3, 3)).astype(np.float32))
+    b = g.param("b", bz.Shape((16,)), rng.standard_normal(16).astype(np.float32))
+    x = g.reshape(g.transpose(t, (0, 2, 1)), ("batch", 16, 7, 5))
+    y = g.transpose(g.conv2d(x, w, b, padding=1, groups=16), (0, 2, 3, 1))
+    perm = y
+    if reshape:
+        y = g.reshape(y, ("batch", 35, 16))
+    out = g.activation(y, act)
+    outs = [g.sum(g.mul(out, out)) if loss else out]
+    g.set_outputs(outs + ([g.neg(perm)] if perm_reader else []))
+    return g
+
+
+@pytest.mark.parametrize("reshape", [True, False])
+def test_the_activation_joins_the_conv_through_a_transpose_back_to_tokens(reshape):
+    g = mix_ffn_graph(reshape=reshape)
+    res = FUSE.run(g, CPU)
+    counts = res.graph.op_counts()
+    assert counts.pop("fused_conv_bias_act") == 1
+    assert "gelu" not in counts and "conv2d" not in counts
+    assert counts["transpose"] == 2 and counts["reshape"] == 1 + int(reshape)
+    assert fused_node(res.graph).op.act is bz.UnaryFn.GELU
+    (reader,) = res.graph.users(fused_node(res.graph).value)
+    assert reader.op.kind == "transpose"  # the layout change now follows the fused conv
+    assert_equivalent(g, res.graph, rtol=1e-5, atol=1e-5)
+
+
+def test_a_transpose_read_elsewhere_keeps_the_activation_outside():
+    g = mix_ffn_graph(perm_reader=True)
+    res = FUSE.run(g, CPU)
+    assert fused_node(res.graph).op.act is None and res.graph.count("gelu") == 1
+    assert any(m.reason is MissReason.MULTI_CONSUMER and "transpose" in m.detail
+               for m in res.misses)
+    assert_equivalent(g, res.graph, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("act", ["gelu", "silu", "relu"])
+def test_mix_ffn_compiled_matches_the_interpreter(act):
+    g = mix_ffn_graph(act=act)
+    exe = bz.compile(g)
+    feeds = bz.random_feeds(g, 3, symbols={"batch": 2})
+    np.testing.assert_allclose(exe(feeds)[0], bz.interpret(g, feeds)[0], rtol=1e-5, atol=1e-5)
+    (how,) = [r[3] for r in exe.dispatch_report().rows if r[1] == "fused_conv_bias_act"]
+    assert act in how
+    assert not [r for r in exe.dispatch_report().rows if r[1] == act]
+
+
+def test_mix_ffn_unfuse_round_trip_and_gradient():
+    g = mix_ffn_graph(loss=True)
+    fused, _ = run_passes(g, [FUSE], CPU, verify=True, check_numerics=True)
+    assert fused_node(fused).op.act is bz.UnaryFn.GELU
+    plain = unfuse_fused_for_autodiff(fused)
+    assert plain.count("fused_conv_bias_act") == 0
+    assert_equivalent(g, plain, rtol=1e-5, atol=1e-5)
+    feeds = bz.random_feeds(g, 1, symbols={"batch": 2})
+    grads = [bz.interpret(bz.grad_with_loss(graph, ["w"]), feeds)[1] for graph in (g, plain)]
+    assert np.abs(grads[0]).max() > 0
+    np.testing.assert_allclose(grads[1], grads[0], rtol=1e-4, atol=1e-3)

@@ -11,7 +11,12 @@ The activation is a unary op, ReLU6 written as clip(y, 0, 6) (MobileNet v1 / v2'
 fused as UnaryFn.RELU6), or hard-swish written in primitives the ways exporters write it:
 y * relu6(y + 3) / 6 (Paddle, in either association, dividing or multiplying by 1/6) and
 y * hard_sigmoid(y) with alpha 1/6, beta 1/2 (ONNX HardSwish / HardSigmoid); the constants are
-checked to 1e-6 relative (Paddle writes 1/6 as 0.1666667)."""
+checked to 1e-6 relative (Paddle writes 1/6 as 0.1666667).
+
+An activation joins through a transpose of the conv's output too, and a reshape after it:
+act(reshape(transpose(conv))), SegFormer's Mix-FFN (depthwise conv -> flatten and transpose
+back to tokens -> GELU, canonicalized as transpose then reshape) -> reshape(transpose(fused
+conv with act))."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +25,7 @@ from ...ir.ops.conv import Conv2d
 from ...ir.ops.elementwise import Binary, BinaryFn, Unary, UnaryFn
 from ...ir.ops.fused import FusedConvBiasAct
 from ...ir.ops.io import Constant
-from ...ir.ops.shape import Reshape
+from ...ir.ops.shape import Reshape, Transpose
 from ...rewrite import Miss, MissReason, P, Rule, V, fail
 from .checks import epilogue_activation_allowed, same_dtype, target_claims
 
@@ -42,7 +47,11 @@ _own_bias = P.conv2d(V("x"), V("w"), V("cb"), name="conv")      # conv(x, w, cb)
 # -> reshape (ONNX Conv over [N, C, L], torch conv1d), wav2vec2's "same pad" narrow after it.
 # The activation is element-wise, so it moves before the views, into the conv's epilogue.
 _view = P.of(Reshape, _conv, name="view")
-_act_viewed = P.of(Unary, _view | P.narrow(_view, name="cut"), name="act")
+# act(transpose(conv)) and act(reshape(transpose(conv))): a conv's output turned back into
+# tokens (SegFormer's Mix-FFN), the activation after the layout change.
+_perm = P.of(Transpose, _conv, name="perm")
+_act_viewed = P.of(Unary, _view | P.narrow(_view, name="cut") | P.of(Reshape, _perm, name="view")
+                   | _perm, name="act")
 
 
 def _scalar_const(g, v) -> bool:
@@ -157,7 +166,7 @@ def _build(b, m):
             act = fn
     op = FusedConvBiasAct(conv.stride, conv.padding, conv.dilation, conv.groups, act)
     y = b.add_node(op, (m.v("x"), m.v("w"), bias))[0]
-    for view in ("view", "cut"):  # the views the activation was applied through, after it
+    for view in ("perm", "view", "cut"):  # the views the activation went through, after it
         if view in m.nodes:
             y = b.add_node(m.op(view), (y,))[0]
     return y
