@@ -76,7 +76,7 @@ def test_bf16_operand_and_bf16_result(rows, k, n, out16):
 @pytest.mark.parametrize("rows,k,f", [(5, 13, 7), (37, 64, 40), (130, 96, 100), (7, 256, 16)])
 @pytest.mark.parametrize("gate_first", [True, False])
 @pytest.mark.parametrize("out16", [False, True])
-@pytest.mark.parametrize("act", ["silu", "sigmoid", "quick_gelu", "gelu"])
+@pytest.mark.parametrize("act", ["silu", "sigmoid", "quick_gelu", "gelu", "relu", "tanh"])
 def test_gated_epilogue(rows, k, f, gate_first, out16, act):
     rng = np.random.default_rng(rows + k + f)
     x = rng.standard_normal((rows, k), dtype=np.float32)

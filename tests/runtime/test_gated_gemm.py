@@ -17,7 +17,7 @@ from braze.runtime.kernels import packed_gemm as pg
 
 pytestmark = pytest.mark.skipif(pg.lib() is None, reason="no C compiler")
 
-ACTS = ["silu", "gelu", "gelu_approx", "sigmoid", "quick_gelu"]
+ACTS = ["silu", "gelu", "gelu_approx", "sigmoid", "quick_gelu", "tanh"]  # tanh: the span path
 FUSED = "braze packed-weight GEMM + "
 
 

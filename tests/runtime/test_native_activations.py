@@ -1,9 +1,10 @@
 """The native kernels' shared activation loop (c_snippets.ACT_SPAN: GEMM and conv epilogues,
 activation steps) against float64, in float32 ulps, over a dense sweep of [-120, 120] and
 random values: SiLU, sigmoid and quick GELU run on sigmoid_span under AVX-512 (exp16 and
-rcp14 with a Newton step), documented at a few ulps; the erf GELU on gelu16 (vecmath's erfc
-form in intrinsics: full relative accuracy in the left tail too); the libmvec forms elsewhere
-(whose erf GELU keeps only absolute accuracy in the left tail: not held to these bounds)."""
+rcp14 with a Newton step), documented at a few ulps; the tanh GELU as v sigmoid(2u)
+(gelu_tanh16); the erf GELU on gelu16 (vecmath's erfc form in intrinsics: full relative
+accuracy in the left tail too); the libmvec forms elsewhere (whose erf GELU keeps only
+absolute accuracy in the left tail: not held to these bounds)."""
 import ctypes
 
 import numpy as np
@@ -22,10 +23,22 @@ void act_probe(const float* x, float* y, int64_t n, int act) { act_span(x, NULL,
 """
 
 A = float(np.float32(1.702))  # quick GELU's constant as float32 code holds it
+
+
+def _gelu_tanh(v):
+    """v / (1 + e^t), t = -2u as float32 code computes it (v * fma(v v, c1, c2), each step
+    rounded to float32): t's own rounding moves e^t by up to ~|t| 2^-24 relative (160 ulps
+    near v = -9.5), which no float32 form avoids; the rest is held to the bound."""
+    f32 = lambda a: a.astype(np.float32).astype(np.float64)  # noqa: E731
+    c1, c2 = float(np.float32(-0.0713548162726)), float(np.float32(-1.59576912160573072))
+    t = f32(v * f32(f32(v * v) * c1 + c2))
+    with np.errstate(over="ignore"):
+        return np.where(t < 88, v / (1 + np.exp(np.minimum(t, 88))), 0.0)
 REFS = {  # name: (act code, float64 reference, max ulps)
     "silu": (3, lambda v: v / (1 + np.exp(-v)), 4.0),
     "sigmoid": (5, lambda v: 1 / (1 + np.exp(-v)), 4.0),
     "gelu": (1, lambda v: v * ndtr(v), 6.0),
+    "gelu_approx": (2, _gelu_tanh, 4.0),
     # the product 1.702 v is rounded to float32 before the exp, as float32 code must (its
     # rounding alone moves e^-1.702v by up to ~60 ulps near v = -40)
     "quick_gelu": (7, lambda v: v / (1 + np.exp(-(np.float32(A) * v.astype(np.float32))

@@ -163,13 +163,33 @@ static inline __m512 gelu16(__m512 x) {
   __m512 right = _mm512_mul_ps(x, _mm512_fnmadd_ps(tail, SPLAT(0x1p-64f), SPLAT(1.0f)));
   return _mm512_mask_blend_ps(neg, right, left);
 }
+
+/* GELU_tanh(v) in 16 lanes as v / (1 + e^t), t = -2u, with exp16 and an exact division: a few
+   ulps, as the expf form it replaces (libmvec's expf made GPT-2's FFN GEMM ~18% slower than
+   with no activation); 0 where t >= 88 (|v| e^-t < 1e-37), so the left tail keeps its
+   relative accuracy down to there. */
+static inline __m512 gelu_tanh16(__m512 v) {
+  __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v), SPLAT(-0.0713548162726f),
+                                              SPLAT(-1.59576912160573072f)));   /* -2u */
+  __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_LT_OQ);
+  __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_min_ps(t, SPLAT(88.0f))));
+  return _mm512_maskz_div_ps(live, v, d);
+}
+
+/* y[c] = GELU_tanh(x[c]) (gelu_tanh16) in float32 for c < n (y may be x). */
+static inline void gelu_tanh_span(const float* x, float* y, int64_t n) {
+  for (int64_t c = 0; c < n; c += 16) {
+    __mmask16 m = n - c >= 16 ? 0xffff : (__mmask16)((1u << (n - c)) - 1);
+    _mm512_mask_storeu_ps(y + c, m, gelu_tanh16(_mm512_maskz_loadu_ps(m, x + c)));
+  }
+}
 #endif
 #endif
 """
 for _i, _c in enumerate(ERFC_Q):
     GELU16 = GELU16.replace(f"SPLAT(Q{_i})", f"SPLAT({_c})")
 
-BF16_ROW = EXP16 + r"""
+BF16_ROW = GELU16 + r"""
 #ifndef BRAZE_BF16_ROW
 #define BRAZE_BF16_ROW
 #include <immintrin.h>
@@ -259,22 +279,6 @@ static inline void row_bf16(const float* x, const float* bias, uint16_t* o, int6
 }
 
 
-/* y[c] = GELU_tanh(x[c]) in float32 for c < n (y may be x), as v / (1 + e^t), t = -2u, with
-   exp16 and an exact division: a few ulps, as the expf form it replaces (libmvec's expf made
-   GPT-2's FFN GEMM ~18% slower than with no activation); 0 where t >= 88 (|v| e^-t < 1e-37),
-   so the left tail keeps its relative accuracy down to there. */
-static inline void gelu_tanh_span(const float* x, float* y, int64_t n) {
-  for (int64_t c = 0; c < n; c += 16) {
-    __mmask16 m = n - c >= 16 ? 0xffff : (__mmask16)((1u << (n - c)) - 1);
-    __m512 v = _mm512_maskz_loadu_ps(m, x + c);
-    __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v),
-                                                SPLAT(-0.0713548162726f),
-                                                SPLAT(-1.59576912160573072f)));   /* -2u */
-    __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_LT_OQ);
-    __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_min_ps(t, SPLAT(88.0f))));
-    _mm512_mask_storeu_ps(y + c, m, _mm512_maskz_div_ps(live, v, d));
-  }
-}
 
 /* o[c] = bf16(GELU_tanh(x[c] + bias[c])) for c < n (bias may be NULL): the tanh GELU as
    v sigmoid(2u) = v / (1 + e^-2u), u = sqrt(2 / pi) (v + 0.044715 v^3), with exp16 and 1 / (1
@@ -457,27 +461,19 @@ static inline __m512 sigmoid16(__m512 v, float a) {
   return _mm512_maskz_mov_ps(live, _mm512_fmadd_ps(_mm512_fnmadd_ps(d, r, SPLAT(1.0f)), r, r));
 }
 
-/* act(v) for the acts sigmoid16 computes (SIGMOID16_ACT(act): SiLU, sigmoid, quick GELU). */
-#define SIGMOID16_ACT(act) ((act) == 3 || (act) == 5 || (act) == 7)
+/* act(v) for the acts sigmoid16 computes: SiLU (3), sigmoid (5), quick GELU (7). */
 static inline __m512 sigmoid_act16(__m512 v, int act) {
   __m512 r = sigmoid16(v, act == 7 ? 1.702f : 1.0f);
   return act == 5 ? r : _mm512_mul_ps(v, r);
 }
 
 /* act(v) in 16 lanes for every act code but tanh (ACT16_OK): in registers, for stores that
-   apply the epilogue on the way out; the same forms as act_span (the tanh GELU as v / (1 +
-   e^-2u), gelu_tanh_span's). */
+   apply the epilogue on the way out; the same forms as act_span. */
 #define ACT16_OK(act) ((act) != 6)
 static inline __m512 act16(__m512 v, int act) {
   switch (act) {
     case 1: return gelu16(v);
-    case 2: {
-      __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v), SPLAT(-0.0713548162726f),
-                                                  SPLAT(-1.59576912160573072f)));   /* -2u */
-      __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_LT_OQ);
-      __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_min_ps(t, SPLAT(88.0f))));
-      return _mm512_maskz_div_ps(live, v, d);
-    }
+    case 2: return gelu_tanh16(v);
     case 3: case 5: case 7: return sigmoid_act16(v, act);
     case 4: return _mm512_max_ps(v, _mm512_setzero_ps());
     case 8: return _mm512_mul_ps(v, _mm512_mul_ps(_mm512_min_ps(_mm512_max_ps(
@@ -502,8 +498,10 @@ static inline void sigmoid_span(const float* x, float* y, int64_t n, float a, in
                         (act) == 7)
 /* y[i] = act(x[i] (+ bias[i])) over n values (y may be x; bias may be NULL). The switch is
    outside the loops, so each loop vectorizes on its own (libmvec's expf / tanhf / erff; GELU
-   on gelu16, SiLU, sigmoid and quick GELU on sigmoid_span under AVX-512). Under -ffast-math
-   libmvec's expf returns NaN, not inf, past its range (e^88.7): SiLU, sigmoid and quick GELU
+   on gelu16, the tanh GELU on gelu_tanh16, SiLU, sigmoid and quick GELU on sigmoid_span under
+   AVX-512). The tanh GELU is v / (1 + e^-2u) = v sigmoid(2u): the same function at half the
+   cost of tanhf, with no cancellation in the left tail. Under -ffast-math libmvec's expf
+   returns NaN, not inf, past its range (e^88.7): SiLU, sigmoid, quick GELU and the tanh GELU
    select their limit (0) where exp would overflow. */
 #define ACT_LOOP(EXPR) { _Pragma("omp simd") for (int64_t i = 0; i < n; i++) { \
     float v = src[i]; y[i] = (EXPR); } break; }
@@ -515,8 +513,8 @@ static void act_span(const float* x, const float* bias, float* y, int64_t n, int
     src = y;
   }
   switch (act) {
-    case 2: ACT_LOOP(0.5f * v * (1.0f + tanhf(0.79788456080286536f * (v + 0.044715f * v * v * v))))
 #if defined(__AVX512F__)
+    case 2: gelu_tanh_span(src, y, n); break;
     case 1: {
       for (int64_t i = 0; i < n; i += 16) {
         __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
@@ -528,6 +526,9 @@ static void act_span(const float* x, const float* bias, float* y, int64_t n, int
     case 5: SIGMOID_SPAN(1.0f, 0)
     case 7: SIGMOID_SPAN(1.702f, 1)
 #else
+    case 2: ACT_LOOP(-1.59576912160573072f * (v + 0.044715f * v * v * v) < 88.0f ?
+                     v / (1.0f + expf(-1.59576912160573072f * (v + 0.044715f * v * v * v))) :
+                     0.0f)
     case 1: ACT_LOOP(0.5f * v * (1.0f + erff(v * 0.70710678118654752f)))
     case 3: ACT_LOOP(v < -88.0f ? -0.0f : v / (1.0f + expf(-v)))
     case 5: ACT_LOOP(v < -88.0f ? 0.0f : 1.0f / (1.0f + expf(-v)))

@@ -18,7 +18,6 @@ import math
 import os
 import re
 from dataclasses import dataclass, replace
-from functools import partial
 
 import numpy as np
 
@@ -41,17 +40,15 @@ from . import (
     nhwc_io,
 )
 from . import packed_gemm as pg
+from .conv_native import c_kernel
+from .conv_native import contiguous as _contiguous
 from .fused import is_f32
 from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
-__all__ = ["ConvGeometry", "c_kernel", "channels_last_input"]
+__all__ = ["ConvGeometry", "channels_last_input"]
 
 _F32 = np.float32
-
-
-def _contiguous(a: np.ndarray) -> np.ndarray:
-    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
 @dataclass(frozen=True)
@@ -113,27 +110,6 @@ def _epilogue(act: UnaryFn | None) -> tuple[int, UnaryFn | None]:
     return 0, act
 
 
-def c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1, library=None):
-    """(run, bind) for a kernel that is one C call: `c_call(*arrays)` gives the C function and
-    its arguments (pointers, sizes) for C-contiguous arrays. `run` makes its inputs contiguous
-    on every call; `bind` computes the call once (the executor's arrays never move). An
-    activation the C epilogue lacks runs in NumPy on `arrays[out]` afterwards. `library`:
-    the one `c_call`'s functions come from (conv_native's by default)."""
-
-    def run(*arrays):
-        fn, args = c_call(*(_contiguous(a) for a in arrays))
-        fn(*args)
-        if numpy_act is not None:
-            np.copyto(arrays[out], numpy_act.apply(arrays[out]))
-
-    def bind(*arrays):
-        if numpy_act is not None or not all(a.flags.c_contiguous for a in arrays):
-            return partial(run, *arrays)
-        return conv_native.packed_call(*c_call(*arrays), library=library)
-
-    return {"run": run, "bind": bind}
-
-
 def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
     lib = conv_native.lib()
     if lib is None or not is_f32(*ins, *outs):
@@ -156,11 +132,11 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
         packed = conv_nhwc.takes(node, geo, ins, outs, ctx)
         if packed is None:
             return None
-        fields = conv_nhwc.kernel_fields(geo, packed, lay, code, has_bias, residual, out_at)
-        return Kernel(_with_numpy_act(fields["run"], numpy_act, out_at), Dispatch.NATIVE,
-                      f"braze NHWC conv: taps in registers{nhwc_io.describe(lay)} ({what})",
-                      bind=fields["bind"] if numpy_act is None else None,
-                      scratch=fields["scratch"], channels_last=True, **cost)
+        fields = conv_nhwc.kernel_fields(geo, packed, lay, code, has_bias, residual, out_at,
+                                         numpy_act)
+        return Kernel(**fields, dispatch=Dispatch.NATIVE,
+                      name=f"braze NHWC conv: taps in registers{nhwc_io.describe(lay)} ({what})",
+                      channels_last=True, **cost)
     if geo.depthwise:
         mult = geo.o // geo.c
 
@@ -227,18 +203,6 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
             np.copyto(out, numpy_act.apply(out))
 
     return Kernel(gemm, Dispatch.NATIVE, name, scratch=scratch, **cost)
-
-
-def _with_numpy_act(run, numpy_act: UnaryFn | None, out_at: int):
-    """`run`, then the activation the C epilogue lacks on the output (in NumPy)."""
-    if numpy_act is None:
-        return run
-
-    def with_act(*arrays):
-        run(*arrays)
-        np.copyto(arrays[out_at], numpy_act.apply(arrays[out_at]))
-
-    return with_act
 
 
 def channels_last_input(node, ins, outs, ctx):

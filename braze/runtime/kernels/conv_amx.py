@@ -29,7 +29,7 @@ from __future__ import annotations
 import ctypes
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache, partial
+from functools import cache
 
 import numpy as np
 
@@ -223,39 +223,20 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     entry = getattr(engine.lib(), engine.entry)
 
-    def c_args(x, bias, res, out, xt) -> tuple:
-        return (address(x), address(xt), address(packed), None if bias is None else address(bias),
-                None if res is None else address(res), address(out), geo.n, geo.c, geo.h, geo.w,
-                geo.o, cp, geo.groups, geo.kh, geo.kw, sh, sw, dh, dw, geo.padding[0],
-                geo.padding[1], hp, wp, geo.ho, geo.wo, int(pitch), act, lay)
+    def call(x, w_, *rest):
+        bias = rest[0] if has_bias else None
+        res = rest[1] if residual else None
+        if x.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
+            raise InterpretError(f"bf16 conv at node {node.label}: needs f32 arrays")
+        return entry, (address(x), address(rest[-1]), address(packed),
+                       None if bias is None else address(bias),
+                       None if res is None else address(res), address(rest[out_at - 2]),
+                       geo.n, geo.c, geo.h, geo.w, geo.o, cp, geo.groups, geo.kh, geo.kw, sh, sw,
+                       dh, dw, geo.padding[0], geo.padding[1], hp, wp, geo.ho, geo.wo,
+                       int(pitch), act, lay)
 
-    def used(x, w_, *rest) -> tuple:
-        """The arrays the C call reads or writes: x, bias, residual, out, scratch."""
-        return (x, rest[0] if has_bias else None, rest[1] if residual else None,
-                rest[out_at - 2], rest[-1])
-
-    def run(*arrays):
-        x, bias, res, out, xt = used(*arrays)
-        x = np.ascontiguousarray(x)
-        bias = np.ascontiguousarray(bias, np.float32) if has_bias else None
-        res = np.ascontiguousarray(res) if residual else None
-        if x.dtype != np.float32 or not out.flags.c_contiguous:
-            raise InterpretError(f"bf16 conv at node {node.label}: needs f32 contiguous arrays")
-        entry(*c_args(x, bias, res, out, xt))
-        if numpy_act is not None:
-            np.copyto(out, numpy_act.apply(out))
-
-    def bind(*arrays):
-        """The call with its arguments packed once (the executor's arrays never move)."""
-        x, bias, res, out, xt = used(*arrays)
-        if numpy_act is not None or x.dtype != np.float32 or \
-                (bias is not None and bias.dtype != np.float32) or \
-                not all(a is None or a.flags.c_contiguous for a in (x, bias, res, out)):
-            return partial(run, *arrays)
-        return conv_native.packed_call(entry, c_args(x, bias, res, out, xt),
-                                       library=engine.lib())
-
-    return Kernel(run, Dispatch.NATIVE, f"{engine.name}, operand rounded in"
-                  f"{nhwc_io.describe(lay)} ({what})", reads=((0, src),), bind=bind, **cost,
+    return Kernel(**conv_native.c_kernel(call, numpy_act, out_at, library=engine.lib()),
+                  dispatch=Dispatch.NATIVE, name=f"{engine.name}, operand rounded in"
+                  f"{nhwc_io.describe(lay)} ({what})", reads=((0, src),), **cost,
                   scratch=(((geo.n * hp * wp * cp + (32 + geo.kw * geo.dilation[1]) * cp,),
                             np.uint16),), channels_last=True)

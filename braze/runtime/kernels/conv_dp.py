@@ -84,9 +84,8 @@ def lib():
     """The compiled AVX512-BF16 conv library, or None (no AVX512-BF16, no C compiler)."""
     if not dpbf16_gemm.available():
         return None
-    entries = {"dp_conv_run": _SIGNATURES["dp_conv_run"]}
-    so = cc.load_library(SOURCE + conv_native.packed_wrappers(entries), "braze_conv_dp",
-                         {**_SIGNATURES, **conv_native.with_packed(entries)})
+    so = cc.load_library(SOURCE + conv_native.packed_wrappers(_SIGNATURES), "braze_conv_dp",
+                         conv_native.with_packed(_SIGNATURES))
     return so if so is not None and so.dp_conv_compiled() else None
 
 

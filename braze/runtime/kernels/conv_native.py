@@ -9,7 +9,7 @@ loops vectorize. Compiled once per machine by codegen.cc; `lib()` is None withou
 from __future__ import annotations
 
 import ctypes
-from functools import cache
+from functools import cache, partial
 
 import numpy as np
 
@@ -17,7 +17,8 @@ from ...ir.ops.elementwise import UnaryFn
 from ..codegen import cc
 from . import c_snippets
 
-__all__ = ["lib", "ACTIVATIONS", "packed_call", "packed_wrappers", "with_packed", "VALID_RANGE"]
+__all__ = ["c_kernel", "contiguous", "lib", "ACTIVATIONS", "packed_call", "packed_wrappers",
+           "with_packed", "VALID_RANGE"]
 
 # The activations the C epilogue applies (code passed as `act`: c_snippets.ACT_CODES, run by
 # c_snippets.ACT_SPAN with the switch outside its vector loops); others run in NumPy after it.
@@ -518,13 +519,19 @@ _SIGNATURES = {
 }
 
 
+def _void(signatures: dict) -> dict:
+    """The functions of `signatures` that return nothing (an argtypes list, not an (argtypes,
+    restype) pair): the kernel entry points a bound step calls."""
+    return {name: args for name, args in signatures.items() if isinstance(args, list)}
+
+
 def packed_wrappers(signatures: dict) -> str:
-    """For each function F of `signatures` (name -> ctypes argtypes), `F_packed(const int64_t*
-    a)`: F called with its arguments read from one array of words (pointers and sizes). A
-    bound step passes one pointer through ctypes instead of converting up to 25 Python ints
-    on every call."""
+    """For each void function F of `signatures` (name -> ctypes argtypes), `F_packed(const
+    int64_t* a)`: F called with its arguments read from one array of words (pointers and
+    sizes). A bound step passes one pointer through ctypes instead of converting up to 27
+    Python ints on every call."""
     out = []
-    for name, args in signatures.items():
+    for name, args in _void(signatures).items():
         cast = ["(void*)(intptr_t)" if t is _P else "(int)" if t is _INT else ""
                 for t in args]
         call = ", ".join(f"{c}a[{i}]" for i, c in enumerate(cast))
@@ -533,8 +540,8 @@ def packed_wrappers(signatures: dict) -> str:
 
 
 def with_packed(signatures: dict) -> dict:
-    """`signatures` and their `_packed` twins' (packed_wrappers)."""
-    return {**signatures, **{name + "_packed": [_P] for name in signatures}}
+    """`signatures` and their void functions' `_packed` twins' (packed_wrappers)."""
+    return {**signatures, **{name + "_packed": [_P] for name in _void(signatures)}}
 
 
 @cache
@@ -557,3 +564,29 @@ def packed_call(fn, args: tuple, library=None):
 
     call.words = words  # keeps the array alive as long as the call
     return call
+
+
+def contiguous(a: np.ndarray) -> np.ndarray:
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
+
+
+def c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1, library=None):
+    """(run, bind) for a kernel that is one C call: `c_call(*arrays)` gives the C function and
+    its arguments (pointers, sizes) for C-contiguous arrays. `run` makes its inputs contiguous
+    on every call; `bind` computes the call once (the executor's arrays never move), its
+    arguments packed into one array (packed_call). An activation the C epilogue lacks runs in
+    NumPy on `arrays[out]` afterwards. `library`: the one `c_call`'s functions come from, built
+    with packed_wrappers (this module's by default)."""
+
+    def run(*arrays):
+        fn, args = c_call(*(contiguous(a) for a in arrays))
+        fn(*args)
+        if numpy_act is not None:
+            np.copyto(arrays[out], numpy_act.apply(arrays[out]))
+
+    def bind(*arrays):
+        if numpy_act is not None or not all(a.flags.c_contiguous for a in arrays):
+            return partial(run, *arrays)
+        return packed_call(*c_call(*arrays), library=library)
+
+    return {"run": run, "bind": bind}

@@ -18,7 +18,7 @@ activations kept NHWC between convs there are no such copies."""
 from __future__ import annotations
 
 import ctypes
-from functools import cache, partial
+from functools import cache
 
 import numpy as np
 
@@ -270,9 +270,8 @@ def lib():
     """The compiled NHWC f32 conv library, or None (no AVX-512, no C compiler)."""
     if "avx512f" not in cc.cpu_flags():
         return None
-    entries = {name: _SIGNATURES[name] for name in ("nhwc_conv_run", "nhwc_depthwise_run")}
-    so = cc.load_library(SOURCE + conv_native.packed_wrappers(entries), "braze_conv_nhwc",
-                         {**_SIGNATURES, **conv_native.with_packed(entries)})
+    so = cc.load_library(SOURCE + conv_native.packed_wrappers(_SIGNATURES), "braze_conv_nhwc",
+                         conv_native.with_packed(_SIGNATURES))
     return so if so is not None and so.nhwc_compiled() else None
 
 
@@ -329,9 +328,10 @@ def takes(node, geo, ins, outs, ctx) -> np.ndarray | None:
 
 
 def kernel_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
-                  residual: bool, out_at: int) -> dict:
-    """The Kernel fields (run, scratch) of the conv with the layout bits `lay` (nhwc_io): on
-    nhwc_depthwise_run for one filter per channel, else nhwc_conv_run. An NHWC input is read
+                  residual: bool, out_at: int, numpy_act=None) -> dict:
+    """The Kernel fields (run, bind, scratch) of the conv with the layout bits `lay` (nhwc_io):
+    on nhwc_depthwise_run for one filter per channel, else nhwc_conv_run; `numpy_act` (an
+    activation the C epilogue lacks) after it on the output at `out_at`. An NHWC input is read
     in place by a depthwise conv, and by others reading no padding, stride, dilation or taps;
     otherwise it goes through a padded copy in the scratch."""
     depthwise = geo.groups > 1 and _one_per_channel(geo)
@@ -350,27 +350,13 @@ def kernel_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
     window = (geo.kh, geo.kw, sh, sw, dh, dw, geo.padding[0], geo.padding[1], hp, wp, geo.ho,
               geo.wo, int(pitch), code, lay)
 
-    def used(x, w, *rest) -> tuple:
-        """The arrays the C call reads or writes: x, bias, residual, out, scratch."""
-        return (x, rest[0] if has_bias else None, rest[1] if residual else None,
-                rest[out_at - 2], None if in_place else rest[-1])
-
-    def c_args(x, b, r, out, xt) -> tuple:
-        return (address(x), address(x if in_place else xt), address(packed),
-                None if b is None else address(b), None if r is None else address(r),
-                address(out), *sizes, *window)
-
-    def run(*arrays):
-        x, b, r, out, xt = used(*arrays)
-        entry(*c_args(*(None if a is None else np.ascontiguousarray(a) for a in
-                        (x, b, r)), out, xt))
-
-    def bind(*arrays):
-        """The call with its arguments packed once (the executor's arrays never move)."""
-        if not all(a is None or a.flags.c_contiguous for a in used(*arrays)):
-            return partial(run, *arrays)
-        return conv_native.packed_call(entry, c_args(*used(*arrays)), library=lib())
+    def call(x, w, *rest):
+        b = rest[0] if has_bias else None
+        r = rest[1] if residual else None
+        return entry, (address(x), address(x if in_place else rest[-1]), address(packed),
+                       None if b is None else address(b), None if r is None else address(r),
+                       address(rest[out_at - 2]), *sizes, *window)
 
     floats = geo.n * hp * wp * channels + (TP + geo.kw * dw) * channels
-    return {"run": run, "bind": bind,
+    return {**conv_native.c_kernel(call, numpy_act, out_at, library=lib()),
             "scratch": () if in_place else (((floats,), np.float32),)}

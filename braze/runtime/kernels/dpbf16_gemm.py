@@ -179,7 +179,7 @@ void dp_pack(const float* w, int64_t k, int64_t n, uint16_t* out) {
 static void epilogue(float* ct, int64_t rows, int64_t width, const float* bias, int act,
                      int gated, void* out, int out16, int64_t ldo, int64_t cols, float* gates) {
   int64_t half = width / 2;   /* a gated tile's output columns */
-  if (gated && SIGMOID16_ACT(act)) {   /* one pass: act(gate) * up in registers */
+  if (gated && ACT16_OK(act)) {   /* one pass: act(gate) * up in registers */
     for (int64_t i = 0; i < rows; i++) {
       const float* t = ct + i * LDC_T;
       for (int64_t q = 0; q * NR < cols; q++) {
@@ -189,7 +189,7 @@ static void epilogue(float* ct, int64_t rows, int64_t width, const float* bias, 
           g = _mm512_add_ps(g, _mm512_loadu_ps(bias + 2 * q * NR));
           u = _mm512_add_ps(u, _mm512_loadu_ps(bias + (2 * q + 1) * NR));
         }
-        __m512 v = _mm512_mul_ps(sigmoid_act16(g, act), u);
+        __m512 v = _mm512_mul_ps(act16(g, act), u);
         if (out16) _mm256_mask_storeu_epi16((uint16_t*)out + i * ldo + q * NR, m,
                                             bf16_round16(v));
         else _mm512_mask_storeu_ps((float*)out + i * ldo + q * NR, m, v);

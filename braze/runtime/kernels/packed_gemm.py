@@ -22,16 +22,14 @@ floats, about 1.0x the weight (MKL's cblas_sgemm_pack took ~4x per tile slab). A
   down projection K = 2048 of LLaMA-small took ~6% longer that way at 128 rows);
 - starts the accumulators from the bias, and applies the activation while the finished tile
   goes from scratch to `out`, with the executor's activation code (c_snippets.ACT_SPAN: the same
-  exp / erf / tanh the other kernels use and the tests check), except the tanh GELU, computed
-  as x sigmoid(2u) (the same function, half the cost of libmvec's tanhf, no left-tail
-  cancellation), under AVX-512 with an intrinsics exp (native.gelu_tanh_span: GPT-2's FFN
-  step 3.62 -> 3.25 ms on the Zen 4 VM, against ~3.1 for its down projection).
+  vector math the other kernels use and the tests check; its tanh GELU as x sigmoid(2u) took
+  GPT-2's FFN step 3.62 -> 3.25 ms on the Zen 4 VM, against ~3.1 for its down projection).
 
 Gated mode (a gated MLP's gate / up GEMM, executor step "braze packed-weight GEMM + gated
 silu"): `pack_gated` takes the [k, 2F] weight whose product fused_swiglu splits into gate and
 up halves (either first) and packs gate panel j next to up panel j (gate_up_pairs, each half
 zero padded to a multiple of 16 columns), the tiles split over those pairs, so a tile always
-holds matching gate and up columns; its epilogue writes act(gate) * up for them (tile_act's
+holds matching gate and up columns; its epilogue writes act(gate) * up for them (act_span's
 activation, then the product) into out [m, F]. The [m, 2F] product never leaves the scratch.
 
 The kernel is GCC vector extensions (no intrinsics), compiled with codegen.cc's flags
@@ -73,7 +71,6 @@ SOURCE = r"""
 #define NV (NR / VW)
 #define KC 128
 #define MC 144  /* rows per tile at most (balanced over the row blocks) */
-#define GELU_APPROX """ + str(c_snippets.ACT_CODES["gelu_approx"]) + r"""
 
 typedef float vf __attribute__((vector_size(VW * 4), aligned(4)));
 """ + c_snippets.REGISTER_TILE + r"""
@@ -135,26 +132,6 @@ void pg_pack(const float* w, int64_t s0, int64_t s1, int64_t k, int64_t n, float
 
 int64_t pg_scratch_floats(void) { return SCRATCH_FLOATS * (int64_t)omp_get_max_threads(); }
 
-/* dst = act(src) over n values: act_span, but for the tanh GELU x sigmoid(2u), which is the
-   same function at half the cost of libmvec's tanhf and keeps full relative accuracy in the
-   left tail (under -ffast-math expf must stay below its overflow: 88; past it the value,
-   |v| e^-t, is below 1e-37: 0). */
-static void tile_act(const float* src, float* dst, int64_t n, int act) {
-  if (act != GELU_APPROX) {
-    act_span(src, 0, dst, n, act);
-    return;
-  }
-#if defined(__AVX512F__)
-  gelu_tanh_span(src, dst, n);   /* the same form with an intrinsics exp (c_snippets.BF16_ROW) */
-#else
-  #pragma omp simd
-  for (int64_t i = 0; i < n; i++) {
-    float v = src[i], t = -1.59576912160573072f * (v + 0.044715f * v * v * v);
-    dst[i] = t < 88.0f ? v / (1.0f + expf(t < 88.0f ? t : 88.0f)) : 0.0f;
-  }
-#endif
-}
-
 /* The gated epilogue of a tile: its scratch rows (row stride LDC_T) hold `pairs` pairs of
    panels, gate then up; out row i (row stride ldo) gets act(gate) * up for its first `cols`
    columns (the pairs' columns but the zero padding past the last). */
@@ -163,14 +140,14 @@ static void gated_epilogue(const float* ct, int64_t rows, int64_t pairs, float* 
   float gate[8 * NR];  /* a tile has at most 16 panels */
   int64_t width = pairs * NR < cols ? pairs * NR : cols;
 #if defined(__AVX512F__)
-  if (NR == 16 && SIGMOID16_ACT(act)) {   /* one pass: act(gate) * up in registers */
+  if (NR == 16 && ACT16_OK(act)) {   /* one pass: act(gate) * up in registers */
     for (int64_t i = 0; i < rows; i++)
       for (int64_t q = 0; q * NR < width; q++) {
         const float* g = ct + i * LDC_T + 2 * q * NR;
         __mmask16 m = width - q * NR >= NR ? 0xffff : (__mmask16)((1u << (width - q * NR)) - 1);
         __m512 v = _mm512_loadu_ps(g);
         _mm512_mask_storeu_ps(out + i * ldo + q * NR, m,
-                              _mm512_mul_ps(sigmoid_act16(v, act), _mm512_loadu_ps(g + NR)));
+                              _mm512_mul_ps(act16(v, act), _mm512_loadu_ps(g + NR)));
       }
     return;
   }
@@ -178,7 +155,7 @@ static void gated_epilogue(const float* ct, int64_t rows, int64_t pairs, float* 
   for (int64_t i = 0; i < rows; i++) {
     const float* row = ct + i * LDC_T;
     for (int64_t q = 0; q < pairs; q++) memcpy(gate + q * NR, row + 2 * q * NR, NR * 4);
-    tile_act(gate, gate, width, act);
+    act_span(gate, 0, gate, width, act);
     float* o = out + i * ldo;
     for (int64_t q = 0; q < pairs; q++) {
       const float* up = row + (2 * q + 1) * NR;
@@ -292,7 +269,7 @@ static void gemm_tiles(const float* x, int64_t ldx, const float* bp, float* out,
       }
       int64_t j0 = p0 * NR, j1 = p1 * NR < n ? p1 * NR : n;
       for (int64_t i = 0; i < rows; i++)
-        tile_act(ct + i * LDC_T, out + (r0 + i) * n + j0, j1 - j0, act);
+        act_span(ct + i * LDC_T, 0, out + (r0 + i) * n + j0, j1 - j0, act);
     }
   }
 }

@@ -11,7 +11,7 @@ import numpy as np
 from ...ir.ops.conv import GlobalAvgPool, Pool2d, PoolKind, ResizeNearest2x
 from ...ir.ops.resize import Resize, ResizeMode
 from . import conv_native
-from .conv import c_kernel
+from .conv_native import c_kernel
 from .fused import is_f32
 from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
