@@ -110,6 +110,28 @@ def test_a_conv_of_few_multiply_adds_per_output_stays_f32(engine):
     assert any(r[1] == "cast" for r in exe.dispatch_report().rows)
 
 
+def test_a_1x1_conv_of_96_channels_runs_bf16_and_an_engine_floor_sets_it_aside(engine,
+                                                                              monkeypatch):
+    """96 multiply-adds per output: the default policy rounds it (MIN_CONV_MACS is 64) and
+    the AVX512-BF16 engine runs it (the AMX one only from conv_amx.AMX_MIN_MACS); an engine
+    whose floor is above it leaves it to the f32 kernels, on the rounded values."""
+    from braze.passes.precision import MIN_CONV_MACS
+
+    g = _conv(2, 96, 7, 9, 40, 1, act="relu")
+    assert MIN_CONV_MACS <= 96 < conv_amx.AMX_MIN_MACS
+    rows, _ = _run(g)
+    (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
+    if engine == NAMES["dp"]:
+        assert engine in conv[3], conv
+        monkeypatch.setattr(conv_dp, "DP", dataclasses.replace(conv_dp.DP, min_macs=128))
+    else:
+        assert "bf16" not in conv[3] or NAMES["dp"] in conv[3], conv
+        monkeypatch.setattr(conv_dp, "DP", dataclasses.replace(conv_dp.DP, lib=lambda: None))
+    rows, _ = _run(g)
+    (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
+    assert "bf16" not in conv[3] and [r for r in rows if r[1] == "cast"], rows
+
+
 @pytest.mark.parametrize("groups", [2, 6])
 def test_grouped_and_depthwise_convs_keep_the_f32_kernels(groups, engine):
     rows, _ = _run(_conv(1, 6, 9, 8, 6, 3, padding=1, groups=groups, act="relu"))

@@ -19,8 +19,9 @@ sums.
 Before this, such convs ran braze's f32 kernels on the rounded values after two cast passes
 (slower than fp32); a pixel-row im2col + bf16 GEMM form was slower still (its im2col and
 conversion passes). Groups of whole 32-channel blocks (RegNet's 64-channel groups) run group by
-group; depthwise convs and other convs under precision.MIN_CONV_MACS multiply-adds per output
-(which the default policy leaves in f32) and other grouped ones keep the f32 kernels.
+group; depthwise convs and other convs under AMX_MIN_MACS multiply-adds per output (on AMX
+tiles MobileNetV2's 16-96-channel 1x1 convs ran at 25-66 GFLOP/s: those run the AVX512-BF16
+engine where the policy rounds them) and other grouped ones keep the f32 kernels.
 Isolated, hot 3x3 convs run at 1.3-1.6 TFLOP/s on the AMX Xeon VM; in ResNet-50 the per-conv
 copies in and out (NCHW f32 <-> NHWC bf16) and cold weights left 0.5-0.9 ms a conv, before
 the activations between convs were kept NHWC."""
@@ -34,7 +35,6 @@ from functools import cache
 import numpy as np
 
 from ...errors import InterpretError
-from ...passes.precision import MIN_CONV_MACS
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
@@ -147,7 +147,9 @@ class Engine:
     library (None where it does not run), its entry point (amx_conv_run's arguments), its
     weight packing (w [o, cg, kh, kw], groups) -> packed, the input's padded channel count
     for one group, whether it takes a conv's groups, the pixels a strided tile reads past a
-    row's end (a multiple of `tile`), and its name in dispatch reports."""
+    row's end (a multiple of `tile`), its name in dispatch reports, and the fewest
+    multiply-adds per output (kh kw C / groups) of a conv it takes (0: any the policy
+    rounded)."""
 
     lib: Callable[[], object]
     entry: str
@@ -156,6 +158,7 @@ class Engine:
     takes_groups: Callable[[int, int], bool]
     tile: int
     name: str
+    min_macs: int = 0
 
 
 def packed_weight(w: np.ndarray, groups: int = 1) -> np.ndarray:
@@ -176,21 +179,24 @@ def packed_weight(w: np.ndarray, groups: int = 1) -> np.ndarray:
     return out
 
 
+AMX_MIN_MACS = 256
+"""The AMX conv's floor: under it (MobileNetV2's 16-96-channel 1x1 convs) AMX tiles ran at
+25-66 GFLOP/s, mostly tile loads and stores; the AVX512-BF16 engine takes those."""
+
 AMX = Engine(lib, "amx_conv_run", packed_weight, amx_gemm.up32,
              lambda groups, cg: groups == 1 or cg % 32 == 0, 32,
-             "braze AMX conv: implicit GEMM on NHWC bf16")
+             "braze AMX conv: implicit GEMM on NHWC bf16", AMX_MIN_MACS)
 
 
 def applies(node, geo, outs, ctx, engine: Engine) -> tuple | None:
     """(the unrounded input it reads, the packed weight) where the conv `node` (geometry
     `geo`, a conv.ConvGeometry) runs on `engine`, else None: no bf16 policy or no such engine
-    here, groups the engine does not take (AMX: whole blocks of 32 channels), fewer than
-    MIN_CONV_MACS multiply-adds per output (the default policy leaves those in f32; on AMX
-    tiles MobileNetV2's 16-96-channel 1x1 convs ran at 25-66 GFLOP/s), a weight computed at
-    run time or not bf16-valued, an input the policy did not round, an output that is not
-    f32."""
+    here, groups the engine does not take (AMX: whole blocks of 32 channels), fewer
+    multiply-adds per output than the engine's floor (AMX_MIN_MACS on AMX; the policy's
+    min_conv_macs decides which convs are rounded at all), a weight computed at run time or
+    not bf16-valued, an input the policy did not round, an output that is not f32."""
     if ctx is None or outs[0].dtype.name != "f32" or not bf16_gemm.bf16_policy(ctx) or \
-            geo.kh * geo.kw * geo.cg < MIN_CONV_MACS or engine.lib() is None or \
+            geo.kh * geo.kw * geo.cg < engine.min_macs or engine.lib() is None or \
             not engine.takes_groups(geo.groups, geo.cg):
         return None
     src = bf16_gemm.rounded_source(node, ctx, 0)

@@ -19,7 +19,8 @@ the order of the sums.
 Before this, on such CPUs these convs ran braze's f32 kernels on the rounded values after two
 cast passes: the bf16 policy ran CNNs slower than f32 (ResNet-50 59.7 ms against 55.2 on the
 Zen 4 VM). Groups of an even number of channels run group by group; depthwise convs and
-others under precision.MIN_CONV_MACS multiply-adds per output keep the f32 kernels."""
+others the policy leaves in f32 (under precision.MIN_CONV_MACS multiply-adds per output by
+default) keep the f32 kernels."""
 from __future__ import annotations
 
 import ctypes
