@@ -11,7 +11,9 @@ saved. So a conv's output is kept NHWC where
 - every step reading it is such a step (or a global average pool) reading it as its
   activation, or a conv reading it as its residual; under the bf16 policy a conv reads its input
   through the policy's rounding casts, which its kernel does itself (KernelContext.rounded):
-  those casts then have no other readers.
+  those casts then have no other readers. The rounding cast(v, bf16) is kept NHWC with v:
+  where the conv producing v writes that rounding itself (the bf16 hand-off, program.py), the
+  bf16 values are what the next convs read.
 
 Everything else stays NCHW: the graph's semantics and every other kernel see NCHW only, and a
 conv reading an NCHW value or writing one (a graph output, a value a pooling step reads)
@@ -61,6 +63,7 @@ def plan_channels_last(g: Graph, static: list[bool], types: Callable[[Node], tup
             continue
         if not g.is_output(v) and all(_reads_nhwc(g, u, v, reads) for u in g.users(v)):
             keep.add(v)
+            keep.update(u.value for u in g.users(v) if u.id not in reads)  # rounding casts
     return frozenset(keep)
 
 

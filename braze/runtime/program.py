@@ -10,7 +10,8 @@ the pair: the gated product comes out of the GEMM's epilogue, the product gets n
 Likewise, under the bf16 policy, a GEMM or gated MLP whose f32 result only the rounding for the
 next GEMM reads writes that rounding itself when fused.rounded_output takes the pair (the bf16
 hand-off): the next GEMM reads the bf16 values (KernelContext.handoff), nothing is rounded
-twice and the f32 result gets no buffer.
+twice and the f32 result gets no buffer. A conv before convs does the same where
+conv.rounded_output takes it (an NHWC result, nhwc_io.rounds_in_store).
 
 A feed that the steps only read (no step writes its buffer in place, no output is it or a view
 of it) is not copied in when the caller's array can stand in for the buffer: C-contiguous,
@@ -34,14 +35,15 @@ from ..ir.dtypes import bf16, f32
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.op import Value
+from ..ir.ops.conv import Conv2d
 from ..ir.ops.elementwise import Cast
-from ..ir.ops.fused_simple import FusedMatMulBiasAct, FusedSwiGLU
+from ..ir.ops.fused_simple import FusedConvBiasAct, FusedMatMulBiasAct, FusedSwiGLU
 from ..ir.ops.io import Constant, Input, Param
 from ..ir.ops.linalg import MatMul
 from ..ir.ops.shape import Expand, Narrow, Reshape
 from ..ir.shapes import Shape
 from ..ir.symbolic import eval_dim
-from .kernels import Kernel, KernelContext, kernel_for, reference_kernel
+from .kernels import Kernel, KernelContext, conv, kernel_for, reference_kernel
 from .kernels.fused import gated_gemm, rounded_output
 from .layout import plan_channels_last
 from .plan import Buffer, MemoryPlan, SharedArena, aligned_arena, plan_memory
@@ -402,7 +404,8 @@ def _epilogue_kernel(g: Graph, n: Node, in_shapes: list[Shape], shapes: dict,
             tries.append((gated_gemm, (mlp, roundings[mlp.id]), bf16))
         tries.append((gated_gemm, (mlp,), None))
     if n.id in roundings:
-        tries.append((rounded_output, (roundings[n.id],), bf16))
+        make = conv.rounded_output if isinstance(n.op, _CONVS) else rounded_output
+        tries.append((make, (roundings[n.id],), bf16))
     for make, absorbs, dtype in tries:
         k = make(n, absorbs[0], in_shapes, types(absorbs[-1], dtype), ctx)
         if k is not None:
@@ -412,18 +415,21 @@ def _epilogue_kernel(g: Graph, n: Node, in_shapes: list[Shape], shapes: dict,
     return None, ()
 
 
+_CONVS = (Conv2d, FusedConvBiasAct)
+
+
 def _rounding_epilogues(g: Graph, static: list[bool]) -> dict[int, Node]:
-    """Node id (a GEMM or a gated MLP's act(gate) * up) -> the cast to bf16 that is the only
-    reader of its f32 result, where the result is no graph output (the bf16 policy's rounding
-    of the next GEMM's operand): the two may run as one step writing the bf16 values
-    (fused.rounded_output decides)."""
+    """Node id (a GEMM, a gated MLP's act(gate) * up, or a conv) -> the cast to bf16 that is
+    the only reader of its f32 result, where the result is no graph output (the bf16 policy's
+    rounding of the next GEMM's or convs' operand): the two may run as one step writing the
+    bf16 values (fused.rounded_output, conv.rounded_output decide)."""
     out = {}
     for n in g.nodes:
         if not isinstance(n.op, Cast) or n.op.dtype != bf16 or static[n.id]:
             continue
         h = n.inputs[0]
         src = g.nodes[h.node]
-        if (isinstance(src.op, (MatMul, FusedMatMulBiasAct, FusedSwiGLU)) and
+        if (isinstance(src.op, (MatMul, FusedMatMulBiasAct, FusedSwiGLU, *_CONVS)) and
                 not static[src.id] and g.shape_of(h).dtype == f32 and
                 len(g.users(h)) == 1 and not g.is_output(h)):
             out[src.id] = n

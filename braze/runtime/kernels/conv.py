@@ -46,7 +46,7 @@ from .fused import is_f32
 from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
-__all__ = ["ConvGeometry", "channels_last_input"]
+__all__ = ["ConvGeometry", "channels_last_input", "rounded_output"]
 
 _F32 = np.float32
 
@@ -110,10 +110,9 @@ def _epilogue(act: UnaryFn | None) -> tuple[int, UnaryFn | None]:
     return 0, act
 
 
-def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
-    lib = conv_native.lib()
-    if lib is None or not is_f32(*ins, *outs):
-        return None
+def _bf16_engines(node, ins, outs, act: UnaryFn | None, ctx):
+    """(the conv on a bf16 engine, AMX tiles or AVX512-BF16, or None; its geometry, epilogue
+    code, NumPy activation, bias, residual, epilogue name and cost)."""
     geo = ConvGeometry.of(node.op, ins[0].dims, ins[1].dims, outs[0].dims)
     code, numpy_act = _epilogue(act)
     has_bias = len(ins) >= 3
@@ -121,22 +120,63 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
     what = act.value if act is not None else ("bias" if has_bias else "none")
     what = f"residual + {what}" if residual else what
     cost = {"flops": geo.flops(), "bytes": nbytes(ins) + nbytes(outs)}
-    out_at = len(ins)  # position of the output among the step's arrays
-    for engine in (conv_amx, conv_dp):  # the bf16 policy's conv on AMX tiles, or AVX512-BF16
+    for engine in (conv_amx, conv_dp):
         low = engine.conv_kernel(node, geo, ins, outs, ctx, code, has_bias, residual,
                                  numpy_act, what, cost)
         if low is not None:
-            return low
+            break
+    return low, (geo, code, numpy_act, has_bias, residual, what, cost)
+
+
+def rounded_output(node, cast_node, ins, outs, ctx) -> Kernel | None:
+    """One kernel for a conv and the cast to bf16 `cast_node` that is the only reader of its
+    f32 result (the bf16 policy's rounding of the next convs' input, program's hand-off): a
+    bf16 engine, or the NHWC f32 conv (a depthwise one before a bf16 1x1), writing its NHWC
+    result rounded to bf16 (nearest even) into the cast's output (`outs`), which the next
+    convs' copy-in reads as it is (KernelContext.handoff): the f32 values never reach memory.
+    None where no kernel takes it that way (nhwc_io.rounds_in_store: an NCHW output or
+    residual, tanh)."""
+    if conv_native.lib() is None or not is_f32(*ins) or outs[0].dtype.name != "bf16" or \
+            not isinstance(node.op, (Conv2d, FusedConvBiasAct)):
+        return None
+    low, (geo, code, numpy_act, has_bias, residual, what, cost) = \
+        _bf16_engines(node, ins, outs, getattr(node.op, "act", None), ctx)
+    if low is not None:
+        return low
+    lay = nhwc_io.layout_bits(node, ctx, residual=residual)
+    if not nhwc_io.rounds_in_store(lay, code, numpy_act, residual):
+        return None
+    return _nhwc_f32(node, geo, ins, outs, ctx, lay | nhwc_io.OUT_BF16, code, has_bias,
+                     residual, what, cost)
+
+
+def _nhwc_f32(node, geo, ins, outs, ctx, lay: int, code: int, has_bias: bool, residual: bool,
+              what: str, cost: dict, numpy_act=None) -> Kernel | None:
+    """braze's NHWC f32 conv with the layout bits `lay`, or None where it does not run."""
+    packed = conv_nhwc.takes(node, geo, ins, outs, ctx)
+    if packed is None:
+        return None
+    fields = conv_nhwc.kernel_fields(geo, packed, lay, code, has_bias, residual, len(ins),
+                                     numpy_act)
+    out16 = ", bf16 out" if lay & nhwc_io.OUT_BF16 else ""
+    return Kernel(**fields, dispatch=Dispatch.NATIVE, channels_last=True, **cost,
+                  name=f"braze NHWC conv: taps in registers{nhwc_io.describe(lay)} "
+                  f"({what}{out16})")
+
+
+def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
+    lib = conv_native.lib()
+    if lib is None or not is_f32(*ins, *outs):
+        return None
+    low, (geo, code, numpy_act, has_bias, residual, what, cost) = \
+        _bf16_engines(node, ins, outs, act, ctx)
+    if low is not None:
+        return low
+    out_at = len(ins)  # position of the output among the step's arrays
     lay = nhwc_io.layout_bits(node, ctx, residual=residual)
     if lay:  # a value kept NHWC (runtime/layout.py): braze's NHWC f32 conv, or none
-        packed = conv_nhwc.takes(node, geo, ins, outs, ctx)
-        if packed is None:
-            return None
-        fields = conv_nhwc.kernel_fields(geo, packed, lay, code, has_bias, residual, out_at,
-                                         numpy_act)
-        return Kernel(**fields, dispatch=Dispatch.NATIVE,
-                      name=f"braze NHWC conv: taps in registers{nhwc_io.describe(lay)} ({what})",
-                      channels_last=True, **cost)
+        return _nhwc_f32(node, geo, ins, outs, ctx, lay, code, has_bias, residual, what, cost,
+                         numpy_act)
     if geo.depthwise:
         mult = geo.o // geo.c
 

@@ -121,7 +121,7 @@ void amx_conv_run(const float* x, uint16_t* xt, const uint16_t* bp, const float*
                   int64_t o, int64_t cp, int64_t groups, int64_t kh, int64_t kw, int64_t sh,
                   int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl, int64_t hp,
                   int64_t wp, int64_t ho, int64_t wo, int pitch, int act, int lay) {
-  conv_prep_bf16(x, xt, n, c, h, w, cp, hp, wp, pt, pl, lay & IN_NHWC);
+  conv_prep_bf16(x, xt, n, c, h, w, cp, hp, wp, pt, pl, lay & (IN_NHWC | IN_BF16));
   amx_conv(xt, bp, bias, res, y, n, o, cp, groups, groups == 1 ? cp : c / groups, kh, kw, sh,
            sw, dh, dw, hp, wp, ho, wo, pitch, act, lay);
 }
@@ -189,17 +189,19 @@ AMX = Engine(lib, "amx_conv_run", packed_weight, amx_gemm.up32,
 
 
 def applies(node, geo, outs, ctx, engine: Engine) -> tuple | None:
-    """(the unrounded input it reads, the packed weight) where the conv `node` (geometry
-    `geo`, a conv.ConvGeometry) runs on `engine`, else None: no bf16 policy or no such engine
-    here, groups the engine does not take (AMX: whole blocks of 32 channels), fewer
-    multiply-adds per output than the engine's floor (AMX_MIN_MACS on AMX; the policy's
-    min_conv_macs decides which convs are rounded at all), a weight computed at run time or
-    not bf16-valued, an input the policy did not round, an output that is not f32."""
-    if ctx is None or outs[0].dtype.name != "f32" or not bf16_gemm.bf16_policy(ctx) or \
-            geo.kh * geo.kw * geo.cg < engine.min_macs or engine.lib() is None or \
-            not engine.takes_groups(geo.groups, geo.cg):
+    """(the input it reads: the unrounded f32 one, or bf16 values an earlier conv handed over
+    (KernelContext.handoff); the packed weight) where the conv `node` (geometry `geo`, a
+    conv.ConvGeometry) runs on `engine`, else None: no bf16 policy or no such engine here,
+    groups the engine does not take (AMX: whole blocks of 32 channels), fewer multiply-adds
+    per output than the engine's floor (AMX_MIN_MACS on AMX; the policy's min_conv_macs
+    decides which convs are rounded at all), a weight computed at run time or not
+    bf16-valued, an input the policy did not round, an output neither f32 nor bf16."""
+    if ctx is None or outs[0].dtype.name not in ("f32", "bf16") or \
+            not bf16_gemm.bf16_policy(ctx) or geo.kh * geo.kw * geo.cg < engine.min_macs or \
+            engine.lib() is None or not engine.takes_groups(geo.groups, geo.cg):
         return None
-    src = bf16_gemm.rounded_source(node, ctx, 0)
+    handed = ctx.handoff.get(node.inputs[0]) if ctx.handoff else None
+    src = handed if handed is not None else bf16_gemm.rounded_source(node, ctx, 0)
     w = ctx.static.get(node.inputs[1])
     if src is None or w is None or w.dtype != np.float32 or w.ndim != 4:
         return None
@@ -216,13 +218,25 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
                 ) -> Kernel | None:
     """The conv `node` (geometry `geo`, a conv.ConvGeometry) on `engine` (None: AMX), or None
     where it does not apply (`applies`). Its input, output and residual are NCHW or NHWC as
-    the executor keeps them (KernelContext.channels_last)."""
+    the executor keeps them (KernelContext.channels_last). A bf16 output (`outs` are the
+    rounding cast's, conv.rounded_output) is written rounded, NHWC, and only with an NHWC
+    residual and an activation act16 has (not tanh); a bf16 input (handed over) is NHWC."""
     engine = AMX if engine is None else engine
     found = applies(node, geo, outs, ctx, engine)
     if found is None:
         return None
     src, packed = found
     lay = nhwc_io.layout_bits(node, ctx, src, residual)
+    handed = ctx.handoff.get(node.inputs[0]) == src if ctx.handoff else False
+    if outs[0].dtype.name == "bf16":
+        if not nhwc_io.rounds_in_store(lay, act, numpy_act, residual):
+            return None
+        lay |= nhwc_io.OUT_BF16
+    out16 = bool(lay & nhwc_io.OUT_BF16)
+    if handed:
+        if not lay & nhwc_io.IN_NHWC:
+            return None
+        lay |= nhwc_io.IN_BF16
     hp, wp, pitch = nhwc_io.extent(geo, engine.tile)
     cp = engine.channels(geo.c) if geo.groups == 1 else geo.c
     out_at = len(ins)  # the output's position among the step's arrays
@@ -232,8 +246,10 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
     def call(x, w_, *rest):
         bias = rest[0] if has_bias else None
         res = rest[1] if residual else None
-        if x.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
-            raise InterpretError(f"bf16 conv at node {node.label}: needs f32 arrays")
+        if x.dtype != (amx_gemm.BF16 if handed else np.float32) or \
+                (bias is not None and bias.dtype != np.float32):
+            raise InterpretError(f"bf16 conv at node {node.label}: a {x.dtype} input (needs "
+                                 f"{'bf16' if handed else 'f32'}, and an f32 bias)")
         return entry, (address(x), address(rest[-1]), address(packed),
                        None if bias is None else address(bias),
                        None if res is None else address(res), address(rest[out_at - 2]),
@@ -242,7 +258,9 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
                        int(pitch), act, lay)
 
     return Kernel(**conv_native.c_kernel(call, numpy_act, out_at, library=engine.lib()),
-                  dispatch=Dispatch.NATIVE, name=f"{engine.name}, operand rounded in"
-                  f"{nhwc_io.describe(lay)} ({what})", reads=((0, src),), **cost,
+                  dispatch=Dispatch.NATIVE, name=f"{engine.name}, "
+                  f"{'bf16 operand handed over' if handed else 'operand rounded in'}"
+                  f"{nhwc_io.describe(lay)} ({what}{', bf16 out' if out16 else ''})",
+                  reads=((0, src),), **cost,
                   scratch=(((geo.n * hp * wp * cp + (32 + geo.kw * geo.dilation[1]) * cp,),
                             np.uint16),), channels_last=True)

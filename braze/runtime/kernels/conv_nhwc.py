@@ -313,10 +313,12 @@ def takes(node, geo, ins, outs, ctx) -> np.ndarray | None:
     """The packed weight where the conv `node` (geometry `geo`, a conv.ConvGeometry) runs
     here: AVX-512 and a C compiler, f32 arrays, one group, groups of whole panels (16 output
     channels, 8 input channels at least: RegNet's 64-channel groups) or one filter per channel
-    (depthwise), a 4-d weight known when the program is built; else None."""
+    (depthwise), a 4-d weight known when the program is built; else None. A bf16 output is
+    the conv's result rounded (conv.rounded_output: the layout bits say OUT_BF16)."""
     dense = geo.groups == 1 or (geo.og % 16 == 0 and geo.cg >= 8)
     if ctx is None or not (dense or _one_per_channel(geo)) or lib() is None or \
-            not all(s.dtype.name == "f32" for s in (*ins, *outs)):
+            not all(s.dtype.name == "f32" for s in ins) or \
+            outs[0].dtype.name not in ("f32", "bf16"):
         return None
     w = ctx.static.get(node.inputs[1])
     if w is None or w.dtype != np.float32 or w.ndim != 4:

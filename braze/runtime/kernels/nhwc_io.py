@@ -8,20 +8,25 @@ rounded to nearest even, or f32 as it is): from NCHW through 8 x 8 register tran
 NHWC one contiguous run of channels per pixel. A finished tile (pixels x output channels, f32)
 gets bias, residual and activation and is stored: into NCHW through 8 x 8 transposes, into
 NHWC as one contiguous run of channels per pixel. A residual stored in the output's layout
-(NCHW) joins after the store; in any other case it joins in the tile first."""
+(NCHW) joins after the store; in any other case it joins in the tile first. Under the bf16
+policy's hand-off between convs (program.py) an NHWC output is stored rounded to bf16
+(OUT_BF16) and an NHWC input read as the bf16 values it holds (IN_BF16)."""
 from __future__ import annotations
 
 from . import c_snippets
 
-__all__ = ["NHWC_IO", "LAYOUT_BITS", "IN_NHWC", "OUT_NHWC", "RES_NHWC", "extent", "layout_bits",
-           "describe"]
+__all__ = ["NHWC_IO", "LAYOUT_BITS", "IN_NHWC", "OUT_NHWC", "RES_NHWC", "IN_BF16", "OUT_BF16",
+           "extent", "layout_bits", "rounds_in_store", "describe"]
 
 IN_NHWC, OUT_NHWC, RES_NHWC = 1, 2, 4  # the `lay` bits: which of the conv's arrays are NHWC
+IN_BF16, OUT_BF16 = 8, 16  # and which hold bf16 values handed over between convs (NHWC)
 LAYOUT_BITS = f"""
 #ifndef IN_NHWC
 #define IN_NHWC {IN_NHWC}
 #define OUT_NHWC {OUT_NHWC}
 #define RES_NHWC {RES_NHWC}
+#define IN_BF16 {IN_BF16}
+#define OUT_BF16 {OUT_BF16}
 #endif
 """
 """The `lay` bits as C macros."""
@@ -29,10 +34,11 @@ LAYOUT_BITS = f"""
 NHWC_IO = LAYOUT_BITS + r"""
 #ifndef BRAZE_NHWC_IO
 #define BRAZE_NHWC_IO
-""" + c_snippets.TO_BF16 + c_snippets.TRANSPOSE8 + r"""
-/* xt [n, hp, wp, cp] = x (NCHW [n, c, h, w], or NHWC [n, h, w, c] with `nhwc`) as T (CONVERT:
-   uint16_t rounded to bf16 nearest even, or float as it is), padded row r reading image row
-   r - pt and column v image column v - pl, zeros outside the image and past channel c. */
+""" + c_snippets.TO_BF16 + c_snippets.TRANSPOSE8 + c_snippets.BF16_ROW + r"""
+/* xt [n, hp, wp, cp] = x (NCHW [n, c, h, w], or NHWC [n, h, w, c] with `nhwc` & IN_NHWC) as T
+   (CONVERT: uint16_t rounded to bf16 nearest even, or float as it is), padded row r reading
+   image row r - pt and column v image column v - pl, zeros outside the image and past channel
+   c. With `nhwc` & IN_BF16 (T uint16_t only) x holds NHWC bf16 values, copied as they are. */
 #define CONV_PREP(NAME, T, CONVERT) \
 static void NAME(const float* x, T* xt, int64_t n, int64_t c, int64_t h, int64_t w, \
                  int64_t cp, int64_t hp, int64_t wp, int64_t pt, int64_t pl, int nhwc) { \
@@ -51,6 +57,15 @@ static void NAME(const float* x, T* xt, int64_t n, int64_t c, int64_t h, int64_t
     memset(d + hi * cp, 0, (size_t)((wp - hi) * cp) * sizeof(T)); \
     if (c < cp) \
       for (int64_t v = lo; v < hi; v++) memset(d + v * cp + c, 0, (size_t)(cp - c) * sizeof(T)); \
+    if ((nhwc & IN_BF16) && sizeof(T) == 2) {  /* bf16 handed over: rows of c as they are */ \
+      const uint16_t* src = (const uint16_t*)x + ((img * h + iy) * w - pl) * c; \
+      if (c == cp) { \
+        memcpy(d + lo * cp, src + lo * c, (size_t)((hi - lo) * c) * 2); \
+        continue; \
+      } \
+      for (int64_t v = lo; v < hi; v++) memcpy(d + v * cp, src + v * c, (size_t)c * 2); \
+      continue; \
+    } \
     if (nhwc) {  /* pixel v's channels at src + v c */ \
       const float* src = x + ((img * h + iy) * w - pl) * c; \
       for (int64_t v = lo; v < hi; v++) { \
@@ -146,15 +161,16 @@ static void store_span(float* t, int64_t ldt, int64_t len, int64_t chans, int64_
 }
 
 /* store_span for an NHWC output (a residual, if any, NHWC too) whose activation act16 has, in
-   one pass: per pixel and 16 channels, tile + bias (+ residual), the activation, the store.
+   one pass: per pixel and 16 channels, tile + bias (+ residual), the activation, the store
+   (with out16: rounded to bf16 into y's uint16_t values, the next conv's operand).
    (The passes of store_span, a memcpy and an activation call per pixel, took 40% of a 16 ->
    96 1x1 conv at 112 x 112.) */
 static void store_nhwc(const float* t, int64_t ldt, int64_t len, int64_t chans, int64_t oc0,
                        const float* bias, const float* res, float* y, int64_t img, int64_t o,
-                       int64_t plane, int64_t at, int act) {
+                       int64_t plane, int64_t at, int act, int out16) {
 #if defined(__AVX512F__)
-  float* yp = y + (img * plane + at) * o + oc0;
-  const float* rp = res ? res + (img * plane + at) * o + oc0 : NULL;
+  int64_t y0 = (img * plane + at) * o + oc0;
+  const float* rp = res ? res + y0 : NULL;
   const float* bp = bias ? bias + oc0 : NULL;
   for (int64_t p = 0; p < len; p++)
     for (int64_t j = 0; j < chans; j += 16) {
@@ -162,13 +178,18 @@ static void store_nhwc(const float* t, int64_t ldt, int64_t len, int64_t chans, 
       __m512 v = _mm512_maskz_loadu_ps(m, t + p * ldt + j);
       if (bp) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, bp + j));
       if (rp) v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, rp + p * o + j));
-      _mm512_mask_storeu_ps(yp + p * o + j, m, act16(v, act));
+      v = act16(v, act);
+      if (out16)
+        _mm256_mask_storeu_epi16((uint16_t*)y + y0 + p * o + j, m, bf16_round16(v));
+      else
+        _mm512_mask_storeu_ps(y + y0 + p * o + j, m, v);
     }
 #endif
 }
 
 /* A finished tile (npx pixels, rows of ldt f32 channels, `chans` of them valid, output
-   channels from oc0) into y (image img, o channels, plane pixels; NCHW or NHWC by `lay`):
+   channels from oc0) into y (image img, o channels, plane pixels; NCHW or NHWC by `lay`;
+   bf16 values with OUT_BF16, which takes an NHWC output, residual NHWC, and act16's acts):
    bias added, the activation (after the residual where there is one), stored from its first
    position q0 (with `pitch`, positions along the padded plane's pitch: the runs inside each
    output row of wo, the rest dropped). */
@@ -181,8 +202,9 @@ static void store_tile(float* tmp, int64_t ldt, int64_t npx, int64_t chans, int6
 #else
   int fused = 0;
 #endif
+  int out16 = fused && (lay & OUT_BF16);
   if (fused && !pitch) {
-    store_nhwc(tmp, ldt, npx, chans, oc0, bias, res, y, img, o, plane, q0, act);
+    store_nhwc(tmp, ldt, npx, chans, oc0, bias, res, y, img, o, plane, q0, act, out16);
     return;
   }
   if (bias && !fused) {
@@ -206,7 +228,7 @@ static void store_tile(float* tmp, int64_t ldt, int64_t npx, int64_t chans, int6
     int64_t len = wo - ox < npx - p ? wo - ox : npx - p;
     if (len > 0 && fused) {
       store_nhwc(tmp + p * ldt, ldt, len, chans, oc0, bias, res, y, img, o, plane, oy * wo + ox,
-                 act);
+                 act, out16);
       p += len;
     } else if (len > 0) {
       store_span(tmp + p * ldt, ldt, len, chans, oc0, res, y, img, o, plane, oy * wo + ox,
@@ -320,6 +342,14 @@ def layout_bits(node, ctx, source=None, residual: bool = False) -> int:
     src = node.inputs[0] if source is None else source
     return ((IN_NHWC if src in nhwc else 0) | (OUT_NHWC if node.value in nhwc else 0) |
             (RES_NHWC if residual and node.inputs[3] in nhwc else 0))
+
+
+def rounds_in_store(lay: int, act: int, numpy_act, residual: bool) -> bool:
+    """Whether a conv's store can write its result rounded to bf16 (OUT_BF16): store_nhwc's
+    one pass, so an NHWC output, a residual (if any) NHWC too, and an activation act16 has
+    (every C code but tanh's; none left for NumPy)."""
+    return bool(lay & OUT_NHWC) and (not residual or bool(lay & RES_NHWC)) and \
+        numpy_act is None and act != c_snippets.ACT_CODES["tanh"]
 
 
 def describe(lay: int) -> str:
