@@ -239,6 +239,11 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
         lay |= nhwc_io.IN_BF16
     hp, wp, pitch = nhwc_io.extent(geo, engine.tile)
     cp = engine.channels(geo.c) if geo.groups == 1 else geo.c
+    # bf16 values needing no padding (of the image, or of channels) and tiles reading no
+    # columns past a row (tile 0: conv_dp's) are read where they are, with no copy
+    in_place = handed and engine.tile == 0 and not any(geo.padding) and cp == geo.c
+    if in_place:
+        hp, wp = geo.h, geo.w
     out_at = len(ins)  # the output's position among the step's arrays
     (sh, sw), (dh, dw) = geo.stride, geo.dilation
     entry = getattr(engine.lib(), engine.entry)
@@ -250,7 +255,7 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
                 (bias is not None and bias.dtype != np.float32):
             raise InterpretError(f"bf16 conv at node {node.label}: a {x.dtype} input (needs "
                                  f"{'bf16' if handed else 'f32'}, and an f32 bias)")
-        return entry, (address(x), address(rest[-1]), address(packed),
+        return entry, (address(x), address(x if in_place else rest[-1]), address(packed),
                        None if bias is None else address(bias),
                        None if res is None else address(res), address(rest[out_at - 2]),
                        geo.n, geo.c, geo.h, geo.w, geo.o, cp, geo.groups, geo.kh, geo.kw, sh, sw,
@@ -260,7 +265,8 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
     return Kernel(**conv_native.c_kernel(call, numpy_act, out_at, library=engine.lib()),
                   dispatch=Dispatch.NATIVE, name=f"{engine.name}, "
                   f"{'bf16 operand handed over' if handed else 'operand rounded in'}"
+                  f"{' (read in place)' if in_place else ''}"
                   f"{nhwc_io.describe(lay)} ({what}{', bf16 out' if out16 else ''})",
-                  reads=((0, src),), **cost,
-                  scratch=(((geo.n * hp * wp * cp + (32 + geo.kw * geo.dilation[1]) * cp,),
-                            np.uint16),), channels_last=True)
+                  reads=((0, src),), **cost, channels_last=True,
+                  scratch=() if in_place else
+                  (((geo.n * hp * wp * cp + (32 + geo.kw * geo.dilation[1]) * cp,), np.uint16),))

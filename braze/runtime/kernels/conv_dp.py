@@ -59,7 +59,8 @@ void dp_conv_run(const float* x, uint16_t* xt, const uint16_t* bp, const float* 
                  int64_t sw, int64_t dh, int64_t dw, int64_t pt, int64_t pl, int64_t hp,
                  int64_t wp, int64_t ho, int64_t wo, int pitch, int act, int lay) {
 #if defined(__AVX512BF16__)
-  conv_prep_bf16(x, xt, n, c, h, w, cp, hp, wp, pt, pl, lay & (IN_NHWC | IN_BF16));
+  if ((const void*)xt != (const void*)x)  /* else bf16 NHWC values read in place */
+    conv_prep_bf16(x, xt, n, c, h, w, cp, hp, wp, pt, pl, lay & (IN_NHWC | IN_BF16));
   (void)pitch;   /* NHWC_CONV's tiles need none (conv_amx's entry point takes it) */
   dp_conv(xt, bp, bias, res, y, n, o, cp, groups, groups == 1 ? cp : c / groups, kh, kw, sh,
           sw, dh, dw, hp, wp, ho, wo, act, lay);
