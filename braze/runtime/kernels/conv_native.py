@@ -573,14 +573,19 @@ def contiguous(a: np.ndarray) -> np.ndarray:
 def c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1, library=None):
     """(run, bind) for a kernel that is one C call: `c_call(*arrays)` gives the C function and
     its arguments (pointers, sizes) for C-contiguous arrays. `run` makes its inputs contiguous
-    on every call; `bind` computes the call once (the executor's arrays never move), its
-    arguments packed into one array (packed_call). An activation the C epilogue lacks runs in
-    NumPy on `arrays[out]` afterwards. `library`: the one `c_call`'s functions come from, built
-    with packed_wrappers (this module's by default)."""
+    on every call (the copies held until the call returns: c_call keeps only their addresses;
+    a strided output gets the result copied back); `bind` computes the call once (the
+    executor's arrays never move), its arguments packed into one array (packed_call). An
+    activation the C epilogue lacks runs in NumPy on `arrays[out]` afterwards. `library`: the
+    one `c_call`'s functions come from, built with packed_wrappers (this module's by
+    default)."""
 
     def run(*arrays):
-        fn, args = c_call(*(contiguous(a) for a in arrays))
+        held = [contiguous(a) for a in arrays]
+        fn, args = c_call(*held)
         fn(*args)
+        if held[out] is not arrays[out]:
+            np.copyto(arrays[out], held[out])
         if numpy_act is not None:
             np.copyto(arrays[out], numpy_act.apply(arrays[out]))
 

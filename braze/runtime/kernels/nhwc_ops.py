@@ -152,7 +152,8 @@ def max_pool_nhwc(node, ins, outs, ctx):
     args = (n, c, h, w, *op.kernel, *op.stride, op.padding[0], op.padding[1], ho, wo, lay)
 
     def run(x, out):
-        lib().nhwc_max_pool(address(np.ascontiguousarray(x)), address(out), *args)
+        x = np.ascontiguousarray(x)  # held in a name: a copy must outlive the call
+        lib().nhwc_max_pool(address(x), address(out), *args)
 
     return Kernel(run, Dispatch.NATIVE, f"C max pool{nhwc_io.describe(lay)}",
                   flops=n * c * ho * wo * op.kernel[0] * op.kernel[1],
@@ -167,7 +168,8 @@ def global_avg_pool_nhwc(node, ins, outs, ctx):
     n, c, h, w = (int(d) for d in ins[0].dims)
 
     def run(x, out):
-        lib().nhwc_channel_means(address(np.ascontiguousarray(x)), address(out), n, h * w, c)
+        x = np.ascontiguousarray(x)  # held in a name: a copy must outlive the call
+        lib().nhwc_channel_means(address(x), address(out), n, h * w, c)
 
     return Kernel(run, Dispatch.NATIVE, "C channel means, NHWC input", flops=n * c * h * w,
                   bytes=nbytes(ins) + nbytes(outs), channels_last=True)
@@ -183,9 +185,9 @@ def channel_scale_nhwc(node, ins, outs, ctx):
     s_batch = int(int(ins[1 - at].dims[0]) == n and n > 1)
 
     def run(*arrays):
-        x, s, out = arrays[at], arrays[1 - at], arrays[2]
-        lib().nhwc_channel_scale(address(np.ascontiguousarray(x)),
-                                 address(np.ascontiguousarray(s)), address(out), n, c, h * w,
+        # held in names: copies must outlive the call
+        x, s = np.ascontiguousarray(arrays[at]), np.ascontiguousarray(arrays[1 - at])
+        lib().nhwc_channel_scale(address(x), address(s), address(arrays[2]), n, c, h * w,
                                  s_batch, lay)
 
     return Kernel(run, Dispatch.NATIVE, f"C per-channel scale{nhwc_io.describe(lay)}",
