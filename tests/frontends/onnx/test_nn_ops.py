@@ -16,6 +16,7 @@ from braze.errors import FrontendError  # noqa: E402
 
 RTOL = ATOL = 1e-5
 _ONNX_TYPES = {np.float32: TensorProto.FLOAT, np.float64: TensorProto.DOUBLE,
+               np.float16: TensorProto.FLOAT16,
                np.int64: TensorProto.INT64, np.int32: TensorProto.INT32,
                np.uint8: TensorProto.UINT8}
 
@@ -210,7 +211,7 @@ def test_conv_transpose_with_output_shape_and_dynamic_spatial_dims_says_to_pass_
         bz.import_onnx(m)
 
 
-# -- BatchNormalization, InstanceNormalization, LpNormalization ----------------------------------
+# -- BatchNormalization, Instance / GroupNormalization, LpNormalization -------------------------
 @pytest.mark.parametrize("shape", [[2, 5, 4, 3], [3, 5], [2, 5, 7]])
 def test_batch_norm_inference(shape):
     c = shape[1]
@@ -225,6 +226,38 @@ def test_instance_norm(shape):
     m = model("InstanceNormalization", shape, attrs=dict(epsilon=1e-4),
               inits=[rand(3), rand(3, seed=5)])
     check(m, shape)
+
+
+@pytest.mark.parametrize("opset", [18, 21])  # 18: scale / bias per group; 21: per channel
+@pytest.mark.parametrize("shape, groups", [([2, 6, 5, 4], 3), ([2, 6, 7], 2), ([1, 6, 3, 3], 6),
+                                           ([2, 4, 5, 3], 1)])
+def test_group_norm(shape, groups, opset):
+    n = groups if opset < 21 else shape[1]
+    m = model("GroupNormalization", shape, attrs=dict(epsilon=1e-4, num_groups=groups),
+              inits=[rand(n, seed=4), rand(n, seed=5)], opset=opset)
+    g = check(m, shape)
+    assert g.count("group_norm") == 1
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(bz.compile(g)({"x": x})[0], ort_run(m, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_group_norm_of_float16_runs_its_statistics_in_float32():
+    """stash_type 1 (the default): normalized in float32, cast back, then scaled."""
+    m = model("GroupNormalization", [2, 6, 5, 4], attrs=dict(num_groups=3), opset=21,
+              inits=[rand(6, seed=4).astype(np.float16), rand(6, seed=5).astype(np.float16)],
+              dtype=np.float16)
+    g = check(m, [2, 6, 5, 4], dtype=np.float16, rtol=2e-3, atol=2e-3)
+    assert g.count("group_norm") == 1 and g.count("cast") == 2
+
+
+@pytest.mark.parametrize("groups, scale, match", [(4, 4, "num_groups 4 does not divide"),
+                                                  (3, 6, r"scale has shape \(6,\); opset 18")])
+def test_group_norm_errors_name_the_node(groups, scale, match):
+    m = model("GroupNormalization", [1, 6, 4, 4], attrs=dict(num_groups=groups),
+              inits=[rand(scale), rand(scale)], opset=18, name="gn")
+    with pytest.raises(FrontendError, match=f"gn.*{match}"):
+        bz.import_onnx(m)
 
 
 @pytest.mark.parametrize("p,axis", [(2, -1), (1, 1), (2, 0)])

@@ -1,5 +1,5 @@
 """ONNX normalizations over the channel axis: BatchNormalization (inference and training form),
-InstanceNormalization and LpNormalization.
+InstanceNormalization, GroupNormalization and LpNormalization.
 
 Training-form BatchNormalization (training_mode=1, or the running / saved statistics outputs
 before opset 14) normalizes with the statistics of its own input, as the spec says; the
@@ -14,6 +14,7 @@ from ....ir.ops.io import Constant, Param
 from ....ir.ops.reduce import ReduceFn
 from ....ir.shapes import Shape
 from ..context import converter
+from ..dtypes import onnx_dtype
 from ..known import Known
 
 _MOMENTUM = 0.9  # ONNX's default
@@ -154,6 +155,39 @@ def instance_norm(ctx, node):
                              f"{dims}")
     return [ctx.g.group_norm(x, dims[1], ctx.value(node, 1), ctx.value(node, 2),
                              eps=float(node.attr("epsilon", 1e-5)))]
+
+
+@converter("GroupNormalization")
+def group_norm(ctx, node):
+    """braze's group_norm. Opset 18-20 gives scale and bias per group ([num_groups]: each
+    repeated over its group's channels), 21 on per channel ([C]); the statistics run in
+    stash_type (float32 by default: a float16 input is normalized in float32, then cast back
+    and scaled)."""
+    g = ctx.g
+    x = ctx.value(node, 0)
+    dims = ctx.dims(x)
+    groups = node.attr("num_groups", None)
+    if len(dims) < 3 or not isinstance(dims[1], int):
+        raise ctx.fail(node, f"GroupNormalization needs [N, C, ...] with a static C, got "
+                             f"{dims}; pass input_shapes= to import_onnx to fix it")
+    if not isinstance(groups, int) or groups < 1 or dims[1] % groups:
+        raise ctx.fail(node, f"num_groups {groups!r} does not divide the {dims[1]} channels")
+    c, eps = dims[1], float(node.attr("epsilon", 1e-5))
+    scale, bias = ctx.value(node, 1), ctx.value(node, 2)
+    want, per = (groups, "per group") if ctx.opset < 21 else (c, "per channel")
+    for name, v in (("scale", scale), ("bias", bias)):
+        if tuple(ctx.dims(v)) != (want,):
+            raise ctx.fail(node, f"{name} has shape {tuple(ctx.dims(v))}; opset {ctx.opset} "
+                                 f"takes [{want}] ({per})")
+    if want != c:  # per group: each value over its group's c / groups channels
+        scale, bias = ((g.reshape(g.expand(g.reshape(v, (groups, 1)), (groups, c // groups)),
+                                  (c,))) for v in (scale, bias))
+    stash = onnx_dtype(node.attr("stash_type", 1), f"{ctx.source}: node {node.label} stash_type")
+    if ctx.dtype(x) == stash:
+        return [g.group_norm(x, groups, scale, bias, eps=eps)]
+    y = g.cast(g.group_norm(g.cast(x, stash), groups, eps=eps), ctx.dtype(x))
+    at = (c,) + (1,) * (len(dims) - 2)
+    return [g.add(g.mul(y, g.reshape(scale, at)), g.reshape(bias, at))]
 
 
 @converter("LpNormalization")
