@@ -297,6 +297,18 @@ class _Importer:
                                     "input, initializer or node produces")
 
     # -- one node -------------------------------------------------------------------------------
+    def _symbols_hint(self, e: BrazeError) -> str:
+        """For a shape error over symbolic dims where several inputs have their own symbols
+        (the dynamo exporter names input_ids' and attention_mask's dims apart): how to say
+        which are equal."""
+        named = [(n.op.name, n.outputs[0].dims) for n in self.g.inputs
+                 if any(not isinstance(d, int) for d in n.outputs[0].dims)]
+        if "symbol" not in str(e) or len(named) < 2:
+            return ""
+        have = ", ".join(f"{name} {tuple(str(d) for d in dims)}" for name, dims in named)
+        return (f"; if some of these inputs' dims are equal ({have}), give them one name: "
+                f"import_onnx(..., input_shapes={{{named[0][0]!r}: ('batch', 'seq'), ...}})")
+
     def _convert(self, node: NodeView) -> None:
         ctx = self.ctx
         prov = node.name or f"{node.op_type}:{node.outputs[0] if node.outputs else '?'}"
@@ -311,7 +323,8 @@ class _Importer:
         except FrontendError:
             raise
         except BrazeError as e:
-            raise FrontendError(f"{self.label}: node {node.label}: {e}") from e
+            raise FrontendError(f"{self.label}: node {node.label}: {e}{self._symbols_hint(e)}") \
+                from e
         except NotFoldable as e:
             raise FrontendError(f"{self.label}: node {node.label}: {e}") from e
         except (ValueError, TypeError, KeyError, IndexError) as e:

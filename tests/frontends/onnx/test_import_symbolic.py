@@ -320,3 +320,26 @@ def test_float_arange_of_a_dynamic_dim_from_both_exporters(dynamo, ort_run, tmp_
         np.testing.assert_allclose(ort_run(model, {"x": xs})[0], want, rtol=1e-6, atol=1e-6)
         for got in (bz.interpret(g, {"x": xs})[0], exe({"x": xs})[0]):
             np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_inputs_whose_equal_dims_have_different_names_get_a_hint(make_model, ort_run):
+    """The dynamo exporter names input_ids' dims (s72, s70) and attention_mask's (s43, s53)
+    apart: reshaping the mask to ids' batch fails, the error says how to name them alike, and
+    naming them alike imports and runs."""
+    nodes = [
+        helper.make_node("Shape", ["ids"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "i0"], ["b"], name="gather_b", axis=0),
+        helper.make_node("Unsqueeze", ["b", "ax"], ["b1"], name="unsq_b"),
+        helper.make_node("Concat", ["b1", "rest"], ["tgt"], name="cat", axis=0),
+        helper.make_node("Reshape", ["mask", "tgt"], ["m2"], name="mask_view"),
+        helper.make_node("Add", ["ids", "m2"], ["y"], name="add"),
+    ]
+    inits = [ints("i0", 0), ints("ax", [0]), ints("rest", [-1])]
+    m = make_model(nodes, [("ids", F, ["s72", "s70"]), ("mask", F, ["s43", "s53"])],
+                   [("y", F, None)], inits)
+    with pytest.raises(bz.FrontendError, match=r"mask_view.*give them one name: "
+                                               r"import_onnx\(\.\.\., input_shapes="):
+        bz.import_onnx(m)
+    g = bz.import_onnx(m, input_shapes={"ids": ("batch", "seq"), "mask": ("batch", "seq")})
+    check_sizes(g, m, ort_run, lambda b, s: {
+        "ids": np.ones((b, s), np.float32), "mask": np.full((b, s), 2.0, np.float32)})

@@ -260,6 +260,22 @@ def test_group_norm_errors_name_the_node(groups, scale, match):
         bz.import_onnx(m)
 
 
+@pytest.mark.parametrize("axis, scale, bias", [
+    (-1, [4], [4]), (1, [3, 4], [3, 4]), (-2, [1, 4], [3, 1]), (1, [4], None), (-2, [4], [1])],
+    ids=["last", "two axes", "broadcast [1, D] / [S, 1]", "no bias", "broadcast [D] / [1]"])
+def test_layer_norm(axis, scale, bias):
+    """Scale and bias of the normalized shape, or broadcasting to it (ONNX's function body
+    multiplies with broadcasting; ONNX Runtime takes them)."""
+    inits = [rand(*scale, seed=4)] + ([rand(*bias, seed=5)] if bias else [])
+    m = model("LayerNormalization", [2, 3, 4], attrs=dict(axis=axis, epsilon=1e-4),
+              inits=inits, opset=17)
+    g = check(m, [2, 3, 4])
+    assert g.count("layer_norm") == 1
+    x = np.random.default_rng(3).standard_normal((2, 3, 4)).astype(np.float32)
+    np.testing.assert_allclose(bz.compile(g)({"x": x})[0], ort_run(m, {"x": x})[0],
+                               rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("p,axis", [(2, -1), (1, 1), (2, 0)])
 def test_lp_norm(p, axis):
     x = rand(3, 4, 5, seed=7)

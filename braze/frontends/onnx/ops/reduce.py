@@ -137,13 +137,24 @@ def log_softmax(ctx, node):
 @converter("LayerNormalization")
 def layer_norm(ctx, node):
     """One layer_norm node; the optional Mean / InvStdDev outputs (training graphs read them)
-    are computed beside it in primitives, in the stash type."""
+    are computed beside it in primitives, in the stash type. A scale or bias that broadcasts
+    to the normalized shape (ONNX's function body multiplies and adds with broadcasting:
+    [1, D] for [S, D]) is expanded to it."""
     x = ctx.value(node, 0)
     rank = len(ctx.dims(x))
     axis, eps = node.attr("axis", -1), float(node.attr("epsilon", 1e-5))
     if not -rank <= axis < max(rank, 1):
         raise ctx.fail(node, f"axis {axis} is out of range for rank {rank}")
-    y = ctx.g.layer_norm(x, ctx.opt_value(node, 1), ctx.opt_value(node, 2), eps=eps, axis=axis)
+    normalized = tuple(ctx.dims(x)[axis % rank:])
+    affine = []
+    for v in (ctx.opt_value(node, 1), ctx.opt_value(node, 2)):
+        dims = tuple(ctx.dims(v)) if v is not None else normalized
+        if dims != normalized and len(dims) <= len(normalized) and all(
+                d in (1, n) for d, n in zip(dims[::-1], normalized[::-1])):
+            v = ctx.g.expand(ctx.g.reshape(v, (1,) * (len(normalized) - len(dims)) + dims),
+                             normalized)
+        affine.append(v)
+    y = ctx.g.layer_norm(x, *affine, eps=eps, axis=axis)
     if not any(node.outputs[1:]):
         return [y]
     g = ctx.g
