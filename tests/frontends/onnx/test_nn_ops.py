@@ -276,6 +276,33 @@ def test_layer_norm(axis, scale, bias):
                                rtol=1e-5, atol=1e-5)
 
 
+def _lrn_spec(x, size, alpha=1e-4, beta=0.75, bias=1.0):
+    """ONNX's LRN formula, channel by channel."""
+    sq, out = x.astype(np.float64) ** 2, np.empty_like(x)
+    for c in range(x.shape[1]):
+        lo, hi = max(0, c - (size - 1) // 2), min(x.shape[1], c + -(-(size - 1) // 2) + 1)
+        out[:, c] = x[:, c] / (bias + alpha / size * sq[:, lo:hi].sum(axis=1)) ** beta
+    return out
+
+
+@pytest.mark.parametrize("shape, attrs", [
+    ([2, 7, 5, 4], dict(size=5)), ([1, 6, 3, 2], dict(size=3, alpha=0.02, beta=0.6, bias=2.0)),
+    ([2, 3, 2, 2], dict(size=1)), ([1, 6, 3], dict(size=3, alpha=0.5)),
+    ([1, 5, 4, 4], dict(size=4, alpha=0.3))], ids=["5", "3 attrs", "1", "3-d", "even size"])
+def test_lrn(shape, attrs):
+    """Against ONNX Runtime where it runs LRN (4-d, an odd size), else the spec's formula."""
+    m = model("LRN", shape, attrs=attrs)
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    if len(shape) == 4 and attrs["size"] % 2:
+        g = check(m, shape)
+        want = ort_run(m, {"x": x})[0]
+    else:
+        g = bz.import_onnx(m)
+        want = _lrn_spec(x, **attrs)
+        np.testing.assert_allclose(bz.interpret(g, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(bz.compile(g)({"x": x})[0], want, rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize("p,axis", [(2, -1), (1, 1), (2, 0)])
 def test_lp_norm(p, axis):
     x = rand(3, 4, 5, seed=7)

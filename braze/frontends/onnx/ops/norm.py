@@ -1,5 +1,5 @@
 """ONNX normalizations over the channel axis: BatchNormalization (inference and training form),
-InstanceNormalization, GroupNormalization and LpNormalization.
+InstanceNormalization, GroupNormalization, LpNormalization and LRN.
 
 Training-form BatchNormalization (training_mode=1, or the running / saved statistics outputs
 before opset 14) normalizes with the statistics of its own input, as the spec says; the
@@ -188,6 +188,31 @@ def group_norm(ctx, node):
     y = g.cast(g.group_norm(g.cast(x, stash), groups, eps=eps), ctx.dtype(x))
     at = (c,) + (1,) * (len(dims) - 2)
     return [g.add(g.mul(y, g.reshape(scale, at)), g.reshape(bias, at))]
+
+
+@converter("LRN")
+def lrn(ctx, node):
+    """Local response normalization across channels (AlexNet, GoogLeNet): x / (bias + alpha /
+    size * the sum of x^2 over the `size` channels around each one, zeros past the ends)^beta,
+    the window floor((size - 1) / 2) channels before and ceil((size - 1) / 2) after."""
+    g = ctx.g
+    x = ctx.value(node, 0)
+    dims = ctx.dims(x)
+    size = node.attr("size", None)
+    if len(dims) < 3 or not isinstance(dims[1], int):
+        raise ctx.fail(node, f"LRN needs [N, C, ...] with a static C, got {dims}")
+    if not isinstance(size, int) or size < 1:
+        raise ctx.fail(node, f"LRN needs a positive int size, got {size!r}")
+    alpha, beta = float(node.attr("alpha", 1e-4)), float(node.attr("beta", 0.75))
+    before, c = (size - 1) // 2, dims[1]
+    sq = g.mul(x, x)
+    padded = g.pad(sq, [(0, 0), (before, size - 1 - before)] + [(0, 0)] * (len(dims) - 2))
+    total = g.narrow(padded, 1, 0, c)
+    for k in range(1, size):
+        total = g.add(total, g.narrow(padded, 1, k, c))
+    scale = g.add(ctx.const_like(float(node.attr("bias", 1.0)), x),
+                  g.mul(ctx.const_like(alpha / size, x), total))
+    return [g.div(x, g.pow(scale, ctx.const_like(beta, x)))]
 
 
 @converter("LpNormalization")
