@@ -173,6 +173,22 @@ def test_max_pools_and_the_global_average_pool_take_nhwc(precision, monkeypatch)
     assert pools == ["C max pool, NHWC input / output", "C max pool, NHWC input"]
 
 
+def test_nhwc_max_pools_propagate_nan(monkeypatch):
+    """A NaN in the image reaches the conv outputs around it; every pool window holding one
+    gives NaN (as the reference's max), the others their max."""
+    b = Builder(1, 3, 12, 11)
+    a = b.conv(b.x, 20, 3, padding=1)
+    m = b.g.max_pool2d(a, (3, 3), (2, 2), 1)
+    b.g.set_outputs([b.conv(m, 16, 1), b.g.max_pool2d(a, (2, 2), (2, 2))])
+    exe = _compile(b.g, None, monkeypatch, True)
+    params = bz.init_params(b.g, 0)
+    feeds = bz.random_feeds(b.g, 0)
+    feeds["x"][0, 1, 5, 4] = np.nan
+    for got, want in zip(exe(feeds), bz.interpret(b.g, feeds, params), strict=True):
+        assert np.isnan(want).any() and not np.isnan(want).all()
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5, equal_nan=True)
+
+
 @pytest.mark.parametrize("scale_first", [False, True])
 @pytest.mark.parametrize("precision", [None, "bf16"])
 def test_squeeze_excitation_scales_take_nhwc(scale_first, precision, monkeypatch):

@@ -82,6 +82,22 @@ def test_pool2d_strided(kind, kernel, stride, padding, shape):
     _compiled_matches(g, f"{kind}_pool2d")
 
 
+@pytest.mark.parametrize("at", [(0, 0), (4, 5), (7, 9)])  # first, middle, last of a window
+def test_max_pool_propagates_nan(at):
+    """A NaN anywhere in a window makes its max NaN, as the reference (np.max) and PyTorch
+    give (the kernels build with -ffast-math, so the test reads the bits)."""
+    g = bz.Graph("pool")
+    x = g.input("x", bz.Shape((1, 2, 9, 10)))
+    g.set_outputs([g.pool(x, "max", 3, 2, 1), g.pool(x, "max", 2, 2, 0)])
+    exe = bz.compile(g, fuse=False)
+    feeds = bz.random_feeds(g, 0)
+    feeds["x"][0, 1, at[0], at[1]] = np.nan
+    for got, want in zip(exe(feeds), bz.interpret(g, feeds), strict=True):
+        assert np.isnan(want).any()
+        np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+        np.testing.assert_allclose(got, want, equal_nan=True)
+
+
 TRANSPOSE_CASES = {
     # name: (n, c, h, w, out channels per group, kernel, attributes)
     "2x2 stride 2": (1, 6, 5, 7, 4, 2, dict(stride=2)),

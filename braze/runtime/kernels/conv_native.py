@@ -43,7 +43,8 @@ SOURCE = r"""
 #include <stdlib.h>
 #include <string.h>
 
-""" + cc.simd_math_decls() + cc.parallel_min_define() + c_snippets.ACT_SPAN + r"""
+""" + cc.simd_math_decls() + cc.parallel_min_define() + c_snippets.ACT_SPAN \
+    + c_snippets.MAX_NAN + r"""
 /* Loops with less work than this (multiply-adds or copies, 2^18: a sixteenth of a GEMM's bar,
    as these loops are not blocked for cache) run on one thread: waking the other threads and
    meeting them at the end costs more than they save (far more when the machine is busy and a
@@ -403,7 +404,7 @@ void pool2d(const float* x, float* y, int64_t planes, int64_t h, int64_t w, int6
           if (t == 0) {
             for (int64_t ox = 0; ox < wo; ox++) dst[ox] = src[ox];
           } else if (is_max) {
-            for (int64_t ox = 0; ox < wo; ox++) dst[ox] = dst[ox] > src[ox] ? dst[ox] : src[ox];
+            for (int64_t ox = 0; ox < wo; ox++) dst[ox] = max_nan(dst[ox], src[ox]);
           } else {
             for (int64_t ox = 0; ox < wo; ox++) dst[ox] += src[ox];
           }

@@ -19,7 +19,7 @@ from ...ir.ops.conv import GlobalAvgPool, Pool2d, PoolKind
 from ...ir.ops.elementwise import Binary, BinaryFn
 from ..address import address
 from ..codegen import cc
-from . import nhwc_io, pool_resize  # noqa: F401  (registered first: these are tried first)
+from . import c_snippets, nhwc_io, pool_resize  # noqa: F401  (registered first: tried first)
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
 __all__ = ["lib", "channels_last_input"]
@@ -27,8 +27,9 @@ __all__ = ["lib", "channels_last_input"]
 SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 #include <omp.h>
-""" + cc.parallel_min_define() + nhwc_io.LAYOUT_BITS + r"""
+""" + cc.parallel_min_define() + nhwc_io.LAYOUT_BITS + c_snippets.MAX_NAN + r"""
 
 /* y = max over kh x kw windows (stride sh x sw, top / left padding pt / pl: -inf outside)
    of x [n, c, h, w] into y [n, c, ho, wo]; each NCHW or NHWC by the layout bits `lay`. A NaN
@@ -55,15 +56,19 @@ void nhwc_max_pool(const float* x, float* y, int64_t n, int64_t c, int64_t h, in
             int64_t ix = ox * sw - pl + kx;
             if (ix < 0 || ix >= w) continue;
             const float* s = xi + (iy * w + ix) * xp;
-            #pragma omp simd
-            for (int64_t ch = 0; ch < c; ch++) {
-              float v = s[ch * xc];
-              acc[ch] = (v > acc[ch] || v != v) ? v : acc[ch];
+            if (xc == 1) {   /* NHWC: contiguous channels (the strided form gathered) */
+              #pragma omp simd
+              for (int64_t ch = 0; ch < c; ch++) acc[ch] = max_nan(s[ch], acc[ch]);
+            } else {
+              #pragma omp simd
+              for (int64_t ch = 0; ch < c; ch++) acc[ch] = max_nan(s[ch * xc], acc[ch]);
             }
           }
         }
         float* d = yi + (oy * wo + ox) * yp;
-        for (int64_t ch = 0; ch < c; ch++) d[ch * yc] = acc[ch];
+        if (yc == 1) memcpy(d, acc, (size_t)c * sizeof(float));
+        else
+          for (int64_t ch = 0; ch < c; ch++) d[ch * yc] = acc[ch];
       }
     }
   }
