@@ -81,12 +81,20 @@ class Reduce(Op):
         acc = compute_dtype(x)
         y = x.astype(acc, copy=False)
         kw = {"dtype": acc} if self.fn in (ReduceFn.SUM, ReduceFn.PROD, ReduceFn.MEAN) else {}
+        if self.fn in (ReduceFn.MAX, ReduceFn.MIN) and y.size == 0:
+            # an empty set's max is the lowest value (-inf), its min the highest, as ONNX's
+            # ReduceMax / ReduceMin give (NumPy has no identity for them)
+            big = np.inf if y.dtype.kind == "f" else np.iinfo(y.dtype).max
+            kw = {"initial": -big if self.fn is ReduceFn.MAX else big}
         out = _REDUCE_IMPL[self.fn](y, axis=self.axes, keepdims=self.keepdims, **kw)
         return np.asarray(out).astype(x.dtype, copy=False)
 
 
 def safe_softmax(y: np.ndarray, axis: int) -> np.ndarray:
-    """Softmax along `axis` where a row of only -inf gives zeros instead of NaN."""
+    """Softmax along `axis` where a row of only -inf gives zeros instead of NaN (and an empty
+    array is itself)."""
+    if y.size == 0:
+        return y.copy()
     m = y.max(axis=axis, keepdims=True)
     m = np.where(np.isneginf(m), y.dtype.type(0), m)
     e = np.exp(y - m)
@@ -141,6 +149,8 @@ class LogSoftmax(Op):
     def reference(self, x):
         ax = normalize_axis(self.axis, x.ndim)
         y = x.astype(compute_dtype(x), copy=False)
+        if y.size == 0:
+            return x.copy()
         s = y - y.max(axis=ax, keepdims=True)
         return (s - np.log(np.exp(s).sum(axis=ax, keepdims=True))).astype(x.dtype, copy=False)
 

@@ -101,7 +101,12 @@ def register_kernel(*op_classes: type[Op]):
 
 def kernel_for(node: Node, ins: Sequence[Shape], outs: Sequence[Shape], ctx: KernelContext
                ) -> Kernel | None:
-    """The first registered kernel that accepts this node, or None."""
+    """The first registered kernel that accepts this node, or None. A node making values out
+    of an empty input (a K = 0 matmul, a reduction over a zero-length axis) gets None: the
+    NumPy reference gives those identities (zeros, -inf for a max) as the interpreter does,
+    and no native kernel meets the case. (Empty in, empty out: the kernels write nothing.)"""
+    if any(s.numel() == 0 for s in ins) and any(s.numel() for s in outs):
+        return None
     for cls in type(node.op).__mro__:
         for make in KERNELS.get(cls, ()):
             k = make(node, ins, outs, ctx)
