@@ -29,6 +29,9 @@ def _load_model(spec: str, progress: Progress | None = None, input_shapes=None):
     from .models import BUILTIN_MODELS, build_model
 
     progress = progress or Progress(False)
+    if input_shapes and not spec.endswith(".onnx"):
+        raise BrazeError("--input-shape fixes an ONNX model's input dims; builtin models, saved "
+                         "graphs and .pt2 programs take --dim NAME=INT for their symbolic dims")
     if spec in BUILTIN_MODELS:
         with progress.step(f"building {spec}"):
             return build_model(spec)
@@ -218,7 +221,7 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "run":
             s.add_argument("--out", metavar="OUT.npz", help="write the outputs here")
         else:
-            s.add_argument("--repeat", type=int, default=10, help="timed runs (median)")
+            s.add_argument("--repeat", type=_positive, default=10, help="timed runs (median)")
             s.add_argument("--profile", action="store_true", help="print the per-node profile")
         s.set_defaults(fn=fn)
     s = sub.add_parser("demo", help="build, fuse and run the builtin models compiled")
@@ -226,15 +229,27 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _positive(text: str) -> int:
+    """An argparse type: a whole number >= 1."""
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"needs a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except BrazeError as e:
+    except (BrazeError, OSError) as e:
         print(f"braze: error: {e}", file=sys.stderr)
         return 2
-    except OSError as e:
-        print(f"braze: error: {e}", file=sys.stderr)
+    except MemoryError as e:
+        print(f"braze: error: out of memory ({e or 'an allocation failed'}); use smaller input "
+              "sizes (--dim, --input-shape)", file=sys.stderr)
+        return 2
+    except RecursionError:
+        print(f"braze: error: {args.model if hasattr(args, 'model') else 'the input'} is nested "
+              "too deeply to read (a corrupt or hostile file?)", file=sys.stderr)
         return 2
 
 

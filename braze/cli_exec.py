@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 import time
+import zipfile
 
 import numpy as np
 
@@ -19,7 +20,7 @@ def _feeds(g, path: str | None, symbols: dict | None = None) -> dict[str, np.nda
     try:
         with np.load(path) as data:
             feeds = {k: data[k] for k in data.files}
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
         raise BrazeError(f"cannot read feeds from {path}: {e} (save them with np.savez)") \
             from None
     missing = [n.op.name for n in g.inputs if n.op.name not in feeds]
@@ -96,12 +97,13 @@ def cmd_run(args, load_model, progress) -> int:
         outs = exe(feeds)
     for i, o in enumerate(outs):
         o = np.asarray(o)
-        stats = "" if o.dtype.kind not in "fc" else (
+        stats = "" if o.dtype.kind not in "fc" or not o.size else (
             f"  mean {float(np.mean(o)):.6g}  std {float(np.std(o)):.6g}")
         print(f"output {i}: {o.dtype}{list(o.shape)}{stats}")
     if args.out:
-        np.savez(args.out, **{f"output_{i}": o for i, o in enumerate(outs)})
-        print(f"outputs written to {args.out}")
+        out = args.out if args.out.endswith(".npz") else args.out + ".npz"  # as np.savez names it
+        np.savez(out, **{f"output_{i}": o for i, o in enumerate(outs)})
+        print(f"outputs written to {out}")
     return 0
 
 

@@ -140,6 +140,55 @@ def test_run_with_feeds_file_and_bad_feeds(tmp_path, capsys):
     assert "no arrays for inputs ['x']" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("case, words", [
+    ("corrupt feeds", "cannot read feeds from"), ("extra feed", "feeds name 'bogus'"),
+    ("repeat 0", "needs a whole number >= 1"), ("input shape on a builtin", "take --dim"),
+    ("huge dim", "out of memory"), ("nested json", "nested too deeply"),
+    ("weights out of the folder", "a path or link out of the folder is refused")])
+def test_hostile_or_mistaken_input_is_a_one_line_error(case, words, tmp_path, capsys):
+    """Found by an API / CLI sweep: each of these had been a traceback or silently wrong."""
+    import numpy as np
+
+    tiny = str(_tiny_onnx(tmp_path / "tiny.onnx"))
+    feeds = tmp_path / "feeds.npz"
+    if case == "corrupt feeds":
+        feeds.write_bytes(b"PK\x03\x04garbage")
+        argv = ["run", tiny, "--feeds", str(feeds)]
+    elif case == "extra feed":
+        np.savez(feeds, x=np.ones((5, 4), np.float32), bogus=np.ones(3))
+        argv = ["run", tiny, "--feeds", str(feeds)]
+    elif case == "repeat 0":
+        with pytest.raises(SystemExit):
+            main(["bench", "bert-tiny", "--repeat", "0"])
+        assert words in capsys.readouterr().err
+        return
+    elif case == "input shape on a builtin":
+        argv = ["run", "bert-tiny", "--input-shape", "hidden=1x8x64"]
+    elif case == "huge dim":
+        argv = ["run", tiny, "--dim", "batch=99999999999"]
+    elif case == "nested json":
+        nested = tmp_path / "g.json"
+        nested.write_text("[" * 100000 + "]" * 100000)
+        argv = ["run", str(nested)]
+    else:  # a saved graph whose weights entry points out of its folder
+        (tmp_path / "sub").mkdir()
+        bz.save(bz.models.bert_tiny(), str(tmp_path / "g.json"))
+        doc = json.loads((tmp_path / "g.json").read_text())
+        doc["weights"] = {"file": "../secret.npz", "entries": []}
+        (tmp_path / "sub" / "g.json").write_text(json.dumps(doc))
+        np.savez(tmp_path / "secret.npz", a=np.ones(2))
+        argv = ["run", str(tmp_path / "sub" / "g.json")]
+    assert main(argv + ["--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and err.count("\n") <= 2, err
+
+
+def test_run_out_names_the_file_np_savez_writes(tmp_path, capsys):
+    assert main(["run", "bert-tiny", "--out", str(tmp_path / "outs"), "--quiet"]) == 0
+    assert f"outputs written to {tmp_path / 'outs.npz'}" in capsys.readouterr().out
+    assert (tmp_path / "outs.npz").exists()
+
+
 # -- inspect --pipeline, and what the report says about builtin models ---------------------------
 def test_inspect_pipeline_prints_every_stage_and_dumps_files(tmp_path, capsys):
     dump = tmp_path / "stages"

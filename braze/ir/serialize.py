@@ -103,6 +103,9 @@ def load(path: str | os.PathLike) -> Graph:
     except ValueError as e:
         raise ParseError(f"{path}: not valid JSON ({e}); the file may be truncated or corrupt"
                          ) from None
+    except RecursionError:
+        raise ParseError(f"{path}: nested too deeply to read (not a braze graph; corrupt or "
+                         "hostile?)") from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         got = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise ParseError(f"{path}: not a braze graph file (format is {got!r}, expected "
@@ -235,7 +238,14 @@ def _load_weights(g: Graph, path: str, meta: Any) -> None:
         return
     if not isinstance(meta, dict) or not isinstance(meta.get("entries"), list):
         raise ParseError(f"{path}: 'weights' must be {{file, entries}}")
-    side = os.path.join(os.path.dirname(path), str(meta.get("file")))
+    name = str(meta.get("file"))
+    folder = os.path.dirname(path)
+    side = os.path.join(folder, name)
+    if os.path.basename(name) != name or name in ("", ".", "..") or \
+            os.path.dirname(os.path.realpath(side)) != os.path.realpath(folder or "."):
+        raise ParseError(f"{path}: its weights file must be a file beside it (save writes "
+                         f"'<stem>.weights.npz'), got {name!r}; a path or link out of the "
+                         "folder is refused (an untrusted graph must not read other files)")
     if not os.path.exists(side):
         raise ParseError(f"{path}: its weights file {side} is missing; copy it next to the JSON "
                          "(or load a graph saved without weights)")

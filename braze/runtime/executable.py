@@ -5,9 +5,11 @@ convs, attention, norms and reductions on float32 kernels (passes.half_compute) 
 (composite ops without a kernel decompose into ops that have one) -> per binding of the
 symbolic dims, a Program (static values computed once, one kernel per node, one arena).
 `exe(feeds)` runs the program for the feeds' binding, building and caching it on first sight
-of that binding."""
+of that binding (the MAX_PROGRAMS most recently used bindings stay cached). Calls from several
+Python threads take turns: a program's arena holds one call's values at a time."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -18,12 +20,17 @@ from ..interpret import bind_symbols
 from ..ir.graph import Graph
 from ..passes.expand import expand_nodes
 from ..passes.half_compute import compute_half_in_f32
+from .arguments import checked_params, compile_args, feeds_mapping
 from .kernels import KERNELS, Dispatch, KernelContext
 from .kernels.threads import ThreadLimit
 from .plan import SharedArena
 from .program import Program, Step, build_program
 
-__all__ = ["compile", "Executable", "KernelDispatchReport"]
+__all__ = ["compile", "Executable", "KernelDispatchReport", "MAX_PROGRAMS"]
+
+MAX_PROGRAMS = 16
+"""Programs (one per binding of the symbolic dims) an executable keeps; the least recently
+used goes first (a server seeing every sequence length from 1 to 400 had grown to 2.7 GB)."""
 
 
 def _has_kernel(op) -> bool:
@@ -38,10 +45,13 @@ def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarra
     PrecisionPolicy) rounds matmul and conv operands to that type with f32 accumulation;
     `threads` caps the kernels' threads; `fuse=False` skips the fusion pipeline (the graph runs
     as given, legalized); `shared_arena` lets executables that never run at the same time plan
-    into one buffer (see SharedArena)."""
+    into one buffer (see SharedArena). The executable takes the params' values as they are
+    now: change them through `exe.update_weights`, not in place (packed weights would keep
+    the old values while other steps read the new)."""
     from ..passes.pipeline import fuse as run_fusion
     from ..report import FusionReport
 
+    params = compile_args(graph, target, params, precision, threads)
     if fuse:
         fused, report = run_fusion(graph, target)
     else:
@@ -52,7 +62,7 @@ def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarra
         fused, _ = apply_precision(fused, precision)
     fused, _ = compute_half_in_f32(fused)  # f16 / bf16 models: matmuls, norms, ... on f32 kernels
     legal, decomposed = legalize_for_kernels(fused)
-    return Executable(graph, legal, report, dict(params or {}), precision, threads, decomposed,
+    return Executable(graph, legal, report, params, precision, threads, decomposed,
                       shared_arena)
 
 
@@ -122,23 +132,34 @@ class Executable:
         self._static: dict = {}
         self._last: Program | None = None
         self._limit = ThreadLimit(self.threads)
+        self._turn = threading.RLock()  # one call at a time: the arena is shared
 
     # -- running --------------------------------------------------------------------------------
     def program(self, feeds: Mapping[str, np.ndarray]) -> Program:
         """The program for the feeds' binding of the symbolic dims (built once, cached)."""
         symbols = bind_symbols(self.graph, feeds)
         key = tuple(sorted(symbols.items()))
-        prog = self._programs.get(key)
-        if prog is None:
-            ctx = KernelContext(threads=self.threads or 0, precision=self.precision,
-                                symbols=symbols)
-            prog = build_program(self.graph, symbols, self._weights, ctx, self._static,
-                                 self.shared_arena)
-            self._programs[key] = prog
-        self._last = prog
-        return prog
+        with self._turn:
+            prog = self._programs.pop(key, None)
+            if prog is None:
+                ctx = KernelContext(threads=self.threads or 0, precision=self.precision,
+                                    symbols=symbols)
+                try:
+                    prog = build_program(self.graph, symbols, self._weights, ctx, self._static,
+                                         self.shared_arena)
+                except MemoryError as e:
+                    raise InterpretError(f"the binding {dict(symbols)} of graph "
+                                         f"{self.graph.name!r} needs more memory than there "
+                                         f"is ({e}); bind smaller sizes") from None
+            self._programs[key] = prog  # the most recently used last
+            if len(self._programs) > MAX_PROGRAMS:
+                old = self._programs.pop(next(iter(self._programs)))
+                self._by_shapes = {k: p for k, p in self._by_shapes.items() if p is not old}
+            self._last = prog
+            return prog
 
     def _checked(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        feeds = feeds_mapping(self.graph, feeds)
         out = {}
         for node in self.graph.inputs:
             name, want = node.op.name, node.op.shape.dtype.np
@@ -146,16 +167,20 @@ class Executable:
                 have = ", ".join(sorted(feeds)) or "nothing"
                 raise InterpretError(f"graph {self.graph.name!r} needs input {name!r} "
                                      f"{node.op.shape}; feeds have {have}")
-            arr = np.ascontiguousarray(feeds[name]).reshape(np.shape(feeds[name]))  # 0-d stays
+            given = feeds[name]
+            arr = np.asarray(given)  # no copy: the program copies what it cannot bind
             if arr.dtype != want:
+                what = "" if isinstance(given, np.ndarray) else f" (a {type(given).__name__})"
                 raise InterpretError(f"input {name!r} declared {node.op.shape.dtype} but was "
-                                     f"fed {arr.dtype}; cast the feed")
+                                     f"fed {arr.dtype}{what}; cast the feed")
             out[name] = arr
         return out
 
     def _seen_program(self, feeds: Mapping[str, np.ndarray]) -> Program | None:
         """The binding check of a call: the program for feeds whose names, dtypes and shapes
         match feeds checked before (None: check them in full)."""
+        if type(feeds) is not dict or len(feeds) != len(self._feed_types):
+            return None  # another mapping, or extra names: the full check says what is wrong
         shapes = []
         for name, want in self._feed_types:
             arr = feeds.get(name)
@@ -169,9 +194,10 @@ class Executable:
 
     def __call__(self, feeds: Mapping[str, np.ndarray], *, copy: bool = True
                  ) -> list[np.ndarray]:
-        """The outputs for `feeds`, owned by the caller. `copy=False` returns views of the
-        arena instead of copies: read them before the next call."""
-        with self._limit:
+        """The outputs for `feeds`, owned by the caller. `copy=False` returns read-only views
+        of the arena (and of static values) instead of copies: read them before the next
+        call."""
+        with self._turn, self._limit:
             prog = self._seen_program(feeds)
             if prog is None:
                 feeds = self._checked(feeds)
@@ -180,12 +206,15 @@ class Executable:
             return prog.run(feeds, copy)
 
     def update_weights(self, params: Mapping[str, np.ndarray]) -> None:
-        """New values for params; static values (weight preparation) are recomputed on the
-        next call."""
-        self._weights.update(params)
-        self._programs.clear()
-        self._by_shapes.clear()
-        self._static.clear()
+        """New values for params (checked: names, dtypes, shapes); static values (weight
+        preparation) are recomputed on the next call."""
+        params = checked_params(self.source, params, "update_weights")
+        with self._turn:
+            self._weights.update(params)
+            self._programs.clear()
+            self._by_shapes.clear()
+            self._static.clear()
+            self._last = None
 
     # -- inspecting -----------------------------------------------------------------------------
     @property
@@ -254,6 +283,8 @@ class Executable:
         """Per-node time (median of `repeat` runs), bytes moved and achieved GFLOP/s or GB/s."""
         from .profile import profile_program
 
+        if isinstance(repeat, bool) or not isinstance(repeat, int) or repeat < 1:
+            raise InterpretError(f"profile: repeat must be a whole number >= 1, got {repeat!r}")
         feeds = self._checked(feeds)
-        with self._limit:
+        with self._turn, self._limit:
             return profile_program(self.program(feeds), feeds, repeat)

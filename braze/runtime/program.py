@@ -147,7 +147,7 @@ class Program:
             raise self._step_error(done, e) from e
         if copy:
             return [out.copy() for out in self.outputs]
-        return list(self.outputs)
+        return [_read_only(out) for out in self.outputs]
 
     def _step_error(self, index: int, error: Exception) -> InterpretError:
         """What a failed step raises: the node it runs, where it came from, the cause (an index
@@ -166,6 +166,14 @@ class Program:
             call()
             times.append((step, clock() - t0))
         return times
+
+
+def _read_only(a: np.ndarray) -> np.ndarray:
+    """A view of `a` that cannot be written: a copy=False output may be a stored weight (a
+    param returned as an output) or a static value; writing it would change the model."""
+    v = a.view()
+    v.flags.writeable = False
+    return v
 
 
 @dataclass(frozen=True)

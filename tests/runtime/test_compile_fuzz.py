@@ -52,14 +52,14 @@ def _compare_all(want, got, seed, rtol, atol, noise=None) -> None:
         _compare(w, a, i, len(want), seed, rtol, tol)
 
 
-def _ulp_noise(g: bz.Graph, feeds, params, want) -> list:
-    """Per output element: the largest change that ~1 ulp of relative noise on every float
-    input and param makes in the interpreter's outputs (two draws): the output's own float32
-    sensitivity."""
+def _ulp_noise(g: bz.Graph, feeds, params, want, ulp: float = 2.0 ** -23) -> list:
+    """Per output element: the largest change that ~1 ulp of relative noise (float32's, or
+    another `ulp`) on every float input and param makes in the interpreter's outputs (two
+    draws): the output's own sensitivity at that precision."""
     rng = np.random.default_rng(123)
 
     def jitter(d):
-        return {k: (v * (1 + rng.standard_normal(v.shape) * 2.0 ** -23).astype(v.dtype)
+        return {k: (v * (1 + rng.standard_normal(v.shape) * ulp).astype(v.dtype)
                     if isinstance(v, np.ndarray) and v.dtype == np.float32 else v)
                 for k, v in d.items()}
 
@@ -108,7 +108,11 @@ def _check_compiled(g: bz.Graph, *, threads: int = 1, bindings=BINDINGS, feeds_f
             else:
                 _compare_f32(g, feeds, params, want, exe(feeds), seed)
         if precision:
-            _close_in_l2(bz.interpret(g, feeds, params), exe(feeds), seed)
+            f32 = bz.interpret(g, feeds, params)
+            try:
+                _close_in_l2(f32, exe(feeds), seed)
+            except AssertionError:  # allow what bf16-sized noise on the inputs alone does
+                _close_in_l2(f32, exe(feeds), seed, _ulp_noise(g, feeds, params, f32, 2.0 ** -8))
         runs.append((seed, feeds, want, tol))
     for seed, feeds, want, tol in runs:  # again, after the other bindings' programs ran
         if precision:
@@ -123,14 +127,18 @@ def _check_compiled(g: bz.Graph, *, threads: int = 1, bindings=BINDINGS, feeds_f
     return exe
 
 
-def _close_in_l2(want, got, seed) -> None:
+def _close_in_l2(want, got, seed, noise=None) -> None:
+    """The bf16 policy's outputs within BF16_VS_F32 (relative L2) of float32's, plus 4x the
+    output's own sensitivity to bf16-sized noise on its inputs where `noise` is given (a
+    LayerNorm over 2 nearly equal values flips sign under any rounding)."""
     for i, (w, a) in enumerate(zip(want, got, strict=True)):
         w64, a64 = np.asarray(w, np.float64), np.asarray(a, np.float64)
         ok = np.isfinite(w64)
         assert np.array_equal(ok, np.isfinite(a64)), f"seed {seed}: output {i} non-finite"
         scale = max(np.linalg.norm(w64[ok]), np.sqrt(ok.sum()), 1.0)  # RMS 1 at least
         err = np.linalg.norm((a64 - w64)[ok]) / scale
-        assert err <= BF16_VS_F32, f"seed {seed}: output {i}: bf16 relative L2 error {err:.3g}"
+        allowed = BF16_VS_F32 + (4 * np.linalg.norm(noise[i][ok]) / scale if noise else 0.0)
+        assert err <= allowed, f"seed {seed}: output {i}: bf16 relative L2 error {err:.3g}"
 
 
 # -- braze.testing's generators ----------------------------------------------------------------

@@ -9,6 +9,7 @@ deep traceback."""
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import warnings
 from collections.abc import Mapping
@@ -64,12 +65,17 @@ def export_program(model, example_inputs=None, dynamic_shapes=None, *,
         if not os.path.isfile(path):
             raise FrontendError(f"{path}: no such file (expected a program saved with "
                                 "torch.export.save, usually .pt2)")
+        quiet = logging.getLogger("torch.export")  # it logs a traceback before it raises
+        level = quiet.level
         try:
+            quiet.setLevel(logging.CRITICAL)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ep = torch.export.load(path)
         except Exception as e:  # noqa: BLE001 - any load failure is a bad file
             raise FrontendError(f"{path}: torch.export.load failed: {_first_lines(e)}") from None
+        finally:
+            quiet.setLevel(level)
         return ep, _program_labels(ep, dynamic_shapes, path), os.path.basename(path)
     if isinstance(model, torch.export.ExportedProgram):
         return model, _program_labels(model, dynamic_shapes, "program"), "program"
