@@ -215,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
                        "default: random inputs")
         s.add_argument("--dim", action="append", metavar="NAME=INT",
                        help="value of a symbolic dim for random inputs (repeatable)")
-        s.add_argument("--precision", choices=("bf16",), help="mixed-precision policy")
+        s.add_argument("--precision", choices=("bf16", "f16"), help="mixed-precision policy")
         s.add_argument("--input-shape", action="append", metavar="NAME=DIMS", help=shape_help)
         s.add_argument("--quiet", action="store_true", help="no progress display")
         if name == "run":
