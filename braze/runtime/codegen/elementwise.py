@@ -111,7 +111,7 @@ def _unary(fn: UnaryFn, a: str, t: str) -> str:
         UnaryFn.SILU: f"{a} / ({one} + {f('exp')}(-{a}))",
         UnaryFn.QUICK_GELU: f"{a} / ({one} + {f('exp')}(({t})-1.702 * {a}))",
         UnaryFn.HARD_SWISH: f"({a} * ({a} + 3 < 0 ? 0 : ({a} + 3 > 6 ? 6 : {a} + 3)) / ({t})6)",
-        UnaryFn.RELU: f"({a} > 0 ? {a} : 0)",
+        UnaryFn.RELU: f"({a} > 0 || {a} != {a} ? {a} : 0)",  # NaN stays (precise flags)
         UnaryFn.RELU6: f"({a} < 0 ? ({t})0 : ({a} > 6 ? ({t})6 : {a}))",
         UnaryFn.SIGMOID: f"{one} / ({one} + {f('exp')}(-{a}))",
         UnaryFn.TANH: f"{f('tanh')}({a})", UnaryFn.EXP: f"{f('exp')}({a})",

@@ -171,7 +171,7 @@ static inline __m512 gelu16(__m512 x) {
 static inline __m512 gelu_tanh16(__m512 v) {
   __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v), SPLAT(-0.0713548162726f),
                                               SPLAT(-1.59576912160573072f)));   /* -2u */
-  __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_LT_OQ);
+  __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_NGE_UQ);  /* a NaN stays NaN */
   __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_min_ps(t, SPLAT(88.0f))));
   return _mm512_maskz_div_ps(live, v, d);
 }
@@ -474,7 +474,8 @@ static inline __m512 sigmoid16(__m512 v, float a) {
   t = _mm512_max_ps(_mm512_min_ps(t, SPLAT(88.0f)), SPLAT(-88.0f));  /* 1 + e^-88 is 1 */
   __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(t));
   __m512 r = _mm512_rcp14_ps(d);
-  return _mm512_maskz_mov_ps(live, _mm512_fmadd_ps(_mm512_fnmadd_ps(d, r, SPLAT(1.0f)), r, r));
+  r = _mm512_maskz_mov_ps(live, _mm512_fmadd_ps(_mm512_fnmadd_ps(d, r, SPLAT(1.0f)), r, r));
+  return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);  /* NaN in, out */
 }
 
 /* act(v) for the acts sigmoid16 computes: SiLU (3), sigmoid (5), quick GELU (7). */
@@ -491,10 +492,10 @@ static inline __m512 act16(__m512 v, int act) {
     case 1: return gelu16(v);
     case 2: return gelu_tanh16(v);
     case 3: case 5: case 7: return sigmoid_act16(v, act);
-    case 4: return _mm512_max_ps(v, _mm512_setzero_ps());
+    case 4: return _mm512_max_ps(_mm512_setzero_ps(), v);  /* vmaxps gives a NaN 2nd operand */
     case 8: return _mm512_mul_ps(v, _mm512_mul_ps(_mm512_min_ps(_mm512_max_ps(
         _mm512_add_ps(v, SPLAT(3.0f)), _mm512_setzero_ps()), SPLAT(6.0f)), SPLAT(1.0f / 6.0f)));
-    case 9: return _mm512_min_ps(_mm512_max_ps(v, _mm512_setzero_ps()), SPLAT(6.0f));
+    case 9: return _mm512_min_ps(SPLAT(6.0f), _mm512_max_ps(_mm512_setzero_ps(), v));
     default: return v;
   }
 }
@@ -541,6 +542,12 @@ static void act_span(const float* x, const float* bias, float* y, int64_t n, int
     case 3: SIGMOID_SPAN(1.0f, 1)
     case 5: SIGMOID_SPAN(1.0f, 0)
     case 7: SIGMOID_SPAN(1.702f, 1)
+    case 4: case 9:   /* act16's relu / relu6 keep a NaN (the scalar forms under fast-math not) */
+      for (int64_t i = 0; i < n; i += 16) {
+        __mmask16 m = n - i >= 16 ? 0xffff : (__mmask16)((1u << (n - i)) - 1);
+        _mm512_mask_storeu_ps(y + i, m, act16(_mm512_maskz_loadu_ps(m, src + i), act));
+      }
+      break;
 #else
     case 2: ACT_LOOP(-1.59576912160573072f * (v + 0.044715f * v * v * v) < 88.0f ?
                      v / (1.0f + expf(-1.59576912160573072f * (v + 0.044715f * v * v * v))) :
@@ -549,11 +556,11 @@ static void act_span(const float* x, const float* bias, float* y, int64_t n, int
     case 3: ACT_LOOP(v < -88.0f ? -0.0f : v / (1.0f + expf(-v)))
     case 5: ACT_LOOP(v < -88.0f ? 0.0f : 1.0f / (1.0f + expf(-v)))
     case 7: ACT_LOOP(v < -52.0f ? -0.0f : v / (1.0f + expf(-1.702f * v)))
-#endif
     case 4: ACT_LOOP(v > 0.0f ? v : 0.0f)
+    case 9: ACT_LOOP(v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v))
+#endif
     case 6: ACT_LOOP(tanhf(v))
     case 8: ACT_LOOP(v * fminf(fmaxf(v + 3.0f, 0.0f), 6.0f) / 6.0f)
-    case 9: ACT_LOOP(v < 0.0f ? 0.0f : (v > 6.0f ? 6.0f : v))
     default: if (src != y) ACT_LOOP(v)
   }
 }
