@@ -54,6 +54,7 @@ static void configure_tiles(void) {
 """
 
 SOURCE = c_snippets.ACT_SPAN.join(("""
+#define _GNU_SOURCE   /* syscall() under -std=c11 (an implicit declaration: an error in GCC 14) */
 #include <stdint.h>
 #include <string.h>
 #include <math.h>
