@@ -137,7 +137,9 @@ class Executable:
     # -- running --------------------------------------------------------------------------------
     def program(self, feeds: Mapping[str, np.ndarray]) -> Program:
         """The program for the feeds' binding of the symbolic dims (built once, cached)."""
-        symbols = bind_symbols(self.graph, feeds)
+        return self._program_for(bind_symbols(self.graph, feeds))
+
+    def _program_for(self, symbols: dict[str, int]) -> Program:
         key = tuple(sorted(symbols.items()))
         with self._turn:
             prog = self._programs.pop(key, None)
@@ -221,8 +223,10 @@ class Executable:
     def plan(self):
         """The memory plan of the last program run (or built)."""
         if self._last is None:
-            raise InterpretError("no program yet: call the executable (or .program(feeds)) "
-                                 "once so the symbolic dims are bound")
+            if self.graph.has_dynamic_dims():
+                raise InterpretError("no program yet: call the executable (or .program(feeds)) "
+                                     "once so the symbolic dims are bound")
+            self._program_for({})  # static shapes: planned without feeds
         return self._last.plan
 
     def dispatch_report(self, feeds: Mapping[str, np.ndarray] | None = None
@@ -275,8 +279,10 @@ class Executable:
 
     def _any_program(self) -> Program:
         if not self._programs:
+            if not self.graph.has_dynamic_dims():
+                return self._program_for({})  # static shapes: planned without feeds
             raise InterpretError("no program yet: call the executable once, or pass feeds to "
-                                 "dispatch_report(feeds)")
+                                 "dispatch_report(feeds) (its symbolic dims need binding)")
         return next(iter(self._programs.values()))
 
     def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 3):

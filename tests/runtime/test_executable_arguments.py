@@ -137,3 +137,15 @@ def test_an_extra_feed_after_good_calls_is_still_refused():
     exe(feeds)
     with pytest.raises(bz.BrazeError, match="feeds name 'y'"):
         exe({**feeds, "y": feeds["x"]})
+
+
+def test_plan_and_dispatch_report_of_a_static_graph_need_no_call_first():
+    """Static shapes plan without feeds; symbolic ones say to call (or pass feeds) first."""
+    g = _mlp()
+    exe = bz.compile(g, params=bz.init_params(g, 0))
+    assert "arena" in str(exe.plan) and "Dispatch report" in str(exe.dispatch_report())
+    dynamic = bz.compile(_mlp(batch="batch"), params=bz.init_params(g, 0))
+    with pytest.raises(bz.BrazeError, match="symbolic dims"):
+        str(dynamic.plan)
+    with pytest.raises(bz.BrazeError, match="symbolic dims"):
+        dynamic.dispatch_report()
