@@ -222,12 +222,7 @@ class Executable:
     @property
     def plan(self):
         """The memory plan of the last program run (or built)."""
-        if self._last is None:
-            if self.graph.has_dynamic_dims():
-                raise InterpretError("no program yet: call the executable (or .program(feeds)) "
-                                     "once so the symbolic dims are bound")
-            self._program_for({})  # static shapes: planned without feeds
-        return self._last.plan
+        return (self._last or self._any_program()).plan
 
     def dispatch_report(self, feeds: Mapping[str, np.ndarray] | None = None
                         ) -> KernelDispatchReport:
@@ -281,8 +276,9 @@ class Executable:
         if not self._programs:
             if not self.graph.has_dynamic_dims():
                 return self._program_for({})  # static shapes: planned without feeds
-            raise InterpretError("no program yet: call the executable once, or pass feeds to "
-                                 "dispatch_report(feeds) (its symbolic dims need binding)")
+            raise InterpretError("no program yet: its symbolic dims need binding; call the "
+                                 "executable once (or .program(feeds), or pass feeds to "
+                                 "dispatch_report(feeds))")
         return next(iter(self._programs.values()))
 
     def profile(self, feeds: Mapping[str, np.ndarray], repeat: int = 3):

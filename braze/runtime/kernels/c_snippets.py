@@ -470,12 +470,13 @@ ACT_SPAN = GELU16 + r"""
    times v), sigmoid (a 1) and quick GELU (a 1.702, times v) are built on it. */
 static inline __m512 sigmoid16(__m512 v, float a) {
   __m512 t = _mm512_mul_ps(v, SPLAT(-a));
-  __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_LT_OQ);
-  t = _mm512_max_ps(_mm512_min_ps(t, SPLAT(88.0f)), SPLAT(-88.0f));  /* 1 + e^-88 is 1 */
+  /* a NaN stays NaN: unordered counts as live, and the clamps take t as their second operand
+     (vminps / vmaxps return a NaN second operand) */
+  __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_NGE_UQ);
+  t = _mm512_max_ps(SPLAT(-88.0f), _mm512_min_ps(SPLAT(88.0f), t));  /* 1 + e^-88 is 1 */
   __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(t));
   __m512 r = _mm512_rcp14_ps(d);
-  r = _mm512_maskz_mov_ps(live, _mm512_fmadd_ps(_mm512_fnmadd_ps(d, r, SPLAT(1.0f)), r, r));
-  return _mm512_mask_mov_ps(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), v);  /* NaN in, out */
+  return _mm512_maskz_mov_ps(live, _mm512_fmadd_ps(_mm512_fnmadd_ps(d, r, SPLAT(1.0f)), r, r));
 }
 
 /* act(v) for the acts sigmoid16 computes: SiLU (3), sigmoid (5), quick GELU (7). */
