@@ -103,6 +103,25 @@ def test_a_conv_chain_keeps_its_activations_nhwc(precision, mid, monkeypatch):
     assert np.abs(got - want).max() < (1e-5 if precision is None else 2e-3) * scale
 
 
+@pytest.mark.parametrize("precision", [None, "bf16"])
+def test_convs_whose_weight_outweighs_the_image_go_unit_by_unit(precision, monkeypatch):
+    """Two images of 9 x 10 through 3x3 and 1x1 convs of 150-200 channels: each weight is
+    larger than an image's input, so the tiles go unit (64 output channels) by unit
+    (NHWC_CONV's units-outer order), over two tiles per image and a partial last unit."""
+    b = Builder(2, 72, 9, 10)
+    a = b.conv(b.x, 200, 3, padding=1, act="relu")
+    a = b.conv(a, 150, 1, act="relu")
+    d = b.conv(a, 150, 3, padding=1, res=a)
+    b.g.set_outputs([b.conv(d, 16, 1, act="relu")])
+    exe = _compile(b.g, precision, monkeypatch, True)
+    assert _layouts(exe) == ["output", "input / output", "input / output / residual", "input"]
+    _check(exe, b.g, seeds=(0, 1, 2))
+    feeds = bz.random_feeds(b.g, 4)
+    nchw = _compile(b.g, precision, monkeypatch, False)
+    got, want = exe(feeds)[0], nchw(feeds)[0]
+    assert np.abs(got - want).max() < (1e-5 if precision is None else 2e-3) * np.abs(want).max()
+
+
 @pytest.mark.skipif(conv_dp.lib() is None, reason="no AVX512-BF16 here")
 def test_bf16_engine_chains_are_bit_equal_to_nchw(monkeypatch):
     """Every conv on the AVX512-BF16 engine (channels enough for the policy's 1x1s): the

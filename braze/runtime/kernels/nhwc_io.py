@@ -280,6 +280,10 @@ static void NAME(const T* xt, const T* bp, const float* bias, const float* res, 
   int64_t plane = ho * wo, per = (plane + TP - 1) / TP, tp = (plane + per - 1) / per; \
   int64_t ks = cg / KU, kb = 1024 / taps < 8 ? 8 : 1024 / taps;  /* k steps, per block */ \
   int64_t tap_w = panels * cg * 16, items = n * per * groups * units; \
+  /* units outer (a unit's weight panels stay in cache across its tiles, and each thread \
+     streams its own units' weights) when the weight outweighs an image's input: the 7 x 7 \
+     and 14 x 14 stages' convs; tiles outer otherwise (a tile's input across its units) */ \
+  int uo = groups * taps * tap_w > hp * wp * cp; \
   int64_t a_off[taps];   /* each tap's input offset from its pixel's window, in elements */ \
   for (int64_t ky = 0; ky < kh; ky++) \
     for (int64_t kx = 0; kx < kw; kx++) a_off[ky * kw + kx] = (ky * dh * wp + kx * dw) * cp; \
@@ -290,7 +294,8 @@ static void NAME(const T* xt, const T* bp, const float* bias, const float* res, 
     int64_t ro[TP];   /* the tile's pixels' windows in the image, in elements */ \
     _Pragma("omp for schedule(static)") \
     for (int64_t it = 0; it < items; it++) { \
-      int64_t gu = it % (groups * units), t = it / (groups * units), g = gu / units; \
+      int64_t gu = uo ? it / (n * per) : it % (groups * units); \
+      int64_t t = uo ? it % (n * per) : it / (groups * units), g = gu / units; \
       int64_t u = gu % units, q0 = t % per * tp, img = t / per; \
       int64_t npx = plane - q0 < tp ? plane - q0 : tp; \
       for (int64_t p = 0; p < npx; p++) \
