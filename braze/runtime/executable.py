@@ -15,10 +15,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import InterpretError
-from ..interpret import bind_symbols
+from ..errors import BrazeError, InterpretError
+from ..interpret import bind_symbols, decomposition_graph
 from ..ir.graph import Graph
-from ..passes.expand import expand_nodes
+from ..ir.node import Node
+from ..passes.expand import expand_where
 from ..passes.half_compute import compute_half_in_f32
 from .arguments import checked_params, compile_args, feeds_mapping
 from .kernels import KERNELS, Dispatch, KernelContext
@@ -68,15 +69,29 @@ def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarra
 
 def legalize_for_kernels(g: Graph) -> tuple[Graph, dict[str, int]]:
     """Decompose composite nodes that have no kernel into ops that have one (repeatedly).
-    Returns the graph and how many nodes of each kind were decomposed."""
+    A node whose decomposition cannot be built for its types (gather_backward decomposes only
+    with static dims) stays as it is and runs its NumPy reference. Returns the graph and how
+    many nodes of each kind were decomposed."""
+    def expand(node: Node, graph: Graph) -> bool:
+        return not _has_kernel(node.op) and _decomposes(node, graph)
+
     counts: dict[str, int] = {}
     for n in g.nodes:
-        if n.op.composite and not _has_kernel(n.op):
+        if n.op.composite and expand(n, g):
             counts[n.op.label] = counts.get(n.op.label, 0) + 1
     if not counts:
         return g, counts
-    out, _ = expand_nodes(g, lambda op: op.composite and not _has_kernel(op))
+    out, _ = expand_where(g, expand)
     return out, counts
+
+
+def _decomposes(node: Node, g: Graph) -> bool:
+    """Whether `node`'s decomposition can be built for its input types."""
+    try:
+        decomposition_graph(node.op, [g.shape_of(v) for v in node.inputs])
+    except BrazeError:
+        return False
+    return True
 
 
 @dataclass

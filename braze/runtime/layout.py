@@ -31,7 +31,7 @@ from ..ir.node import Node
 from ..ir.op import Value
 from ..ir.ops.elementwise import Cast
 from ..ir.ops.fused_simple import FusedConvBiasAct
-from .kernels import KernelContext, nhwc_ops
+from .kernels import KernelContext, has_empty, nhwc_ops
 from .kernels.conv import channels_last_input
 
 __all__ = ["plan_channels_last", "enabled"]
@@ -53,7 +53,9 @@ def plan_channels_last(g: Graph, static: list[bool], types: Callable[[Node], tup
         if static[n.id]:
             continue
         takes = _TAKES.get(n.op.kind)
-        v = takes(n, *types(n), ctx) if takes is not None else None
+        if takes is None or has_empty(*types(n)):
+            continue  # an empty tensor runs the reference (kernels.has_empty), NCHW
+        v = takes(n, *types(n), ctx)
         if v is not None:
             reads[n.id] = v
     keep = set()

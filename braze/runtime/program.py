@@ -43,7 +43,7 @@ from ..ir.ops.linalg import MatMul
 from ..ir.ops.shape import Expand, Narrow, Reshape
 from ..ir.shapes import Shape
 from ..ir.symbolic import eval_dim
-from .kernels import Kernel, KernelContext, conv, kernel_for, reference_kernel
+from .kernels import Kernel, KernelContext, conv, has_empty, kernel_for, reference_kernel
 from .kernels.fused import gated_gemm, rounded_output
 from .layout import plan_channels_last
 from .plan import Buffer, MemoryPlan, SharedArena, aligned_arena, plan_memory
@@ -281,7 +281,10 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
             view_ids.add(n.id)
             views.append((slot(n.value), fn, slot(src)))
             continue
-        k, absorbs = _epilogue_kernel(g, n, in_shapes, shapes, epilogues, roundings, ctx)
+        if has_empty(in_shapes, out_shapes):  # no fused epilogue: the reference runs it
+            k, absorbs = None, ()
+        else:
+            k, absorbs = _epilogue_kernel(g, n, in_shapes, shapes, epilogues, roundings, ctx)
         into = absorbs[-1] if absorbs else None
         if k is None:
             k = kernel_for(n, in_shapes, out_shapes, ctx) or reference_kernel(n, symbols)

@@ -98,7 +98,7 @@ class FusedMatMulBiasAct(FusedOp):
         return _act_infer(self.act, y)
 
     def reference(self, x, w, b=None):
-        y = np.matmul(x, w)
+        y = MatMul().reference(x, w)  # 16-bit floats: f32 accumulation, rounded to the dtype
         if b is not None:
             y = (y + b).astype(y.dtype, copy=False)
         return _act_ref(self.act, y)

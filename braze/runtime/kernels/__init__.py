@@ -24,6 +24,7 @@ from .registry import (  # noqa: F401
     Dispatch,
     Kernel,
     KernelContext,
+    has_empty,
     kernel_for,
     register_kernel,
 )

@@ -16,7 +16,8 @@ from ...ir.node import Node
 from ...ir.op import Op
 from ...ir.shapes import Shape
 
-__all__ = ["Kernel", "KernelContext", "register_kernel", "kernel_for", "KERNELS", "Dispatch"]
+__all__ = ["Kernel", "KernelContext", "register_kernel", "kernel_for", "has_empty", "KERNELS",
+           "Dispatch"]
 
 
 class Dispatch:
@@ -99,13 +100,20 @@ def register_kernel(*op_classes: type[Op]):
     return deco
 
 
+def has_empty(ins: Sequence[Shape], outs: Sequence[Shape]) -> bool:
+    """Whether a node reads or makes an empty tensor. Such a node runs its NumPy reference:
+    from an empty input (a K = 0 matmul, a reduction over a zero-length axis) the reference
+    gives the identities (zeros, -inf for a max) the interpreter does, and into an empty
+    output (a batch or a width of 0) there is nothing to compute, while the native kernels'
+    blockings divide by their block counts (a fed-weight GEMM of 0 rows raised SIGFPE)."""
+    return any(s.numel() == 0 for s in (*ins, *outs))
+
+
 def kernel_for(node: Node, ins: Sequence[Shape], outs: Sequence[Shape], ctx: KernelContext
                ) -> Kernel | None:
-    """The first registered kernel that accepts this node, or None. A node making values out
-    of an empty input (a K = 0 matmul, a reduction over a zero-length axis) gets None: the
-    NumPy reference gives those identities (zeros, -inf for a max) as the interpreter does,
-    and no native kernel meets the case. (Empty in, empty out: the kernels write nothing.)"""
-    if any(s.numel() == 0 for s in ins) and any(s.numel() for s in outs):
+    """The first registered kernel that accepts this node, or None (the NumPy reference);
+    None for a node with an empty tensor (has_empty)."""
+    if has_empty(ins, outs):
         return None
     for cls in type(node.op).__mro__:
         for make in KERNELS.get(cls, ()):
