@@ -167,12 +167,16 @@ static inline __m512 gelu16(__m512 x) {
 /* GELU_tanh(v) in 16 lanes as v / (1 + e^t), t = -2u, with exp16 and an exact division: a few
    ulps, as the expf form it replaces (libmvec's expf made GPT-2's FFN GEMM ~18% slower than
    with no activation); 0 where t >= 88 (|v| e^-t < 1e-37), so the left tail keeps its
-   relative accuracy down to there. */
+   relative accuracy down to there. t is clamped below at -88 too (1 + e^-88 is 1): exp16 is
+   only valid above about -1e12 (its reduction r = t - n ln2 loses its bits there and the
+   polynomial overflows to -inf), which t = -2u passes at v ~ 8e4, where GELU_tanh(v) = v
+   had come out -0. */
 static inline __m512 gelu_tanh16(__m512 v) {
   __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v), SPLAT(-0.0713548162726f),
                                               SPLAT(-1.59576912160573072f)));   /* -2u */
   __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_NGE_UQ);  /* a NaN stays NaN */
-  __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_min_ps(t, SPLAT(88.0f))));
+  __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_max_ps(SPLAT(-88.0f),
+                                                            _mm512_min_ps(t, SPLAT(88.0f)))));
   return _mm512_maskz_div_ps(live, v, d);
 }
 
@@ -293,7 +297,8 @@ static inline void gelu_tanh_row_bf16(const float* x, const float* bias, uint16_
     __m512 v2 = _mm512_mul_ps(v, v);
     __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(v2, SPLAT(-0.0713548162726f),
                                                 SPLAT(-1.59576912160573072f)));   /* -2u */
-    __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_min_ps(t, SPLAT(88.0f))));
+    __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_max_ps(SPLAT(-88.0f),  /* as gelu_tanh16 */
+                                                              _mm512_min_ps(t, SPLAT(88.0f)))));
     __m512 r = _mm512_rcp14_ps(d);
     r = _mm512_fmadd_ps(_mm512_fnmadd_ps(d, r, SPLAT(1.0f)), r, r);
     _mm256_mask_storeu_epi16(o + c, m, bf16_round16(_mm512_mul_ps(v, r)));

@@ -104,14 +104,36 @@ def pow_(ctx, c):
     return binary(ctx, c["self"], c["exponent"], BinaryFn.POW)
 
 
-@converter("aten.maximum.default", "aten.fmax.default")
+@converter("aten.maximum.default")
 def maximum(ctx, c):
     return binary(ctx, c["self"], c["other"], BinaryFn.MAX)
 
 
-@converter("aten.minimum.default", "aten.fmin.default")
+@converter("aten.minimum.default")
 def minimum(ctx, c):
     return binary(ctx, c["self"], c["other"], BinaryFn.MIN)
+
+
+@converter("aten.fmax.default")
+def fmax(ctx, c):
+    return _nan_ignoring(ctx, c, BinaryFn.MAX)
+
+
+@converter("aten.fmin.default")
+def fmin(ctx, c):
+    return _nan_ignoring(ctx, c, BinaryFn.MIN)
+
+
+def _nan_ignoring(ctx, c, fn: BinaryFn):
+    """torch.fmax / fmin: as maximum / minimum, but a NaN operand gives the other operand (NaN
+    only where both are); braze's max / min propagate a NaN, as torch.maximum / minimum do."""
+    dt = ctx.out_dtype()
+    a, b = ctx.value(c["self"], dt), ctx.value(c["other"], dt)
+    g = ctx.g
+    m = g.binary(a, b, fn)
+    if not dt.is_float:
+        return m
+    return g.where(g.isnan(a), b, g.where(g.isnan(b), a, m))
 
 
 # -- logic ----------------------------------------------------------------------------------------
