@@ -122,7 +122,8 @@ def batched_kernel(node, ins, outs, ctx, *, has_bias: bool = False, act: int = 0
     m, k = (int(d) for d in a.dims[-2:])
     n = int(b.dims[-1])
     batch = int(np.prod(a.dims[:-2], dtype=np.int64))
-    if min(m, n, k, batch) == 0 or (has_bias and tuple(ins[2].dims) not in ((n,), ())):
+    if min(m, n, k, batch) == 0 or (has_bias and tuple(ins[2].dims) != (n,) and
+                                    ins[2].numel() != 1):
         return None
     slots = max(1, ctx.threads or len(os.sched_getaffinity(0)))  # the scratch's thread slots
     per = m * k + k * n

@@ -336,7 +336,7 @@ def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str,
     if n_out != (weight.out_cols if isinstance(weight, OWN) else cols):
         return None
     rows = int(np.prod(outs[0].dims[:-1], dtype=np.int64)) if outs[0].rank > 1 else 1
-    if has_bias and tuple(ins[2].dims) not in ((full,), ()):
+    if has_bias and tuple(ins[2].dims) != (full,) and ins[2].numel() != 1:
         return None
     static_bias = ctx.static.get(node.inputs[2]) if has_bias else None
     ready = None if static_bias is None else gemm_bias(static_bias, full, gate_first)

@@ -5,6 +5,7 @@ norm, safe softmax, activations, SwiGLU / GeGLU, RoPE. float32 uses the native C
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 import numpy as np
 
@@ -229,19 +230,50 @@ def _gate_up_bias(bias: np.ndarray, packed: pg.PackedWeight) -> np.ndarray:
     return pg.gemm_bias(bias, 2 * packed.out_cols, packed.gate_first)
 
 
+def then_activation(k: Kernel | None, fn, out: int) -> Kernel | None:
+    """`k` followed by the activation `fn` applied in place to its output (run argument
+    `out`): an activation the C epilogues lack (exp, erf, abs, ...) runs NumPy's after the
+    native GEMM, as the convs' do, instead of the whole node running its reference."""
+    if k is None or fn is None:
+        return k
+
+    def run(*arrays):
+        k.run(*arrays)
+        np.copyto(arrays[out], fn.apply(arrays[out]))
+
+    def bind(*arrays):
+        call, y = k.bind(*arrays), arrays[out]
+
+        def both():
+            call()
+            np.copyto(y, fn.apply(y))
+        return both
+
+    return replace(k, run=run, bind=None if k.bind is None else bind,
+                   name=f"{k.name}, then NumPy {fn.value}")
+
+
 @register_kernel(FusedMatMulBiasAct)
 def matmul_bias_act(node, ins, outs, ctx):
     op = node.op
+    code = _act_code(op.act)
+    numpy_act = op.act if code is None else None  # one the C epilogues lack: NumPy's after
+    k = _matmul_bias_act(node, ins, outs, ctx, code or 0)
+    return then_activation(k, numpy_act, len(node.inputs))
+
+
+def _matmul_bias_act(node, ins, outs, ctx, act: int) -> Kernel | None:
+    """FusedMatMulBiasAct's kernel with the C epilogue `act` (a c_snippets.ACT_CODES code)."""
+    op = node.op
     lib = native.lib()
-    act = _act_code(op.act)
-    if lib is None or not is_f32(*ins) or act is None:
+    if lib is None or not is_f32(*ins):
         return None
     cols = int(outs[0].dims[-1])
-    if op.has_bias and tuple(ins[2].dims) not in ((cols,), ()):
+    if op.has_bias and tuple(ins[2].dims) != (cols,) and ins[2].numel() != 1:
         return None
     rows = _numel(outs[0]) // max(cols, 1)
     bias_full = op.has_bias and ins[2].dims == (cols,)
-    what = op.act.value if op.act else "bias"
+    what = op.act.value if act else "bias"
     low = bf16_gemm.gemm_kernel(node, ins, outs, ctx, has_bias=op.has_bias, act=act, what=what)
     if low is None:
         low = bf16_batched.batched_kernel(node, ins, outs, ctx, has_bias=op.has_bias, act=act,
