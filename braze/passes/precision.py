@@ -41,14 +41,18 @@ _LOWERED = (MatMul, DotGeneral, FusedMatMulBiasAct, Conv2d, ConvTranspose2d, Fus
             FusedAttentionBlock)
 
 
-MIN_CONV_MACS = 64
+MIN_CONV_MACS = 32
 """Convs with fewer multiply-adds per output value (kh kw C / groups) keep f32 operands under a
 policy by default: they are memory-bound (a depthwise conv does kh kw), so bf16 operands save
 them nothing, and rounding them cost two cast passes each (MobileNetV2's bf16 call had taken
 1.4-1.8x its f32 time). Measured on the AVX512-BF16 engine (runtime/kernels/conv_dp.py, Zen 4):
-1x1 convs of 64-160 input channels run in 0.55-0.75x their f32 time, those of 24-32 in
-1.07-1.4x (MobileNetV2 4.19 -> 3.80 ms, ResNet-50 24.4 -> 22.4, RegNet-Y 35.4 -> 33.3 against
-a floor of 256). The AMX conv keeps its own floor (conv_amx.AMX_MIN_MACS)."""
+1x1 convs of 64-160 input channels run in 0.55-0.75x their f32 time (MobileNetV2 4.19 -> 3.80
+ms, ResNet-50 24.4 -> 22.4, RegNet-Y 35.4 -> 33.3 against a floor of 256); with the bf16
+hand-off between convs, those of 32 pay too (one thread, CPU time, against a floor of 64:
+RegNet-Y 42.6 -> 41.8 ms, its 32 -> 128 1x1 at 112 x 112 had run f32 at 72 GFLOP/s; the OCR
+det 13.9 -> 13.4, cls 0.95 -> 0.90, MobileNetV2 6.49 -> 6.42), while a floor of 16 made the
+OCR models slower (det 14.6, rec 12.7 against 12.1). The AMX conv keeps its own floor
+(conv_amx.AMX_MIN_MACS)."""
 
 
 @dataclass(frozen=True)

@@ -96,8 +96,8 @@ def test_a_conv_of_few_multiply_adds_per_output_stays_f32(engine):
     f32 (no casts); a policy rounding every conv runs it on the f32 kernels, rounded."""
     from braze.passes.precision import MIN_CONV_MACS, POLICIES
 
-    g = _conv(1, 40, 9, 8, 12, 1, act="relu")
-    assert 40 < MIN_CONV_MACS
+    g = _conv(1, 24, 9, 8, 12, 1, act="relu")
+    assert 24 < MIN_CONV_MACS
     rows, _ = _run(g)
     (conv,) = [r for r in rows if r[1] == "fused_conv_bias_act"]
     assert "bf16" not in conv[3] and not [r for r in rows if r[1] == "cast"]
@@ -112,7 +112,7 @@ def test_a_conv_of_few_multiply_adds_per_output_stays_f32(engine):
 
 def test_a_1x1_conv_of_96_channels_runs_bf16_and_an_engine_floor_sets_it_aside(engine,
                                                                               monkeypatch):
-    """96 multiply-adds per output: the default policy rounds it (MIN_CONV_MACS is 64) and
+    """96 multiply-adds per output: the default policy rounds it (MIN_CONV_MACS is 32) and
     the AVX512-BF16 engine runs it (the AMX one only from conv_amx.AMX_MIN_MACS); an engine
     whose floor is above it leaves it to the f32 kernels, on the rounded values."""
     from braze.passes.precision import MIN_CONV_MACS
