@@ -159,8 +159,9 @@ def clip(ctx, node):
     x = ctx.value(node, 0)
     lo, hi = (_clip_bound(ctx, node, i, what) for i, what in ((1, "min"), (2, "max")))
     static = not any(isinstance(b, Value) for b in (lo, hi))
-    if static and lo is not None and hi is not None and ctx.dtype(x).is_float:
+    if static and lo is not None and hi is not None and ctx.dtype(x).is_float and lo <= hi:
         return [ctx.g.clamp(x, float(lo), float(hi))]
+    # (min > max: ONNX's min(max(x, lo), hi) sets every element to max, as below)
     y = x
     if lo is not None:
         y = ctx.g.maximum(y, lo if isinstance(lo, Value) else ctx.const_like(lo, x))

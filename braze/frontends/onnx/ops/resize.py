@@ -100,9 +100,24 @@ def _resize_targets(ctx, node, dims, axes):
     if policy not in ("not_larger", "not_smaller"):
         raise ctx.fail(node, f"keep_aspect_ratio_policy={policy!r} is not supported")
     spatial = _static_spatial(ctx, node, dims[2:], "Resize with keep_aspect_ratio_policy")
-    resized = [a for a in (axes or range(rank)) if a % rank >= 2]
-    ratios = [np.float32(sizes[a]) / np.float32(dims[a]) for a in resized]
+    # the policy's one scale is taken over every axis in `axes` (all axes by default),
+    # batch and channels included: their ratio is 1 (checked above), which caps not_larger
+    # at 1 and floors not_smaller at 1
+    listed = list(axes) if axes is not None else list(range(rank))
+    resized = [a for a in listed if a >= 2]
+    ratios = [np.float32(1.0) if a < 2 else np.float32(sizes[a]) / np.float32(dims[a])
+              for a in listed]
     s = min(ratios) if policy == "not_larger" else max(ratios)
+    for a in listed:
+        if a < 2 and s != 1.0:
+            d = dims[a]
+            out_a = int(math.floor(float(s) * d + 0.5)) if isinstance(d, int) else None
+            if out_a != d:
+                to = "?" if out_a is None else out_a
+                raise ctx.fail(node, f"Resize with keep_aspect_ratio_policy={policy!r} scales "
+                                     f"every axis in axes by {float(s):g}, which resizes axis "
+                                     f"{a} (batch / channels, {d} -> {to}); braze resizes the "
+                                     "spatial axes: list only spatial axes in axes")
     out = [int(math.floor(float(s) * d + 0.5)) if (i + 2) in resized else d
            for i, d in enumerate(spatial)]
     return out, [float(s) if (i + 2) in resized else 1.0 for i in range(len(spatial))]
