@@ -152,6 +152,17 @@ def test_conv2d_rejects_mismatches_naming_the_op(w_shape, kw, msg):
         g.conv2d(x, w, **kw)
 
 
+def test_an_unpadded_window_over_a_symbolic_axis_says_what_to_do():
+    """h - 2 may be 0 for the smallest h (symbols are >= 2): refused, saying to make the axis
+    static or pad; padded 'same' it keeps the symbol."""
+    g = bz.Graph()
+    x = g.input("x", bz.Shape((1, 4, "h", 9)))
+    w = g.param("w", bz.Shape((6, 4, 3, 3)))
+    with pytest.raises(bz.ShapeError, match=r"smallest h .*make H static, or pad the window"):
+        g.conv2d(x, w)
+    assert g.shape_of(g.conv2d(x, w, padding=1)) == bz.Shape((1, 6, "h", 9))
+
+
 def test_conv2d_bias_must_match_out_channels():
     g = bz.Graph()
     x = g.input("x", bz.Shape((1, 4, 5, 5)))

@@ -42,7 +42,8 @@ def _conv_out(op: Op, axis: str, size: Dim, k: int, s: int, lo: int, hi: int, d:
         out = split[0] + 1
         low = out.lower_bound()
         require(low is None or low >= 1, f"{op.kind} window ({span} along {axis}) is larger "
-                f"than the padded input ({size}+{lo + hi}) for the smallest {size}")
+                f"than the padded input ({size}+{lo + hi}) for the smallest {size} (symbols "
+                f"may be as small as 2): make {axis} static, or pad the window")
         return out.to_dim()
     padded = size + lo + hi
     require(padded >= span, f"{op.kind} window ({span} along {axis}) is larger than the padded "
