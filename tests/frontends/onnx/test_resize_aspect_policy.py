@@ -50,6 +50,15 @@ def test_policy_scale_over_all_listed_axes_matches_onnxruntime(sizes, policy, ax
         np.testing.assert_array_equal(got, want)
 
 
+def test_negative_axes_are_the_spatial_axes():
+    """axes [-2, -1] are [2, 3] (ONNX Runtime 1.32 leaves the size unchanged there instead)."""
+    x = np.random.default_rng(1).standard_normal((1, 2, 5, 7)).astype(np.float32)
+    want = _ort(_model([10, 9], "not_larger", [2, 3]), x)
+    g = bz.import_onnx(_model([10, 9], "not_larger", [-2, -1]))
+    assert want.shape == (1, 2, 6, 9)
+    np.testing.assert_array_equal(bz.compile(g, "cpu")({"x": x})[0], want)
+
+
 def test_policy_scale_that_resizes_channels_is_refused():
     with pytest.raises(FrontendError, match=r"rs.*axis 1 \(batch / channels, 2 -> 1\)"):
         bz.import_onnx(_model([1, 2, 3, 11], "not_larger"))
