@@ -33,6 +33,13 @@ ROWS = [
                                                      count_include_pad=True), [(1, 2, 4, 5)], 1),
     ("global_avg_pool", lambda g, x: g.global_avg_pool(x), [(2, 3, 4, 5)], 2),
     ("resize_nearest_2x", lambda g, x: g.resize_nearest_2x(x), [(1, 2, 3, 4)], 2),
+    # the general resize in float64: its VJP's resampling matrices take the input's dtype
+    ("resize_linear", lambda g, x: g.resize(x, (7, 3), "linear", "pytorch_half_pixel"),
+     [(1, 2, 4, 5)], 2),
+    ("resize_cubic_align_corners", lambda g, x: g.resize(x, (2, 9), "cubic", "align_corners"),
+     [(1, 2, 4, 5)], 1),
+    ("resize_nearest", lambda g, x: g.resize(x, (7, 3), "nearest", "asymmetric", "floor"),
+     [(1, 2, 4, 5)], 1),
 ]
 
 

@@ -59,3 +59,21 @@ def test_softmax_uses_its_rule_not_its_decomposition():
     g = build(lambda g, x: g.softmax(x, -1), [S])
     gg = grad_with_loss(weighted_loss(g, 0)[0], ["x0"])
     assert gg.count("reduce_max") == 0 and gg.count("softmax") == 1
+
+
+def test_prod_gradient_at_zeros_matches_torch():
+    """d prod / d x_i is the product of the other elements, also where the slice holds zeros
+    (one zero: nonzero at the zero only; two zeros: all zero), in both modes; not 0 / 0."""
+    torch = pytest.importorskip("torch")
+    xv = np.array([[1.0, 0.0, 3.0, 2.0], [2.0, 0.0, 0.0, 1.0], [1.5, -2.0, 0.5, 1.0]])
+    g = build(lambda g, x: g.prod(x, 1, keepdims=True), [(3, 4)])
+    loss, (r,) = weighted_loss(g, 0)
+    (got,) = bz.interpret(grad_with_loss(loss, ["x0"]), {"x0": xv})[1:]
+    t = torch.tensor(xv, requires_grad=True)
+    (torch.prod(t, 1, keepdim=True) * torch.tensor(r)).sum().backward()
+    np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-12, atol=1e-12)
+    tan = np.random.default_rng(3).normal(size=xv.shape)
+    from braze.autodiff import jvp
+    _, tout = bz.interpret(jvp(g, ["x0"]), {"x0": xv, "tangent_x0": tan})
+    want = [[sum(tan[i, j] * np.prod(np.delete(xv[i], j)) for j in range(4))] for i in range(3)]
+    np.testing.assert_allclose(tout, np.array(want), rtol=1e-12, atol=1e-12)

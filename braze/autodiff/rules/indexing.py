@@ -38,8 +38,17 @@ def scatter_along(b, ct, idx, axis: int, x_dims: tuple):
     perm = tuple(range(axis)) + (rank - 1,) + tuple(range(axis, rank - 1))
     out = b.transpose(summed, perm) if axis != rank - 1 else summed
     have = b.shape_of(out).dims
-    pads = tuple((0, want - got) for got, want in zip(have, x_dims))
-    return b.pad(out, pads) if any(p[1] for p in pads) else out
+    pads = []
+    for i, (got, want) in enumerate(zip(have, x_dims)):
+        if got == want:  # symbolic dims (a batch) compare by name
+            pads.append((0, 0))
+        elif isinstance(got, int) and isinstance(want, int):
+            pads.append((0, want - got))
+        else:
+            raise AutodiffError(f"the gradient of a gather along axis {axis} needs the indices' "
+                                f"dim {i} ({got!r}) to equal the data's ({want!r}) or both to "
+                                "be static")
+    return b.pad(out, tuple(pads)) if any(p[1] for p in pads) else out
 
 
 @vjp_rule(GatherElements)

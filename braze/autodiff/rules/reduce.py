@@ -7,7 +7,7 @@ from ...ir.graph import Graph
 from ...ir.node import Node
 from ...ir.op import Value
 from ...ir.ops.reduce import ArgMax, Cumsum, LogSoftmax, Reduce, ReduceFn, Softmax
-from ..emit import count_of, keep_reduced_axes
+from ..emit import count_of, keep_reduced_axes, scalar
 from ..registry import jvp_rule, non_differentiable, vjp_rule
 
 
@@ -24,6 +24,21 @@ def _reduced_count(b: Graph, x: Value, axes) -> Value:
     return count_of(b, [dims[a] for a in axes], x)
 
 
+def _prod_partials(b: Graph, node: Node, x: Value, out_k: Value) -> Value:
+    """d prod / d x_i = the product of the other elements of x_i's slice, written so a zero
+    gives no 0 / 0: out / x_i where the slice has no zero; the product of the nonzero elements
+    at the slice's only zero; 0 everywhere else (slices with two or more zeros, and the
+    nonzero elements of a slice with a zero)."""
+    axes = node.op.axes
+    zero, one = scalar(b, 0.0, x), scalar(b, 1.0, x)
+    is_zero = b.eq(x, zero)
+    safe = b.where(is_zero, one, x)
+    n_zero = b.sum(b.cast(is_zero, b.shape_of(x).dtype), axes, keepdims=True)
+    nonzero_prod = b.prod(safe, axes, keepdims=True)
+    at_zero = b.where(b.eq(n_zero, one), nonzero_prod, zero)
+    return b.where(is_zero, at_zero, b.div(out_k, safe))
+
+
 @vjp_rule(Reduce)
 def reduce_vjp(b, node, ins, outs, cts):
     (ct,) = cts
@@ -38,8 +53,8 @@ def reduce_vjp(b, node, ins, outs, cts):
     if fn is ReduceFn.MEAN:
         return [b.expand(b.div(ct_k, _reduced_count(b, x, node.op.axes)), x_dims)]
     out_k = _kept(b, node, outs[0])
-    if fn is ReduceFn.PROD:  # d prod / d x_i = prod / x_i (x_i != 0)
-        return [b.mul(ct_k, b.div(out_k, x))]
+    if fn is ReduceFn.PROD:  # d prod / d x_i = the product of the others (zeros included)
+        return [b.mul(ct_k, _prod_partials(b, node, x, out_k))]
     # max / min: the cotangent is shared evenly by the elements that attain the extreme
     hit = b.cast(b.eq(x, out_k), b.shape_of(x).dtype)
     ties = b.sum(hit, node.op.axes, keepdims=True)
@@ -58,7 +73,7 @@ def reduce_jvp(b, node, ins, outs, tangents):
         return [b.add_node(op, (t,))[0]]
     out_k = _kept(b, node, outs[0])
     if fn is ReduceFn.PROD:
-        return [b.sum(b.mul(t, b.div(out_k, x)), op.axes, op.keepdims)]
+        return [b.sum(b.mul(t, _prod_partials(b, node, x, out_k)), op.axes, op.keepdims)]
     hit = b.cast(b.eq(x, out_k), b.shape_of(x).dtype)
     ties = b.sum(hit, op.axes, op.keepdims)
     return [b.div(b.sum(b.mul(hit, t), op.axes, op.keepdims), ties)]

@@ -29,10 +29,11 @@ def resize_vjp(b, node, ins, outs, cts):
     if not (isinstance(h, int) and isinstance(w, int)):
         raise AutodiffError(f"gradient of {node.label} ({node.provenance}) needs static H and "
                             f"W, got {xs}; bind the spatial dims first (g.bind)")
-    dt = xs.dtype.np
+    dt = xs.dtype
     oh, ow = b.shape_of(outs[0]).dims[2:]
-    mh_t = b.constant(np.ascontiguousarray(_matrix(node.op, 0, h, oh).T).astype(dt))  # [H, oh]
-    mw = b.constant(_matrix(node.op, 1, w, ow).astype(dt))                           # [ow, W]
+    # the matrices take x's dtype (b.constant alone would store float64 arrays as f32)
+    mh_t = b.constant(np.ascontiguousarray(_matrix(node.op, 0, h, oh).T), dt)  # [H, oh]
+    mw = b.constant(_matrix(node.op, 1, w, ow), dt)                           # [ow, W]
     return [b.matmul(b.matmul(mh_t, cts[0]), mw)]
 
 
