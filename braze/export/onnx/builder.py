@@ -41,12 +41,29 @@ class OnnxBuilder:
         self._symbols: dict[str, str] = {}
         self._dims: dict[tuple, str] = {}
         self.domains: set[str] = set()
+        # names the graph's inputs and params carry: generated names must not repeat them (a
+        # model imported from a braze export has params named like its constants, "const_4")
+        self._taken: set[str] = {n.op.name for n in (*g.inputs, *g.params)}
         self._bind_symbols()
 
     # -- names ----------------------------------------------------------------------------------
     def fresh(self, hint: str = "t") -> str:
-        self._count += 1
-        return f"{hint}_{self._count}"
+        while True:
+            self._count += 1
+            name = f"{hint}_{self._count}"
+            if name not in self._taken:
+                self._taken.add(name)
+                return name
+
+    def unique(self, name: str) -> str:
+        """`name`, or `name_1`, `name_2`, ... when a graph input, param or generated tensor
+        already has it (a graph output named like an input)."""
+        out, k = name, 0
+        while out in self._taken:
+            k += 1
+            out = f"{name}_{k}"
+        self._taken.add(out)
+        return out
 
     def name(self, v: Value) -> str:
         return self.names[v]

@@ -84,7 +84,7 @@ def _build(graph: Graph, target: str, opset: int, params):
     outputs, seen = [], set()
     for i, v in enumerate(g.outputs):
         name = b.name(v)
-        out_name = f"output_{i}" if i else "output"
+        out_name = b.unique(f"output_{i}" if i else "output")
         b.op("Identity", [name], outputs=[out_name])
         seen.add(out_name)
         outputs.append(_value_info(out_name, g.shape_of(v)))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir.dtypes import f16, f32
 from ...ir.ops.attention import Attention, MaskKind, Rope
 from ...ir.ops.elementwise import UnaryFn
 from ...ir.ops.fused import (
@@ -46,6 +47,16 @@ def _ort(target: str) -> bool:
     return target == "onnxruntime"
 
 
+# the element types ONNX Runtime's CPU contrib ops used here take (their type constraints:
+# float and float16; double and bfloat16 make an invalid model or one without a kernel)
+_ORT_FLOATS = (f32, f16)
+
+
+def _ort_float(n) -> bool:
+    """Whether node `n` computes in a type the contrib ops take (else: standard ops)."""
+    return all(v.dtype in _ORT_FLOATS for v in n.outputs)
+
+
 def _nan_guard(b, y: str, dt, mask: MaskKind) -> str:
     if not mask.takes_input:
         return y
@@ -58,9 +69,10 @@ def matmul_bias_act(b, n, ins, target):
     op = n.op
     dt = n.outputs[0].dtype
     y = b.op1("MatMul", ins[0], ins[1])
-    if op.has_bias and _ort(target) and op.act is UnaryFn.GELU:
+    contrib = _ort(target) and _ort_float(n)
+    if op.has_bias and contrib and op.act is UnaryFn.GELU:
         return [b.op1("BiasGelu", y, ins[2], domain=MS)]
-    if op.has_bias and _ort(target) and op.act is UnaryFn.GELU_APPROX:
+    if op.has_bias and contrib and op.act is UnaryFn.GELU_APPROX:
         return [b.op1("FastGelu", y, ins[2], domain=MS)]
     if op.has_bias:
         y = b.op1("Add", y, ins[2])
@@ -74,7 +86,8 @@ def _last_axis(n, g) -> bool:
 
 
 def _skip_ok(n, g, target, allow_beta: bool):
-    if not _ort(target) or not n.op.has_gamma or (n.op.has_beta and not allow_beta):
+    if (not _ort(target) or not _ort_float(n) or not n.op.has_gamma
+            or (n.op.has_beta and not allow_beta)):
         return False
     x, r = (g.shape_of(v) for v in n.inputs[:2])
     # ORT's skip may also be [1, S, D] or [S, D] against a [B, S, D] input (its
@@ -107,7 +120,8 @@ def residual_rms(b, n, ins, target):
 # -- attention ------------------------------------------------------------------------------------
 def _attention_ok(n, g, target):
     op = n.op
-    if not _ort(target) or op.softcap is not None or op.mask not in _ORT_MASKS:
+    if (not _ort(target) or not _ort_float(n) or op.softcap is not None
+            or op.mask not in _ORT_MASKS):
         return False
     if op.round_operands is not None:  # rounded inside: decomposed, Cast pairs written
         return False
@@ -173,9 +187,9 @@ def attention(b, n, ins, target):
 
 def _block_ok(n, g, target):
     op = n.op
-    return (_ort(target) and op.rope is RopeMode.NONE and op.num_heads == op.num_kv_heads
-            and op.softcap is None and op.mask in _ORT_MASKS and op.qk_norm is None
-            and op.round_core is None)
+    return (_ort(target) and _ort_float(n) and op.rope is RopeMode.NONE
+            and op.num_heads == op.num_kv_heads and op.softcap is None
+            and op.mask in _ORT_MASKS and op.qk_norm is None and op.round_core is None)
 
 
 @exporter(FusedAttentionBlock, accept=_block_ok)
@@ -240,7 +254,7 @@ def _attention_of_two_inputs(b, n, r) -> str:
 
 
 def _rope_ok(n, g, target):
-    if not _ort(target):
+    if not _ort(target) or not _ort_float(n):
         return False
     x, cos = g.shape_of(n.inputs[0]), g.shape_of(n.inputs[1])
     if x.rank != 4 or cos.rank < 2 or any(d != 1 for d in cos.dims[:-2]):
@@ -275,9 +289,10 @@ def conv_bias_act(b, n, ins, target):
     else Conv (+ Add of the residual) + the activation."""
     op = n.op
     attrs = conv_attrs(op.conv)
-    if _ort(target) and op.act in _CONV_ACTS:
+    contrib = _ort(target) and _ort_float(n)
+    if contrib and op.act in _CONV_ACTS:
         return [b.op1("FusedConv", *ins, domain=MS, activation=_CONV_ACTS[op.act], **attrs)]
-    if _ort(target) and op.act is UnaryFn.RELU6:
+    if contrib and op.act is UnaryFn.RELU6:
         return [b.op1("FusedConv", *ins, domain=MS, activation="Clip",
                       activation_params=[0.0, 6.0], **attrs)]
     y = b.op1("Conv", *ins[:3], **attrs)

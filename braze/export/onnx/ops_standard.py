@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...ir.dtypes import f16, f32
 from ...ir.ops.conv import (
     Conv2d,
     ConvTranspose2d,
@@ -63,7 +64,9 @@ _DIRECT_UNARY = {UnaryFn.RELU: "Relu", UnaryFn.SIGMOID: "Sigmoid", UnaryFn.TANH:
 
 
 def unary_fn(b, fn: UnaryFn, x: str, dt, target: str) -> str:
-    """`fn(x)` as ONNX nodes."""
+    """`fn(x)` as ONNX nodes (ORT's contrib Gelu / FastGelu / QuickGelu take float and float16
+    only: other types are written with standard ops)."""
+    contrib = target == "onnxruntime" and dt in (f32, f16)
     if fn in _DIRECT_UNARY:
         return b.op1(_DIRECT_UNARY[fn], x)
     if fn is UnaryFn.RSQRT:
@@ -75,13 +78,13 @@ def unary_fn(b, fn: UnaryFn, x: str, dt, target: str) -> str:
     if fn is UnaryFn.SILU:
         return b.op1("Mul", x, b.op1("Sigmoid", x))
     if fn is UnaryFn.QUICK_GELU:
-        if target == "onnxruntime":
+        if contrib:
             return b.op1("QuickGelu", x, domain="com.microsoft", alpha=1.702)
         return b.op1("Mul", x, b.op1("Sigmoid", b.op1("Mul", x, scalar(b, 1.702, dt))))
     if fn is UnaryFn.GELU:
         if b.opset >= 20:
             return b.op1("Gelu", x)
-        if target == "onnxruntime":
+        if contrib:
             return b.op1("Gelu", x, domain="com.microsoft")
         inner = b.op1("Erf", b.op1("Div", x, scalar(b, np.sqrt(2.0), dt)))
         return b.op1("Mul", b.op1("Mul", x, scalar(b, 0.5, dt)),
@@ -89,7 +92,7 @@ def unary_fn(b, fn: UnaryFn, x: str, dt, target: str) -> str:
     if fn is UnaryFn.GELU_APPROX:
         if b.opset >= 20:
             return b.op1("Gelu", x, approximate="tanh")
-        if target == "onnxruntime":
+        if contrib:
             return b.op1("FastGelu", x, domain="com.microsoft")
         cube = b.op1("Mul", b.op1("Mul", x, x), x)
         inner = b.op1("Mul", b.op1("Add", x, b.op1("Mul", cube, scalar(b, 0.044715, dt))),
@@ -140,6 +143,10 @@ def compare(b, n, ins, target):
 
 @exporter(Where)
 def where(b, n, ins, target):
+    if n.outputs[0].dtype.kind == "bool":
+        # ONNX Runtime has no CPU Where kernel for bool: (c and x) or (not c and y)
+        c, x, y = ins
+        return [b.op1("Or", b.op1("And", c, x), b.op1("And", b.op1("Not", c), y))]
     return [b.op1("Where", *ins)]
 
 
