@@ -47,9 +47,15 @@ MASK_FLOOR = -1e30  # a masked fill at or below this is exactly "-inf" for float
 
 
 def _const_scalar(g, v) -> float | None:
+    """A float scalar fixed in the graph: a constant, or a stored scalar param (torch.export
+    lifts `torch.tensor(torch.finfo(dtype).min)`, GPT-Neo's masked-fill value, into one)."""
     n = g.nodes[v.node]
     if isinstance(n.op, Constant) and n.op.value.size == 1 and n.op.value.dtype.kind == "f":
         return float(n.op.value.reshape(-1)[0])
+    if isinstance(n.op, Param) and g.shape_of(v).rank == 0 and g.shape_of(v).dtype.is_float:
+        val = g.weights.get(n.op.name)
+        if val is not None:
+            return float(np.asarray(val).reshape(-1)[0])
     return None
 
 

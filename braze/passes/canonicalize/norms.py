@@ -44,8 +44,24 @@ class _Norm:
     nodes: list[int] = field(default_factory=list)
 
 
-def _strip_casts(g, v, nodes):
+_WIDENING = frozenset({("f16", "f32"), ("bf16", "f32"), ("f16", "f64"), ("bf16", "f64"),
+                       ("f32", "f64")})
+
+
+def _exact_cast(src, dst) -> bool:
+    """A float cast from `src` to `dst` keeps every value (the same type, or a wider one)."""
+    return src == dst or (src.name, dst.name) in _WIDENING
+
+
+def _strip_casts(g, v, nodes, narrowing: bool = False):
+    """Peel float casts above v. Only casts that keep every value (widening: f16 -> f32) are
+    identities a norm's statistics may drop; a narrowing one (f32 -> f16) rounds, so the walk
+    stops there unless `narrowing` (the output side: `_with_gamma` checks those casts against
+    the norm input's dtype)."""
     while _is(g.nodes[v.node], Cast) and g.nodes[v.node].op.dtype.is_float:
+        src = g.shape_of(g.nodes[v.node].inputs[0]).dtype
+        if not src.is_float or not (narrowing or _exact_cast(src, g.nodes[v.node].op.dtype)):
+            break
         nodes.append(v.node)
         v = g.nodes[v.node].inputs[0]
     return v
@@ -189,9 +205,15 @@ def _with_gamma(g, v) -> _Norm | None:
     n = g.nodes[v.node]
     if _is(n, Binary, BinaryFn.MUL):
         for inner, w in (n.inputs, n.inputs[::-1]):
-            core = _core(g, _strip_casts(g, inner, []))
-            if core is not None and _affine_operand(g, w, g.shape_of(core.x), core.axis):
-                core.nodes += _casts_between(g, inner) + [n.id]
+            casts = _casts_between(g, inner)
+            core = _core(g, _strip_casts(g, inner, [], narrowing=True))
+            if core is None:
+                continue
+            xdt = g.shape_of(core.x).dtype  # a cast below x's own type would round the result
+            if any(not _exact_cast(xdt, g.nodes[c].op.dtype) for c in casts):
+                continue
+            if _affine_operand(g, w, g.shape_of(core.x), core.axis):
+                core.nodes += casts + [n.id]
                 core.gamma = w
                 return core
     return _core(g, v)
@@ -199,7 +221,7 @@ def _with_gamma(g, v) -> _Norm | None:
 
 def _casts_between(g, v) -> list[int]:
     out: list[int] = []
-    _strip_casts(g, v, out)
+    _strip_casts(g, v, out, narrowing=True)
     return out
 
 

@@ -189,8 +189,10 @@ FOLD_MATMUL_SCALE = Rule(
     "FoldMatMulScale",
     _build_scale,
     pattern=_scaled,
-    checks=(target_claims("conv_bn_fold"), column_weight, scale_is_per_column,
-            weight_is_prepared_once, same_dtype("mm", "s")),
+    # the weight test first: a product of two activations (attention's q @ k^T times its
+    # scale) has no weight to fold into, and its miss says so, not that a "weight" is not 2-D
+    checks=(target_claims("conv_bn_fold"), weight_is_prepared_once, column_weight,
+            scale_is_per_column, same_dtype("mm", "s")),
     produces="conv_bn_fold",
 )
 RULES = (FOLD_MATMUL_BN, FOLD_MATMUL_SCALE)
