@@ -30,7 +30,13 @@ _BINARY = frozenset({BinaryFn.ADD, BinaryFn.SUB, BinaryFn.MUL, BinaryFn.DIV, Bin
                      BinaryFn.MAX})
 _TARGETS = (UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.QUICK_GELU, UnaryFn.SILU,
             UnaryFn.SIGMOID, UnaryFn.RELU)
-PROBES = np.concatenate([np.linspace(-10.0, 10.0, 401), [-60.0, -25.0, 25.0, 60.0]])
+PROBES = np.concatenate([np.linspace(-10.0, 10.0, 401), [-60.0, -25.0, 25.0, 60.0],
+                         [-700.0, -300.0, -150.0, 150.0, 300.0, 700.0]])
+# where a kink or a term far from zero shows (gelu(x) + relu(x - 100) is no gelu): every
+# probe must give a finite value (up to |x| 700, exp stays finite in float64)
+FAR_PROBES = np.array([-1e6, -1e4, 1e4, 1e6])
+# beyond that, compared where the cone's value is finite (x * exp(x) / (1 + exp(x)) is SiLU
+# but overflows there); probes past the dtype's range (float16) are left out
 MAX_CONE = 24
 _TRANSCENDENTAL = frozenset({UnaryFn.ERF, UnaryFn.TANH, UnaryFn.SIGMOID, UnaryFn.EXP})
 TOLERANCE = 2e-7
@@ -246,7 +252,10 @@ def _cone_key(g, members: set[int], x, root) -> tuple:
 
 def _probe(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | None]:
     sub = Graph("cone", record_provenance=False)
-    vmap = {x: sub.input("x", g.shape_of(x).with_dims((len(PROBES),)))}
+    dt = g.shape_of(x).dtype.np
+    keep = np.abs(FAR_PROBES) < np.finfo(dt).max / 16
+    probes = np.concatenate([PROBES, FAR_PROBES[keep]])
+    vmap = {x: sub.input("x", g.shape_of(x).with_dims((len(probes),)))}
     for nid in sorted(members):
         n = g.nodes[nid]
         ins = []
@@ -257,19 +266,20 @@ def _probe(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | None]
             ins.append(vmap[v])
         vmap[n.value] = sub.add_node(n.op, ins)[0]
     sub.set_outputs([vmap[root.value]])
-    feeds = {"x": PROBES.astype(g.shape_of(x).dtype.np)}
+    feeds = {"x": probes.astype(dt)}
     try:
         with np.errstate(all="ignore"):
             (got,) = interpret(sub, feeds, float64=True)
     except Exception:  # noqa: BLE001 - a cone that cannot run on the probes is no activation
         return None, None
     got = np.asarray(got, np.float64)
-    if not np.isfinite(got).all():
+    if not np.isfinite(got[:len(PROBES)]).all():
         return None, None
+    judged = np.concatenate([np.ones(len(PROBES), bool), np.isfinite(got[len(PROBES):])])
     closest = None
     for fn in _TARGETS:
-        want = _on_probes(fn)
-        err = float(np.max(np.abs(got - want) / np.maximum(1.0, np.abs(want))))
+        want = np.concatenate([_on_probes(fn), _on_far(fn)[keep]])
+        err = float(np.max((np.abs(got - want) / np.maximum(1.0, np.abs(want)))[judged]))
         if err <= TOLERANCE:
             return fn, (fn, err)
         if closest is None or err < closest[1]:
@@ -282,6 +292,15 @@ def _on_probes(fn: UnaryFn) -> np.ndarray:
     """The activation's reference values on PROBES (computed once: each probe compares with
     every target, and the erf of GELU is costly in NumPy)."""
     want = Unary(fn).reference(PROBES)
+    want.setflags(write=False)
+    return want
+
+
+@functools.cache
+def _on_far(fn: UnaryFn) -> np.ndarray:
+    """The activation's reference values on FAR_PROBES."""
+    with np.errstate(all="ignore"):
+        want = Unary(fn).reference(FAR_PROBES)
     want.setflags(write=False)
     return want
 

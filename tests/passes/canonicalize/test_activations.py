@@ -144,3 +144,33 @@ def test_a_constants_kept_key_is_used_for_that_constant_only(monkeypatch):
     out, _ = canonicalize(bad)
     assert out.count("gelu") == 0 and out.count("erf") == 1
     check_same(bad, out)
+
+
+@pytest.mark.parametrize("offset", [100.0, 500.0, 5000.0, 5e5])
+def test_a_term_that_starts_far_from_zero_is_no_activation(offset):
+    """gelu(x) + relu(x - offset) equals GELU wherever |x| < offset: the probes reach |x| 700
+    (all finite) and 1e4 / 1e6 (compared where finite), so the hinge shows: the gelu inside
+    becomes one, the sum stays a sum (probing |x| <= 60 had made the whole sum one gelu: 150
+    where the graph gives 200)."""
+    g = bz.Graph("hinge")
+    x = g.input("x", bz.Shape((4, 8)))
+    h = g.add(x, g.param("bias", bz.Shape((8,))))
+    g.set_outputs([g.add(_gelu_erf(g, h, 0), g.maximum(g.sub(h, offset), 0.0))])
+    out, _ = canonicalize(g)
+    assert out.count("relu") + out.count("maximum") == 1, out.op_counts()
+    feeds = {"x": np.full((4, 8), 2 * offset, np.float32)}
+    params = bz.init_params(g, 0)
+    np.testing.assert_allclose(bz.interpret(out, feeds, params)[0],
+                               bz.interpret(g, feeds, params)[0], rtol=1e-6)
+
+
+def test_a_silu_that_overflows_far_out_is_still_silu():
+    """x * exp(x) / (1 + exp(x)) is NaN at x = 1e4 (inf / inf): the far probes are compared only
+    where the form is finite, so it still becomes silu."""
+    g = bz.Graph("silu_exp")
+    x = g.input("x", bz.Shape((4, 8)))
+    h = g.add(x, g.param("bias", bz.Shape((8,))))
+    e = g.exp(h)
+    g.set_outputs([g.div(g.mul(h, e), g.add(e, 1.0))])
+    out, _ = canonicalize(g)
+    assert out.count("silu") == 1, out.op_counts()
