@@ -29,7 +29,8 @@ def _load_model(spec: str, progress: Progress | None = None, input_shapes=None):
     from .models import BUILTIN_MODELS, build_model
 
     progress = progress or Progress(False)
-    if input_shapes and not spec.endswith(".onnx"):
+    ext = os.path.splitext(spec)[1].lower()  # model.ONNX is an ONNX file too
+    if input_shapes and ext != ".onnx":
         raise BrazeError("--input-shape fixes an ONNX model's input dims; builtin models, saved "
                          "graphs and .pt2 programs take --dim NAME=INT for their symbolic dims")
     if spec in BUILTIN_MODELS:
@@ -39,7 +40,7 @@ def _load_model(spec: str, progress: Progress | None = None, input_shapes=None):
         raise BrazeError(f"{spec!r} is neither a builtin model ({', '.join(BUILTIN_MODELS)}) nor "
                          "an existing file (.json graph, .onnx model or .pt2 program)")
     size = os.path.getsize(spec) / 2**20
-    if spec.endswith(".onnx"):
+    if ext == ".onnx":
         from .frontends.onnx import import_onnx
 
         with progress.step(f"importing {os.path.basename(spec)} ({size:.1f} MiB)"):
@@ -51,7 +52,7 @@ def _load_model(spec: str, progress: Progress | None = None, input_shapes=None):
                 raise FrontendError(f"{e}\n  (on the command line: --input-shape NAME=DIMS, "
                                     "e.g. x=1x3x224x224, or x=batch,3,32*h,32*w to keep the "
                                     "size dynamic)") from None
-    if spec.endswith(".pt2"):
+    if ext == ".pt2":
         from . import import_torch
 
         with progress.step(f"importing {os.path.basename(spec)} ({size:.1f} MiB)"):
@@ -142,8 +143,15 @@ def cmd_fuse(args) -> int:
 
         target = args.export_target or ("onnxruntime" if args.target == "onnxruntime"
                                         else "standard")
+        params = None
+        missing = [n.op.name for n in fused.params if n.op.name not in fused.weights]
+        if missing:  # builtin models carry no weights: export random ones, as `run` does
+            from .interpret import init_params
+
+            print(f"note: {len(missing)} params have no stored values; exporting random weights")
+            params = init_params(fused, 0)
         with progress.step(f"exporting {os.path.basename(args.export)} for {target}"):
-            export_onnx(fused, args.export, target=target)
+            export_onnx(fused, args.export, target=target, params=params)
         print(f"fused model exported to {args.export} (ONNX, target {target})")
     return 0
 
@@ -247,6 +255,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"braze: error: out of memory ({e or 'an allocation failed'}); use smaller input "
               "sizes (--dim, --input-shape)", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("braze: interrupted", file=sys.stderr)
+        return 130
     except RecursionError:
         print(f"braze: error: {args.model if hasattr(args, 'model') else 'the input'} is nested "
               "too deeply to read (a corrupt or hostile file?)", file=sys.stderr)

@@ -305,3 +305,90 @@ def test_a_dynamic_image_size_error_names_the_command_line_option_and_the_option
     assert main(["run", str(p), "--input-shape", "x=batch,3,32*h,32*w", "--dim", "batch=2",
                  "--dim", "h=2", "--dim", "w=1", "--quiet"]) == 0
     assert "float32[2, 4, 32, 16]" in capsys.readouterr().out
+
+
+# -- found by a held-out CLI sweep: each of these had been a Python traceback ----------------------
+@pytest.mark.parametrize("name, content", [
+    ("model.txt", b"\x08\x07\xbe\xef binary"), ("weights.npz", b"PK\x03\x04\x14\x00\x82\xff"),
+    ("bad.json", b'{"format": "braze-graph", "name": "\xff\xfe\x80"}')])
+def test_a_binary_or_non_utf8_model_file_is_a_one_line_error(name, content, tmp_path, capsys):
+    p = tmp_path / name
+    p.write_bytes(content)
+    assert main(["run", str(p), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert name in err and "not UTF-8" in err and ".onnx" in err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+
+
+def test_the_model_extension_is_case_insensitive(tmp_path, capsys):
+    p = _tiny_onnx(tmp_path / "TINY.ONNX")
+    assert main(["run", str(p), "--input-shape", "x=3x4", "--quiet"]) == 0
+    assert "output 0: float32[3, 2]" in capsys.readouterr().out
+
+
+def test_feeds_saved_with_np_save_are_a_one_line_error(tmp_path, capsys):
+    import numpy as np
+
+    tiny = str(_tiny_onnx(tmp_path / "tiny.onnx"))
+    np.save(tmp_path / "x.npy", np.ones((5, 4), np.float32))
+    assert main(["run", tiny, "--feeds", str(tmp_path / "x.npy"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "x.npy" in err and "np.savez" in err and "Traceback" not in err
+
+
+def test_dim_conflicting_with_feeds_or_itself_is_refused(tmp_path, capsys):
+    import numpy as np
+
+    tiny = str(_tiny_onnx(tmp_path / "tiny.onnx"))
+    np.savez(tmp_path / "f.npz", x=np.ones((5, 4), np.float32))
+    assert main(["run", tiny, "--feeds", str(tmp_path / "f.npz"), "--dim", "batch=3",
+                 "--quiet"]) == 2
+    assert "drop --dim batch" in capsys.readouterr().err
+    assert main(["run", tiny, "--dim", "batch=3", "--dim", "batch=4", "--quiet"]) == 2
+    assert "--dim batch is given twice (3 and 4)" in capsys.readouterr().err
+
+
+def test_bench_of_an_onnx_file_onnxruntime_cannot_run_still_times_braze(tmp_path, capsys):
+    import onnx
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("LRN", ["x"], ["y"], size=2, name="lrn")  # ORT runs odd sizes only
+    graph = helper.make_graph([node], "lrn", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 4, 5, 5])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, [1, 4, 5, 5])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(tmp_path / "lrn.onnx"))
+    assert main(["bench", str(tmp_path / "lrn.onnx"), "--repeat", "1", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "braze compiled (f32)" in out and "onnxruntime: cannot run this model" in out
+
+
+def test_ctrl_c_is_one_line_and_exit_code_130(monkeypatch, capsys):
+    import braze.cli as cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_load_model", interrupted)
+    try:
+        rc = main(["inspect", "bert-tiny", "--quiet"])
+    except KeyboardInterrupt:
+        pytest.fail("Ctrl-C escaped main(): the user sees a Python traceback")
+    assert rc == 130
+    err = capsys.readouterr().err
+    assert err == "braze: interrupted\n"
+
+
+def test_fuse_export_of_a_builtin_model_exports_random_weights(tmp_path, capsys):
+    import numpy as np
+    import onnxruntime as ort
+
+    out = tmp_path / "llama.onnx"
+    assert main(["fuse", "llama-tiny", "--export", str(out), "--quiet"]) == 0
+    text = capsys.readouterr().out
+    assert "exporting random weights" in text and "exported to" in text
+    sess = ort.InferenceSession(str(out))
+    feeds = bz.random_feeds(bz.models.llama_tiny(), 0)
+    (y,) = sess.run(None, {k: v for k, v in feeds.items()})[:1]
+    assert np.isfinite(y).all()

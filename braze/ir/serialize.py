@@ -94,10 +94,14 @@ def load(path: str | os.PathLike) -> Graph:
     """Read a graph written by `save`, with its weights. Errors name the file and the problem."""
     path = os.fspath(path)
     try:
-        with open(path) as f:
+        with open(path, encoding="utf-8") as f:
             text = f.read()
     except OSError as e:
         raise ParseError(f"{path}: cannot read braze graph ({e.strerror or e})") from None
+    except UnicodeDecodeError as e:
+        raise ParseError(f"{path}: not a braze graph file (not UTF-8 text: byte "
+                         f"{e.object[e.start]:#04x} at offset {e.start}); braze reads .json "
+                         "graphs written by bz.save, .onnx models and .pt2 programs") from None
     try:
         doc = json.loads(text)
     except ValueError as e:

@@ -29,6 +29,8 @@ class Optimizer:
 
 def _check_nonnegative(owner: str, **values: float) -> None:
     for name, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)):
+            raise BrazeError(f"{owner}: {name} must be a number >= 0, got {v!r}")
         if not v >= 0.0:
             raise BrazeError(f"{owner}: {name} must be >= 0, got {v}")
 

@@ -17,7 +17,7 @@ What is shared, and how:
   NumPy ops."""
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -74,6 +74,42 @@ def promote_trained_params(g: Graph, names: Sequence[str]) -> Graph:
     return out
 
 
+class RegionViews(Mapping):
+    """A read-only name -> array mapping over a region's views. The arrays are writable (assign
+    into them: `step.params["w"][...] = value`); rebinding a name is refused, since the
+    executables read and the optimizer updates the region's arrays, not a replacement."""
+
+    def __init__(self, views: dict[str, np.ndarray], what: str):
+        self._views = views
+        self._what = what
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        return self._views[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._views)
+
+    def __len__(self) -> int:
+        return len(self._views)
+
+    def __setitem__(self, name, value) -> None:
+        raise BrazeError(f"TrainingStep.{self._what}[{name!r}] cannot be replaced: it is a view "
+                         "of the weight region the compiled step reads and updates; assign into "
+                         f"it instead: step.{self._what}[{name!r}][...] = value")
+
+    def __delitem__(self, name) -> None:
+        self.__setitem__(name, None)
+
+    def __or__(self, other: Mapping) -> dict:  # views | feeds, as with the dict it was
+        return {**self._views, **other}
+
+    def __ror__(self, other: Mapping) -> dict:  # feeds | step.params
+        return {**other, **self._views}
+
+    def __repr__(self) -> str:
+        return f"RegionViews({self._what}: {', '.join(self._views)})"
+
+
 @dataclass
 class MemoryUse:
     """Bytes held by a training step: weight and grad regions, optimizer state, and the shared
@@ -116,12 +152,12 @@ class TrainingStep:
         self.steps = 0
 
     @property
-    def params(self) -> dict[str, np.ndarray]:
-        return self.region.views
+    def params(self) -> Mapping[str, np.ndarray]:
+        return RegionViews(self.region.views, "params")
 
     @property
-    def grads(self) -> dict[str, np.ndarray]:
-        return self.grad_region.views
+    def grads(self) -> Mapping[str, np.ndarray]:
+        return RegionViews(self.grad_region.views, "grads")
 
     @property
     def report(self):
@@ -132,11 +168,17 @@ class TrainingStep:
         return self.forward.report
 
     def _feeds(self, feeds: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if not isinstance(feeds, Mapping):
+            raise BrazeError(f"feeds must map input names to arrays (a dict), got "
+                             f"{type(feeds).__name__}; inputs: {self._input_names()}")
         clash = [n for n in self.wrt if n in feeds]
         if clash:
             raise BrazeError(f"feeds name trained params {clash}; their values live in "
                              "TrainingStep.params (assign into those arrays to change them)")
         return {**feeds, **self.region.views}
+
+    def _input_names(self) -> str:
+        return ", ".join(n.op.name for n in self.graph.inputs)
 
     def gradients(self, feeds: Mapping[str, np.ndarray]) -> float:
         """Run the backward executable only: fills `grads`, returns the loss (no update)."""

@@ -158,3 +158,44 @@ def test_errors_name_the_problem():
     step = bz.compile_training(g, ["w1"], bz.SGD(lr=0.1), params=params)
     with pytest.raises(BrazeError, match="feeds name trained params"):
         step.step({**example.synthetic_data(g), "w1": params["w1"]})
+
+
+def _sweep_mlp():
+    g = bz.Graph("mlp")
+    x, y = g.input("x", bz.Shape(("batch", 4))), g.input("y", bz.Shape(("batch", 1)))
+    out = g.mm(g.tanh(g.mm(x, g.param("w1", bz.Shape((4, 8))))), g.param("w2", bz.Shape((8, 1))))
+    g.set_outputs([g.mean(g.square(g.sub(out, y)))])
+    return g
+
+
+def test_params_cannot_be_rebound_only_assigned_into():
+    """Found by a held-out sweep: `step.params["w1"] = new` replaced the dict entry; the step
+    then fed the new array (never updated) while the optimizer updated the region: w1 froze
+    silently and the loss still fell."""
+    g = _sweep_mlp()
+    step = bz.compile_training(g, ["w1", "w2"], bz.SGD(lr=0.1), params=bz.init_params(g, 0))
+    feeds = {"x": np.ones((3, 4), np.float32), "y": np.zeros((3, 1), np.float32)}
+    with pytest.raises(BrazeError, match=r"assign into it instead"):
+        step.params["w1"] = np.full((4, 8), 0.5, np.float32)
+    with pytest.raises(BrazeError, match=r"cannot be replaced"):
+        step.grads["w1"] = np.zeros((4, 8), np.float32)
+    step.params["w1"][...] = 0.5                      # the supported way
+    step.step(feeds)
+    assert not np.allclose(step.params["w1"], 0.5)    # trained from the assigned value
+    assert sorted(step.params) == ["w1", "w2"] and len(step.grads) == 2
+
+
+def test_feeds_that_are_no_mapping_are_a_clear_error():
+    g = _sweep_mlp()
+    step = bz.compile_training(g, ["w1", "w2"], bz.SGD(lr=0.1), params=bz.init_params(g, 0))
+    xs = [np.ones((3, 4), np.float32), np.zeros((3, 1), np.float32)]
+    for call in (step.step, step.gradients, step.eval):
+        with pytest.raises(BrazeError, match=r"feeds must map input names.*inputs: x, y"):
+            call(xs)
+
+
+@pytest.mark.parametrize("make", [lambda: bz.SGD(lr="0.1"), lambda: bz.Adam(eps=None),
+                                  lambda: bz.SGD(lr=0.1, momentum=True)])
+def test_optimizer_hyperparameters_that_are_no_numbers_are_braze_errors(make):
+    with pytest.raises(BrazeError, match=r"must be a number >= 0"):
+        make()
