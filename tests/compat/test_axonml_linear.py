@@ -91,3 +91,25 @@ def test_float64_weights_compute_in_float64():
     got = FusedLinear(w64, B.astype(np.float64), Activation.TANH)(x64)
     assert got.dtype == np.float64
     np.testing.assert_allclose(got, np.tanh(x64 @ w64 + B), rtol=1e-12)
+
+
+@pytest.mark.parametrize("make", [
+    lambda ax: ax.FusedLinear(np.array([[1 + 5j, 0], [0, 1]])),
+    lambda ax: ax.FusedLinear(np.eye(2), np.array([1j, 0])),
+    lambda ax: ax.FusedLinear(np.eye(2)).forward(np.array([1 + 5j, 2])),
+    lambda ax: ax.FusedLinear(np.eye(2)).forward(["a", "b"]),
+    lambda ax: ax.FusedLinear([[1, 2], [3]]),
+    lambda ax: ax.fused_add_relu(1.0)(np.array([1 + 5j, 2])),
+    lambda ax: ax.fused_add_relu(1.0)(None),
+    lambda ax: ax.fused_add_relu(1.0)(np.array([object()])),
+])
+def test_non_real_inputs_are_braze_errors_not_silent_casts(make):
+    from braze.compat import axonml as ax
+    with pytest.raises(bz.GraphError, match="real numbers|no array"):
+        make(ax)
+
+
+def test_int_and_bool_inputs_still_compute_in_float32():
+    from braze.compat import axonml as ax
+    assert ax.FusedLinear([[1, 2], [3, 4]]).forward([1, 1]).tolist() == [4.0, 6.0]
+    assert ax.fused_add_relu(1.0)(np.array([True, False])).tolist() == [2.0, 1.0]

@@ -125,3 +125,11 @@ def test_bad_shapes_are_refused_with_a_reason():
         optimize_graph([T.Add, T.Relu], shapes=[(2, 4)])
     with pytest.raises(ValueError, match="not an earlier op"):
         optimize_graph([T.Relu], shapes=[OpShapes((-1,), (2,))])
+
+
+@pytest.mark.parametrize("spans", [[(0, 5)], [(2, 1)], [(0, 2), (1, 3)]])
+def test_estimate_speedup_refuses_groups_outside_or_overlapping(spans):
+    from braze.compat.axonml import Detected, FusionPattern, OpType, estimate_speedup
+    pats = [Detected(FusionPattern.AddRelu, a, b) for a, b in spans]
+    with pytest.raises(ValueError, match="does not fit|overlaps"):
+        estimate_speedup([OpType.Add, OpType.Relu, OpType.Add], patterns=pats)

@@ -77,3 +77,11 @@ def test_op_types_may_be_given_by_value_or_name_and_unknown_ones_are_named():
 def test_patterns_name_the_braze_kind_they_become():
     assert F.MatMulBiasGelu.braze_kind == "fused_matmul_bias_act"
     assert F.ElementwiseChain.braze_kind == "elementwise_region"
+
+
+def test_every_pattern_has_the_documented_estimated_speedup():
+    from braze.compat.axonml import FusionPattern
+    table = {"MatMulBias": 1.2, "MatMulBiasRelu": 1.3, "MatMulBiasGelu": 1.3,
+             "ConvBatchNorm": 1.3, "ConvBatchNormRelu": 1.4, "ElementwiseChain": 2.0,
+             "Softmax": 1.2, "LayerNorm": 1.2, "GeluApprox": 1.2, "AddRelu": 1.8, "MulAdd": 1.5}
+    assert {p.name: p.estimated_speedup() for p in FusionPattern} == table

@@ -79,8 +79,13 @@ def sequence_bytes(
     group_of = list(range(len(spec)))  # op index -> id of its group (its own index when alone)
     members: dict[int, list[int]] = {i: [i] for i in range(len(spec))}
     for d in groups:
+        if not 0 <= d.start < d.end <= len(spec):
+            raise ValueError(f"{d} does not fit the {len(spec)}-op sequence (indices "
+                             f"[start, end) with 0 <= start < end <= {len(spec)})")
         gid = d.start
         for i in d.span:
+            if i not in members:
+                raise ValueError(f"{d} overlaps another fused group at op {i}")
             del members[i]
             group_of[i] = gid
         members[gid] = list(d.span)

@@ -14,6 +14,7 @@ from ...ir.graph import Graph
 from ...ir.op import Value
 from ...ir.ops.region import ElementwiseRegion, region_input_name
 from ...ir.shapes import Shape
+from .linear import numeric_array
 
 __all__ = ["ElementwiseOp", "FusedElementwise", "FusedElementwiseBuilder", "fused_add_relu",
            "fused_mul_add", "fused_scale_bias_relu", "fuse_elementwise"]
@@ -139,7 +140,7 @@ class FusedElementwise:
 
     def forward(self, x) -> np.ndarray:
         """The chain applied to `x`, elementwise."""
-        arr = np.asarray(x)
+        arr = numeric_array(x, "FusedElementwise input")
         if arr.dtype.kind != "f":
             arr = arr.astype(np.float32)
         (y,) = interpret(self.graph(dtype_from_numpy(arr.dtype), arr.ndim), {"x": arr})

@@ -7,7 +7,7 @@ import enum
 
 import numpy as np
 
-from ...errors import ShapeError
+from ...errors import GraphError, ShapeError
 from ...interpret import interpret
 from ...ir.dtypes import dtype_from_numpy
 from ...ir.graph import Graph
@@ -48,11 +48,24 @@ _UNARY = {
 }
 
 
-def _float_array(a) -> np.ndarray:
-    arr = np.asarray(a)
+def _float_array(a, what: str = "FusedLinear weight") -> np.ndarray:
+    arr = numeric_array(a, what)
     if arr.dtype.kind != "f":
         arr = arr.astype(np.float32)
     dtype_from_numpy(arr.dtype)  # a dtype braze knows
+    return arr
+
+
+def numeric_array(a, what: str) -> np.ndarray:
+    """`a` as a NumPy array of real numbers (float, int, bool); anything else (complex, None,
+    strings, objects) is a GraphError, never a silent cast (complex would drop its imaginary
+    part, None would become NaN)."""
+    try:
+        arr = np.asarray(a)
+    except ValueError as e:  # ragged nested lists
+        raise GraphError(f"{what} is no array: {e}") from None
+    if arr.dtype.kind not in "fiub":
+        raise GraphError(f"{what} must hold real numbers, got dtype {arr.dtype}")
     return arr
 
 
@@ -69,7 +82,8 @@ class FusedLinear:
         if w.ndim != 2:
             raise ShapeError(f"FusedLinear weight must be 2-D [in_features, out_features], got "
                              f"shape {w.shape}")
-        b = None if bias is None else _float_array(bias).astype(w.dtype, copy=False)
+        b = None if bias is None else _float_array(bias, "FusedLinear bias").astype(
+            w.dtype, copy=False)
         if b is not None and b.shape != (w.shape[1],):
             raise ShapeError(f"FusedLinear bias must be [out_features] = [{w.shape[1]}] for "
                              f"weight {w.shape}, got shape {b.shape}")
@@ -97,7 +111,7 @@ class FusedLinear:
 
     def forward(self, x) -> np.ndarray:
         """`act(x @ weight + bias)` for x [in_features] or [batch, in_features]."""
-        arr = np.asarray(x)
+        arr = numeric_array(x, "FusedLinear.forward input")
         if arr.ndim not in (1, 2):
             raise ShapeError(f"FusedLinear.forward takes x [in_features] or [batch, "
                              f"in_features], got shape {arr.shape}")

@@ -86,6 +86,10 @@ class FusionPattern(enum.Enum):
         sig = self.signature
         return 2 if sig is None else len(sig)
 
+    def estimated_speedup(self) -> float:
+        """AxonML's documented per-pattern speedup (a fixed table; `optimize` measures bytes)."""
+        return _SPEEDUP[self]
+
     @property
     def family(self) -> str:
         """"linear", "conv", "elementwise" or "reduction": the FusionConfig switch that
@@ -113,6 +117,13 @@ PATTERN_SIGNATURES: dict[FusionPattern, tuple[OpType, ...]] = {
     FusionPattern.GeluApprox: (_O.Pow, _O.Mul, _O.Add, _O.Tanh, _O.Mul),
     FusionPattern.AddRelu: (_O.Add, _O.Relu),
     FusionPattern.MulAdd: (_O.Mul, _O.Add),
+}
+_SPEEDUP = {
+    FusionPattern.MatMulBias: 1.2, FusionPattern.MatMulBiasRelu: 1.3,
+    FusionPattern.MatMulBiasGelu: 1.3, FusionPattern.ConvBatchNorm: 1.3,
+    FusionPattern.ConvBatchNormRelu: 1.4, FusionPattern.ElementwiseChain: 2.0,
+    FusionPattern.Softmax: 1.2, FusionPattern.LayerNorm: 1.2, FusionPattern.GeluApprox: 1.2,
+    FusionPattern.AddRelu: 1.8, FusionPattern.MulAdd: 1.5,
 }
 _FAMILY = {
     FusionPattern.MatMulBias: "linear", FusionPattern.MatMulBiasRelu: "linear",

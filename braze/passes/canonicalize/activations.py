@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 
+import ml_dtypes
 import numpy as np
 
 from ...interpret import interpret
@@ -253,7 +254,7 @@ def _cone_key(g, members: set[int], x, root) -> tuple:
 def _probe(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | None]:
     sub = Graph("cone", record_provenance=False)
     dt = g.shape_of(x).dtype.np
-    keep = np.abs(FAR_PROBES) < np.finfo(dt).max / 16
+    keep = np.abs(FAR_PROBES) < float(ml_dtypes.finfo(dt).max) / 16  # bf16 too
     probes = np.concatenate([PROBES, FAR_PROBES[keep]])
     vmap = {x: sub.input("x", g.shape_of(x).with_dims((len(probes),)))}
     for nid in sorted(members):

@@ -174,3 +174,16 @@ def test_a_silu_that_overflows_far_out_is_still_silu():
     g.set_outputs([g.div(g.mul(h, e), g.add(e, 1.0))])
     out, _ = canonicalize(g)
     assert out.count("silu") == 1, out.op_counts()
+
+
+@pytest.mark.parametrize("dtype", [bz.bf16, bz.f16])
+def test_activation_probe_on_half_graphs(dtype):
+    # np.finfo rejects ml_dtypes.bfloat16: the probe must use ml_dtypes.finfo
+    g = bz.Graph("half_silu")
+    x = g.input("x", bz.Shape((4, 8), dtype))
+    g.set_outputs([g.mul(x, g.sigmoid(x))])
+    fused, _ = bz.fuse(g, "cpu")
+    bz.verify(fused)
+    feeds = {"x": np.linspace(-3, 3, 32).reshape(4, 8).astype(dtype.np)}
+    (want,), (got,) = bz.interpret(g, feeds), bz.interpret(fused, feeds)
+    np.testing.assert_allclose(np.float32(got), np.float32(want), rtol=2e-2, atol=2e-2)

@@ -12,7 +12,7 @@ dtype's lowest value at future keys. Past key / value inputs (KV caches) and the
 layouts (which ORT runs only on GPUs) are not supported."""
 from __future__ import annotations
 
-import numpy as np
+import ml_dtypes
 
 from ....ir.dtypes import i64
 from ....ir.ops.attention import MaskKind
@@ -98,7 +98,7 @@ def score_mask(ctx: ImportContext, node: NodeView, like, *, batch, sq, sk, key_m
         return (MaskKind.CAUSAL if causal else MaskKind.NONE), None
     if causal:
         ok = g.le(_positions(ctx, sk, (1, sk)), _positions(ctx, sq, (sq, 1)))
-        lowest = float(np.finfo(ctx.dtype(like).np).min)
+        lowest = float(ml_dtypes.finfo(ctx.dtype(like).np).min)  # bf16 too
         parts.insert(0, _additive(ctx, ok, like, lowest))
     total = parts[0]
     for p in parts[1:]:
