@@ -82,6 +82,10 @@ def run_passes(
     probe = _NumericProbe(g, seed) if check_numerics else None
     cur = g
     for p in passes:
+        if not callable(getattr(p, "run", None)):
+            raise PassError(f"run_passes takes pass objects (with .name and .run(graph, ctx)), "
+                            f"got {p!r}; a fusion by name: bz.fuse(g, target=...) or the "
+                            "pipeline builder")
         try:
             res = p.run(cur, ctx)
         except PassError:

@@ -7,6 +7,8 @@ import contextvars
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ..errors import PassError
+
 
 @dataclass(frozen=True)
 class FusionLimits:
@@ -14,6 +16,13 @@ class FusionLimits:
 
     max_steps: int | None = None
     max_inputs: int | None = None
+
+    def __post_init__(self):
+        for name in ("max_steps", "max_inputs"):
+            v = getattr(self, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+                raise PassError(f"FusionLimits {name} must be a whole number >= 1 or None "
+                                f"(unbounded), got {v!r}")
 
     def allows(self, steps: int, inputs: int) -> bool:
         return (self.max_steps is None or steps <= self.max_steps) and (
