@@ -29,11 +29,11 @@ _TOKEN = re.compile(r"""
     (?P<nl>\n)
   | (?P<ws>[ \t\r]+)
   | (?P<comment>\#[^\n]*)
-  | (?P<ref>%(?:[A-Za-z_][A-Za-z0-9_]*|[0-9]+|"(?:[^"\\\n]|\\.)*")(?:\.[0-9]+)?)
+  | (?P<ref>%(?:[^\W\d]\w*|[0-9]+|"(?:[^"\\\n]|\\.)*")(?:\.[0-9]+)?)
   | (?P<string>"(?:[^"\\\n]|\\.)*")
   | (?P<number>-?(?:(?:inf|nan)(?![A-Za-z0-9_])
                    |[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?))
-  | (?P<ident>[A-Za-z_][A-Za-z0-9_]*)
+  | (?P<ident>[^\W\d]\w*)  # Unicode identifiers: symbolic dims may be any str.isidentifier()
   | (?P<punct>->|[()\[\]{},=:*+])
 """, re.VERBOSE)
 _DTYPE_NAMES = frozenset(d.name for d in ALL_DTYPES)
@@ -49,7 +49,7 @@ class _Tok:
 
 @dataclass(frozen=True)
 class _Ref:
-    key: str  # "#<id>" for `%3`, else the node name
+    key: int | str  # the node id (int) for `%3`, else the node name (str): never confused
     index: int
     text: str
 
@@ -200,7 +200,7 @@ class _Parser:
                 self.fail(f"{lhs.text} = {kind} but the header does not declare {lhs.text} "
                           f"as {'an input' if kind == 'input' else 'a param'}",
                           f"declare it in the graph's {kind}s: `{lhs.text}: f32[...]`", head_tok)
-            if lhs.key.startswith("#"):
+            if isinstance(lhs.key, int):
                 self.fail(f"{kind} {lhs.text} needs a name", tok=lhs_tok)
             shape = decl_type[lhs.key][1]
             op = Input(lhs.key, shape) if kind == "input" else Param(lhs.key, shape)
@@ -222,7 +222,7 @@ class _Parser:
         self.add(g, env, lhs, op, tuple(args), prov, types, head_tok)
 
     def add(self, g: Graph, env, lhs: _Ref, op, args, prov, types, tok: _Tok) -> None:
-        name = None if lhs.key.startswith("#") else lhs.key
+        name = None if isinstance(lhs.key, int) else lhs.key
         try:
             vals = g.add_node(op, args, name=name, provenance=prov)
         except BrazeError as e:
@@ -251,7 +251,7 @@ class _Parser:
         if body.startswith('"'):
             key = _unquote(self, _Tok("string", body, t.line, t.col + 1))
         elif body.isdigit():
-            key = "#" + body
+            key = int(body)
         else:
             key = body
         return _Ref(key, index, t.text)

@@ -159,7 +159,7 @@ def format_ref(g: GraphCore, v: Value) -> str:
     name = node.name if node is not None and node.id == v.node else None
     if name is None:
         base = f"%{v.node}"
-    elif name.isidentifier() and name not in RESERVED_WORDS:
+    elif _is_bare(name):
         base = f"%{name}"
     else:
         base = "%" + json.dumps(name)
@@ -178,8 +178,14 @@ def _format_types(outs: tuple[Shape, ...]) -> str:
     return "(" + ", ".join(str(s) for s in outs) + ")"
 
 
+def _is_bare(s: str) -> bool:
+    """Whether `s` prints unquoted: an ASCII identifier (what the parser's tokenizer reads; a
+    non-ASCII `str.isidentifier()` name must be quoted) that is not a reserved word."""
+    return s.isascii() and s.isidentifier() and s not in RESERVED_WORDS
+
+
 def _ident_or_quoted(s: str) -> str:
-    return s if s.isidentifier() and s not in RESERVED_WORDS else json.dumps(s)
+    return s if _is_bare(s) else json.dumps(s)
 
 
 def _comment(text: str, provenance: str | None) -> str:

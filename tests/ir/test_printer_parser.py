@@ -223,3 +223,32 @@ def test_parse_error_for_out_of_order_values_hints_at_topological_order():
 @given(random_graphs(max_nodes=12))
 def test_random_graphs_round_trip_through_text(g):
     round_trip(g)
+
+
+@pytest.mark.parametrize("name", ["#c", "#0", "#1", "日本", "ü", "a·b"])
+def test_odd_source_and_node_names_round_trip(name):
+    """A name starting with '#' is not a node id (the parser's id keys were "#<id>"), and a
+    non-ASCII identifier is printed quoted (the tokenizer reads ASCII names bare)."""
+    g = bz.Graph(name)
+    x = g.input(name, bz.Shape((2,), bz.f32))
+    y = g.exp(x)
+    z = g.add_node(g.node(y).op, (y,), name=name + "_n")[0]
+    g.set_outputs([z])
+    round_trip(g)
+
+
+def test_node_named_like_an_id_keeps_its_name():
+    g = bz.Graph("g")
+    x = g.input("x", bz.Shape((2,), bz.f32))
+    y = g.exp(x)
+    z = g.add_node(g.node(y).op, (x,), name="#0")[0]
+    g.set_outputs([g.add(y, z)])
+    assert round_trip(g).node(z).name == "#0"
+
+
+@pytest.mark.parametrize("sym", ["ü", "日", "seq_日本"])
+def test_non_ascii_symbolic_dims_round_trip(sym):
+    g = bz.Graph("g")
+    x = g.input("x", bz.Shape((sym, 2), bz.f32))
+    g.set_outputs([g.exp(x)])
+    round_trip(g)
