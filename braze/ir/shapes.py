@@ -14,6 +14,9 @@ from .symbolic import SymDim, canonical_dim, dim_symbols
 Dim = Union[int, str]
 
 
+MAX_DIM = 2**62  # past this no tensor fits in memory (NumPy refuses dims past int64)
+
+
 @dataclass(frozen=True)
 class Shape:
     """Dims plus element type. `Shape((4, "seq", 384))` is float32 with a symbolic sequence dim."""
@@ -33,6 +36,9 @@ class Shape:
                     raise ShapeError(f"dim {d!r} must be an int or a symbol name")
             if isinstance(d, int) and d < 0:
                 raise ShapeError(f"dim {d} is negative in {tuple(dims)}")
+            if isinstance(d, int) and d > MAX_DIM:
+                raise ShapeError(f"dim {d} in {tuple(dims)} is larger than any array can be "
+                                 f"(2**62)")
             if isinstance(d, str) and not d.isidentifier():
                 try:
                     d = canonical_dim(d)

@@ -252,3 +252,13 @@ def test_non_ascii_symbolic_dims_round_trip(sym):
     x = g.input("x", bz.Shape((sym, 2), bz.f32))
     g.set_outputs([g.exp(x)])
     round_trip(g)
+
+
+def test_a_dim_past_int64_is_a_parse_error_naming_it():
+    """A dim no array can have (past 2**62) is refused where the graph is read, not later by
+    NumPy (random_feeds had raised 'Maximum allowed dimension exceeded')."""
+    text = "graph g(x: f32[99999999999999999999999999]) {\n  return %x\n}\n"
+    with pytest.raises(bz.BrazeError, match="99999999999999999999999999"):
+        bz.Graph.parse(text)
+    with pytest.raises(bz.ShapeError, match="larger than any array"):
+        bz.Shape((2**63,))
