@@ -15,7 +15,7 @@ from .ir.op import Op
 from .ir.ops.elementwise import Cast
 from .ir.ops.io import Input, Param
 from .ir.shapes import Shape
-from .ir.symbolic import SymDim, dim_symbols, eval_dim
+from .ir.symbolic import MIN_SYMBOL_VALUE, SymDim, dim_symbols, eval_dim
 
 
 def bind_symbols(g: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
@@ -54,6 +54,23 @@ def bind_symbols(g: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
             raise InterpretError(f"input {name!r} declared {shape} ({d} = {want}) but was fed "
                                  f"shape {fed}")
     return env
+
+
+def check_small_binding(g: Graph, env: Mapping[str, int]) -> None:
+    """Shape inference proves windows fit (a conv's output length >= 1) for symbols >=
+    MIN_SYMBOL_VALUE only; a feed may bind a smaller value ("32*h" fed 32 rows is h = 1, or 0
+    rows). For such a binding re-infer the graph with it (`Graph.bind`) and, when a node
+    cannot take it, raise an InterpretError naming the node, the binding and the symbol."""
+    syms = set(g.dynamic_symbols())
+    small = {s: v for s, v in env.items() if s in syms and v < MIN_SYMBOL_VALUE}
+    if not small:
+        return
+    try:
+        g.bind({s: v for s, v in env.items() if s in syms})
+    except ShapeError as e:
+        raise InterpretError(f"the feeds bind {small} (below {MIN_SYMBOL_VALUE}, the smallest "
+                             f"value shape inference assumed), which graph {g.name!r} cannot "
+                             f"take: {e}; feed a larger input") from None
 
 
 def _solve_linear(later: list, env: dict[str, int]) -> None:
@@ -140,6 +157,7 @@ def interpret(
         except InterpretError:
             raise
         except Exception as e:  # name the node, keep the cause
+            check_small_binding(g, env)  # a too-small symbol says so instead
             where = f" from {node.provenance}" if node.provenance else ""
             raise InterpretError(f"while executing node {node.label}{where}: "
                                  f"{type(e).__name__}: {e}") from e

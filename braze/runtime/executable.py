@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BrazeError, InterpretError
-from ..interpret import bind_symbols, decomposition_graph
+from ..interpret import bind_symbols, check_small_binding, decomposition_graph
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..passes.expand import expand_where
@@ -159,6 +159,7 @@ class Executable:
         with self._turn:
             prog = self._programs.pop(key, None)
             if prog is None:
+                check_small_binding(self.graph, symbols)
                 ctx = KernelContext(threads=self.threads or 0, precision=self.precision,
                                     symbols=symbols)
                 try:
