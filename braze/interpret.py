@@ -65,9 +65,14 @@ def check_small_binding(g: Graph, env: Mapping[str, int]) -> None:
     small = {s: v for s, v in env.items() if s in syms and v < MIN_SYMBOL_VALUE}
     if not small:
         return
+    bound = {s: v for s, v in env.items() if s in syms}
     try:
-        g.bind({s: v for s, v in env.items() if s in syms})
+        g.bind(bound)
     except ShapeError as e:
+        try:  # the same feeds with the small symbols at 2: failing too, it is not about them
+            g.bind({**bound, **dict.fromkeys(small, MIN_SYMBOL_VALUE)})
+        except ShapeError:
+            return
         raise InterpretError(f"the feeds bind {small} (below {MIN_SYMBOL_VALUE}, the smallest "
                              f"value shape inference assumed), which graph {g.name!r} cannot "
                              f"take: {e}; feed a larger input") from None
