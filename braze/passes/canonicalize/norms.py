@@ -44,13 +44,10 @@ class _Norm:
     nodes: list[int] = field(default_factory=list)
 
 
-_WIDENING = frozenset({("f16", "f32"), ("bf16", "f32"), ("f16", "f64"), ("bf16", "f64"),
-                       ("f32", "f64")})
-
-
 def _exact_cast(src, dst) -> bool:
-    """A float cast from `src` to `dst` keeps every value (the same type, or a wider one)."""
-    return src == dst or (src.name, dst.name) in _WIDENING
+    """A float cast from `src` to `dst` keeps every value: the same type, or a wider float
+    (f16 / bf16 -> f32 -> f64; f16 <-> bf16, of one size, each loses values of the other)."""
+    return src == dst or dst.itemsize > src.itemsize
 
 
 def _strip_casts(g, v, nodes, narrowing: bool = False):

@@ -23,6 +23,7 @@ from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
 from . import bf16_gemm, blas, c_snippets, gemm_choice, native
+from .packed_gemm import bias_fits, gemm_bias
 from .registry import Dispatch, Kernel, nbytes
 
 __all__ = ["batched_kernel"]
@@ -122,8 +123,7 @@ def batched_kernel(node, ins, outs, ctx, *, has_bias: bool = False, act: int = 0
     m, k = (int(d) for d in a.dims[-2:])
     n = int(b.dims[-1])
     batch = int(np.prod(a.dims[:-2], dtype=np.int64))
-    if min(m, n, k, batch) == 0 or (has_bias and tuple(ins[2].dims) != (n,) and
-                                    ins[2].numel() != 1):
+    if min(m, n, k, batch) == 0 or (has_bias and not bias_fits(ins[2], n)):
         return None
     slots = max(1, ctx.threads or len(os.sched_getaffinity(0)))  # the scratch's thread slots
     per = m * k + k * n
@@ -133,14 +133,14 @@ def batched_kernel(node, ins, outs, ctx, *, has_bias: bool = False, act: int = 0
     b16 = None if static_b is None else np.ascontiguousarray(static_b.reshape(batch, k, n))
     lib, local = _lib(), blas.local_threads_address()
     static_bias = ctx.static.get(node.inputs[2]) if has_bias else None
-    ready = None if static_bias is None else _bias_row(static_bias, n)
+    ready = None if static_bias is None else gemm_bias(static_bias, n)
 
     def run(x, y, *rest):
         out, scratch = rest[-2], rest[-1]
         product(x, y, out, scratch)
         if has_bias or act:
             bias = None if not has_bias else ready if ready is not None else \
-                _bias_row(rest[0], n)
+                gemm_bias(rest[0], n)
             native.lib().bias_act(address(out), None if bias is None else address(bias),
                                   batch * m, n, act)
 
@@ -171,11 +171,6 @@ def batched_kernel(node, ins, outs, ctx, *, has_bias: bool = False, act: int = 0
                   f"{what})",
                   flops=2 * batch * m * n * k, bytes=nbytes(ins) + nbytes(outs),
                   scratch=(((slots * per,), np.uint16),), reads=reads)
-
-
-def _bias_row(bias: np.ndarray, n: int) -> np.ndarray:
-    """A bias [n] or a scalar as a contiguous float32 row of n values."""
-    return np.ascontiguousarray(np.broadcast_to(bias, (n,)), np.float32)
 
 
 def _pays(batch: int, m: int, k: int, n: int, slots: int, static_b: bool) -> bool:

@@ -38,7 +38,7 @@ from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
 from . import amx_gemm, blas, c_snippets, dpbf16_gemm, gemm_choice, native
-from .packed_gemm import gemm_bias
+from .packed_gemm import bias_fits, gemm_bias
 from .registry import Dispatch, Kernel, nbytes
 
 __all__ = ["available", "bf16_policy", "Bf16Weight", "bf16_weight", "bf16_bits",
@@ -336,7 +336,7 @@ def gemm_kernel(node, ins, outs, ctx, *, has_bias: bool, act: int, what: str,
     if n_out != (weight.out_cols if isinstance(weight, OWN) else cols):
         return None
     rows = int(np.prod(outs[0].dims[:-1], dtype=np.int64)) if outs[0].rank > 1 else 1
-    if has_bias and tuple(ins[2].dims) != (full,) and ins[2].numel() != 1:
+    if has_bias and not bias_fits(ins[2], full):
         return None
     static_bias = ctx.static.get(node.inputs[2]) if has_bias else None
     ready = None if static_bias is None else gemm_bias(static_bias, full, gate_first)

@@ -269,10 +269,9 @@ def _matmul_bias_act(node, ins, outs, ctx, act: int) -> Kernel | None:
     if lib is None or not is_f32(*ins):
         return None
     cols = int(outs[0].dims[-1])
-    if op.has_bias and tuple(ins[2].dims) != (cols,) and ins[2].numel() != 1:
+    if op.has_bias and not pg.bias_fits(ins[2], cols):
         return None
     rows = _numel(outs[0]) // max(cols, 1)
-    bias_full = op.has_bias and ins[2].dims == (cols,)
     what = op.act.value if act else "bias"
     low = bf16_gemm.gemm_kernel(node, ins, outs, ctx, has_bias=op.has_bias, act=act, what=what)
     if low is None:
@@ -283,10 +282,7 @@ def _matmul_bias_act(node, ins, outs, ctx, act: int) -> Kernel | None:
 
     def run(x, w, *rest):
         out = rest[-1]
-        b = rest[0] if op.has_bias else None
-        if b is not None and not bias_full:
-            b = np.full(cols, b.reshape(()), np.float32)
-        b = None if b is None else _c(b)
+        b = pg.gemm_bias(rest[0], cols) if op.has_bias else None  # one value: spread
         if packed is not None and prepared_gemm(x, packed, out, b, act):
             return
         if w.ndim == 2 and gemm_bias_act(lib, x, w, out, b, act):

@@ -352,6 +352,12 @@ def gate_up_pairs(w: np.ndarray, gate_first: bool) -> np.ndarray:
     return out.reshape(lead + (2 * fp,))
 
 
+def bias_fits(bias, cols: int) -> bool:
+    """Whether a bias of this Shape is one the GEMMs take: [cols], or one value ((), (1,))
+    that gemm_bias spreads over the columns."""
+    return tuple(bias.dims) == (cols,) or bias.numel() == 1
+
+
 def gemm_bias(b: np.ndarray, cols: int, gate_first: bool | None = None) -> np.ndarray:
     """A bias [cols] (or a scalar) as the GEMMs take it: contiguous float32, and for a gated
     weight (gate_first set) in its gate / up pair layout (gate_up_pairs)."""
