@@ -112,6 +112,27 @@ def test_softmax_over_an_inner_axis(shape, axis):
     assert not got[(0,) * axis + (slice(None),)].any()
 
 
+@pytest.mark.parametrize("shape, axis", [((4, 17), 1), ((3, 5, 4), 1), ((3, 1, 4), 1)])
+def test_softmax_of_nan_among_minus_inf_is_nan(shape, axis):
+    """A row (or column, along a non-last axis) whose values are NaN and -inf is NaN, as the
+    reference gives: the max skips the NaN, and the row had taken the fully-masked path to
+    zeros, hiding the NaN. Only -inf still gives zeros; a NaN among finite values NaN."""
+    g = bz.Graph("softmax_nan")
+    g.set_outputs([g.softmax(g.input("x", bz.Shape(shape)), axis)])
+    exe = bz.compile(g, fuse=False)
+    assert _native_kinds(exe) == {"softmax"}
+    xs = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    xs = np.moveaxis(xs, axis, -1)   # rows along the softmax axis, written as last
+    xs[0, ...] = np.nan
+    xs[1, ..., 0], xs[1, ..., 1:] = np.nan, -np.inf
+    xs[2, ..., :] = -np.inf
+    xs = np.moveaxis(xs, -1, axis)
+    (got,), (want,) = exe({"x": xs}), bz.interpret(g, {"x": xs})
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    assert np.isnan(want).sum() == 2 * xs.size // shape[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=2e-6)
+
+
 @pytest.mark.parametrize("interleaved, n_rot", [(False, None), (True, None), (False, 4)])
 def test_rope(interleaved, n_rot):
     g = bz.Graph("rope")

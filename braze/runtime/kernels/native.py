@@ -22,6 +22,7 @@ SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <float.h>
+#include <string.h>
 #include <omp.h>
 """ + cc.simd_math_decls() + cc.parallel_min_define() + ROPE_ROW + TO_BF16 + r"""
 
@@ -252,7 +253,16 @@ void cumsum(const void* x, void* y, int64_t outer, int64_t n, int64_t inner, int
 #undef CUMSUM
 }
 
-/* Safe softmax of `rows` rows of `cols` (a row of only -inf gives zeros), out may be in. */
+/* 1 where x is a NaN, read from the bits (-ffast-math takes `x != x` to be false and its
+   max may drop or keep a NaN); vectorizes in `omp simd` loops. */
+static inline int is_nan_bits(float x) {
+  uint32_t u;
+  memcpy(&u, &x, 4);
+  return (u & 0x7fffffffu) > 0x7f800000u;
+}
+
+/* Safe softmax of `rows` rows of `cols` (a row of only -inf gives zeros; a row with a NaN
+   NaN, as the reference), out may be in. */
 void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {
   #pragma omp parallel for schedule(static) if(rows * cols > BRAZE_PAR_MIN)
   for (int64_t r = 0; r < rows; r++) {
@@ -260,9 +270,14 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {
     float* yr = y + r * cols;
     float mx = -INFINITY;
     for (int64_t c = 0; c < cols; c++) mx = xr[c] > mx ? xr[c] : mx;
-    if (mx == -INFINITY) { for (int64_t c = 0; c < cols; c++) yr[c] = 0.0f; continue; }
+    if (mx == -INFINITY) {   /* only -inf, or NaN among them (the max skips a NaN) */
+      int nan = 0;
+      for (int64_t c = 0; c < cols; c++) nan |= is_nan_bits(xr[c]);
+      for (int64_t c = 0; c < cols; c++) yr[c] = nan ? NAN : 0.0f;
+      continue;
+    }
     float total = 0.0f;
-    #pragma omp simd reduction(+:total)
+    #pragma omp simd reduction(+:total)   /* a NaN reaches total through expf */
     for (int64_t c = 0; c < cols; c++) { float e = expf(xr[c] - mx); yr[c] = e; total += e; }
     float inv = 1.0f / total;
     #pragma omp simd
@@ -272,7 +287,7 @@ void softmax_rows(const float* x, float* y, int64_t rows, int64_t cols) {
 
 /* Safe softmax over the middle axis of x viewed as [outer, n, inner] (inner > 1: a softmax
    over a non-last axis), in blocks of up to 256 inner columns, each a vector loop over the n
-   rows: a column of only -inf gives zeros; out may be x. */
+   rows: a column of only -inf gives zeros, one with a NaN NaN; out may be x. */
 void softmax_strided(const float* x, float* y, int64_t outer, int64_t n, int64_t inner) {
   int64_t blocks = (inner + 255) / 256;
   #pragma omp parallel for schedule(static) if(outer * n * inner > BRAZE_PAR_MIN)
@@ -282,23 +297,26 @@ void softmax_strided(const float* x, float* y, int64_t outer, int64_t n, int64_t
     const float* xo = x + o * n * inner + i0;
     float* yo = y + o * n * inner + i0;
     float mx[256], inv[256];
-    for (int64_t i = 0; i < w; i++) { mx[i] = -INFINITY; inv[i] = 0.0f; }
+    int nan[256];
+    for (int64_t i = 0; i < w; i++) { mx[i] = -INFINITY; inv[i] = 0.0f; nan[i] = 0; }
     for (int64_t k = 0; k < n; k++) {
       #pragma omp simd
       for (int64_t i = 0; i < w; i++) {
         float v = xo[k * inner + i];
         mx[i] = v > mx[i] ? v : mx[i];
+        nan[i] |= is_nan_bits(v);
       }
     }
     for (int64_t k = 0; k < n; k++) {
       #pragma omp simd
       for (int64_t i = 0; i < w; i++) {
-        float e = mx[i] == -INFINITY ? 0.0f : expf(xo[k * inner + i] - mx[i]);
+        float e = mx[i] == -INFINITY || nan[i] ? 0.0f : expf(xo[k * inner + i] - mx[i]);
         yo[k * inner + i] = e;
         inv[i] += e;
       }
     }
-    for (int64_t i = 0; i < w; i++) inv[i] = mx[i] == -INFINITY ? 0.0f : 1.0f / inv[i];
+    for (int64_t i = 0; i < w; i++)
+      inv[i] = nan[i] ? NAN : mx[i] == -INFINITY ? 0.0f : 1.0f / inv[i];
     for (int64_t k = 0; k < n; k++) {
       #pragma omp simd
       for (int64_t i = 0; i < w; i++) yo[k * inner + i] *= inv[i];
