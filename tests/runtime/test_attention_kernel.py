@@ -105,3 +105,21 @@ def test_fused_block_at_model_head_size(heads, mask_kind, rope):
     g.set_outputs([y])
     _matches(g, [_feeds(g, 0, masked_prefix=3), _feeds(g, 1)], threads=2, rtol=1e-4,
              atol=1e-4)
+
+
+@pytest.mark.parametrize("precision", [None, "bf16"])
+def test_a_nan_query_gives_nan_not_zeros(precision, monkeypatch):
+    """A query row with a NaN has every score NaN: the reference (and PyTorch) give NaN. The
+    row max skips NaN, so the row took the fully-masked path and came out zeros, hiding the
+    NaN; in one key chunk and in several, f32 and the bf16 core."""
+    monkeypatch.setattr(attention_native, "KEY_BLOCK", 16)
+    for sk in (12, 40):
+        g = _attention_graph(1, 2, 1, 5, sk, 32, 32, "custom")
+        feeds = _feeds(g, 0)
+        feeds["m"][...] = 0.0
+        feeds["q"][0, 1, 2, 3] = np.nan
+        exe = bz.compile(g, fuse=False, precision=precision)
+        got = exe(feeds)[0]
+        assert np.isnan(got[0, 1, 2]).all() and not np.isnan(np.delete(got, 2, 2)).any()
+        assert "C attention" in dict((r[1], r[3]) for r in exe.dispatch_report().rows)[
+            "attention"]

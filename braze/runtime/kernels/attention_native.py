@@ -18,7 +18,8 @@ A row whose keys all fall in one chunk (every row, for up to KEY_BLOCK keys) has
 probabilities divided by their sum before p @ v, in the reference's order (dividing afterwards
 changed the last bits, which Gemma 3 under the bf16 policy amplified to a 5e-3 output change
 by flipping a bf16 rounding); other rows' running sums are divided out when the unit writes
-them. A row whose keys are all -inf gives zeros; a causal row that sees no key (fewer keys than
+them. A row whose keys are all -inf gives zeros (one with a NaN score among them NaN, as the
+reference); a causal row that sees no key (fewer keys than
 queries) the mean of v, as the reference's finite masked value does. q, k, v and the output
 are strided views (batch, head and row strides in elements; rows contiguous), so a packed QKV
 projection [B, S, (Hq + 2 Hkv) D] is read in place and the heads are written merged
@@ -216,8 +217,10 @@ static inline float softmax_step(float* s, int64_t kc, int64_t c0, int64_t lo, i
     }
   }
   float m_new = mx > *m ? mx : *m;
-  if (m_new == -INFINITY) {   /* nothing seen yet but -inf */
-    for (int64_t j = a; j < z; j++) s[j] = 0.0f;
+  if (m_new == -INFINITY) {   /* nothing seen yet but -inf and NaN (the max skips a NaN) */
+    int nan = 0;
+    for (int64_t j = a; j < z; j++) nan |= isnan(s[j]);
+    for (int64_t j = a; j < z; j++) s[j] = nan ? NAN : 0.0f;   /* a NaN row stays NaN */
     return 1.0f;
   }
   float alpha = *m == -INFINITY ? 1.0f : exp_nonpos(*m - m_new);  /* nothing to rescale yet */
