@@ -6,7 +6,8 @@ epilogues, fp32 and the bf16 policy, standalone kernels, generated regions).
 - Large inputs: the AVX-512 tanh GELU (c_snippets.gelu_tanh16, gelu_tanh_row_bf16) clamped
   its exp argument t = -2u only from above; for v >~ 8e4, t < -1e12 is outside exp16's range
   (its reduction loses its bits and the polynomial overflows to -inf), so GELU_tanh(v) = v
-  came out -0."""
+  came out -0.
+- -inf: the AVX-512 tanh GELU gave 0 where the reference and PyTorch give NaN."""
 import numpy as np
 import pytest
 
@@ -74,6 +75,22 @@ def test_an_activation_keeps_a_nan(act, path, precision, monkeypatch):
 @pytest.mark.parametrize("precision", [None, "bf16"])
 @pytest.mark.parametrize("path", sorted(PATHS))
 @pytest.mark.parametrize("act", ACTS)
+def test_an_activation_of_an_infinity(act, path, precision, monkeypatch):
+    """+-inf give the reference's inf, 0 or NaN; the AVX-512 tanh GELU (gelu_tanh16, the bf16
+    GEMM's gelu_tanh_row_bf16) gave 0 at -inf, where -inf * (1 + tanh(-inf)) is NaN."""
+    def fill(x):
+        x[[3, 200]] = -np.inf
+        x[[7, 230]] = np.inf
+
+    got, want = _run(path, act, precision, monkeypatch, fill)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    tol = 1e-2 if precision else 1e-4
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("precision", [None, "bf16"])
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("act", ACTS)
 def test_an_activation_of_a_large_input(act, path, precision, monkeypatch):
     def fill(x):
         x[: x.size // 2] = np.resize(BIG, x.size // 2)  # half the inputs large, either sign
@@ -91,3 +108,17 @@ def test_gelu_tanh_is_the_identity_far_right(precision):
     x = np.tile(np.array([1e4, 8e4, 1e5, 1e6, 1e10, 3e38, -1e5, -3e38], np.float32), (2, 6))
     got = exe({"x": x})[0]
     np.testing.assert_array_equal(got, np.where(x > 0, x, np.float32(0)))
+
+
+def test_gelu_tanh_of_minus_inf_in_the_bf16_hand_off():
+    """A GEMM whose tanh-GELU result only the next bf16 GEMM reads writes it in bf16
+    (gelu_tanh_row_bf16): a -inf there is NaN too, and so is every output it reaches."""
+    g = bz.Graph("handoff")
+    h = _gemm(g, "gelu_approx")
+    g.set_outputs([g.mm(h, g.param("w2", bz.Shape((64, 32))))])
+    params = bz.init_params(g, 0)
+    params["b"][0] = -np.inf
+    exe = bz.compile(g, params=params, precision="bf16")
+    feeds = bz.random_feeds(g, 0)
+    got, want = exe(feeds)[0], bz.interpret(exe.graph, feeds, params)[0]
+    assert np.isnan(want).all() and np.isnan(got).all()

@@ -171,13 +171,21 @@ static inline __m512 gelu16(__m512 x) {
    only valid above about -1e12 (its reduction r = t - n ln2 loses its bits there and the
    polynomial overflows to -inf), which t = -2u passes at v ~ 8e4, where GELU_tanh(v) = v
    had come out -0. */
+/* y, but NaN where v is -inf: GELU_tanh(-inf) = -inf * 0 is NaN in the reference and PyTorch
+   (the quotient forms give 0 or -inf). Constants by their bits (-ffast-math). */
+static inline __m512 neg_inf_nan16(__m512 v, __m512 y) {
+  __mmask16 ninf = _mm512_cmpeq_epi32_mask(_mm512_castps_si512(v),
+                                           _mm512_set1_epi32((int)0xff800000u));
+  return _mm512_mask_mov_ps(y, ninf, _mm512_castsi512_ps(_mm512_set1_epi32(0x7fc00000)));
+}
+
 static inline __m512 gelu_tanh16(__m512 v) {
   __m512 t = _mm512_mul_ps(v, _mm512_fmadd_ps(_mm512_mul_ps(v, v), SPLAT(-0.0713548162726f),
                                               SPLAT(-1.59576912160573072f)));   /* -2u */
   __mmask16 live = _mm512_cmp_ps_mask(t, SPLAT(88.0f), _CMP_NGE_UQ);  /* a NaN stays NaN */
   __m512 d = _mm512_add_ps(SPLAT(1.0f), exp16(_mm512_max_ps(SPLAT(-88.0f),
                                                             _mm512_min_ps(t, SPLAT(88.0f)))));
-  return _mm512_maskz_div_ps(live, v, d);
+  return neg_inf_nan16(v, _mm512_maskz_div_ps(live, v, d));
 }
 
 /* y[c] = GELU_tanh(x[c]) (gelu_tanh16) in float32 for c < n (y may be x). */
@@ -301,7 +309,7 @@ static inline void gelu_tanh_row_bf16(const float* x, const float* bias, uint16_
                                                               _mm512_min_ps(t, SPLAT(88.0f)))));
     __m512 r = _mm512_rcp14_ps(d);
     r = _mm512_fmadd_ps(_mm512_fnmadd_ps(d, r, SPLAT(1.0f)), r, r);
-    _mm256_mask_storeu_epi16(o + c, m, bf16_round16(_mm512_mul_ps(v, r)));
+    _mm256_mask_storeu_epi16(o + c, m, bf16_round16(neg_inf_nan16(v, _mm512_mul_ps(v, r))));
   }
 }
 
