@@ -146,10 +146,12 @@ _ACTS = sorted((a for a in conv_native.ACTIVATIONS if a is not None), key=lambda
 @pytest.mark.parametrize("case", ["stride 2, asymmetric pad", "1x1", "depthwise 5x5 stride 2",
                                   "depthwise wide rows", "1x1 tiles in place"])
 def test_fused_conv_bias_act(case, act, conv_path):
-    """Every activation the C epilogue applies, and one it leaves to NumPy (exp), on each path."""
+    """Every activation the C epilogue applies, and one it leaves to NumPy (exp: applied after
+    the native conv by fused.then_activation, as after a GEMM), on each path."""
     n, c, h, w, o, k, attrs, impl = CONV_CASES[case]
     g = _conv_graph(n, c, h, w, o, k, fused_act=act, **attrs)
     (name,) = _compiled_matches(g, "fused_conv_bias_act", tol=5e-5)
+    assert name.endswith(", then NumPy exp") == (act is UnaryFn.EXP), name
     _check_impl(name, impl, conv_path, attrs)
 
 

@@ -42,7 +42,7 @@ from . import (
 from . import packed_gemm as pg
 from .conv_native import c_kernel
 from .conv_native import contiguous as _contiguous
-from .fused import is_f32
+from .fused import is_f32, then_activation
 from .native import ptr as _ptr
 from .registry import Dispatch, Kernel, nbytes, register_kernel
 
@@ -112,20 +112,21 @@ def _epilogue(act: UnaryFn | None) -> tuple[int, UnaryFn | None]:
 
 def _bf16_engines(node, ins, outs, act: UnaryFn | None, ctx):
     """(the conv on a bf16 engine, AMX tiles or AVX512-BF16, or None; its geometry, epilogue
-    code, NumPy activation, bias, residual, epilogue name and cost)."""
+    code, bias, residual, epilogue name and cost). An activation the C epilogue lacks is left
+    to the caller (then_activation)."""
     geo = ConvGeometry.of(node.op, ins[0].dims, ins[1].dims, outs[0].dims)
-    code, numpy_act = _epilogue(act)
+    code, _ = _epilogue(act)
     has_bias = len(ins) >= 3
     residual = isinstance(node.op, FusedConvBiasAct) and node.op.residual  # input 3: rest[1]
     what = act.value if act is not None else ("bias" if has_bias else "none")
     what = f"residual + {what}" if residual else what
     cost = {"flops": geo.flops(), "bytes": nbytes(ins) + nbytes(outs)}
     for engine in (conv_amx, conv_dp):
-        low = engine.conv_kernel(node, geo, ins, outs, ctx, code, has_bias, residual,
-                                 numpy_act, what, cost)
+        low = engine.conv_kernel(node, geo, ins, outs, ctx, code, has_bias, residual, what,
+                                 cost)
         if low is not None:
             break
-    return low, (geo, code, numpy_act, has_bias, residual, what, cost)
+    return low, (geo, code, has_bias, residual, what, cost)
 
 
 def rounded_output(node, cast_node, ins, outs, ctx) -> Kernel | None:
@@ -136,28 +137,27 @@ def rounded_output(node, cast_node, ins, outs, ctx) -> Kernel | None:
     convs' copy-in reads as it is (KernelContext.handoff): the f32 values never reach memory.
     None where no kernel takes it that way (nhwc_io.rounds_in_store: an NCHW output or
     residual, tanh)."""
+    act = getattr(node.op, "act", None)
     if conv_native.lib() is None or not is_f32(*ins) or outs[0].dtype.name != "bf16" or \
-            not isinstance(node.op, (Conv2d, FusedConvBiasAct)):
-        return None
-    low, (geo, code, numpy_act, has_bias, residual, what, cost) = \
-        _bf16_engines(node, ins, outs, getattr(node.op, "act", None), ctx)
+            not isinstance(node.op, (Conv2d, FusedConvBiasAct)) or _epilogue(act)[1]:
+        return None  # (an activation left for NumPy can't be rounded in the store)
+    low, (geo, code, has_bias, residual, what, cost) = _bf16_engines(node, ins, outs, act, ctx)
     if low is not None:
         return low
     lay = nhwc_io.layout_bits(node, ctx, residual=residual)
-    if not nhwc_io.rounds_in_store(lay, code, numpy_act, residual):
+    if not nhwc_io.rounds_in_store(lay, code, residual):
         return None
     return _nhwc_f32(node, geo, ins, outs, ctx, lay | nhwc_io.OUT_BF16, code, has_bias,
                      residual, what, cost)
 
 
 def _nhwc_f32(node, geo, ins, outs, ctx, lay: int, code: int, has_bias: bool, residual: bool,
-              what: str, cost: dict, numpy_act=None) -> Kernel | None:
+              what: str, cost: dict) -> Kernel | None:
     """braze's NHWC f32 conv with the layout bits `lay`, or None where it does not run."""
     packed = conv_nhwc.takes(node, geo, ins, outs, ctx)
     if packed is None:
         return None
-    fields = conv_nhwc.kernel_fields(geo, packed, lay, code, has_bias, residual, len(ins),
-                                     numpy_act)
+    fields = conv_nhwc.kernel_fields(geo, packed, lay, code, has_bias, residual, len(ins))
     out16 = ", bf16 out" if lay & nhwc_io.OUT_BF16 else ""
     return Kernel(**fields, dispatch=Dispatch.NATIVE, channels_last=True, **cost,
                   name=f"braze NHWC conv: taps in registers{nhwc_io.describe(lay)} "
@@ -165,18 +165,24 @@ def _nhwc_f32(node, geo, ins, outs, ctx, lay: int, code: int, has_bias: bool, re
 
 
 def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
-    lib = conv_native.lib()
-    if lib is None or not is_f32(*ins, *outs):
+    """The conv's kernel with its C epilogue, and NumPy's activation after it where the C
+    epilogue lacks `act` (fused.then_activation)."""
+    if conv_native.lib() is None or not is_f32(*ins, *outs):
         return None
-    low, (geo, code, numpy_act, has_bias, residual, what, cost) = \
-        _bf16_engines(node, ins, outs, act, ctx)
+    return then_activation(_epilogue_kernel(node, ins, outs, act, ctx), _epilogue(act)[1],
+                           len(ins))
+
+
+def _epilogue_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
+    """The conv on the fastest engine that takes it, its epilogue the C one (`_epilogue`)."""
+    lib = conv_native.lib()
+    low, (geo, code, has_bias, residual, what, cost) = _bf16_engines(node, ins, outs, act, ctx)
     if low is not None:
         return low
     out_at = len(ins)  # position of the output among the step's arrays
     lay = nhwc_io.layout_bits(node, ctx, residual=residual)
     if lay:  # a value kept NHWC (runtime/layout.py): braze's NHWC f32 conv, or none
-        return _nhwc_f32(node, geo, ins, outs, ctx, lay, code, has_bias, residual, what, cost,
-                         numpy_act)
+        return _nhwc_f32(node, geo, ins, outs, ctx, lay, code, has_bias, residual, what, cost)
     if geo.depthwise:
         mult = geo.o // geo.c
 
@@ -187,7 +193,7 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
                                    geo.c, geo.h, geo.w, mult, *geo.window_args(), geo.ho,
                                    geo.wo, code)
 
-        return Kernel(**c_kernel(depthwise, numpy_act, out_at), dispatch=Dispatch.NATIVE,
+        return Kernel(**c_kernel(depthwise, out_at), dispatch=Dispatch.NATIVE,
                       name=f"C depthwise conv (epilogue {what})", **cost)
     og, cg, hw_out = geo.og, geo.cg, geo.ho * geo.wo
     k = cg * geo.kh * geo.kw
@@ -201,9 +207,9 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
     choice = conv_choice(geo, code, has_bias, paths) if paths else None
     if choice == "shifted":
         return Kernel(**_shifted_kernel(node, geo, ctx, static, code, has_bias, residual,
-                                        numpy_act, out_at), dispatch=Dispatch.NATIVE, **cost,
+                                        out_at), dispatch=Dispatch.NATIVE, **cost,
                       name=f"braze conv tiles: shifted GEMM + epilogue per tile ({what})")
-    rows = _rows_kernel(node, geo, ctx, static, code, has_bias, residual, numpy_act, out_at) \
+    rows = _rows_kernel(node, geo, ctx, static, code, has_bias, residual, out_at) \
         if choice == "rows" else None
     if rows is not None:
         return Kernel(**rows, dispatch=Dispatch.NATIVE, **cost,
@@ -215,7 +221,7 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
                                                None if geo.direct else rest[-1], code,
                                                rest[1] if residual else None)
 
-        return Kernel(**c_kernel(conv_gemm, numpy_act, out_at), dispatch=Dispatch.NATIVE,
+        return Kernel(**c_kernel(conv_gemm, out_at), dispatch=Dispatch.NATIVE,
                       name=name.replace("BLAS GEMM", "MKL sgemm"), scratch=scratch, **cost)
     in_plane, in_group = geo.h * geo.w, cg * geo.h * geo.w
 
@@ -239,8 +245,6 @@ def _conv_kernel(node, ins, outs, act: UnaryFn | None, ctx) -> Kernel | None:
         if b is not None or code or residual:
             lib.channel_epilogue(_ptr(out), _ptr(b), _ptr(r), geo.n * geo.o, geo.o, hw_out,
                                  code)
-        if numpy_act is not None:
-            np.copyto(out, numpy_act.apply(out))
 
     return Kernel(gemm, Dispatch.NATIVE, name, scratch=scratch, **cost)
 
@@ -288,7 +292,7 @@ def conv_paths(geo: ConvGeometry, static_weight: bool, mkl: bool) -> tuple[str, 
 
 
 def _shifted_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
-                    residual: bool, numpy_act: UnaryFn | None, out_at: int) -> dict:
+                    residual: bool, out_at: int) -> dict:
     """The Kernel fields (run, bind, scratch) of the conv on braze's conv tiles
     (conv_tiles.py). A static weight goes to taps-major order once (ctx.prepared); another
     one per call, into scratch, as the input into its phase planes where the conv reads
@@ -313,11 +317,11 @@ def _shifted_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: b
             geo, layout, x, xq, w_src, w_dst, rest[0] if has_bias else None,
             rest[out_at - 2], code, rest[1] if residual else None)
 
-    return {**c_kernel(call, numpy_act, out_at, library=lib), "scratch": tuple(scratch)}
+    return {**c_kernel(call, out_at, library=lib), "scratch": tuple(scratch)}
 
 
 def _rows_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool,
-                 residual: bool, numpy_act: UnaryFn | None, out_at: int) -> dict | None:
+                 residual: bool, out_at: int) -> dict | None:
     """The Kernel fields (run, scratch) of the conv in pixel-row form (conv_tiles.rows_conv):
     the static weight packed once for braze's GEMM; None where it can't be packed."""
     key = ("conv pixel-row weight", node.inputs[1])
@@ -334,8 +338,6 @@ def _rows_kernel(node, geo: ConvGeometry, ctx, static, code: int, has_bias: bool
         out = rest[out_at - 2]
         call(_contiguous(x), b, out, *rest[out_at - 1:],
              res=_contiguous(rest[1]) if residual else None)
-        if numpy_act is not None:
-            np.copyto(out, numpy_act.apply(out))
 
     return {"run": run, "scratch": layout.scratch(geo)}
 

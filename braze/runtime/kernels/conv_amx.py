@@ -214,7 +214,7 @@ def applies(node, geo, outs, ctx, engine: Engine) -> tuple | None:
 
 
 def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: bool,
-                numpy_act, what: str, cost: dict, engine: Engine | None = None
+                what: str, cost: dict, engine: Engine | None = None
                 ) -> Kernel | None:
     """The conv `node` (geometry `geo`, a conv.ConvGeometry) on `engine` (None: AMX), or None
     where it does not apply (`applies`). Its input, output and residual are NCHW or NHWC as
@@ -229,7 +229,7 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
     lay = nhwc_io.layout_bits(node, ctx, src, residual)
     handed = ctx.handoff.get(node.inputs[0]) == src if ctx.handoff else False
     if outs[0].dtype.name == "bf16":
-        if not nhwc_io.rounds_in_store(lay, act, numpy_act, residual):
+        if not nhwc_io.rounds_in_store(lay, act, residual):
             return None
         lay |= nhwc_io.OUT_BF16
     out16 = bool(lay & nhwc_io.OUT_BF16)
@@ -262,7 +262,7 @@ def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: b
                        dh, dw, geo.padding[0], geo.padding[1], hp, wp, geo.ho, geo.wo,
                        int(pitch), act, lay)
 
-    return Kernel(**conv_native.c_kernel(call, numpy_act, out_at, library=engine.lib()),
+    return Kernel(**conv_native.c_kernel(call, out_at, library=engine.lib()),
                   dispatch=Dispatch.NATIVE, name=f"{engine.name}, "
                   f"{'bf16 operand handed over' if handed else 'operand rounded in'}"
                   f"{' (read in place)' if in_place else ''}"

@@ -117,7 +117,7 @@ DP = conv_amx.Engine(lib, "dp_conv_run", packed_weight, _even,
 
 
 def conv_kernel(node, geo, ins, outs, ctx, act: int, has_bias: bool, residual: bool,
-                numpy_act, what: str, cost: dict):
+                what: str, cost: dict):
     """conv_amx.conv_kernel on the AVX512-BF16 engine."""
-    return conv_amx.conv_kernel(node, geo, ins, outs, ctx, act, has_bias, residual, numpy_act,
-                                what, cost, DP)
+    return conv_amx.conv_kernel(node, geo, ins, outs, ctx, act, has_bias, residual, what,
+                                cost, DP)

@@ -571,15 +571,14 @@ def contiguous(a: np.ndarray) -> np.ndarray:
     return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
-def c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1, library=None):
+def c_kernel(c_call, out: int = -1, library=None):
     """(run, bind) for a kernel that is one C call: `c_call(*arrays)` gives the C function and
     its arguments (pointers, sizes) for C-contiguous arrays. `run` makes its inputs contiguous
     on every call (the copies held until the call returns: c_call keeps only their addresses;
-    a strided output gets the result copied back); `bind` computes the call once (the
-    executor's arrays never move), its arguments packed into one array (packed_call). An
-    activation the C epilogue lacks runs in NumPy on `arrays[out]` afterwards. `library`: the
-    one `c_call`'s functions come from, built with packed_wrappers (this module's by
-    default)."""
+    a strided output, `arrays[out]`, gets the result copied back); `bind` computes the call
+    once (the executor's arrays never move), its arguments packed into one array
+    (packed_call). `library`: the one `c_call`'s functions come from, built with
+    packed_wrappers (this module's by default)."""
 
     def run(*arrays):
         held = [contiguous(a) for a in arrays]
@@ -587,11 +586,9 @@ def c_kernel(c_call, numpy_act: UnaryFn | None = None, out: int = -1, library=No
         fn(*args)
         if held[out] is not arrays[out]:
             np.copyto(arrays[out], held[out])
-        if numpy_act is not None:
-            np.copyto(arrays[out], numpy_act.apply(arrays[out]))
 
     def bind(*arrays):
-        if numpy_act is not None or not all(a.flags.c_contiguous for a in arrays):
+        if not all(a.flags.c_contiguous for a in arrays):
             return partial(run, *arrays)
         return packed_call(*c_call(*arrays), library=library)
 

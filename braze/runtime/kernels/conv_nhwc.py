@@ -330,10 +330,10 @@ def takes(node, geo, ins, outs, ctx) -> np.ndarray | None:
 
 
 def kernel_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
-                  residual: bool, out_at: int, numpy_act=None) -> dict:
+                  residual: bool, out_at: int) -> dict:
     """The Kernel fields (run, bind, scratch) of the conv with the layout bits `lay` (nhwc_io):
-    on nhwc_depthwise_run for one filter per channel, else nhwc_conv_run; `numpy_act` (an
-    activation the C epilogue lacks) after it on the output at `out_at`. An NHWC input is read
+    on nhwc_depthwise_run for one filter per channel, else nhwc_conv_run, the output at
+    `out_at` among the step's arrays. An NHWC input is read
     in place by a depthwise conv, and by others reading no padding, stride, dilation or taps;
     otherwise it goes through a padded copy in the scratch."""
     depthwise = geo.groups > 1 and _one_per_channel(geo)
@@ -360,5 +360,5 @@ def kernel_fields(geo, packed: np.ndarray, lay: int, code: int, has_bias: bool,
                        address(rest[out_at - 2]), *sizes, *window)
 
     floats = geo.n * hp * wp * channels + (TP + geo.kw * dw) * channels
-    return {**conv_native.c_kernel(call, numpy_act, out_at, library=lib()),
+    return {**conv_native.c_kernel(call, out_at, library=lib()),
             "scratch": () if in_place else (((floats,), np.float32),)}

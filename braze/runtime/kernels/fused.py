@@ -233,7 +233,7 @@ def _gate_up_bias(bias: np.ndarray, packed: pg.PackedWeight) -> np.ndarray:
 def then_activation(k: Kernel | None, fn, out: int) -> Kernel | None:
     """`k` followed by the activation `fn` applied in place to its output (run argument
     `out`): an activation the C epilogues lack (exp, erf, abs, ...) runs NumPy's after the
-    native GEMM, as the convs' do, instead of the whole node running its reference."""
+    native GEMM or conv, instead of the whole node running its reference."""
     if k is None or fn is None:
         return k
 

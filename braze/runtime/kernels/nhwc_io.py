@@ -349,12 +349,12 @@ def layout_bits(node, ctx, source=None, residual: bool = False) -> int:
             (RES_NHWC if residual and node.inputs[3] in nhwc else 0))
 
 
-def rounds_in_store(lay: int, act: int, numpy_act, residual: bool) -> bool:
+def rounds_in_store(lay: int, act: int, residual: bool) -> bool:
     """Whether a conv's store can write its result rounded to bf16 (OUT_BF16): store_nhwc's
     one pass, so an NHWC output, a residual (if any) NHWC too, and an activation act16 has
-    (every C code but tanh's; none left for NumPy)."""
+    (every C code but tanh's; the callers refuse one left for NumPy)."""
     return bool(lay & OUT_NHWC) and (not residual or bool(lay & RES_NHWC)) and \
-        numpy_act is None and act != c_snippets.ACT_CODES["tanh"]
+        act != c_snippets.ACT_CODES["tanh"]
 
 
 def describe(lay: int) -> str:
