@@ -37,7 +37,7 @@ import numpy as np
 from ..address import address
 from ..codegen import cc
 from ..codegen.vecmath import VECMATH_C
-from .c_snippets import REGISTER_TILE, ROPE_ROW, TO_BF16, TRANSPOSE8
+from .c_snippets import NAN_BITS, REGISTER_TILE, ROPE_ROW, TO_BF16, TRANSPOSE8
 
 __all__ = ["lib", "attn_heads", "rope_packed", "head_strides", "HeadsPlan", "Bf16HeadsPlan"]
 
@@ -46,7 +46,7 @@ SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #include <omp.h>
-""" + VECMATH_C + cc.parallel_min_define() + ROPE_ROW + TO_BF16 + TRANSPOSE8 + r"""
+""" + VECMATH_C + cc.parallel_min_define() + ROPE_ROW + TO_BF16 + TRANSPOSE8 + NAN_BITS + r"""
 #if defined(__AVX512F__)
 #define VW 16
 #define MR 12
@@ -219,7 +219,7 @@ static inline float softmax_step(float* s, int64_t kc, int64_t c0, int64_t lo, i
   float m_new = mx > *m ? mx : *m;
   if (m_new == -INFINITY) {   /* nothing seen yet but -inf and NaN (the max skips a NaN) */
     int nan = 0;
-    for (int64_t j = a; j < z; j++) nan |= isnan(s[j]);
+    for (int64_t j = a; j < z; j++) nan |= is_nan_bits(s[j]);
     for (int64_t j = a; j < z; j++) s[j] = nan ? NAN : 0.0f;   /* a NaN row stays NaN */
     return 1.0f;
   }

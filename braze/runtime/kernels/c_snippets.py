@@ -7,7 +7,7 @@ from __future__ import annotations
 from ..codegen.vecmath import ERFC_Q
 
 __all__ = ["ACT_CODES", "ROPE_ROW", "TO_BF16", "EXP16", "GELU16", "BF16_ROW", "TRANSPOSE16",
-           "TRANSPOSE8", "REGISTER_TILE", "ACT_SPAN", "MAX_NAN"]
+           "TRANSPOSE8", "REGISTER_TILE", "ACT_SPAN", "NAN_BITS"]
 
 ACT_CODES = {None: 0, "gelu": 1, "gelu_approx": 2, "silu": 3, "relu": 4, "sigmoid": 5,
              "tanh": 6, "quick_gelu": 7, "hard_swish": 8, "relu6": 9}
@@ -401,18 +401,23 @@ static inline void transpose8x8(const float* src, int64_t ld_src, float* dst, in
 #endif
 """
 
-MAX_NAN = r"""
-#ifndef BRAZE_MAX_NAN
-#define BRAZE_MAX_NAN
+NAN_BITS = r"""
+#ifndef BRAZE_NAN_BITS
+#define BRAZE_NAN_BITS
 #include <stdint.h>
 #include <string.h>
-/* max(a, b) that returns a NaN where either is one (NumPy's maximum, the reference's max
-   pool). The NaN test reads the bits: the kernels build with -ffast-math, under which
-   `a != a` is taken to be false. Vectorizes in `omp simd` loops. */
-static inline float max_nan(float a, float b) {
+/* 1 where x is a NaN, read from the bits: the kernels build with -ffast-math, under which
+   `x != x` and isnan(x) are taken to be false. Vectorizes in `omp simd` loops. */
+static inline int is_nan_bits(float x) {
   uint32_t u;
-  memcpy(&u, &a, 4);
-  return (a > b || (u & 0x7fffffffu) > 0x7f800000u) ? a : b;
+  memcpy(&u, &x, 4);
+  return (u & 0x7fffffffu) > 0x7f800000u;
+}
+
+/* max(a, b) that returns a NaN where either is one (NumPy's maximum, the reference's max
+   pool). */
+static inline float max_nan(float a, float b) {
+  return (a > b || is_nan_bits(a)) ? a : b;
 }
 #endif
 """

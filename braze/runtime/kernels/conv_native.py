@@ -44,7 +44,7 @@ SOURCE = r"""
 #include <string.h>
 
 """ + cc.simd_math_decls() + cc.parallel_min_define() + c_snippets.ACT_SPAN \
-    + c_snippets.MAX_NAN + r"""
+    + c_snippets.NAN_BITS + r"""
 /* Loops with less work than this (multiply-adds or copies, 2^18: a sixteenth of a GEMM's bar,
    as these loops are not blocked for cache) run on one thread: waking the other threads and
    meeting them at the end costs more than they save (far more when the machine is busy and a

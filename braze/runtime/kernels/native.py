@@ -14,7 +14,7 @@ import numpy as np
 
 from ..address import address
 from ..codegen import cc
-from .c_snippets import ACT_SPAN, ROPE_ROW, TO_BF16
+from .c_snippets import ACT_SPAN, NAN_BITS, ROPE_ROW, TO_BF16
 
 __all__ = ["lib", "ptr", "fptr"]
 
@@ -22,9 +22,8 @@ SOURCE = r"""
 #include <math.h>
 #include <stdint.h>
 #include <float.h>
-#include <string.h>
 #include <omp.h>
-""" + cc.simd_math_decls() + cc.parallel_min_define() + ROPE_ROW + TO_BF16 + r"""
+""" + cc.simd_math_decls() + cc.parallel_min_define() + ROPE_ROW + TO_BF16 + NAN_BITS + r"""
 
 void braze_set_threads(int n) { if (n > 0) omp_set_num_threads(n); }
 int braze_max_threads(void) { return omp_get_max_threads(); }
@@ -251,14 +250,6 @@ void cumsum(const void* x, void* y, int64_t outer, int64_t n, int64_t inner, int
   else if (kind == 2) CUMSUM(int32_t, uint32_t)
   else CUMSUM(int64_t, uint64_t)
 #undef CUMSUM
-}
-
-/* 1 where x is a NaN, read from the bits (-ffast-math takes `x != x` to be false and its
-   max may drop or keep a NaN); vectorizes in `omp simd` loops. */
-static inline int is_nan_bits(float x) {
-  uint32_t u;
-  memcpy(&u, &x, 4);
-  return (u & 0x7fffffffu) > 0x7f800000u;
 }
 
 /* Safe softmax of `rows` rows of `cols` (a row of only -inf gives zeros; a row with a NaN

@@ -29,7 +29,7 @@ SOURCE = r"""
 #include <stdint.h>
 #include <string.h>
 #include <omp.h>
-""" + cc.parallel_min_define() + nhwc_io.LAYOUT_BITS + c_snippets.MAX_NAN + r"""
+""" + cc.parallel_min_define() + nhwc_io.LAYOUT_BITS + c_snippets.NAN_BITS + r"""
 
 /* y = max over kh x kw windows (stride sh x sw, top / left padding pt / pl: -inf outside)
    of x [n, c, h, w] into y [n, c, ho, wo]; each NCHW or NHWC by the layout bits `lay`. A NaN
