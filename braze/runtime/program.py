@@ -45,6 +45,7 @@ from ..ir.shapes import Shape
 from ..ir.symbolic import eval_dim
 from .kernels import Kernel, KernelContext, conv, has_empty, kernel_for, reference_kernel
 from .kernels.fused import gated_gemm, rounded_output
+from .kernels.registry import Preparations
 from .layout import plan_channels_last
 from .plan import Buffer, MemoryPlan, SharedArena, aligned_arena, plan_memory
 
@@ -247,8 +248,10 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
                 env[slot(v)] = arr
             static_ids.add(n.id)
     input_slots = {n.op.name: slot(n.value) for n in g.inputs}
+    binds = frozenset(v for n in g.nodes if n.id in static_ids and _binds(n, g, static_cache)
+                      for v in n.values)  # their preparations are this binding's own
     ctx = replace(ctx, static={v: env[i] for v, i in slot_of.items() if env[i] is not None},
-                  prepared=static_cache.setdefault(_PREPARED, {}),
+                  prepared=Preparations(static_cache.setdefault(_PREPARED, {}), binds),
                   rounded=_rounded(g) if ctx.precision is not None else {}, handoff={})
 
     def types(n: Node) -> tuple[list[Shape], list[Shape]]:

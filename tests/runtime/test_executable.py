@@ -76,6 +76,26 @@ def test_values_computed_from_a_dim_follow_each_binding():
         np.testing.assert_array_equal(got[1], np.full(seq, seq - 1, np.float32))
 
 
+@pytest.mark.parametrize("precision", [None, "bf16"])
+def test_a_weight_scaled_by_a_dim_is_prepared_per_binding(precision):
+    """w * seq is a static weight whose numbers, not shape, change with the binding: its packed
+    GEMM weight (and a conv's prepared weight) is this binding's own (seq = 5 and 7 had
+    multiplied by the 3 packed first)."""
+    g = bz.Graph("scaled")
+    x = g.input("x", bz.Shape(("seq", 16)))
+    img = g.input("img", bz.Shape(("seq", 16, 10, 10)))
+    seq = g.cast(g.sym_const(("seq",), ()), bz.f32)
+    w = g.mul(g.param("w", bz.Shape((16, 16))), seq)
+    k = g.mul(g.param("k", bz.Shape((32, 16, 3, 3))), seq)
+    g.set_outputs([g.mm(x, w), g.conv2d(img, k, padding=1)])
+    params = bz.init_params(g, 0)
+    exe = bz.compile(g, params=params, precision=precision)
+    policy = exe.graph if precision else g
+    for n in (3, 5, 3, 7):
+        feeds = bz.random_feeds(g, n, {"seq": n})
+        _check(policy, exe, feeds, params, 2e-3, 2e-3)
+
+
 def test_weight_preparation_is_static_and_update_weights_recomputes_it():
     g = models.bert_encoder(1, 32, 2, batch=2, seq=4)        # QKV concat of unstored params
     params = bz.init_params(g, 0)

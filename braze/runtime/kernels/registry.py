@@ -6,7 +6,7 @@ types (static dims: the executable is planned per binding of the symbolic dims) 
 the reference interpreter, never the other way round."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, MutableMapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,8 +16,8 @@ from ...ir.node import Node
 from ...ir.op import Op
 from ...ir.shapes import Shape
 
-__all__ = ["Kernel", "KernelContext", "register_kernel", "kernel_for", "has_empty", "KERNELS",
-           "Dispatch"]
+__all__ = ["Kernel", "KernelContext", "Preparations", "register_kernel", "kernel_for",
+           "has_empty", "KERNELS", "Dispatch"]
 
 
 class Dispatch:
@@ -36,10 +36,11 @@ class KernelContext:
     """What a kernel factory may consult: thread count, precision policy, the symbol binding,
     and the static values (weights and weight preparation, by graph value) already computed
     for this program, which a kernel may prepare further once (e.g. pack a GEMM weight).
-    `prepared` caches such preparations across the executable's programs; it is emptied when
-    the weights change. `rounded` maps each value computed as `cast(cast(a, bf16), f32)` (the
-    precision policy's rounding of an operand) to `a`: a kernel that rounds `a` itself may
-    read it instead (`Kernel.reads`). `handoff` maps each value computed as `cast(b, f32)`
+    `prepared` caches such preparations, keyed by tuples naming the value, across the
+    executable's programs (see Preparations); it is emptied when the weights change.
+    `rounded` maps each value computed as `cast(cast(a, bf16), f32)` (the precision policy's
+    rounding of an operand) to `a`: a kernel that rounds `a` itself may read it instead
+    (`Kernel.reads`). `handoff` maps each value computed as `cast(b, f32)`
     from bf16 values `b` that an earlier step writes itself (a GEMM rounding its product for
     the next GEMM, fused.rounded_output) to `b`: a bf16 GEMM reads `b` as its operand.
     `channels_last` holds the 4-d values the executor stores NHWC instead of NCHW (the convs'
@@ -54,6 +55,35 @@ class KernelContext:
     rounded: dict[Any, Any] = field(default_factory=dict)
     handoff: dict[Any, Any] = field(default_factory=dict)
     channels_last: frozenset = frozenset()
+
+
+class Preparations(MutableMapping):
+    """KernelContext.prepared for one program: the executable's `shared` cache, but for keys
+    naming a value of `binds` (a static value that differs between bindings of the symbols,
+    `w * seq`: one key, other numbers per binding), which this program keeps to itself."""
+
+    def __init__(self, shared: dict, binds: frozenset) -> None:
+        self.shared, self.binds, self.own = shared, binds, {}
+
+    def _home(self, key) -> dict:
+        parts = key if isinstance(key, tuple) else (key,)
+        return self.own if any(p in self.binds for p in parts) else self.shared
+
+    def __getitem__(self, key):
+        return self._home(key)[key]
+
+    def __setitem__(self, key, value) -> None:
+        self._home(key)[key] = value
+
+    def __delitem__(self, key) -> None:
+        del self._home(key)[key]
+
+    def __iter__(self) -> Iterator:
+        yield from self.own
+        yield from self.shared
+
+    def __len__(self) -> int:
+        return len(self.own) + len(self.shared)
 
 
 @dataclass
