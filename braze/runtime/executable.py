@@ -19,6 +19,7 @@ from ..errors import BrazeError, InterpretError
 from ..interpret import bind_symbols, check_small_binding, decomposition_graph
 from ..ir.graph import Graph
 from ..ir.node import Node
+from ..ir.symbolic import dim_symbols
 from ..passes.expand import expand_where
 from ..passes.half_compute import compute_half_in_f32
 from .arguments import checked_params, compile_args, feeds_mapping
@@ -94,6 +95,24 @@ def _decomposes(node: Node, g: Graph) -> bool:
     return True
 
 
+def _check_bound(g: Graph, symbols: Mapping[str, int]) -> None:
+    """Every symbol of `g` has a value: an executable binds them from the feeds' shapes only,
+    so one that no input's shape names (a range of length "n") is an error naming the first
+    node whose type needs it, not a KeyError from planning."""
+    unbound = sorted(set(g.dynamic_symbols()) - set(symbols))
+    if not unbound:
+        return
+    sym = unbound[0]
+    node = next((n for n in g.nodes for s in n.outputs for d in s.dims
+                 if sym in dim_symbols(d)), None)
+    where = "" if node is None else f" (node {node.label}" + (
+        f" from {node.provenance})" if node.provenance else ")")
+    raise InterpretError(f"graph {g.name!r} has symbolic dim {', '.join(map(repr, unbound))}"
+                         f"{where} that no input's shape binds, and an executable binds "
+                         f"symbols from the feeds only; compile the graph bound instead: "
+                         f"bz.compile(g.bind({{{sym!r}: ...}}))")
+
+
 @dataclass
 class KernelDispatchReport:
     """For every node of the executed graph: how it runs (native kernel, generated kernel,
@@ -159,6 +178,7 @@ class Executable:
         with self._turn:
             prog = self._programs.pop(key, None)
             if prog is None:
+                _check_bound(self.graph, symbols)
                 check_small_binding(self.graph, symbols)
                 ctx = KernelContext(threads=self.threads or 0, precision=self.precision,
                                     symbols=symbols)

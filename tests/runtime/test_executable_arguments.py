@@ -121,6 +121,18 @@ def test_a_binding_too_large_for_memory_is_a_braze_error():
         exe({"x": np.broadcast_to(np.float32(1), (10**12, 16))})
 
 
+def test_a_symbol_no_input_binds_is_a_braze_error_naming_the_node():
+    """A range of length "n" with no input of an n dim had raised KeyError('n') from planning;
+    the bound graph compiles and runs."""
+    g = bz.Graph("positions")
+    x = g.input("x", bz.Shape((3,)))
+    g.set_outputs([g.tanh(x), g.arange("n", dtype=bz.f32)])
+    feeds = {"x": np.ones(3, np.float32)}
+    with pytest.raises(bz.BrazeError, match=r"symbolic dim 'n' \(node %\d+ \(range\).*g.bind"):
+        bz.compile(g)(feeds)
+    np.testing.assert_array_equal(bz.compile(g.bind({"n": 4}))(feeds)[1], np.arange(4))
+
+
 def test_profile_needs_a_positive_repeat():
     g = _mlp()
     exe = bz.compile(g, params=bz.init_params(g, 0))
