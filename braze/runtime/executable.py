@@ -10,8 +10,9 @@ Python threads take turns: a program's arena holds one call's values at a time."
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -43,17 +44,34 @@ def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarra
             precision=None, threads: int | None = None, fuse: bool = True,
             shared_arena: SharedArena | None = None) -> Executable:
     """Compile `graph` for `target` ("cpu"). `params` supplies weights for params without
-    stored values (as `bz.interpret` takes them); `precision` ("bf16", "f16" or a
-    PrecisionPolicy) rounds matmul and conv operands to that type with f32 accumulation;
-    `threads` caps the kernels' threads; `fuse=False` skips the fusion pipeline (the graph runs
-    as given, legalized); `shared_arena` lets executables that never run at the same time plan
-    into one buffer (see SharedArena). The executable takes the params' values as they are
-    now: change them through `exe.update_weights`, not in place (packed weights would keep
-    the old values while other steps read the new)."""
+    stored values and replaces stored ones (as `bz.interpret` takes them); `precision`
+    ("bf16", "f16" or a PrecisionPolicy) rounds matmul and conv operands to that type with f32
+    accumulation; `threads` caps the kernels' threads; `fuse=False` skips the fusion pipeline
+    (the graph runs as given, legalized); `shared_arena` lets executables that never run at
+    the same time plan into one buffer (see SharedArena). The executable takes the params'
+    values as they are now: change them through `exe.update_weights`, not in place (packed
+    weights would keep the old values while other steps read the new)."""
+    params = compile_args(graph, target, params, precision, threads)
+    lower = partial(_lowered, graph, target, precision=precision, fuse=fuse)
+    legal, report, decomposed = lower(params)
+    return Executable(graph, legal, report, params, precision, threads, decomposed,
+                      shared_arena, lower)
+
+
+def _lowered(graph: Graph, target: str, params: Mapping[str, np.ndarray], *, precision,
+             fuse: bool) -> tuple[Graph, object, dict[str, int]]:
+    """`graph` as the executor runs it (the fusion pipeline unless not `fuse`, the precision
+    policy, half-precision compute on f32 kernels, legalization), its fusion report and the
+    kinds decomposed. Params of `params` with stored values are fused with the given values:
+    fusion bakes stored values in (QKV weights joined into one param, a BatchNorm folded into
+    its conv), so replacing them after fusing would miss those."""
     from ..passes.pipeline import fuse as run_fusion
     from ..report import FusionReport
 
-    params = compile_args(graph, target, params, precision, threads)
+    stored = {k: v for k, v in params.items() if k in graph.weights}
+    if stored:
+        graph = graph.detached_copy()
+        graph.weights.update_raw(stored)
     if fuse:
         fused, report = run_fusion(graph, target)
     else:
@@ -64,8 +82,7 @@ def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarra
         fused, _ = apply_precision(fused, precision)
     fused, _ = compute_half_in_f32(fused)  # f16 / bf16 models: matmuls, norms, ... on f32 kernels
     legal, decomposed = legalize_for_kernels(fused)
-    return Executable(graph, legal, report, params, precision, threads, decomposed,
-                      shared_arena)
+    return legal, report, decomposed
 
 
 def legalize_for_kernels(g: Graph) -> tuple[Graph, dict[str, int]]:
@@ -151,7 +168,8 @@ class Executable:
     """A compiled graph. Call it with feeds (input name -> array) for the outputs."""
 
     def __init__(self, source: Graph, graph: Graph, report, params: dict, precision, threads,
-                 decomposed: dict[str, int], shared_arena: SharedArena | None = None):
+                 decomposed: dict[str, int], shared_arena: SharedArena | None = None,
+                 lower: Callable | None = None):
         self.source = source
         self.graph = graph
         self.report = report
@@ -159,6 +177,8 @@ class Executable:
         self.threads = int(threads) if threads else None
         self.decomposed = decomposed
         self.shared_arena = shared_arena
+        self._params = dict(params)
+        self._lower = lower  # params -> (graph, report, decomposed): compile's lowering
         self._weights = {**graph.weights, **params}
         self._programs: dict[tuple, Program] = {}
         self._by_shapes: dict[tuple, Program] = {}  # feed shapes -> program, checked before
@@ -245,10 +265,15 @@ class Executable:
 
     def update_weights(self, params: Mapping[str, np.ndarray]) -> None:
         """New values for params (checked: names, dtypes, shapes); static values (weight
-        preparation) are recomputed on the next call."""
+        preparation) are recomputed on the next call. New values of params with stored values
+        are lowered again (see _lowered: fusion baked the old ones in)."""
         params = checked_params(self.source, params, "update_weights")
         with self._turn:
-            self._weights.update(params)
+            self._params.update(params)
+            if self._lower is not None and any(k in self.source.weights for k in params):
+                self.graph, self.report, self.decomposed = self._lower(self._params)
+                self._weights = dict(self.graph.weights)
+            self._weights.update(self._params)
             self._programs.clear()
             self._by_shapes.clear()
             self._static.clear()

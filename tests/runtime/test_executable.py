@@ -111,6 +111,25 @@ def test_weight_preparation_is_static_and_update_weights_recomputes_it():
                                atol=1e-5)
 
 
+@pytest.mark.parametrize("build", [
+    lambda: models.bert_encoder(1, 32, 2, batch=2, seq=5, seed=0),  # q / k / v joined
+    lambda: models.resnet_basic_block(8, 8, seed=0),                 # BatchNorms folded
+], ids=["bert", "resnet"])
+def test_new_values_of_stored_weights_reach_the_weights_fusion_made_of_them(build):
+    """Fusion bakes stored values into joined / folded weights: params= and update_weights
+    naming a stored param had reached its other uses only (bert's attention read the old
+    q / k / v, resnet's convs the old BatchNorms)."""
+    g = build()
+    feeds = bz.random_feeds(g, 0)
+    new = {k: np.asarray(v) * 1.5 + 0.25 for k, v in g.weights.items()}
+    _check(g, bz.compile(g, params=new), feeds, new, 1e-4, 1e-4)
+    exe = bz.compile(g)
+    _check(g, exe, feeds, {}, 1e-4, 1e-4)
+    name = next(k for k in new if k.endswith(("q.weight", "bn1.var")))
+    exe.update_weights({name: new[name]})
+    _check(g, exe, feeds, {name: new[name]}, 1e-4, 1e-4)
+
+
 def test_dispatch_report_lists_reference_fallbacks_and_decompositions():
     g = bz.Graph("odd")
     x = g.input("x", bz.Shape((3, 4), bz.f32))
