@@ -72,7 +72,7 @@ def feeds_mapping(graph: Graph, feeds) -> Mapping[str, np.ndarray]:
                              f"{type(feeds).__name__}; graph {graph.name!r} takes "
                              f"{', '.join(n.op.name for n in graph.inputs) or 'no inputs'}")
     names = {n.op.name for n in graph.inputs}
-    extra = sorted(k for k in feeds if k not in names)
+    extra = sorted((k for k in feeds if k not in names), key=repr)  # keys of any types
     if extra:
         raise InterpretError(f"feeds name {', '.join(map(repr, extra))}, which graph "
                              f"{graph.name!r} has no input for; its inputs are "

@@ -58,7 +58,8 @@ def test_update_weights_checks_names_dtypes_and_shapes_and_takes_good_values():
                                           (None, "must map input"),
                                           ({"x": np.zeros((4, 16), np.float32),
                                             "xx": np.zeros(3)}, "feeds name 'xx'"),
-                                          ({"x": [[0.0] * 16] * 4}, r"float64 \(a list\)")])
+                                          ({"x": [[0.0] * 16] * 4}, r"float64 \(a list\)"),
+                                          ({0: 1, "zz": 2}, "feeds name 'zz', 0")])
 def test_bad_feeds_name_the_fix(feeds, match):
     g = _mlp()
     exe = bz.compile(g, params=bz.init_params(g, 0))
