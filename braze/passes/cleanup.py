@@ -8,7 +8,7 @@ from ..ir.op import Value
 from ..ir.ops.elementwise import Binary
 from ..ir.ops.io import Input, Param
 from ..rewrite import RewriteContext
-from ..rewrite.driver import KindsPresent
+from ..rewrite.dispatch import KindsPresent
 from .base import FunctionPass
 
 __all__ = ["dead_code_elimination", "eliminate_dead_code", "common_subexpression_elimination",

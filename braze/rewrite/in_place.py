@@ -30,7 +30,8 @@ from ..errors import BrazeError, PassError
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.op import Value
-from .driver import KindsPresent, RewriteContext, RuleStats, _dispatch_for, _missed
+from .dispatch import KindsPresent, dispatch_for
+from .driver import RewriteContext, RuleStats, _missed
 from .miss import Miss, MissedFusion
 from .rule import Match, Rule
 from .trial import check_provided, trial_build
@@ -93,7 +94,7 @@ class _Sweeps:
             ) -> InPlaceResult:
         changed = False
         for _ in range(max_sweeps):
-            dispatch = _dispatch_for(kinds, self.rules)
+            dispatch = dispatch_for(kinds, self.rules)
             accepted, tried = self._sweep(dispatch, roots)
             if not accepted:
                 return InPlaceResult(self.work, changed, self.stats, self._rekeyed(), tried,
@@ -109,7 +110,7 @@ class _Sweeps:
             kinds = kinds.copy()
             kinds.add_nodes(old_nodes, -1)
             kinds.add_nodes(self.work.nodes[i] for i in slots)
-            rules = _dispatch_for(kinds, self.rules).rules
+            rules = dispatch_for(kinds, self.rules).rules
             roots = self._retry(slots, readers, tried, claimed, rules)
         raise PassError(f"rules {[r.name for r in self.rules]} still matched after "
                         f"{max_sweeps} sweeps: a rule's replacement matches its own pattern")

@@ -132,7 +132,7 @@ class Rule:
     `depth` above the root, a matcher may look at their readers (and whether they are graph
     outputs), and at what lies up to `reads_users` edges below them (ops, inputs, types,
     readers). After a sweep changed the graph, the driver tries a rule with a depth again only
-    at roots that far from a changed node (see `driver._roots_to_retry`), and at roots where it
+    at roots that far from a changed node (see `dispatch.roots_to_retry`), and at roots where it
     found a match it did not take; a rule without one (None, a matcher's default) is tried
     everywhere again. Checks may read anything: they run only on matches. A matcher assigned
     after construction must honour the pattern's depth or reset `depth` to None.

@@ -13,7 +13,7 @@ from braze.passes.canonicalize import simplify
 from braze.passes.canonicalize.simplify import SIMPLIFY_RULES, AlgebraicSimplify
 from braze.passes.cleanup import eliminate_dead_code
 from braze.rewrite import RewriteContext, V, rewrite
-from braze.rewrite.driver import KindsPresent
+from braze.rewrite.dispatch import KindsPresent
 from braze.rewrite.in_place import rewrite_in_place
 from braze.testing import assert_equivalent
 

@@ -6,7 +6,7 @@ import numpy as np
 import braze as bz
 from braze.ir.ops.elementwise import Unary
 from braze.rewrite import MissReason, P, Rule, V, fail, rewrite
-from braze.rewrite.driver import KindsPresent
+from braze.rewrite.dispatch import KindsPresent
 from braze.testing import assert_equivalent
 
 X = V("x")

@@ -6,7 +6,7 @@ import numpy as np
 import braze as bz
 from braze.ir.ops.elementwise import Binary, Unary
 from braze.rewrite import P, Rule, V, rewrite
-from braze.rewrite.driver import RootDispatch
+from braze.rewrite.dispatch import RootDispatch
 from braze.testing import assert_equivalent
 
 X = V("x")

@@ -36,7 +36,8 @@ from ...ir.ops.reduce import Softmax
 from ...ir.ops.shape import Concat
 from ...ir.shapes import normalize_axis
 from ...rewrite import Match, MissReason, P, Rule, RuleStats, V, fail, rewrite
-from ...rewrite.driver import KindsPresent, RewriteContext
+from ...rewrite.dispatch import KindsPresent
+from ...rewrite.driver import RewriteContext
 from ...rewrite.in_place import rewrite_in_place
 from ..base import PassResult
 from ..cleanup import common_subexpression_elimination, eliminate_dead_code
