@@ -17,7 +17,8 @@ def canonicalize_passes(options=None) -> list[Pass]:
     from ..base import RulePass
     from ..cleanup import CSE_PASS, DCE_PASS
     from .activations import CANONICALIZE_ACTIVATION
-    from .attention import CANONICALIZE_ATTENTION, FOLD_INPUT_SCALE, FOLD_REPEAT_KV
+    from .attention import CANONICALIZE_ATTENTION, FOLD_REPEAT_KV
+    from .attention_input_scale import FOLD_INPUT_SCALE
     from .attention_mask import RECOGNIZE_CAUSAL_MASK
     from .fused_qkv import SELECT_QKV_COLUMNS
     from .heads import HEAD_LAYOUT_RULES

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 import braze as bz
 from braze.ir.equality import graph_diff
-from braze.passes.canonicalize.attention import FOLD_INPUT_SCALE, FOLD_REPEAT_KV
+from braze.passes.canonicalize.attention import FOLD_REPEAT_KV
+from braze.passes.canonicalize.attention_input_scale import FOLD_INPUT_SCALE
 from braze.passes.canonicalize.heads import HEAD_LAYOUT_RULES
 from braze.passes.canonicalize.layout import LAYOUT_RULES
 from braze.rewrite import P, Rule, V, rewrite
