@@ -93,6 +93,20 @@ def test_symbolic_dims_stay_dim_params(tmp_path):
     assert out == ["batch", "seq", 32]
 
 
+@pytest.mark.parametrize("dim", ["4*t", "4*t + 3"])
+def test_a_symbol_only_an_input_multiple_carries_is_computed_from_it(dim):
+    """An audio length declared "400*t" (or a CNN's "32*h + r"): a reshape to t frames reads
+    t back from the input's dim, as (dim - r) / k."""
+    g = bz.Graph("frames")
+    x = g.input("x", bz.Shape(("batch", dim)))
+    y = g.narrow(x, 1, 0, "4*t") if "+" in dim else x
+    g.set_outputs([g.sum(g.reshape(y, ("batch", "t", 4)), axes=(2,))])
+    for t in (1, 5):
+        feeds = {"x": np.random.default_rng(t).standard_normal(
+            (2, 4 * t + (3 if "+" in dim else 0))).astype(np.float32)}
+        _same(_run(to_onnx_model(g), feeds), bz.interpret(g, feeds))
+
+
 def test_errors_name_the_problem(tmp_path):
     g = models.bert_encoder(1, 32, 2, batch=1, seq=4)
     with pytest.raises(ExportError, match="have no values"):

@@ -125,10 +125,22 @@ class OnnxBuilder:
 
     # -- symbolic dims --------------------------------------------------------------------------
     def _bind_symbols(self) -> None:
+        """Symbol -> (input, axis, k, r): the input's dim `axis` is `k*symbol + r`. A plain
+        symbol dim wins; otherwise a multiple form ("400*t", "32*h + 3") gives its symbol."""
+        linear = {}
         for node in self.g.inputs:
             for axis, d in enumerate(node.op.shape.dims):
-                if isinstance(d, str) and d.isidentifier() and d not in self._symbols:
-                    self._symbols[d] = (node.op.name, axis)
+                if not isinstance(d, str):
+                    continue
+                if d.isidentifier():
+                    self._symbols.setdefault(d, (node.op.name, axis, 1, 0))
+                    continue
+                sd = SymDim.of(d)
+                terms = [(m, c) for m, c in sd.terms.items() if m]
+                if len(terms) == 1 and len(terms[0][0]) == 1 and terms[0][1] > 0:
+                    linear.setdefault(terms[0][0][0], (node.op.name, axis, terms[0][1], sd.const))
+        for name, ref in linear.items():
+            self._symbols.setdefault(name, ref)
 
     def _symbol_scalar(self, name: str) -> str:
         ref = self._symbols.get(name)
@@ -137,10 +149,14 @@ class OnnxBuilder:
                               "model cannot compute it; bind it first (static shapes)")
         if isinstance(ref, str):
             return ref
-        inp, axis = ref
+        inp, axis, k, r = ref
         shape = self.op1("Shape", inp, name_hint=f"shape_{_safe(inp)}")
         out = self.op1("Gather", shape, self.const(np.int64(axis)), axis=0,
                        name_hint=f"sym_{name}")
+        if r:
+            out = self.op1("Sub", out, self.const(np.int64(r)))
+        if k != 1:
+            out = self.op1("Div", out, self.const(np.int64(k)))
         self._symbols[name] = out
         return out
 
