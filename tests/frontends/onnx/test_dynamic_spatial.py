@@ -219,3 +219,21 @@ def test_strided_slice_of_a_multiple(start, step):
     for w in (1, 3):
         x = rand(2, 4, 5, 16 * w)
         np.testing.assert_array_equal(bz.compile(g)({"x": x})[0], sess.run(None, {"x": x})[0])
+
+
+def test_the_fix_named_for_an_audio_input_declares_its_length_a_multiple():
+    """[N, L] samples into a strided Conv1d: the hint makes L (not a channel axis) a
+    multiple, and the form it names imports."""
+    axes = numpy_helper.from_array(np.asarray([1], np.int64), "axes")
+    w = numpy_helper.from_array(rand(4, 1, 10), "w")
+    nodes = [helper.make_node("Unsqueeze", ["x", "axes"], ["x3"]),
+             helper.make_node("Conv", ["x3", "w"], ["y"], strides=[5], name="conv5")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", "len"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    m = helper.make_model(helper.make_graph(nodes, "g", [x], [y], [axes, w]),
+                          opset_imports=[helper.make_opsetid("", 19)], ir_version=9)
+    hint = r'conv5.*input_shapes=\{"x": \("batch", "32\*w"\)\}'
+    with pytest.raises(FrontendError, match=hint):
+        bz.import_onnx(m)
+    g = bz.import_onnx(m, input_shapes={"x": ("batch", "5*w")})
+    assert g.outputs and bz.interpret(g, {"x": rand(2, 60)})[0].shape == (2, 4, 11)

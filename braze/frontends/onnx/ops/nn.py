@@ -29,13 +29,19 @@ def input_shapes_hint(ctx: ImportContext) -> str:
         if all(isinstance(d, int) for d in dims):
             continue
         fixed.append(f'"{n.op.name}": {_example(dims, [1] + [224] * 4)}')
-        multiples.append(f'"{n.op.name}": '
-                         f'{_example(dims, ["batch", "c", "32*h", "32*w", "32*d"])}')
+        multiples.append(f'"{n.op.name}": {_example(dims, _multiple_dims(len(dims)))}')
     fixed_text = "{" + ", ".join(fixed or ['"x": (1, 3, 224, 224)']) + "}"
     multiple_text = "{" + ", ".join(multiples or ['"x": ("batch", 3, "32*h", "32*w")']) + "}"
     return (f"pass input_shapes={fixed_text} (with your image size) to import_onnx to fix the "
             f"spatial dims, or keep them dynamic as multiples of the network's total stride: "
             f"input_shapes={multiple_text}")
+
+
+def _multiple_dims(rank: int) -> list:
+    """Example dims of a rank-`rank` input: a batch, channels when there is room for them,
+    and up to three trailing spatial sizes as multiples ([N, L] audio is ("batch", "32*w"))."""
+    spatial = ["32*d", "32*h", "32*w"][-min(3, max(rank - 2, 1)):]
+    return (["batch"] + ["c"] * (rank - 1 - len(spatial)) + spatial)[:rank]
 
 
 def _example(dims, values) -> str:
