@@ -48,7 +48,7 @@ def _const_scalar(g, v) -> float | None:
     """A float scalar fixed in the graph: a constant, or a stored scalar param (torch.export
     lifts `torch.tensor(torch.finfo(dtype).min)`, GPT-Neo's masked-fill value, into one)."""
     n = g.nodes[v.node]
-    if isinstance(n.op, Constant) and n.op.value.size == 1 and n.op.value.dtype.kind == "f":
+    if isinstance(n.op, Constant) and n.op.value.size == 1 and g.shape_of(v).dtype.is_float:
         return float(n.op.value.reshape(-1)[0])
     if isinstance(n.op, Param) and g.shape_of(v).rank == 0 and g.shape_of(v).dtype.is_float:
         val = g.weights.get(n.op.name)

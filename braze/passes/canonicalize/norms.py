@@ -24,7 +24,7 @@ __all__ = ["CANONICALIZE_NORM"]
 
 def _const(g, v) -> float | None:
     n = g.nodes[v.node]
-    if isinstance(n.op, Constant) and n.op.value.size == 1 and n.op.value.dtype.kind == "f":
+    if isinstance(n.op, Constant) and n.op.value.size == 1 and g.shape_of(v).dtype.is_float:
         return float(n.op.value.reshape(-1)[0])
     return None
 

@@ -354,3 +354,15 @@ def test_a_scale_under_a_rope_folds_into_the_attention_scale(reads_elsewhere):
     else:
         assert node.op.scale == pytest.approx(0.3) and q_rope.inputs[0] == out.inputs[0].value
     check_same(g, out, symbols=SYM)
+
+
+def test_a_bf16_score_scale_is_a_constant():
+    """A bf16 model (`model.to(torch.bfloat16)`) scales its scores by a bfloat16 constant
+    (NumPy kind "V", not "f"): it is read as the scale, not reported as a computed value."""
+    g = bz.Graph("a_bf16")
+    q, k, v = (g.input(n, bz.Shape(("b", H, "s", D), bz.bf16)) for n in "qkv")
+    s = g.mul(g.matmul(q, g.transpose(k, (0, 1, 3, 2))), 0.25)
+    g.set_outputs([g.matmul(g.softmax(s, -1), v)])
+    out, misses = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.scale == 0.25 and not misses

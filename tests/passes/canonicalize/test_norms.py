@@ -132,3 +132,14 @@ def test_a_layer_norm_without_eps_is_eps_zero(form):
     (n,) = [n for n in out.nodes if n.op.kind == "layer_norm"]
     assert n.op.eps == 0.0 and out.count("reduce_mean") == 0
     check_same(g, out)
+
+
+def test_a_bf16_norm_reads_its_bf16_eps():
+    """A bf16 model's constants are bfloat16 arrays (NumPy kind "V", not "f"): the eps is read
+    all the same."""
+    g = bz.Graph("ln_bf16")
+    x = g.input("x", bz.Shape(("b", "s", E), bz.bf16))
+    g.set_outputs([_ln(g, x, "rsqrt", eps=2.0 ** -10)])
+    out, _ = canonicalize(g)
+    (n,) = [n for n in out.nodes if n.op.kind == "layer_norm"]
+    assert n.op.eps == 2.0 ** -10 and out.count("reduce_mean") == 0
