@@ -247,3 +247,19 @@ def test_unsupported_op_names_its_module_or_the_top_level_forward():
     assert "in module '_fft_r2c'" not in str(e.value)
     with pytest.raises(UnsupportedOpsError, match="in module 'inner'"):
         bz.import_torch(_Outer().eval(), (torch.randn(2, 8),))
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
+def test_rms_norm_without_eps_takes_the_eps_torch_computes_with(dtype):
+    """nn.RMSNorm(eps=None) adds the eps of its compute type: float32's for f16 / bf16 inputs
+    (not float16's 2**-10, which moves small activations' norms by tens of percent)."""
+    dt = getattr(torch, dtype)
+    m = torch.nn.RMSNorm(8).to(dt).eval()
+    x = (torch.randn(2, 8, generator=torch.Generator().manual_seed(0)) * 0.05).to(dt)
+    g = bz.import_torch(m, (x,))
+    (n,) = [n for n in g.nodes if n.op.kind == "rms_norm"]
+    assert n.op.eps == torch.finfo(torch.float64 if dtype == "float64" else torch.float32).eps
+    feed = x.float().numpy().astype(g.shape(g.inputs[0].value).dtype.np)
+    got = bz.interpret(g, {g.inputs[0].op.name: feed})[0].astype(np.float64)
+    want = m(x).detach().double().numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-2, atol=1e-2)

@@ -62,8 +62,8 @@ def rms_norm(ctx, c):
     w = c.args.get("weight")
     w = None if w is None else ctx.value(w, dt)
     eps = c.args.get("eps")
-    if eps is None:
-        eps = float(np.finfo(dt.np if dt.np.kind == "f" else np.float32).eps)
+    if eps is None:  # torch's default: the eps of the type it computes in (f32 for f16 / bf16)
+        eps = float(np.finfo(np.float64 if dt.name == "f64" else np.float32).eps)
     return ctx.g.rms_norm(x, w, None, float(eps), _axis(ctx, x, c["normalized_shape"]))
 
 
