@@ -6,9 +6,11 @@ Recognition is semantic, not syntactic: a cone of smooth elementwise ops (add, s
 pow by a constant, neg, exp, tanh, erf, sigmoid, sqrt, reciprocal, max with 0) over one input x
 and scalar constants is a function of x alone; braze evaluates that function in float64 on a
 fixed set of probe points (dense on [-10, 10], plus large magnitudes) and compares it with each
-known activation. A match within 2e-7 relative is that activation (a cone that computes a
-different function - a wrong constant, a missing factor - is not). So every way of writing
-gelu_new an exporter emits is recognized, and nothing else is."""
+known activation at the probes as the cone's dtype holds them. A match within 2e-7 relative
+(for f16 / bf16 cones, whose constants are rounded to the dtype, an eighth of its epsilon) is
+that activation (a cone that computes a different function - a wrong constant, a missing
+factor - is not). So every way of writing gelu_new an exporter emits is recognized, and
+nothing else is."""
 from __future__ import annotations
 
 import functools
@@ -279,29 +281,39 @@ def _probe(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | None]
     judged = np.concatenate([np.ones(len(PROBES), bool), np.isfinite(got[len(PROBES):])])
     closest = None
     for fn in _TARGETS:
-        want = np.concatenate([_on_probes(fn), _on_far(fn)[keep]])
+        want = np.concatenate([_on_probes(fn, dt), _on_far(fn, dt)[keep]])
         err = float(np.max((np.abs(got - want) / np.maximum(1.0, np.abs(want)))[judged]))
-        if err <= TOLERANCE:
-            return fn, (fn, err)
         if closest is None or err < closest[1]:
             closest = (fn, err)
+    if closest[1] <= _tolerance(dt):
+        return closest[0], closest
     return None, closest
 
 
+def _tolerance(dt) -> float:
+    """TOLERANCE, or for a half-precision cone (whose constants hold only the dtype's nearest
+    value: f16's sqrt(2) is 1.4140625) an eighth of the dtype's epsilon: what that rounding
+    moves GELU by, while a constant one step off in the dtype moves it more."""
+    if dt.itemsize >= 4:
+        return TOLERANCE
+    return float(ml_dtypes.finfo(dt).eps) / 8
+
+
 @functools.cache
-def _on_probes(fn: UnaryFn) -> np.ndarray:
-    """The activation's reference values on PROBES (computed once: each probe compares with
-    every target, and the erf of GELU is costly in NumPy)."""
-    want = Unary(fn).reference(PROBES)
+def _on_probes(fn: UnaryFn, dt) -> np.ndarray:
+    """The activation's reference values on PROBES as fed in `dt` (rounded: f16 holds no
+    -9.95), computed once per dtype: each probe compares with every target, and the erf of
+    GELU is costly in NumPy."""
+    want = Unary(fn).reference(PROBES.astype(dt).astype(np.float64))
     want.setflags(write=False)
     return want
 
 
 @functools.cache
-def _on_far(fn: UnaryFn) -> np.ndarray:
-    """The activation's reference values on FAR_PROBES."""
+def _on_far(fn: UnaryFn, dt) -> np.ndarray:
+    """The activation's reference values on FAR_PROBES as fed in `dt`."""
     with np.errstate(all="ignore"):
-        want = Unary(fn).reference(FAR_PROBES)
+        want = Unary(fn).reference(FAR_PROBES.astype(dt).astype(np.float64))
     want.setflags(write=False)
     return want
 

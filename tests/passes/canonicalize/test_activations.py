@@ -187,3 +187,32 @@ def test_activation_probe_on_half_graphs(dtype):
     feeds = {"x": np.linspace(-3, 3, 32).reshape(4, 8).astype(dtype.np)}
     (want,), (got,) = bz.interpret(g, feeds), bz.interpret(fused, feeds)
     np.testing.assert_allclose(np.float32(got), np.float32(want), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("dtype", [bz.f16, bz.bf16])
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_half_precision_forms_are_their_activation(name, dtype):
+    """A half model's cone is probed at the values its dtype holds (f16 has no -9.95) and its
+    constants hold only the dtype's nearest value (an f16 export divides by 1.4140625): every
+    form still becomes its activation."""
+    build, fn = CASES[name]
+    g = bz.Graph(name)
+    x = g.input("x", bz.Shape(("b", 16), dtype))
+    g.set_outputs([build(g, x)])
+    out, misses = canonicalize(g)
+    assert out.count(fn.value) == 1 and not misses, (out.op_counts(), misses)
+
+
+@pytest.mark.parametrize("const", [1.72, 1.4140625 + 2.0 ** -10])
+def test_a_half_constant_a_step_off_is_no_activation(const):
+    """quick_gelu's 1.702 mistyped, or f16's sqrt(2) one step off: a near miss, in f16 too."""
+    g = bz.Graph("typo16")
+    x = g.input("x", bz.Shape((4, 8), bz.f16))
+    if const == 1.72:
+        y = g.mul(x, g.sigmoid(g.mul(x, const)))
+    else:
+        y = g.mul(g.mul(x, 0.5), g.add(g.erf(g.div(x, const)), 1.0))
+    g.set_outputs([y])
+    out, misses = canonicalize(g)
+    assert out.count("quick_gelu") == out.count("gelu") == 0
+    assert [m.pattern for m in misses] == ["CanonicalizeActivation"]
