@@ -94,6 +94,17 @@ def test_a_dim_spec_that_is_neither_a_name_nor_a_multiple_is_refused():
                         dynamic_shapes={"x": {2: "h+1"}})
 
 
+@pytest.mark.parametrize("width,why", [(32, r"which makes w = 1 \(torch.export treats 0 and 1"),
+                                       (80, "not a multiple of 32")])
+def test_an_example_size_that_is_no_multiple_of_two_or_more_names_the_example(width, why):
+    """torch.export calls a root of 1 (32 for "32*w") a violated constraint of the model's code;
+    braze says the example is at fault, and which size to export with."""
+    with pytest.raises(FrontendError, match=rf"dim 3 of input 'x' was named '32\*w' but the "
+                                            rf"example's size there is {width}, {why}.*e\.g\. 64"):
+        bz.import_torch(Net().eval(), (torch.randn(1, 3, 64, width),),
+                        dynamic_shapes={"x": {2: "32*h", 3: "32*w"}})
+
+
 class Bilinear(torch.nn.Module):
     def __init__(self, align_corners: bool):
         super().__init__()

@@ -84,8 +84,10 @@ def export_program(model, example_inputs=None, dynamic_shapes=None, *,
                             f"path, got {type(model).__name__}")
     label = type(model).__name__
     args, kwargs = _example(example_inputs, label)
-    arg_names = _arg_names(model, args, kwargs)
+    bound = _bound_args(model, args, kwargs)
+    arg_names = list(bound)
     spec, labels = torch_dynamic_shapes(dynamic_shapes, arg_names)
+    _check_multiple_examples(dynamic_shapes, bound, label)
     if isinstance(spec, dict):
         spec = {k: spec.get(k) for k in arg_names}
     return _export(model, args, kwargs, spec, strict, label), labels, label
@@ -108,13 +110,41 @@ def _example(example_inputs, label: str):
     return (tensor(example_inputs),), {}
 
 
-def _arg_names(model, args, kwargs) -> list[str]:
+def _bound_args(model, args, kwargs) -> dict:
+    """forward's parameter name -> example value."""
     try:
         bound = inspect.signature(model.forward).bind(*args, **kwargs)
     except TypeError as e:
         raise FrontendError(f"{type(model).__name__}.forward does not accept the example "
                             f"inputs: {e}") from None
-    return list(bound.arguments)
+    return dict(bound.arguments)
+
+
+def _check_multiple_examples(dynamic_shapes, bound: dict, label: str) -> None:
+    """A dim named a multiple ("32*h") needs an example size of that multiple of a whole number
+    >= 2: torch.export treats a root of 0 or 1 as static and then reports a violated
+    constraint, which reads like the model's fault."""
+    if not isinstance(dynamic_shapes, Mapping):
+        return
+    for name, axes in dynamic_shapes.items():
+        t = bound.get(name)
+        items = axes.items() if isinstance(axes, Mapping) else \
+            enumerate(axes) if isinstance(axes, (tuple, list)) else ()
+        for axis, d in items:
+            if not isinstance(d, str):
+                continue
+            coef, _, root = d.replace(" ", "").rpartition("*")
+            if not coef.isdigit() or int(coef) < 1 or int(axis) >= len(getattr(t, "shape", ())):
+                continue
+            k, size = int(coef), int(t.shape[int(axis)])
+            if size % k == 0 and size // k >= 2:
+                continue
+            why = (f"not a multiple of {k}" if size % k else
+                   f"which makes {root} = {size // k} (torch.export treats 0 and 1 as static)")
+            raise FrontendError(
+                f"{label}: dim {axis} of input {name!r} was named {d!r} but the example's size "
+                f"there is {size}, {why}; export with an example size of {k} times a whole "
+                f"number >= 2 (e.g. {2 * k})")
 
 
 def _program_labels(ep, dynamic_shapes, label: str) -> dict:
