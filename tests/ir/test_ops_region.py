@@ -103,3 +103,16 @@ def test_body_must_name_inputs_in_order_and_hold_only_elementwise_ops():
     mm.set_outputs([mm.matmul(a, a)])
     with pytest.raises(bz.GraphError, match="not elementwise"):
         ElementwiseRegion(mm)
+
+
+def test_a_body_converts_a_bf16_array_fed_to_its_float_input():
+    """A body's float input takes any float array, bf16 too (NumPy kind 'V'), as f16 was."""
+    import ml_dtypes
+
+    from braze.ir.ops._body import run_body
+
+    body = bz.Graph("body")
+    body.set_outputs([body.tanh(body.input("x", bz.Shape((3,), bz.f32)))])
+    for dt in (np.float16, ml_dtypes.bfloat16):
+        (y,) = run_body(body, [np.ones(3, dt)])
+        assert y.dtype == np.float32 and np.allclose(y, np.tanh(1.0))

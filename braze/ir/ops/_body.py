@@ -69,7 +69,8 @@ def run_body(g: Graph, xs: Sequence[np.ndarray]) -> list[np.ndarray]:
     for nid, x in zip(g.input_ids, xs):
         op = g.nodes[nid].op
         x = np.asarray(x)
-        if op.shape.dtype.is_float and x.dtype.kind == "f" and x.dtype != op.shape.dtype.np:
+        if op.shape.dtype.is_float and (x.dtype.kind == "f" or x.dtype.name == "bfloat16") \
+                and x.dtype != op.shape.dtype.np:
             wide = wide or dtype_from_numpy(x.dtype).name == "f64"
             x = x.astype(op.shape.dtype.np)
         feeds[op.name] = x

@@ -84,8 +84,9 @@ class Reduce(Op):
         if self.fn in (ReduceFn.MAX, ReduceFn.MIN) and y.size == 0:
             # an empty set's max is the lowest value (-inf), its min the highest, as ONNX's
             # ReduceMax / ReduceMin give (NumPy has no identity for them)
-            big = np.inf if y.dtype.kind == "f" else np.iinfo(y.dtype).max
-            kw = {"initial": -big if self.fn is ReduceFn.MAX else big}
+            info = np.iinfo(y.dtype) if y.dtype.kind in "iu" else None
+            lo, hi = (-np.inf, np.inf) if info is None else (info.min, info.max)
+            kw = {"initial": lo if self.fn is ReduceFn.MAX else hi}
         out = _REDUCE_IMPL[self.fn](y, axis=self.axes, keepdims=self.keepdims, **kw)
         return np.asarray(out).astype(x.dtype, copy=False)
 
