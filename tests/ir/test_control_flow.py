@@ -233,3 +233,20 @@ def test_fuse_keeps_control_flow_and_compile_matches_the_interpreter():
 def test_export_of_an_unbounded_loop_says_to_pass_max_iterations(tmp_path):
     with pytest.raises(bz.BrazeError, match="max_iterations"):
         bz.export_onnx(halving_loop(max_iterations=None), str(tmp_path / "m.onnx"))
+
+
+def test_export_writes_the_weights_of_params_held_in_bodies(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    w = np.array([2.0, -1.0, 0.5], np.float32)
+    scaled = bz.Graph("scaled")
+    a = scaled.input("a0", S(3))
+    scaled.set_outputs([scaled.mul(a, scaled.param("bw", S(3), w))])
+    g = bz.Graph("body_weights")
+    x = g.input("x", S(3))
+    g.set_outputs([g.cond(g.gt(g.sum(x), 0.0), body("neg", [S(3)], lambda b, v: b.neg(v)),
+                          scaled, x)])
+    path = bz.export_onnx(g, str(tmp_path / "m.onnx"))
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for xs in (np.ones(3, np.float32), -np.ones(3, np.float32)):
+        want = bz.interpret(g, {"x": xs})[0]
+        np.testing.assert_allclose(sess.run(None, {"x": xs})[0], want, rtol=1e-6)

@@ -53,6 +53,7 @@ def _build(graph: Graph, target: str, opset: int, params):
         raise ExportError(f"params {missing} have no values; pass params= (bz.init_params(g) "
                           "draws random ones) or store them with g.set_weight")
     g = _legal(graph, target)
+    weights = {**g.weights, **weights}  # and the params decompositions added (inlined bodies)
     b = OnnxBuilder(g, opset)
     inputs = []
     for n in g.nodes:
