@@ -56,9 +56,19 @@ def _check_bounded(node: Node, g: Graph) -> None:
                         "g.while_loop(..., max_iterations=N), N a static bound on the body runs")
 
 
+def _fields(op: If | While) -> tuple[str, str]:
+    return ("then_graph", "else_graph") if isinstance(op, If) else ("cond_graph", "body_graph")
+
+
+def _holds(op: If | While, kinds: frozenset[str]) -> bool:
+    """Whether a body of `op`, at any depth, holds a node of `kinds`."""
+    return any(n.op.kind in kinds or (n.op.kind in CONTROL_KINDS and _holds(n.op, kinds))
+               for f in _fields(op) for n in getattr(op, f).nodes)
+
+
 def _lower_bodies(op: If | While, kinds: frozenset[str]) -> If | While:
     """`op` with the control flow of `kinds` inside its bodies lowered first."""
-    fields = ("then_graph", "else_graph") if isinstance(op, If) else ("cond_graph", "body_graph")
+    fields = _fields(op)
     bodies = {f: lower_control_flow(getattr(op, f), kinds) for f in fields}
     if all(bodies[f] is getattr(op, f) for f in fields):
         return op
@@ -76,28 +86,37 @@ def _builder(kinds: frozenset[str]) -> Callable:
 
 
 def lower_control_flow(g: Graph, kinds: frozenset[str] = CONTROL_KINDS) -> Graph:
-    """`g` with every node whose kind is in `kinds` ("if", "while") lowered, bodies included.
-    Returns `g` itself when there is none; the input graph is never changed."""
+    """`g` with every node whose kind is in `kinds` ("if", "while") lowered, bodies included:
+    one of the other kind stays, with those inside its bodies lowered. Returns `g` itself when
+    there is none; the input graph is never changed."""
     pick_build = _builder(kinds)
 
-    def pick(node: Node, graph: Graph):
-        return pick_build if node.op.kind in kinds else None
+    def keep(new: Graph, node: Node, ins: list[Value], old: Graph):
+        name = node.name if node.name is not None and node.name not in new._names else None
+        return new.add_node(_lower_bodies(node.op, kinds), ins, name=name,
+                            provenance=node.provenance)
 
-    if not any(n.op.kind in kinds for n in g.nodes):
+    def pick(node: Node, graph: Graph):
+        if node.op.kind in kinds:
+            return pick_build
+        return keep if node.op.kind in CONTROL_KINDS and _holds(node.op, kinds) else None
+
+    if not any(pick(n, g) for n in g.nodes):
         return g
     return replace_nodes(g, pick)
 
 
 def inline_if(g: Graph) -> Graph:
     """`g` with every `if` replaced by its two branches and a `where` per output (ifs inside
-    the branches too). Loops are left alone. The input graph is never changed."""
+    the branches and inside loop bodies too). Loops are left alone. The input graph is never
+    changed."""
     return lower_control_flow(g, frozenset({If.kind}))
 
 
 def unroll_while(g: Graph) -> Graph:
     """`g` with every `while` unrolled to `max_iterations` guarded steps (loops inside the
-    bodies too); `if` nodes are left alone. PassError naming the node for a loop without
-    max_iterations. The input graph is never changed."""
+    bodies and inside `if` branches too); `if` nodes are left alone. PassError naming the
+    node for a loop without max_iterations. The input graph is never changed."""
     return lower_control_flow(g, frozenset({While.kind}))
 
 

@@ -98,6 +98,26 @@ def test_inline_if_and_unroll_while_each_lower_one_kind():
     assert bz.inline_if(counting_loop()) is not None
 
 
+def test_each_kind_lowers_inside_the_bodies_of_the_other_kind():
+    loop = counting_loop(nested=True)
+    inlined = bz.inline_if(loop)
+    step = inlined.node(inlined.outputs[0]).op.body_graph
+    assert inlined.count("while") == 1 and step.count("if") == 0
+    g = bz.Graph("loop_in_if")
+    n, x = g.input("n", S(dt=bz.i32)), g.input("x", S(3))
+    keep = body("keep", [S(dt=bz.i32), S(3)], lambda b, k, v: v)
+    g.set_outputs([g.cond(g.gt(g.sum(x), 0.0), loop, keep, n, x)])
+    unrolled = bz.unroll_while(g)
+    branch = unrolled.node(unrolled.outputs[0]).op.then_graph
+    assert unrolled.count("if") == 1 and branch.count("while") == 0
+    for k, seed in [(2, 0), (5, 1)]:
+        x = np.abs(np.random.default_rng(seed).normal(size=3)).astype(np.float32)
+        feeds = {"n": np.array(k, np.int32), "x": x}
+        for low, orig in ((unrolled, g), (inlined, loop)):
+            np.testing.assert_allclose(bz.interpret(low, feeds)[0],
+                                       bz.interpret(orig, feeds)[0], rtol=1e-6)
+
+
 def test_graph_without_control_flow_is_unchanged():
     g = bz.Graph("plain")
     x = g.input("x", S(4))
