@@ -250,3 +250,42 @@ def test_export_writes_the_weights_of_params_held_in_bodies(tmp_path):
     for xs in (np.ones(3, np.float32), -np.ones(3, np.float32)):
         want = bz.interpret(g, {"x": xs})[0]
         np.testing.assert_allclose(sess.run(None, {"x": xs})[0], want, rtol=1e-6)
+
+
+# -- autodiff -----------------------------------------------------------------------------------
+def test_gradients_differentiate_only_the_branch_and_steps_that_ran():
+    """d/dx of cond(min x > 0, log x, 2x) at x with a 0 is 2 everywhere, not NaN (0 * inf from
+    the untaken log); a step past the loop's end whose sqrt is NaN adds nothing either."""
+    g = bz.Graph("guarded")
+    x = g.input("x", S(3))
+    g.set_outputs([g.sum(g.cond(g.gt(g.reduce(x, "min"), 0.0),
+                                body("log", [S(3)], lambda b, v: b.log(v)),
+                                body("twice", [S(3)], lambda b, v: b.mul(v, 2.0)), x))])
+    xs = np.array([-1.0, 2.0, 0.0], np.float32)
+    grads = bz.grad_with_loss(g, "x")
+    np.testing.assert_array_equal(bz.interpret(grads, {"x": xs})[1], 2.0)
+    np.testing.assert_array_equal(bz.compile(grads)({"x": xs})[1], 2.0)
+    carried = [S(dt=bz.i32), S(3)]
+    loop = bz.Graph("once")
+    v = loop.input("v", S(3))
+    loop.set_outputs([loop.sum(loop.while_loop(
+        body("first", carried, lambda b, i, u: b.lt(i, 1)),
+        body("root", carried, lambda b, i, u: (b.add(i, 1), b.sub(b.sqrt(u), 2.0))),
+        loop.constant(np.array(0, np.int32)), v, max_iterations=3)[1])])
+    xs = np.array([1.0, 4.0, 9.0], np.float32)
+    got = bz.interpret(bz.grad_with_loss(loop, "v"), {"v": xs})[1]
+    np.testing.assert_allclose(got, 0.5 / np.sqrt(xs), rtol=1e-6)
+
+
+def test_gradients_reach_params_held_in_a_branch():
+    w = np.array([2.0, -1.0, 0.5], np.float32)
+    scaled = bz.Graph("scaled")
+    a = scaled.input("a0", S(3))
+    scaled.set_outputs([scaled.mul(a, scaled.param("bw", S(3), w))])
+    g = bz.Graph("branch_weights")
+    x = g.input("x", S(3))
+    g.set_outputs([g.sum(g.cond(g.gt(g.sum(x), 0.0), body("neg", [S(3)], lambda b, v: b.neg(v)),
+                                scaled, x))])
+    _, dx, dw = bz.interpret(bz.grad_with_loss(g, ["x", "bw"]), {"x": -np.ones(3, np.float32)})
+    np.testing.assert_array_equal(dx, w)
+    np.testing.assert_array_equal(dw, -1.0)

@@ -6,9 +6,10 @@ body is the body's own weight (its value lives in `body.weights`, which save/loa
 
 The reference runs a body with the reference interpreter: `If` evaluates only the branch `pred`
 picks; `While` runs `body` while `cond` holds and fails once the loop wants more than
-`max_iterations` body runs. The decomposition (the lowering every backend, the ONNX exporter and
-autodiff use) evaluates both branches and selects with `where`, and unrolls a bounded loop into
-`max_iterations` guarded steps (braze/passes/lower/control_flow.py explains it)."""
+`max_iterations` body runs. The decomposition (the lowering every backend and the ONNX exporter
+use) evaluates both branches and selects with `where`, and unrolls a bounded loop into
+`max_iterations` guarded steps (braze/passes/lower/control_flow.py explains it); autodiff
+differentiates only what ran (braze/autodiff/control.py)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
