@@ -230,6 +230,19 @@ def test_fuse_keeps_control_flow_and_compile_matches_the_interpreter():
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_compiled_bodies_follow_the_precision_policy():
+    mm = body("mm", [S(8, 64), S(64, 8)], lambda b, x, w: b.matmul(x, w))
+    g = bz.Graph("bf16_branch")
+    x, w = g.input("x", S(8, 64)), g.input("w", S(64, 8))
+    g.set_outputs([g.cond(g.gt(g.sum(x), 0.0), mm, mm, x, w), g.matmul(x, w)])
+    rng = np.random.default_rng(0)
+    feeds = {"x": (1 + rng.normal(size=(8, 64)) * 1e-3).astype(np.float32),
+             "w": (1 + rng.normal(size=(64, 8)) * 1e-3).astype(np.float32)}
+    in_branch, outside = bz.compile(g, precision="bf16")(feeds)
+    assert np.abs(outside - bz.interpret(g, feeds)[1]).max() > 1e-3  # bf16 rounding shows
+    np.testing.assert_array_equal(in_branch, outside)
+
+
 def test_export_of_an_unbounded_loop_says_to_pass_max_iterations(tmp_path):
     with pytest.raises(bz.BrazeError, match="max_iterations"):
         bz.export_onnx(halving_loop(max_iterations=None), str(tmp_path / "m.onnx"))

@@ -1,7 +1,8 @@
-"""If / While kernels: each body is compiled once (`bz.compile`, fused for the CPU) and the
-kernel runs the control flow in Python between body calls. So the compiled executor keeps the
-ops' own semantics (only the taken branch runs; a loop stops as soon as its cond fails, and
-running past `max_iterations` is an error naming the node) instead of unrolling them."""
+"""If / While kernels: each body is compiled once (`bz.compile`, fused for the CPU, with the
+outer executable's precision policy and thread cap) and the kernel runs the control flow in
+Python between body calls. So the compiled executor keeps the ops' own semantics (only the
+taken branch runs; a loop stops as soon as its cond fails, and running past `max_iterations` is
+an error naming the node) instead of unrolling them."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,14 +14,15 @@ from .registry import Dispatch, Kernel, register_kernel
 
 
 class _Body:
-    """A body graph compiled once; called with arrays in input order, returns its outputs."""
+    """A body graph compiled once as `ctx` says (precision, threads); called with arrays in
+    input order, returns its outputs."""
 
-    def __init__(self, g: Graph, in_dims):
+    def __init__(self, g: Graph, in_dims, ctx):
         from ..executable import compile as compile_graph
 
         self.names = [g.nodes[i].op.name for i in g.input_ids]
         self.in_dims = [tuple(d) for d in in_dims]  # the executor may hand scalars as [1]
-        self.exe = compile_graph(g)
+        self.exe = compile_graph(g, precision=ctx.precision, threads=ctx.threads or None)
 
     def __call__(self, arrays) -> list[np.ndarray]:
         return self.exe({n: np.reshape(a, d) for n, a, d in zip(self.names, arrays,
@@ -35,7 +37,8 @@ def _write(outputs, results) -> None:
 @register_kernel(If)
 def if_kernel(node, ins, outs, ctx):
     dims = [s.dims for s in ins[1:]]
-    then_b, else_b = _Body(node.op.then_graph, dims), _Body(node.op.else_graph, dims)
+    then_b, else_b = (_Body(node.op.then_graph, dims, ctx),
+                      _Body(node.op.else_graph, dims, ctx))
     n_in = len(ins)
 
     def run(*arrays):
@@ -49,7 +52,7 @@ def if_kernel(node, ins, outs, ctx):
 def while_kernel(node, ins, outs, ctx):
     op: While = node.op
     dims = [s.dims for s in ins]
-    cond, step = _Body(op.cond_graph, dims), _Body(op.body_graph, dims)
+    cond, step = _Body(op.cond_graph, dims, ctx), _Body(op.body_graph, dims, ctx)
     n_in = len(ins)
 
     def run(*arrays):
