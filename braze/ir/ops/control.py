@@ -35,7 +35,7 @@ from ._body import (
 if TYPE_CHECKING:
     from ..graph import Graph
 
-__all__ = ["If", "While", "LoopBoundError"]
+__all__ = ["If", "While", "LoopBoundError", "UNBOUNDED_LOOP_FIX"]
 
 
 class LoopBoundError(RuntimeError):
@@ -53,6 +53,13 @@ def _run_body(g: Graph, what: str, xs: Sequence[np.ndarray]) -> list[np.ndarray]
         return run_body(g, xs)
     except Exception as e:
         raise RuntimeError(f"in {what} {g.name!r}: {e}") from e
+
+
+UNBOUNDED_LOOP_FIX = (
+    "pass max_iterations=N (a static bound on the body runs) to g.while_loop; an ONNX LSTM / "
+    "GRU / RNN imported over a symbolic sequence length is such a loop: import it with that "
+    "length static (import_onnx(path, input_shapes={name: (..., length, ...)})) and it becomes "
+    "a scan")
 
 
 @dataclass(frozen=True, eq=False)
@@ -185,8 +192,7 @@ class While(Op):
         its values (`inline_opts` go to `inline_graph`)."""
         if self.max_iterations is None:
             raise GraphError(f"while loop (cond_graph {self.cond_graph.name!r}) has no "
-                             "max_iterations, so it cannot be unrolled; pass max_iterations=N "
-                             "(a static bound on the body runs) to g.while_loop")
+                             f"max_iterations, so it cannot be unrolled; {UNBOUNDED_LOOP_FIX}")
         carried = list(ins)
         active = None
         for _ in range(self.max_iterations):

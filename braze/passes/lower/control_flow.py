@@ -25,7 +25,7 @@ from ...ir.graph import Graph
 from ...ir.inline import inline_graph
 from ...ir.node import Node
 from ...ir.op import Value
-from ...ir.ops.control import If, While
+from ...ir.ops.control import UNBOUNDED_LOOP_FIX, If, While
 from ..expand import replace_nodes
 from .registry import Lowering, register_lowering
 
@@ -52,8 +52,7 @@ def inline_subgraph_into(target: Graph, sub: Graph, inputs: Sequence[Value]) -> 
 def _check_bounded(node: Node, g: Graph) -> None:
     if isinstance(node.op, While) and node.op.max_iterations is None:
         raise PassError(f"cannot lower {node.describe()} in graph {g.name!r}: the while loop has "
-                        "no max_iterations, so it cannot be unrolled; build it with "
-                        "g.while_loop(..., max_iterations=N), N a static bound on the body runs")
+                        f"no max_iterations, so it cannot be unrolled; {UNBOUNDED_LOOP_FIX}")
 
 
 def _fields(op: If | While) -> tuple[str, str]:

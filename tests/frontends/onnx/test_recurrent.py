@@ -198,6 +198,15 @@ def test_pinning_the_sequence_length_gives_a_scan(ort_run):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_lowering_a_loop_over_a_symbolic_length_says_to_pin_the_length():
+    """Exporting (or lowering, differentiating) the while loop of a symbolic sequence length
+    names the importer's fix, not only g.while_loop's max_iterations, which an importer's user
+    cannot pass."""
+    m, _ = recurrent_model("GRU", seq="seq")
+    with pytest.raises(bz.BrazeError, match=r"max_iterations.*import_onnx\(path, input_shapes="):
+        bz.unroll_while(bz.import_onnx(m))
+
+
 # -- refusals -----------------------------------------------------------------------------------
 @pytest.mark.parametrize("attrs, message", [
     ({"activations": ["Tanh", "Tanh"]}, r"2 activations given; LSTM takes 3 per direction"),
