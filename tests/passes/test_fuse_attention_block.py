@@ -34,7 +34,7 @@ def reasons(res):
 
 def attn_graph(*, fused_qkv=False, bias=(True, True, True), out_bias=True, heads=4, kv_heads=4,
                dim=8, seq=6, rope=None, mask=None, attn_kw=None, x_for=None, split_perm=None,
-               starts=None, outputs=()):
+               starts=None, outputs=(), v_op=None):
     """One hand-built attention block on x [2, seq, 32]; keyword knobs bend one part of it."""
     g = bz.Graph("attn")
     e = 32
@@ -58,6 +58,8 @@ def attn_graph(*, fused_qkv=False, bias=(True, True, True), out_bias=True, heads
     hs = {"q": heads, "k": kv_heads, "v": kv_heads}
     t = {r: g.transpose(g.reshape(proj[r], (2, seq, hs[r], dim)),
                         (split_perm or {}).get(r, (0, 2, 1, 3))) for r in "qkv"}
+    if v_op is not None:
+        t["v"] = v_op(g, t["v"])
     if rope is not None:
         n_rot, interleaved, rotate, tables = rope
         made = {}
@@ -191,6 +193,15 @@ def test_head_transpose_that_is_not_the_split():
     res = fuse(g)
     assert not blocks(res.graph) and reasons(res) == {MissReason.PATTERN_MISMATCH}
     assert any("split_k" in m.detail for m in res.misses)
+
+
+@pytest.mark.parametrize("bias", [(True, True, True), (False, False, False)])
+def test_explanation_names_the_role_that_breaks_the_block(bias):
+    """A biased q projection is a projection: the miss names v's extra op, not q's bias add."""
+    res = fuse(attn_graph(bias=bias, v_op=lambda g, v: g.relu(v)))
+    (miss,) = [m for m in res.misses if m.pattern == "FuseAttentionBlock"]
+    assert miss.reason is MissReason.PATTERN_MISMATCH and miss.detail.startswith("v is ")
+    assert "relu" in miss.detail
 
 
 def test_narrows_out_of_order():

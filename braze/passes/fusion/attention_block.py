@@ -434,7 +434,7 @@ def _explain_input(g, role: str, v):
     p = g.nodes[r.inputs[0].node]
     if p.op.kind == "narrow":
         p = g.nodes[p.inputs[0].node]
-    if p.op.kind == "add":
+    if p.op.label == "add":
         mm = [g.nodes[u.node] for u in p.inputs if g.nodes[u.node].op.kind == "matmul"]
         p = mm[0] if mm else p
     if p.op.kind not in ("matmul", "fused_matmul_bias_act") or \
