@@ -58,8 +58,9 @@ _HINTS = {
     "that does, or accept the unfused ops.",
     MissReason.REGION_LIMIT_EXCEEDED: "the region exceeds the target's FusionLimits and was split; "
     "raise the limits with with_fusion_limits(...) if the backend allows.",
-    MissReason.WEIGHT_NOT_CONSTANT: "weights are computed at run time; shared-input fusion "
-    "concatenates only params/constants, once, at compile time.",
+    MissReason.WEIGHT_NOT_CONSTANT: "the weight is computed from the graph's inputs at run "
+    "time; the fusion changes weights once, at compile time, so it needs params or constants "
+    "(or values computed from them alone). Pass the weight as a param to fuse.",
     MissReason.PATTERN_MISMATCH: "the subgraph differs from the fused kind's pattern.",
     MissReason.AXIS_MISMATCH: "the ops act on different axes than the fused kind supports.",
     MissReason.DISABLED: "this fusion is turned off in the pipeline options.",

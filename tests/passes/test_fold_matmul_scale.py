@@ -97,3 +97,24 @@ def test_a_product_with_an_activation_keeps_its_scale_with_the_reason():
     assert res.graph.count("mul") == 1 and not res.changed
     assert [m.reason for m in res.misses] == [MissReason.WEIGHT_NOT_CONSTANT]
     assert "graph's inputs" in res.misses[0].detail
+
+
+def test_a_weight_fed_as_input_gets_a_hint_that_makes_it_fold():
+    """The miss's hint is about this fold (not shared-input fusion's concatenation), and
+    following it - the weight declared as a param - folds the scale."""
+    def build(as_param):
+        g = bz.Graph("w_input")
+        x = g.input("x", bz.Shape((5, 4)))
+        w = g.param("w", bz.Shape((4, 6))) if as_param else g.input("w", bz.Shape((4, 6)))
+        s = g.constant(RNG.standard_normal(6).astype(np.float32))
+        g.set_outputs([g.mul(g.matmul(x, w), s)])
+        return g
+
+    res = FOLD.run(build(False), CPU)
+    (miss,) = res.misses
+    assert miss.reason is MissReason.WEIGHT_NOT_CONSTANT
+    assert "shared-input" not in miss.hint and "g.param" in miss.hint
+    g = build(True)
+    res = FOLD.run(g, CPU)
+    assert res.changed and res.graph.count("mul") == 1 and not res.misses  # w * s, hoisted
+    assert_equivalent(g, res.graph)

@@ -155,6 +155,10 @@ def weight_is_prepared_once(m, ctx) -> Miss | None:
     product with an activation would move the scale onto per-call work."""
     if _known(m, "w") is None and not _from_weights(m.graph, m.values["w"]):
         return fail(MissReason.WEIGHT_NOT_CONSTANT,
+                    hint="the scale folds into the matmul's weight only when that weight is a "
+                         "param or constant (or computed from them alone); declare w with "
+                         "g.param to fold it, or keep the multiply (a product of two "
+                         "activations, such as q @ k^T, has no weight to fold into).",
                     detail="the matmul's right operand is computed from the graph's inputs; "
                            "the scale stays on the product")
     return None
