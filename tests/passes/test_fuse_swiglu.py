@@ -179,6 +179,28 @@ def test_dual_matmul_with_unequal_widths_is_a_shape_mismatch():
     assert [m.reason for m in res.misses] == [MissReason.SHAPE_MISMATCH]
 
 
+@pytest.mark.parametrize("rules,dtype", [(DUAL_RULES, bz.i32), (SPLIT_RULES, bz.i32),
+                                         (DUAL_RULES, bz.f32)])
+def test_integer_gated_product_is_a_dtype_miss_whose_hint_fuses(rules, dtype):
+    """relu(x @ wg) * (x @ wu) in integers: a DTYPE_MISMATCH naming the dtype (it was an
+    INVALID_REPLACEMENT asking for a bug report); in a float dtype, as the hint says, it fuses."""
+    g = bz.Graph("int_gated")
+    x = g.input("x", bz.Shape((4, 8), dtype))
+    if rules is DUAL_RULES:
+        gate, up = (g.mm(x, g.param(n, bz.Shape((8, 6), dtype))) for n in ("wg", "wu"))
+    else:
+        h = g.mm(x, g.param("w", bz.Shape((8, 12), dtype)))
+        gate, up = g.narrow(h, -1, 0, 6), g.narrow(h, -1, 6, 6)
+    g.set_outputs([g.mul(g.relu(gate), up)])
+    res = fuse(g, rules)
+    if dtype.is_float:
+        assert res.changed and not res.misses
+        return
+    (miss,) = res.misses
+    assert not res.changed and miss.reason is MissReason.DTYPE_MISMATCH and "i32" in miss.detail
+    assert "float" in miss.hint
+
+
 def test_target_without_the_claim_does_not_fuse():
     ort = RewriteContext(target=TARGETS["onnxruntime"])
     for g in (split_graph(), dual_graph()):

@@ -24,6 +24,17 @@ def _act(m: Match) -> UnaryFn:
     return op.fn if isinstance(op, Unary) else UnaryFn.SILU
 
 
+def float_gate(m: Match, ctx):
+    """The gated product is a float tensor (FusedSwiGLU computes in floating point)."""
+    dt = m.shape("mul").dtype
+    if not dt.is_float:
+        return fail(MissReason.DTYPE_MISMATCH,
+                    hint="FusedSwiGLU computes in floating point: an integer gated product "
+                         "stays unfused; compute the projections in a float dtype to fuse it.",
+                    detail=f"the gated product is {dt}, not a float tensor")
+    return None
+
+
 # -- FuseSwiGLU: the split form ----------------------------------------------------------------
 _gate_half = P.narrow(V("h"), name="gate")
 _up_half = P.narrow(V("h_up"), name="up")
@@ -76,6 +87,7 @@ FUSE_SWIGLU = Rule(
     pattern=_split,
     checks=(
         target_claims("fused_swiglu"),
+        float_gate,
         same_source("h", "h_up", "gate and up must be the two halves of one tensor; fuse the "
                     "projections first (FuseSharedInputMatMul)."),
         halves_of_h,
@@ -112,6 +124,7 @@ FUSE_SWIGLU_DUAL_MATMUL = Rule(
     pattern=_dual,
     checks=(
         target_claims("fused_swiglu"),
+        float_gate,
         same_source("x", "x_up", "gate and up projections read different inputs, so their "
                     "weights cannot be concatenated; feed both from the same tensor."),
         gate_up_weights_match,
