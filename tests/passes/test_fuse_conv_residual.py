@@ -192,3 +192,18 @@ def test_export_runs_in_onnx_runtime(target, contrib):
     (got,) = sess.run(None, feeds)
     (want,) = bz.interpret(g, feeds, params)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape", [(), (8,), (6, 1, 1)])
+def test_a_single_value_or_vector_is_no_residual_near_miss(shape):
+    """hard-swish's `conv + 3` (its conv read again by the product) and a per-channel or
+    misaligned vector are FuseConvBiasAct's to explain: FuseConvResidual reports nothing for
+    them (it had called the hard-swish a multi-consumer residual)."""
+    g = bz.Graph("hswish_three")
+    x = g.input("x", bz.Shape((2, 6, 8, 8)))
+    y = g.conv2d(x, g.param("w", bz.Shape((6, 6, 3, 3))), padding=1)
+    v = g.constant(np.full(shape, 2.0, np.float32))  # not 3: no hard-swish, both stay apart
+    g.set_outputs([g.div(g.mul(y, g.clamp(g.add(y, v), 0.0, 6.0)), 6.0)])
+    fused, misses = fuse(g)
+    assert not [m for m in misses if m.pattern == "FuseConvResidual"]
+    assert_equivalent(g, fused)

@@ -5,10 +5,11 @@ and ReLU join its last conv's epilogue, so the conv's output tile takes the shor
 activation while it is in cache (ONNX Runtime's FusedConv with its Z input). Runs after
 FuseConvBiasAct, whose result it extends.
 
-Refused, with the reason in the report: a residual that broadcasts (a bias-like operand is
-FuseConvBiasAct's), an activation the target does not apply in an epilogue, and the conv's
-output read elsewhere or returned (the rewrite engine's multi-consumer / graph-output
-rules: fusing would drop that value)."""
+Refused, with the reason in the report: a residual that broadcasts, an activation the target
+does not apply in an epilogue, and the conv's output read elsewhere or returned (the rewrite
+engine's multi-consumer / graph-output rules: fusing would drop that value). A vector or a
+single value added to the conv (at most one dim above 1: a bias, or hard-swish's `+ 3`) is
+FuseConvBiasAct's and no near miss here."""
 from __future__ import annotations
 
 import numpy as np
@@ -20,7 +21,14 @@ from .checks import epilogue_activation_allowed, same_dtype, target_claims
 
 _conv = (P.of(FusedConvBiasAct, V("x"), V("w"), V("b"), name="conv", act=None, residual=False)
          | P.conv2d(V("x"), V("w"), name="conv"))  # no bias: FuseConvBiasAct left it alone
-_sum = P.add(_conv, V("r"), name="add")
+
+
+def _not_a_vector(g, v) -> bool:
+    """Varies along two or more axes: a vector or a single value is no residual candidate."""
+    return sum(1 for d in g.shape_of(v).dims if d != 1) > 1
+
+
+_sum = P.add(_conv, V("r", where=_not_a_vector), name="add")
 _act_sum = P.of(Unary, _sum, name="act")
 
 
