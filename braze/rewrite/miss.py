@@ -45,7 +45,8 @@ _HINTS = {
     MissReason.BIAS_RANK_TOO_HIGH: "the added operand has rank > 1, so it is not a per-column "
     "bias; use a [N] bias vector (broadcast) to fuse it into the matmul epilogue.",
     MissReason.UNSUPPORTED_EPILOGUE_ACTIVATION: "this target cannot apply that activation in a "
-    "matmul epilogue; use a supported one or choose a target that claims it.",
+    "fused epilogue (after a matmul or conv); use a supported one or choose a target that "
+    "claims it.",
     MissReason.SHARED_MATMUL_COUNT: "fewer than two matmuls read this input with compatible "
     "weights; nothing to concatenate.",
     MissReason.NOT_SHARED_INPUT: "the two projections read different inputs; shared-input fusion "

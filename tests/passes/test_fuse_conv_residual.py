@@ -138,6 +138,8 @@ def test_an_activation_the_target_lacks_leaves_it_outside():
     (node,) = fused_nodes(fused)
     assert node.op.residual and node.op.act is None and fused.count("tanh") == 1
     assert MissReason.UNSUPPORTED_EPILOGUE_ACTIVATION in {m.reason for m in misses}
+    (miss,) = [m for m in misses if m.reason is MissReason.UNSUPPORTED_EPILOGUE_ACTIVATION]
+    assert "matmul epilogue" not in miss.hint and "conv" in miss.hint  # not matmul's alone
     assert_equivalent(g, fused, symbols={"batch": 2})
 
 
