@@ -112,10 +112,13 @@ class FusionReport:
             lines.append(f"  not fused ({len(self.misses)}):")
             for reason, ms in self.misses_by_reason().items():
                 lines.append(f"    {reason.value} x{len(ms)}")
-                for m in ms[:5]:
-                    d = f" ({m.detail})" if m.detail else ""
-                    lines.append(f"      {m.pattern} at {m.context}{d}")
-                lines.append(f"      hint: {ms[0].hint}")
+                shown = ms[:5]
+                for hint in dict.fromkeys(m.hint for m in shown):  # each under its own hint
+                    for m in shown:
+                        if m.hint == hint:
+                            d = f" ({m.detail})" if m.detail else ""
+                            lines.append(f"      {m.pattern} at {m.context}{d}")
+                    lines.append(f"      hint: {hint}")
                 if len(ms) > 5:
                     lines.append(f"      ... and {len(ms) - 5} more")
         else:

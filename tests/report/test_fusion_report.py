@@ -69,3 +69,21 @@ def test_analyze_two_graphs():
     r = bz.FusionReport.analyze(g, fused)
     assert r.count("attention", "before") == 1 and r.count("attention") == 0
     assert r.fused_counts["fused_attention_block"] == 1
+
+
+def test_text_gives_each_miss_of_a_reason_its_own_hint():
+    """Two SHAPE_MISMATCH misses with different hints (a conv's misaligned bias, a norm's
+    broadcast residual): each is listed above its own hint, not under the first one's."""
+    g = bz.Graph("two_hints")
+    x = g.input("x", bz.Shape((2, 6, 4, 4)))
+    c = g.relu(g.add(g.conv2d(x, g.param("w", bz.Shape((6, 6, 3, 3))), padding=1),
+                     g.param("b", bz.Shape((4,)))))
+    g.set_outputs([g.layer_norm(g.add(c, g.input("r", bz.Shape((2, 6, 4, 1)))))])
+    _, report = bz.fuse(g, "cpu")
+    ms = report.misses_by_reason()[bz.MissReason.SHAPE_MISMATCH]
+    assert len({m.hint for m in ms}) == 2
+    lines = str(report).splitlines()
+    for m in ms:
+        at = next(i for i, t in enumerate(lines) if t.strip().startswith(m.pattern))
+        hint = next(t for t in lines[at:] if t.strip().startswith("hint:"))
+        assert hint.strip() == f"hint: {m.hint}"
