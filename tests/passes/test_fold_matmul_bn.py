@@ -77,3 +77,25 @@ def test_batch_norm_over_another_axis_does_not_fold_and_says_why():
     assert not res.changed
     assert [m.reason for m in res.misses] == [MissReason.SHAPE_MISMATCH]
     assert "output axis" in res.misses[0].detail
+
+
+@pytest.mark.parametrize("rule", ["bn", "scale"])
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_single_value_bias_of_shape_1_folds_like_a_scalar(rule, stored):
+    """x @ w + b with b [1] (an ONNX Add of a 1-element initializer) folds as b [] does; it
+    was a SHAPE_MISMATCH whose hint offered no fix."""
+    g = bz.Graph("bias_1")
+    x = g.input("x", bz.Shape((5, 4)))
+    y = g.matmul(x, g.param("w", bz.Shape((4, 6)), arr(4, 6) if stored else None))
+    y = g.add(y, g.param("b", bz.Shape((1,)), arr(1) if stored else None))
+    if rule == "bn":
+        stats = [g.param(f"bn.{s}", bz.Shape((6,)), arr(6, positive=s == "var"))
+                 for s in ("weight", "bias", "mean", "var")]
+        y = g.batch_norm(y, *stats)
+    else:
+        y = g.mul(y, g.constant(arr(6)))
+    g.set_outputs([y])
+    res = FOLD.run(g, CPU)
+    assert res.changed and not res.misses
+    assert res.graph.count("batch_norm") == 0 and res.graph.count("matmul") == 1
+    assert_equivalent(g, res.graph, rtol=1e-5, atol=1e-5)

@@ -60,7 +60,7 @@ def channels_are_the_output_axis(m, ctx) -> Miss | None:
                     detail=f"batch_norm input {normed.dims} does not normalize the matmul's "
                            f"output axis ({c} channels last)")
     for s in _STATS + (("cb",) if "cb" in m.values else ()):
-        allowed = ((c,), ()) if s == "cb" else ((c,),)  # a bias may be one scalar
+        allowed = ((c,), (1,), ()) if s == "cb" else ((c,),)  # a bias may be one value
         if m.shape(s).dims not in allowed:
             return fail(MissReason.SHAPE_MISMATCH,
                         detail=f"{s} has dims {m.shape(s).dims}, not one value per output "
@@ -121,7 +121,7 @@ _scaled = P.mul(_linear, V("s", where=_known_float), name="scale")
 
 def scale_is_per_column(m, ctx) -> Miss | None:
     """The scale holds one value per output column (or one in total) and adds no axes; a
-    bias is a [C] vector or a scalar."""
+    bias is a [C] vector or a single value ([1] or a scalar)."""
     c = _channels(m)
     dims = m.shape("s").dims
     if any(d != 1 for d in dims[:-1]):
@@ -135,7 +135,7 @@ def scale_is_per_column(m, ctx) -> Miss | None:
         return fail(MissReason.SHAPE_MISMATCH,
                     detail=f"the scale {dims} has more axes than the linear output "
                            f"{m.shape('mm').dims}: it would broadcast the result")
-    if "cb" in m.values and m.shape("cb").dims not in ((c,), ()):
+    if "cb" in m.values and m.shape("cb").dims not in ((c,), (1,), ()):
         return fail(MissReason.SHAPE_MISMATCH,
                     detail=f"the bias has dims {m.shape('cb').dims}, not [{c}]")
     return None
