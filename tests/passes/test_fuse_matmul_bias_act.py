@@ -175,3 +175,36 @@ def test_subtracted_bias_hint_says_how_to_write_it():
     bias_first.set_outputs([bias_first.sub(bias_first.param("b", bz.Shape((3,))),
                                            bias_first.mm(x, w))])
     assert fuse(bias_first).misses == []
+
+
+def test_a_cast_between_the_product_and_its_bias_is_a_dtype_miss_whose_hint_fuses():
+    """matmul -> cast(f16) -> add(f16 bias) -> act (a mixed-precision export) had fused
+    nothing and said nothing; it is a DTYPE_MISMATCH naming the cast, and the hint's form
+    (the operands cast instead of the product) fuses."""
+    g = bz.Graph("m")
+    x = g.input("x", bz.Shape((4, 8)))
+    w = g.param("w", bz.Shape((8, 3)))
+    b = g.param("b", bz.Shape((3,), bz.f16))
+    g.set_outputs([g.relu(g.add(g.cast(g.mm(x, w), bz.f16), b))])
+    res = fuse(g)
+    assert not res.changed
+    (miss,) = res.misses
+    assert miss.reason is MissReason.DTYPE_MISMATCH and "cast" in miss.detail
+    assert "cast the matmul's operands" in miss.hint
+    hinted = bz.Graph("m")
+    x = hinted.input("x", bz.Shape((4, 8)))
+    w = hinted.param("w", bz.Shape((8, 3)))
+    b = hinted.param("b", bz.Shape((3,), bz.f16))
+    hinted.set_outputs([hinted.relu(hinted.add(
+        hinted.mm(hinted.cast(x, bz.f16), hinted.cast(w, bz.f16)), b))])
+    res = fuse(hinted)
+    assert res.graph.count("fused_matmul_bias_act") == 1 and not res.misses
+    assert_equivalent(hinted, res.graph, rtol=1e-2, atol=1e-2)
+
+
+def test_a_cast_product_read_by_a_residual_add_is_no_bias_miss():
+    g = bz.Graph("m")
+    x = g.input("x", bz.Shape((4, 8)))
+    r = g.input("r", bz.Shape((4, 3), bz.f16))
+    g.set_outputs([g.add(g.cast(g.mm(x, g.param("w", bz.Shape((8, 3)))), bz.f16), r)])
+    assert not fuse(g).misses

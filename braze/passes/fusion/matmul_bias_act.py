@@ -34,12 +34,22 @@ def _build(b, m):
 
 def _explain_matmul(g, node, ctx):
     """A matmul left alone whose only consumer subtracts a bias vector from it: written as an
-    add of the negated bias, it would fuse. (A multiply or divide is a scale, not a bias: no
-    advice to write it as an add.)"""
-    users = g.users(node.value)
-    if len(users) != 1 or g.is_output(node.value):
+    add of the negated bias, it would fuse. One whose product is cast before a bias add (a
+    mixed-precision export) is a dtype miss: the epilogue adds in the product's dtype. (A
+    multiply or divide is a scale, not a bias: no advice to write it as an add.)"""
+    u = _only_user(g, node.value)
+    if u is None:
         return None
-    (u,) = users
+    if u.op.kind == "cast":
+        add = _only_user(g, u.value)
+        if add is not None and add.op.label == "add" and \
+                all(_bias_like(g, v) for v in add.inputs if v != u.value):
+            return fail(MissReason.DTYPE_MISMATCH,
+                        hint="the product is cast before its bias is added: cast the matmul's "
+                             "operands instead (or add the bias before the cast) so the bias "
+                             "joins the matmul epilogue in one dtype.",
+                        detail=f"{u.label} to {g.shape_of(u.value).dtype} between the matmul "
+                               f"and the bias add {add.label}")
     if isinstance(u.op, Binary) and u.op.fn is BinaryFn.SUB and u.inputs[0] == node.value:
         if g.shape_of(u.inputs[1]).rank <= 1:
             return fail(MissReason.NON_ADD_BIAS_CONSUMER,
@@ -47,6 +57,12 @@ def _explain_matmul(g, node, ctx):
                              "fuses into the matmul epilogue.",
                         detail=f"consumer {u.label} subtracts a bias")
     return None
+
+
+def _only_user(g, v):
+    """The one node reading `v`, or None (several, none, or `v` is a graph output)."""
+    users = g.users(v)
+    return users[0] if len(users) == 1 and not g.is_output(v) else None
 
 
 _checks = (
