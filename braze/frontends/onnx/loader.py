@@ -65,11 +65,14 @@ def load_model(model, *, base_dir: str | os.PathLike | None = None,
         proto, payloads = _parse(onnx, bytes(model), src.label)
     elif isinstance(model, (str, os.PathLike)):
         path = Path(model)
-        src = ModelSource(str(path), path.resolve().parent)
         try:
             data = read_file(path, use_mmap)
-        except OSError as e:
-            raise FrontendError(f"cannot read ONNX model {path}: {e.strerror or e}") from None
+            folder = path.resolve().parent
+        except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop, from resolve()
+            raise FrontendError(f"cannot read ONNX model {path}: {_why(e)}") from None
+        except ValueError as e:  # a NUL in the path
+            raise FrontendError(f"cannot read ONNX model {path!r}: {e}") from None
+        src = ModelSource(str(path), folder)
         proto, payloads = _parse(onnx, data, str(path))
     else:
         raise FrontendError(f"import_onnx takes a path, bytes or an onnx.ModelProto, got "
@@ -82,6 +85,11 @@ def load_model(model, *, base_dir: str | os.PathLike | None = None,
                             "be read consistently; truncated?)")
     _load_external_data(loaded, use_mmap)
     return loaded
+
+
+def _why(e: Exception) -> str:
+    """What an OSError / resolve() failure says, without its errno prefix."""
+    return getattr(e, "strerror", None) or str(e)
 
 
 def read_file(path: Path, use_mmap: bool | None = None):
@@ -132,7 +140,11 @@ def _load_external_data(loaded: LoadedModel, use_mmap: bool | None) -> None:
     if src.folder is None:
         raise FrontendError(f"{src.label} stores tensors as external data; pass the model's "
                             "path, or base_dir= naming the folder that holds the data files")
-    root = src.folder.resolve()
+    try:
+        root = src.folder.resolve()
+    except (OSError, RuntimeError, ValueError) as e:  # a symlink loop, a NUL
+        raise FrontendError(f"{src.label}: cannot use {str(src.folder)!r} as the folder of its "
+                            f"external data: {_why(e)}") from None
     files: dict[Path, memoryview] = {}
     for i, t in inits:
         loaded.payloads[i] = _external_bytes(src, root, t, files, use_mmap)
@@ -150,12 +162,19 @@ def _external_bytes(src: ModelSource, root: Path, t, files: dict[Path, memoryvie
         raise FrontendError(f"{src.label}: tensor {t.name!r} uses external data without a "
                             "location")
     p = Path(loc)
+    if "\0" in loc:
+        raise FrontendError(f"{src.label}: tensor {t.name!r} has an external data location "
+                            f"with a NUL byte ({loc!r}); the model is corrupt")
     if p.is_absolute() or ".." in p.parts or loc.startswith(("/", "\\")) or ":" in loc:
         raise FrontendError(f"{src.label}: tensor {t.name!r} points its external data at "
                             f"{loc!r}, outside the model's folder; braze only reads data "
                             "files next to the model (refusing, an untrusted model must not "
                             "read arbitrary files)")
-    full = (root / p).resolve()
+    try:
+        full = (root / p).resolve()
+    except (OSError, RuntimeError) as e:  # RuntimeError: a symlink loop
+        raise FrontendError(f"{src.label}: cannot read external data {loc!r} of tensor "
+                            f"{t.name!r}: {_why(e)}") from None
     if root not in full.parents and full != root:
         raise FrontendError(f"{src.label}: external data {loc!r} of tensor {t.name!r} "
                             "resolves outside the model's folder (through a link?); refusing")
@@ -167,7 +186,7 @@ def _external_bytes(src: ModelSource, root: Path, t, files: dict[Path, memoryvie
             files[full] = memoryview(read_file(full, use_mmap))
         except OSError as e:
             raise FrontendError(f"{src.label}: cannot read external data {loc!r}: "
-                                f"{e.strerror or e}") from None
+                                f"{_why(e)}") from None
     data = files[full]
     try:
         offset = int(info.get("offset", 0))

@@ -135,3 +135,23 @@ def test_external_data_offset_is_checked(tmp_path):
     onnx.save(m, str(tmp_path / "bad.onnx"))
     with pytest.raises(FrontendError, match=r"malformed external data offset"):
         bz.import_onnx(str(tmp_path / "bad.onnx"))
+
+
+def test_symlink_loops_and_nul_bytes_are_braze_errors(tmp_path):
+    """Found by a hostile-file sweep: a model path or data location that is a symlink loop was a
+    RuntimeError from Path.resolve(), a location with a NUL byte a ValueError."""
+    path = save_external(str(tmp_path))
+    os.symlink(tmp_path / "loop_b.onnx", tmp_path / "loop_a.onnx")
+    os.symlink(tmp_path / "loop_a.onnx", tmp_path / "loop_b.onnx")
+    with pytest.raises(FrontendError, match=r"cannot read ONNX model .*loop_a.onnx"):
+        bz.import_onnx(tmp_path / "loop_a.onnx")
+    looped = relocate(path, str(tmp_path / "looped.onnx"), "loop_a.onnx")
+    with pytest.raises(FrontendError, match=r"looped.onnx: cannot read external data "
+                       r"'loop_a.onnx' of tensor 'w'"):
+        bz.import_onnx(looped)
+    nul = relocate(path, str(tmp_path / "nul.onnx"), "weights\0.bin")
+    with pytest.raises(FrontendError, match=r"nul.onnx: tensor 'w' .* NUL byte"):
+        bz.import_onnx(nul)
+    data = open(path, "rb").read()
+    with pytest.raises(FrontendError, match=r"cannot use .*loop_a.onnx.* external data"):
+        bz.import_onnx(data, base_dir=tmp_path / "loop_a.onnx")
