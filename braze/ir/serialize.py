@@ -21,6 +21,7 @@ from ..errors import BrazeError, GraphError, ParseError
 from .attrs import _DecodeError, decode_array, decode_op, encode_array, encode_attrs
 from .attrs import parse_shape_text as _parse_shape
 from .dtypes import dtype_from_name, dtype_from_numpy
+from .files import open_regular
 from .op import Value
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def load(path: str | os.PathLike) -> Graph:
     """Read a graph written by `save`, with its weights. Errors name the file and the problem."""
     path = os.fspath(path)
     try:
-        with open(path, encoding="utf-8") as f:
+        with open_regular(path, "r", encoding="utf-8") as f:  # not a FIFO or device
             text = f.read()
     except OSError as e:
         raise ParseError(f"{path}: cannot read braze graph ({e.strerror or e})") from None

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ...errors import FrontendError
+from ...ir.files import open_regular
 from .wire import split_raw_data
 
 __all__ = ["load_model", "read_file", "ModelSource", "LoadedModel", "MMAP_BYTES"]
@@ -98,7 +99,7 @@ def read_file(path: Path, use_mmap: bool | None = None):
     Weights viewed in a mapped file change if the file is rewritten in place while the graph
     lives (and reading a truncated mapping kills the process): write a new file and rename it
     over the old one, or import with use_mmap=False."""
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a FIFO or device is refused, not read forever
         size = os.fstat(f.fileno()).st_size
         if size and (use_mmap or (use_mmap is None and size >= MMAP_BYTES)):
             return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
