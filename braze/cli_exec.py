@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import statistics
 import time
-import zipfile
 
 import numpy as np
 
@@ -20,14 +19,11 @@ def _feeds(g, path: str | None, symbols: dict | None = None) -> dict[str, np.nda
     if symbols:
         raise BrazeError(f"--dim draws random inputs of the bound sizes; with --feeds the sizes "
                          f"come from the arrays in {path}: drop --dim {', '.join(symbols)}")
-    try:
-        data = np.load(path)
-        if not isinstance(data, np.lib.npyio.NpzFile):
-            raise BrazeError(f"{path} holds one unnamed array (np.save), not arrays by input "
-                             "name: save the feeds with np.savez(path, NAME=array)")
-        with data:
-            feeds = {k: data[k] for k in data.files}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as e:
+    from .ir.files import load_npz
+
+    try:  # each array's header is checked against its size before it is allocated
+        feeds = load_npz(path)
+    except (OSError, ValueError) as e:
         raise BrazeError(f"cannot read feeds from {path}: {e} (save them with np.savez)") \
             from None
     missing = [n.op.name for n in g.inputs if n.op.name not in feeds]

@@ -326,6 +326,26 @@ def test_the_model_extension_is_case_insensitive(tmp_path, capsys):
     assert "output 0: float32[3, 2]" in capsys.readouterr().out
 
 
+def test_feeds_declaring_a_huge_array_are_refused_before_allocation(tmp_path, capsys):
+    """Found by a hostile-file sweep: a feeds member whose .npy header declares f32[2**40, 4]
+    in a few bytes was allocated (an 'out of memory' blaming --dim); one that is not .npy was
+    handed to the executor as bytes."""
+    import zipfile
+
+    tiny = str(_tiny_onnx(tmp_path / "tiny.onnx"))
+    head = "{'descr': '<f4', 'fortran_order': False, 'shape': (1099511627776, 4), }"
+    head += " " * (63 - (len(head) + 10) % 64) + "\n"
+    for member, data, words in (
+            ("x.npy", b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode(),
+             "'x.npy' declares float32[1099511627776, 4]"),
+            ("x", b"\0" * 80, "member 'x' is not a NumPy array")):
+        with zipfile.ZipFile(tmp_path / "feeds.npz", "w") as z:
+            z.writestr(member, data)
+        assert main(["run", tiny, "--feeds", str(tmp_path / "feeds.npz"), "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert words in err and "out of memory" not in err and err.count("\n") == 1, err
+
+
 def test_feeds_saved_with_np_save_are_a_one_line_error(tmp_path, capsys):
     import numpy as np
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import zipfile
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -21,7 +20,7 @@ from ..errors import BrazeError, GraphError, ParseError
 from .attrs import _DecodeError, decode_array, decode_op, encode_array, encode_attrs
 from .attrs import parse_shape_text as _parse_shape
 from .dtypes import dtype_from_name, dtype_from_numpy
-from .files import open_regular
+from .files import load_npz, open_regular
 from .op import Value
 
 if TYPE_CHECKING:
@@ -254,16 +253,20 @@ def _load_weights(g: Graph, path: str, meta: Any) -> None:
     if not os.path.exists(side):
         raise ParseError(f"{path}: its weights file {side} is missing; copy it next to the JSON "
                          "(or load a graph saved without weights)")
-    try:
-        with np.load(side, allow_pickle=False) as npz:
-            data = {k: npz[k] for k in npz.files}
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise ParseError(f"{path}: weights file {side} is corrupt ({e})") from None
+    entries = []
     for e in meta["entries"]:
         try:
             name, key, dt, shape = e["name"], e["key"], dtype_from_name(e["dtype"]), e["shape"]
+            if not isinstance(name, str) or not isinstance(key, str):
+                raise TypeError("name and key must be strings")
         except (KeyError, TypeError, ValueError) as err:
             raise ParseError(f"{path}: bad weights entry {e!r} ({err})") from None
+        entries.append((name, key, dt, shape))
+    try:  # only the listed arrays, each checked against its size before it is allocated
+        data = load_npz(side, {key for _, key, _, _ in entries})
+    except (OSError, ValueError) as e:
+        raise ParseError(f"{path}: weights file {side} is corrupt ({e})") from None
+    for name, key, dt, shape in entries:
         if key not in data:
             raise ParseError(f"{path}: weights file {side} has no array {key!r} for {name!r}")
         arr = data[key]

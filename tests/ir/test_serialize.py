@@ -90,6 +90,31 @@ def _write_sidecar(path, **arrays):
     np.savez(sidecar_path(path), **arrays)
 
 
+def _npy_claiming(shape) -> bytes:
+    """A .npy header declaring f32`shape` followed by no data."""
+    head = f"{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple(shape)!r}, }}"
+    head += " " * (63 - (len(head) + 10) % 64) + "\n"
+    return b"\x93NUMPY\x01\x00" + len(head).to_bytes(2, "little") + head.encode()
+
+
+def _sidecar_members(path, **members):
+    """Rewrite the sidecar: its arrays, with `members` (name -> bytes) replacing or added."""
+    import io
+    import zipfile
+
+    with np.load(sidecar_path(path)) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    with zipfile.ZipFile(sidecar_path(path), "w") as z:
+        for k, a in arrays.items():
+            if f"{k}.npy" in members:
+                continue
+            buf = io.BytesIO()
+            np.save(buf, a)
+            z.writestr(f"{k}.npy", buf.getvalue())
+        for name, data in members.items():
+            z.writestr(name, data)
+
+
 CORRUPTIONS = {
     "truncated json": lambda p: open(p, "r+").truncate(os.path.getsize(p) // 2),
     "not json": lambda p: open(p, "w").write("<html>"),
@@ -122,6 +147,11 @@ CORRUPTIONS = {
         lambda d: d["weights"]["entries"][0].update(shape=[3, 4])),
     "weight for no param": _edit_json(
         lambda d: d["weights"]["entries"][0].update(name="nope")),
+    "entry name not a string": _edit_json(lambda d: d["weights"]["entries"][0].update(name=[])),
+    "entry key not a string": _edit_json(lambda d: d["weights"]["entries"][0].update(key={})),
+    "sidecar array not .npy": lambda p: _sidecar_members(p, **{"w0.npy": b"raw bytes"}),
+    "sidecar declares a huge array": lambda p: _sidecar_members(
+        p, **{"w0.npy": _npy_claiming((1 << 40,))}),
 }
 
 
@@ -133,6 +163,21 @@ def test_damaged_files_raise_braze_errors_naming_the_file(tmp_path, case):
     with pytest.raises((bz.ParseError, bz.GraphError)) as e:
         bz.load(path)
     assert "damaged_model" in str(e.value)
+
+
+def test_sidecar_arrays_are_checked_against_their_size_before_allocation(tmp_path):
+    """Found by a hostile-file sweep: a sidecar member declaring f32[2**40] in a few bytes was
+    allocated (MemoryError, or GiBs for 2**31), even when no entry used it; a member that is not
+    .npy was an AttributeError, an entry whose name is a list a TypeError."""
+    path = str(tmp_path / "m.json")
+    bz.save(weighted_graph(), path)
+    _sidecar_members(path, **{"unused.npy": _npy_claiming((1 << 40,)), "junk": b"?"})
+    assert bz.load(path) == weighted_graph()  # members no entry names are not read
+    bz.save(weighted_graph(), path)
+    _sidecar_members(path, **{"w0.npy": _npy_claiming((1 << 31,))})
+    with pytest.raises(bz.ParseError, match=r"'w0.npy' declares float32\[2147483648\] "
+                       r"\(8589934592 bytes\) but holds 0 bytes"):
+        bz.load(path)
 
 
 def test_damaged_file_messages_say_what_is_wrong(tmp_path):
