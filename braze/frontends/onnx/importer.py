@@ -28,6 +28,7 @@ from .context import CONVERTERS, ImportContext, NodeView, Tensor
 from .dtypes import braze_dtype, onnx_dtype, tensor_array
 from .known import FOLDERS, FOLDERS_PICK, Known, NotFoldable
 from .loader import load_model
+from .loader import proto_str as _str
 from .schema import check_input_types, check_node, node_schema
 
 __all__ = ["import_onnx", "SUPPORTED_OPS", "MIN_OPSET", "MAX_OPSET"]
@@ -41,11 +42,6 @@ _SHAPE_READERS = frozenset({"Shape", "Size", "ConstantOfShape", "Range"})  # con
 
 def _text(b: bytes) -> str:
     return b.decode("utf-8", "replace")
-
-
-def _str(s) -> str:
-    """A proto string field as str (protobuf hands back bytes for invalid UTF-8)."""
-    return s if isinstance(s, str) else _text(s)
 
 
 # AttributeProto.AttributeType -> how to read the value (subgraphs: their ops are unsupported)
@@ -100,7 +96,7 @@ class _Importer:
         self.assumed: list[SymDim] = []  # clamps resolved by assumption (frontends.clamps)
         self.input_shapes = dict(input_shapes)
         gp = proto.graph
-        self.g = Graph(name or gp.name or "onnx_model", record_provenance=False)
+        self.g = Graph(name or _str(gp.name) or "onnx_model", record_provenance=False)
         self.opset = self._opset()
         self.ctx = ImportContext(self.g, self.opset, label)
 
@@ -164,12 +160,13 @@ class _Importer:
     def _initializers(self, gp) -> set[str]:
         names = set()
         for i, t in enumerate(gp.initializer):
-            if t.name in names:
-                raise FrontendError(f"{self.label}: initializer {t.name!r} is defined twice")
-            names.add(t.name)
-            dt = onnx_dtype(t.data_type, f"{self.label}: initializer {t.name!r}")
+            name = _str(t.name)
+            if name in names:
+                raise FrontendError(f"{self.label}: initializer {name!r} is defined twice")
+            names.add(name)
+            dt = onnx_dtype(t.data_type, f"{self.label}: initializer {name!r}")
             payload = self.payloads[i] if i < len(self.payloads) else None
-            self._add_tensor(t.name, self._tensor_array(t, dt, payload))
+            self._add_tensor(name, self._tensor_array(t, dt, payload))
         return names
 
     def _tensor_array(self, t, dt, payload) -> np.ndarray:
@@ -202,20 +199,21 @@ class _Importer:
     def _inputs(self, gp, init_names: set[str]) -> None:
         seen = set()
         for vi in gp.input:
-            if vi.name in init_names:
+            name = _str(vi.name)
+            if name in init_names:
                 continue  # IR < 4 lists initializers as inputs too
-            if vi.name in seen:
-                raise FrontendError(f"{self.label}: graph input {vi.name!r} is declared twice")
-            seen.add(vi.name)
+            if name in seen:
+                raise FrontendError(f"{self.label}: graph input {name!r} is declared twice")
+            seen.add(name)
             tt = vi.type.tensor_type
             if not vi.type.HasField("tensor_type"):
-                raise FrontendError(f"{self.label}: graph input {vi.name!r} is not a tensor "
+                raise FrontendError(f"{self.label}: graph input {name!r} is not a tensor "
                                     "(sequences and maps are not supported)")
-            dt = onnx_dtype(tt.elem_type, f"{self.label}: graph input {vi.name!r}")
-            dims = self._input_dims(vi.name, tt)
-            with self.g.provenance_scope(f"input {vi.name}"):
-                v = self.g.input(vi.name, Shape(dims, dt))
-            self.ctx.env[vi.name] = Tensor(value=v)
+            dt = onnx_dtype(tt.elem_type, f"{self.label}: graph input {name!r}")
+            dims = self._input_dims(name, tt)
+            with self.g.provenance_scope(f"input {name}"):
+                v = self.g.input(name, Shape(dims, dt))
+            self.ctx.env[name] = Tensor(value=v)
         unknown = set(self.input_shapes) - seen
         if unknown:
             raise FrontendError(f"{self.label}: input_shapes names {sorted(unknown)}, which are "
@@ -236,7 +234,7 @@ class _Importer:
             if d.HasField("dim_value") and d.dim_value >= 0:
                 dims.append(int(d.dim_value))
             elif d.HasField("dim_param") and d.dim_param and d.dim_param != "?":
-                dims.append(_sanitize(d.dim_param))
+                dims.append(_sanitize(_str(d.dim_param)))
             else:
                 dims.append(f"{_sanitize(name)}_dim{axis}")
         return tuple(dims)
@@ -457,9 +455,10 @@ class _Importer:
         returns a separate array per position and the exporter a separate named output."""
         outs = []
         for vi in gp.output:
-            t = self.ctx.env.get(vi.name)
+            name = _str(vi.name)
+            t = self.ctx.env.get(name)
             if t is None:
-                raise FrontendError(f"{self.label}: graph output {vi.name!r} is not produced by "
+                raise FrontendError(f"{self.label}: graph output {name!r} is not produced by "
                                     "any node, input or initializer")
             if t.value is None:
                 t.value = self.ctx.materialize(t.known)

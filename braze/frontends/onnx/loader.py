@@ -18,7 +18,7 @@ from ...errors import FrontendError
 from ...ir.files import open_regular
 from .wire import split_raw_data
 
-__all__ = ["load_model", "read_file", "ModelSource", "LoadedModel", "MMAP_BYTES"]
+__all__ = ["load_model", "read_file", "proto_str", "ModelSource", "LoadedModel", "MMAP_BYTES"]
 
 MMAP_BYTES = 64 << 20  # files this big are memory-mapped rather than read (see read_file)
 
@@ -86,6 +86,12 @@ def load_model(model, *, base_dir: str | os.PathLike | None = None,
                             "be read consistently; truncated?)")
     _load_external_data(loaded, use_mmap)
     return loaded
+
+
+def proto_str(s) -> str:
+    """A proto string field as str (protobuf hands back bytes for invalid UTF-8): every name
+    the importer reads goes through it, so a node reading a name matches its producer."""
+    return s if isinstance(s, str) else s.decode("utf-8", "replace")
 
 
 def _why(e: Exception) -> str:
@@ -157,7 +163,7 @@ def _load_external_data(loaded: LoadedModel, use_mmap: bool | None) -> None:
 
 def _external_bytes(src: ModelSource, root: Path, t, files: dict[Path, memoryview],
                     use_mmap: bool | None) -> memoryview:
-    info = {e.key: e.value for e in t.external_data}
+    info = {proto_str(e.key): proto_str(e.value) for e in t.external_data}
     loc = info.get("location", "")
     if not loc:
         raise FrontendError(f"{src.label}: tensor {t.name!r} uses external data without a "

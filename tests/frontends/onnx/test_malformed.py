@@ -218,3 +218,33 @@ def test_mutated_real_bert_export_imports_or_raises_a_braze_error(hf_zoo, seed):
     with open(hf_zoo.onnx("bert", "sdpa"), "rb") as f:
         data = f.read()
     _fuzz(data, 5000 + seed, "bert sdpa export")
+
+
+def test_names_that_are_not_utf8_match_their_readers(tmp_path):
+    """Found by a hostile-file sweep: protobuf hands back bytes for a string field that is not
+    UTF-8. A dim_param like that was a TypeError, a graph name a bytes name that bz.save could
+    not write, an initializer or external data location a misleading or non-braze error."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = np.arange(12, dtype=np.float32).reshape(4, 3)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "QQw"], ["QQy"], name="QQmm")], "QQgraph",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["QQbatch", 4])],
+        [helper.make_tensor_value_info("QQy", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(w, "QQw")])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    g = bz.import_onnx(m.SerializeToString().replace(b"QQ", b"Q\xa7"))
+    assert g.name == "Q\ufffdgraph" and list(g.weights) == ["Q\ufffdw"]
+    assert g.dynamic_symbols() == ["Q_batch"]
+    x = np.ones((2, 4), np.float32)
+    np.testing.assert_allclose(bz.interpret(g, {"x": x})[0], x @ w)
+    bz.save(g, tmp_path / "g.json")
+    assert bz.load(tmp_path / "g.json") == g
+    t = m.graph.initializer[0]
+    (tmp_path / "QQ.bin").write_bytes(t.raw_data)
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    t.external_data.add(key="location", value="QQ.bin")
+    (tmp_path / "ext.onnx").write_bytes(m.SerializeToString().replace(b"QQ", b"Q\xa7"))
+    with pytest.raises(BrazeError, match="external data file 'Q\ufffd.bin' of tensor"):
+        bz.import_onnx(tmp_path / "ext.onnx")
