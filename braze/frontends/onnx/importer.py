@@ -158,6 +158,11 @@ class _Importer:
                 f"ONNX ops: {', '.join(SUPPORTED_OPS())}", bad)
 
     def _initializers(self, gp) -> set[str]:
+        if gp.sparse_initializer:
+            sparse = [_str(t.values.name) for t in gp.sparse_initializer]
+            raise FrontendError(f"{self.label}: initializer(s) {sparse} are sparse "
+                                "(graph.sparse_initializer), which braze does not import; store "
+                                "them as dense initializers")
         names = set()
         for i, t in enumerate(gp.initializer):
             name = _str(t.name)

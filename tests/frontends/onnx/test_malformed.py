@@ -248,3 +248,19 @@ def test_names_that_are_not_utf8_match_their_readers(tmp_path):
     (tmp_path / "ext.onnx").write_bytes(m.SerializeToString().replace(b"QQ", b"Q\xa7"))
     with pytest.raises(BrazeError, match="external data file 'Q\ufffd.bin' of tensor"):
         bz.import_onnx(tmp_path / "ext.onnx")
+
+
+def test_sparse_initializers_are_named_not_reported_missing():
+    """Found by a hostile-file sweep: a model whose bias is a sparse initializer got "node add
+    reads 'b', which no graph input, initializer or node produces"."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    b = helper.make_sparse_tensor(numpy_helper.from_array(np.float32([1, 2]), "b"),
+                                  numpy_helper.from_array(np.int64([0, 2]), "b_idx"), [3])
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "b"], ["y"], name="add")], "sparse",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], sparse_initializer=[b])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    with pytest.raises(bz.FrontendError, match=r"initializer\(s\) \['b'\] are sparse"):
+        bz.import_onnx(m)
