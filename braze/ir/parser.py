@@ -56,11 +56,18 @@ class _Ref:
 
 def parse_graph(text: str) -> Graph:
     """The graph that `str(graph)` printed as `text`. ParseError (line, column, hint) if bad."""
-    p = _Parser(text)
-    p.skip_newlines()
-    g = p.graph()
-    p.skip_newlines()
-    p.expect_kind("eof", "end of text after the graph's closing '}'")
+    if not isinstance(text, str):
+        raise ParseError(f"text IR must be a str, got {type(text).__name__} (decode bytes "
+                         "first: text.decode('utf-8'))")
+    try:
+        p = _Parser(text)
+        p.skip_newlines()
+        g = p.graph()
+        p.skip_newlines()
+        p.expect_kind("eof", "end of text after the graph's closing '}'")
+    except RecursionError:
+        raise ParseError("text IR nested too deeply to read (attribute values or graphs inside "
+                         "graphs; corrupt or hostile text?)") from None
     return g
 
 
@@ -242,16 +249,23 @@ class _Parser:
         return prov
 
     # -- values and types ------------------------------------------------------------------------
+    def int(self, text: str, tok: _Tok) -> int:
+        """`text` (digits) as an int; a ParseError, not ValueError, when it is too long."""
+        try:
+            return int(text)
+        except ValueError:
+            self.fail(f"number {text[:20]}... has {len(text)} digits, too many", tok=tok)
+
     def ref_token(self) -> _Ref:
         t = self.expect_kind("ref", "a value such as %3 or %name")
         body, index = t.text[1:], 0
         m = re.fullmatch(r'(.*?)(?:\.([0-9]+))?', body, re.S)
         if m.group(2) is not None and not body.endswith('"'):
-            body, index = m.group(1), int(m.group(2))
+            body, index = m.group(1), self.int(m.group(2), t)
         if body.startswith('"'):
             key = _unquote(self, _Tok("string", body, t.line, t.col + 1))
         elif body.isdigit():
-            key = int(body)
+            key = self.int(body, t)
         else:
             key = body
         return _Ref(key, index, t.text)
@@ -305,7 +319,7 @@ class _Parser:
                 break
         text = "".join(parts)
         if text.isdigit():
-            return int(text)
+            return self.int(text, start)
         try:
             from .symbolic import canonical_dim
 
@@ -344,7 +358,10 @@ class _Parser:
         t = self.tok
         if t.kind == "number":
             self.next()
-            return _number(t.text)
+            try:
+                return _number(t.text)
+            except ValueError:  # more digits than Python converts
+                self.fail(f"number {t.text[:20]}... has {len(t.text)} digits, too many", tok=t)
         if t.kind == "string":
             return _unquote(self, self.next())
         if t.kind == "punct" and t.text == "(":

@@ -262,3 +262,23 @@ def test_a_dim_past_int64_is_a_parse_error_naming_it():
         bz.Graph.parse(text)
     with pytest.raises(bz.ShapeError, match="larger than any array"):
         bz.Shape((2**63,))
+
+
+@pytest.mark.parametrize("old, new", [
+    ("f32[4, 3]", f"f32[{'9' * 5000}, 3]"),              # a dim
+    ("add(%3, %b)", f"add(%3.{'9' * 5000}, %b)"),        # an output index
+    ("add(%3, %b)", f"add(%{'9' * 5000}, %b)"),          # a node id
+    ("relu(%4)", f"leaky_relu[alpha={'9' * 5000}](%4)"),  # an attribute
+    ("relu(%4)", "reshape[shape=" + "(" * 5000 + ")" * 5000 + "](%4)"),
+])
+def test_hostile_text_is_a_parse_error(old, new):
+    """Found by a hostile-file sweep: an int of more than 4300 digits was a ValueError from
+    int(), nesting 5000 deep a RecursionError, and bytes a TypeError."""
+    text = ("graph g(%x: f32[2, 4]) params(%w: f32[4, 3], %b: f32[3]) {\n  %w = param\n"
+            "  %b = param\n  %x = input\n  %3 = matmul(%x, %w) -> f32[2, 3]\n"
+            "  %4 = add(%3, %b) -> f32[2, 3]\n  %5 = relu(%4) -> f32[2, 3]\n  return %5\n}")
+    round_trip(bz.Graph.parse(text))
+    with pytest.raises(bz.ParseError):
+        bz.Graph.parse(text.replace(old, new))
+    with pytest.raises(bz.ParseError, match="must be a str, got bytes"):
+        bz.Graph.parse(text.encode())
