@@ -121,6 +121,9 @@ def load(path: str | os.PathLike) -> Graph:
         g = graph_from_dict(doc.get("graph"))
     except BrazeError as e:
         raise (ParseError if isinstance(e, ParseError) else GraphError)(f"{path}: {e}") from None
+    except RecursionError:  # graphs in graphs (if / while bodies) deeper than JSON's own limit
+        raise ParseError(f"{path}: its graphs are nested too deeply to read (bodies inside "
+                         "bodies; corrupt or hostile?)") from None
     _load_weights(g, path, doc.get("weights"))
     return g
 

@@ -206,3 +206,27 @@ def test_random_graphs_round_trip_through_files(tmp_path, g):
     back = bz.load(path)
     assert graph_diff(g, back) is None
     bz.verify(back)
+
+
+def test_bodies_nested_past_the_recursion_limit_are_a_parse_error(tmp_path):
+    """Found by a hostile-file sweep: 300 `if` bodies nested in one another (160 KB of JSON,
+    which json reads) were a RecursionError from bz.load."""
+    from braze.ir.ops.control import If
+
+    body = bz.Graph("b")
+    body.set_outputs([body.relu(body.input("x", bz.Shape((2,))))])
+    g = bz.Graph("o")
+    x = g.input("x", bz.Shape((2,)))
+    g.set_outputs(list(g.add_node(If(then_graph=body, else_graph=body),
+                                  [g.constant(np.array(True), bz.bool_), x])))
+    bz.save(g, tmp_path / "if.json")
+    doc = json.loads((tmp_path / "if.json").read_text())
+    top = doc["graph"]
+    top["nodes"][2]["attrs"]["then_graph"] = "@"  # each level's `if` runs the next level
+    level, text = json.dumps(top), json.dumps(top["nodes"][2]["attrs"]["else_graph"])
+    for _ in range(200):  # written as text: json.dumps itself cannot nest this deep
+        text = level.replace('"@"', text)
+    doc["graph"] = "@"
+    (tmp_path / "deep.json").write_text(json.dumps(doc).replace('"@"', text))
+    with pytest.raises(bz.ParseError, match="deep.json: .*nested too deeply"):
+        bz.load(tmp_path / "deep.json")
