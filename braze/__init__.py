@@ -134,3 +134,12 @@ def export_onnx(graph, path, target="onnxruntime", **kwargs):
     from .export.onnx import export_onnx as _export
 
     return _export(graph, path, target, **kwargs)
+
+
+def __getattr__(name):
+    """`bz.models` (the reference model builders) loads on first use."""
+    if name == "models":
+        import importlib
+
+        return importlib.import_module(".models", __name__)
+    raise AttributeError(f"module 'braze' has no attribute {name!r}")
