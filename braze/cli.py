@@ -12,13 +12,15 @@ from .progress import Progress
 
 
 def _parse_input_shapes(items: list[str] | None) -> dict:
-    """["x=1x3x48x320", "ids=batch,seq"] -> {"x": (1, 3, 48, 320), "ids": ("batch", "seq")}."""
+    """["x=1x3x48x320", "ids=batch,seq"] -> {"x": (1, 3, 48, 320), "ids": ("batch", "seq")}.
+    Dims are split at commas when there are any (a name may hold an 'x': "ids=1,max_len"),
+    else at 'x'."""
     shapes = {}
     for item in items or []:
         name, sep, dims = item.partition("=")
         if not sep or not name or not dims:
             raise BrazeError(f"--input-shape takes NAME=DIMS (e.g. x=1x3x48x320), got {item!r}")
-        parts = dims.replace("x", ",").split(",") if dims[0].isdigit() else dims.split(",")
+        parts = dims.split(",") if "," in dims or not dims[0].isdigit() else dims.split("x")
         shapes[name] = tuple(int(p) if p.strip().isdigit() else p.strip() for p in parts)
     return shapes
 

@@ -84,6 +84,14 @@ def test_inspect_onnx_with_input_shape_override(tmp_path, capsys):
     assert "%x: f32[3, 4]" in out and "# proj" in out and err == ""
 
 
+def test_input_shape_parsing_keeps_names_with_an_x():
+    """Commas split the dims whenever there are any: 'max_len' is one dim, not 'ma', '_len'."""
+    from braze.cli import _parse_input_shapes
+
+    assert _parse_input_shapes(["ids=1,max_len", "x=1x3x32*hx32*w", "y=batch,3,32*h"]) == {
+        "ids": (1, "max_len"), "x": (1, 3, "32*h", "32*w"), "y": ("batch", 3, "32*h")}
+
+
 @pytest.mark.parametrize("content, words", [(b"", "empty"), (b"\x08\x07garbage\xff\xff", "not")])
 def test_corrupt_onnx_file_is_a_one_line_error(tmp_path, capsys, content, words):
     p = tmp_path / "bad.onnx"
