@@ -126,7 +126,7 @@ def cmd_bench(args, load_model, progress) -> int:
     ms = _median_ms(lambda: exe(feeds), args.repeat)
     print(f"braze compiled ({args.precision or 'f32'}): {ms:.2f} ms median of {args.repeat} "
           f"(compile + first run {compile_s:.2f} s)")
-    if args.model.endswith(".onnx"):
+    if args.model.lower().endswith(".onnx"):  # model.ONNX loads as ONNX too
         try:
             import onnxruntime as ort
         except ImportError:

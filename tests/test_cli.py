@@ -392,6 +392,13 @@ def test_bench_of_an_onnx_file_onnxruntime_cannot_run_still_times_braze(tmp_path
     assert "braze compiled (f32)" in out and "onnxruntime: cannot run this model" in out
 
 
+def test_bench_of_an_upper_case_onnx_name_times_onnxruntime_too(tmp_path, capsys):
+    """model.ONNX imports as ONNX, so bench puts ONNX Runtime beside it as for model.onnx."""
+    p = _tiny_onnx(tmp_path / "TINY.ONNX")
+    assert main(["bench", str(p), "--dim", "batch=2", "--repeat", "1", "--quiet"]) == 0
+    assert "onnxruntime: " in capsys.readouterr().out
+
+
 def test_ctrl_c_is_one_line_and_exit_code_130(monkeypatch, capsys):
     import braze.cli as cli
 
