@@ -488,3 +488,18 @@ def test_conv_with_rlx_kernel_size_argument():
     assert g.node(up).op == g.node(ours).op and g.shape_of(up).dims == (1, 8, 12, 12)
     with pytest.raises(bz.ShapeError, match=r"kernel_size \(5, 5\) differs"):
         g.conv2d(x, w, [5, 5])
+
+
+def test_conv_with_an_int_rlx_kernel_size():
+    """A kernel size is an int or a pair (the module's rule): an int where the bias goes is
+    the kernel size too, not an error about a non-Value input."""
+    g = bz.Graph("conv")
+    x = g.input("x", bz.Shape((1, 4, 6, 6)))
+    w = g.param("w", bz.Shape((8, 4, 3, 3)))
+    wt = g.param("wt", bz.Shape((4, 8, 3, 3)))
+    assert g.node(g.conv2d(x, w, 3, 2, 1, 1, 1)).op == g.node(g.conv2d(x, w, None, 2, 1)).op
+    up = g.conv_transpose2d(x, wt, 3, 2, 1, 2, 1, 1)  # RLX: dilation 2, output_padding 1
+    ours = g.conv_transpose2d(x, wt, None, 2, 1, output_padding=1, dilation=2)
+    assert g.node(up).op == g.node(ours).op
+    with pytest.raises(bz.ShapeError, match=r"kernel_size \(5, 5\) differs"):
+        g.conv2d(x, w, 5)

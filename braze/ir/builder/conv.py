@@ -57,6 +57,11 @@ def _enum(cls, v, what: str):
                          f"{', '.join(m.value for m in cls)}") from None
 
 
+def _is_kernel_size(b) -> bool:
+    """RLX's kernel_size where braze's bias goes: an int or a pair (a bias is a Value)."""
+    return isinstance(b, (tuple, list)) or (isinstance(b, int) and not isinstance(b, bool))
+
+
 def _pool_kind(kind) -> PoolKind:
     if isinstance(kind, PoolKind):
         return kind
@@ -70,9 +75,9 @@ class ConvBuilder:
     def conv2d(self, x: Value, w: Value, b: Value | None = None, stride=1, padding=0,
                dilation=1, groups: int = 1) -> Value:
         """NCHW convolution with weight [O, C/groups, kh, kw] and optional bias [O]. RLX's
-        `conv2d(x, w, kernel_size, stride, padding, dilation, groups)` works too: a pair where
-        the bias goes is the kernel size, checked against the weight."""
-        if isinstance(b, (tuple, list)):
+        `conv2d(x, w, kernel_size, stride, padding, dilation, groups)` works too: an int or a
+        pair where the bias goes is the kernel size, checked against the weight."""
+        if _is_kernel_size(b):
             self._check_kernel("conv2d", w, b, 2)
             b = None
         op = Conv2d(_pair(stride, "stride"), _padding4(padding), _pair(dilation, "dilation"),
@@ -83,8 +88,9 @@ class ConvBuilder:
                          output_padding=0, dilation=1, groups: int = 1) -> Value:
         """Transposed NCHW convolution with weight [C, O/groups, kh, kw] and optional bias [O].
         RLX's `conv_transpose2d(x, w, kernel_size, stride, padding, dilation, output_padding,
-        groups)` works too (a pair where the bias goes; note dilation before output_padding)."""
-        if isinstance(b, (tuple, list)):
+        groups)` works too (an int or a pair where the bias goes; note dilation before
+        output_padding)."""
+        if _is_kernel_size(b):
             self._check_kernel("conv_transpose2d", w, b, 2)
             b, output_padding, dilation = None, dilation, output_padding
         op = ConvTranspose2d(_pair(stride, "stride"), _padding4(padding),
