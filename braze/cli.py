@@ -25,8 +25,10 @@ def _parse_input_shapes(items: list[str] | None) -> dict:
     return shapes
 
 
-def _load_model(spec: str, progress: Progress | None = None, input_shapes=None):
-    """A builtin model name, a saved graph (.json), an ONNX file or a .pt2 program."""
+def _load_model(spec: str, progress: Progress | None = None, input_shapes=None,
+                has_dim: bool = False):
+    """A builtin model name, a saved graph (.json), an ONNX file or a .pt2 program. `has_dim`:
+    the command takes --dim (run, bench), which an error may then point to."""
     from .ir.serialize import load
     from .models import BUILTIN_MODELS, build_model
 
@@ -34,7 +36,9 @@ def _load_model(spec: str, progress: Progress | None = None, input_shapes=None):
     ext = os.path.splitext(spec)[1].lower()  # model.ONNX is an ONNX file too
     if input_shapes and ext != ".onnx":
         raise BrazeError("--input-shape fixes an ONNX model's input dims; builtin models, saved "
-                         "graphs and .pt2 programs take --dim NAME=INT for their symbolic dims")
+                         "graphs and .pt2 programs " + (
+                             "take --dim NAME=INT for their symbolic dims" if has_dim else
+                             "keep theirs (`braze run` / `bench` bind them with --dim NAME=INT)"))
     if spec in BUILTIN_MODELS:
         with progress.step(f"building {spec}"):
             return build_model(spec)
@@ -165,7 +169,7 @@ def cmd_demo(args) -> int:
 
 
 def _loader(spec, progress, shapes):
-    return _load_model(spec, progress, _parse_input_shapes(shapes))
+    return _load_model(spec, progress, _parse_input_shapes(shapes), has_dim=True)
 
 
 def cmd_run(args) -> int:

@@ -399,6 +399,15 @@ def test_bench_of_an_upper_case_onnx_name_times_onnxruntime_too(tmp_path, capsys
     assert "onnxruntime: " in capsys.readouterr().out
 
 
+@pytest.mark.parametrize("cmd", ["inspect", "fuse"])
+def test_input_shape_on_a_builtin_points_inspect_and_fuse_to_no_missing_option(capsys, cmd):
+    """inspect and fuse take no --dim: the refusal must not tell them to pass one."""
+    assert main([cmd, "bert-tiny", "--input-shape", "hidden=1x8x64", "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "--input-shape fixes an ONNX model" in err and "take --dim" not in err
+    assert "`braze run` / `bench`" in err
+
+
 def test_ctrl_c_is_one_line_and_exit_code_130(monkeypatch, capsys):
     import braze.cli as cli
 
