@@ -436,3 +436,13 @@ def test_fuse_export_of_a_builtin_model_exports_random_weights(tmp_path, capsys)
     feeds = bz.random_feeds(bz.models.llama_tiny(), 0)
     (y,) = sess.run(None, {k: v for k, v in feeds.items()})[:1]
     assert np.isfinite(y).all()
+
+
+def test_feeds_file_that_is_no_archive_is_not_called_a_pickle(tmp_path, capsys):
+    """np.load reads an unknown format as a pickle and says to allow_pickle it; braze says the
+    file is no .npz (a hostile file must not be met with advice to unpickle it)."""
+    (tmp_path / "f.npz").write_text("name,value\nx,1\n")
+    assert main(["run", "bert-tiny", "--feeds", str(tmp_path / "f.npz"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "not an .npz archive" in err and "pickle" not in err
+
