@@ -16,7 +16,8 @@ import numpy as np
 from ...ir.dtypes import DType, bool_, f32, i64
 from ...ir.symbolic import SymDim
 
-__all__ = ["Known", "NotFoldable", "FOLDERS", "is_symbolic_array", "as_dims", "scatter_nd"]
+__all__ = ["Known", "NotFoldable", "FOLDERS", "is_symbolic_array", "as_dims", "scatter_nd",
+           "onnx_slice"]
 
 
 class NotFoldable(Exception):
@@ -69,6 +70,17 @@ def _obj(a) -> np.ndarray:
 def as_dims(k: Known) -> tuple:
     """The entries as dims (ints or canonical symbol strings)."""
     return tuple(v if isinstance(v, int) else v.to_dim() for v in k.ints())
+
+
+def onnx_slice(size: int, start: int, end: int, step: int) -> slice:
+    """ONNX Slice's bounds on an axis of `size` as a Python slice with the same elements. They
+    differ where a bound is out of range: ONNX clamps a negative-step start to [0, size-1]
+    (`x[-9::-1]` of 4 elements is x[0], not empty as in Python)."""
+    lo, hi = (start + size if start < 0 else start), (end + size if end < 0 else end)
+    if step > 0:
+        return slice(min(max(lo, 0), size), min(max(hi, 0), size), step)
+    lo, hi = min(max(lo, 0), size - 1), min(max(hi, -1), size - 1)
+    return slice(lo, hi if hi >= 0 else None, step)
 
 
 # -- folders ------------------------------------------------------------------------------------
@@ -195,7 +207,7 @@ def _slice(attrs, ins, opset):
     for s, e, ax, st in zip(starts, ends, axes, steps, strict=True):
         if st == 0 or not -a.ndim <= ax < a.ndim:
             raise NotFoldable("bad step / axis: the converter reports it")
-        idx[ax % a.ndim] = slice(s, e, st)
+        idx[ax % a.ndim] = onnx_slice(a.shape[ax], s, e, st)
     return [Known(_like(a[tuple(idx)], ins[0]), ins[0].dtype)]
 
 

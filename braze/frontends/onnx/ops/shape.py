@@ -17,7 +17,7 @@ from ....ir.dtypes import f32, i64
 from ....ir.symbolic import SymDim
 from ..context import ImportContext, NodeView, converter
 from ..dtypes import braze_dtype, onnx_dtype, tensor_array
-from ..known import Known, scalar_known
+from ..known import Known, onnx_slice, scalar_known
 
 _BIG = 1 << 40  # Slice ends at or beyond this mean "to the end"
 CONST_FOLD_ELEMENTS = 1 << 16
@@ -205,7 +205,9 @@ def _slice_axis(ctx, node, x, ax: int, start, end, step: int):
             if lo == 0 and hi == d:
                 return x
             return ctx.g.narrow(x, ax, lo, max(hi - lo, 0))
-        return ctx.g.slice(x, ax, start, max(min(end, _BIG), -_BIG), step)
+        bounds = onnx_slice(d, start, end, step)
+        stop = -d - 1 if bounds.stop is None else bounds.stop  # before element 0
+        return ctx.g.slice(x, ax, bounds.start, stop, step)
     dim = SymDim.of(d)
     if step < 0:
         return _reverse_axis(ctx, node, x, ax, start, end, step, dim)

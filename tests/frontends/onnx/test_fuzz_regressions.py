@@ -1,0 +1,36 @@
+"""Edge cases found by differential fuzzing of random ONNX graphs against ONNX Runtime: each
+model is small, built by hand, and must match ONNX Runtime (shapes, dtypes, values) through
+braze's interpreter and its compiled executable."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+F, I64 = TensorProto.FLOAT, TensorProto.INT64
+
+
+def ints(name, values):
+    return numpy_helper.from_array(np.array(values, np.int64), name)
+
+
+@pytest.mark.parametrize("start,end,step", [
+    (-9, -3, -1), (-(1 << 62), -6, -1), (-9, -(1 << 63), -2), (-5, 0, -1), (-4, -9, -1),
+    (9, -9, -1), (-9, 9, 2), (3, -9, -3)])
+@pytest.mark.parametrize("folded", [False, True])
+def test_slice_clamps_a_negative_step_start_as_onnx_does(make_model, matches_ort, start, end,
+                                                          step, folded):
+    """ONNX clamps a negative-step start before the axis to element 0 (`x[-9::-1]` of 4
+    elements is [x[0]]); Python's slice gives nothing. Run-time and folded (constant) slices."""
+    x = np.arange(12, dtype=np.int64 if folded else np.float32).reshape(3, 4)
+    inits = [ints("s", [start]), ints("e", [end]), ints("a", [1]), ints("st", [step])]
+    if folded:
+        inits.append(numpy_helper.from_array(x, "x"))
+        inputs, feeds, et = [], {}, I64
+    else:
+        inputs, feeds, et = [("x", F, [3, 4])], {"x": x}, F
+    node = helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])
+    matches_ort(make_model([node], inputs, [("y", et, None)], inits), feeds)
