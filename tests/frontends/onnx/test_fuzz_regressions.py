@@ -34,3 +34,23 @@ def test_slice_clamps_a_negative_step_start_as_onnx_does(make_model, matches_ort
         inputs, feeds, et = [("x", F, [3, 4])], {"x": x}, F
     node = helper.make_node("Slice", ["x", "s", "e", "a", "st"], ["y"])
     matches_ort(make_model([node], inputs, [("y", et, None)], inits), feeds)
+
+
+@pytest.mark.parametrize("shapes,axis", [
+    ([(0, 0, 3), (0, 2, 3)], 1), ([(2, 0), (2, 0), (3, 0)], 0), ([(0, 4), (0, 4)], -1),
+    ([(0,), (2, 0), (1, 0)], 0)])
+def test_concat_of_only_empty_inputs_keeps_their_lengths(make_model, matches_ort, shapes, axis):
+    """Concat of empty inputs still adds their lengths along the axis ([0, 0, 3] and
+    [0, 2, 3] on axis 1 is [0, 2, 3]); a 1-D [0] beside higher ranks is still dropped."""
+    names = [f"x{i}" for i in range(len(shapes))]
+    node = helper.make_node("Concat", names, ["y"], axis=axis)
+    feeds = {n: np.zeros(s, np.float32) for n, s in zip(names, shapes)}
+    model = make_model([node], [(n, F, list(s)) for n, s in zip(names, shapes)],
+                       [("y", F, None)])
+    if len({len(s) for s in shapes}) > 1:  # ONNX Runtime refuses mixed ranks: compare to NumPy
+        import braze as bz
+
+        g = bz.import_onnx(model)
+        assert bz.interpret(g, feeds)[0].shape == (3, 0)
+        return
+    matches_ort(model, feeds)

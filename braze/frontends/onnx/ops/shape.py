@@ -145,8 +145,13 @@ def unsqueeze(ctx, node):
 @converter("Concat")
 def concat(ctx, node):
     vals = [ctx.value(node, i) for i in range(len(node.inputs)) if ctx.has(node, i)]
-    vals = [v for v in vals if ctx.g.shape_of(v).numel() != 0] or vals[:1]  # ONNX allows empties
-    return [ctx.g.concat(vals, node.attr("axis"))]
+    # Empty inputs add nothing (old exporters concatenate 1-D [0] tensors to any rank); when
+    # all are empty the output is still the sum of their lengths along the axis
+    kept = [v for v in vals if ctx.g.shape_of(v).numel() != 0]
+    if not kept:
+        rank = max(ctx.g.shape_of(v).rank for v in vals)
+        kept = [v for v in vals if ctx.g.shape_of(v).rank == rank]
+    return [ctx.g.concat(kept, node.attr("axis"))]
 
 
 @converter("Split")
