@@ -156,7 +156,8 @@ class GroupNorm(Op):
 
     def reference(self, x, *rest):
         n, c = x.shape[:2]
-        y = x.astype(compute_dtype(x), copy=False).reshape(n, self.num_groups, -1)
+        per_group = int(np.prod(x.shape[1:])) // self.num_groups  # not -1: a batch may be 0
+        y = x.astype(compute_dtype(x), copy=False).reshape(n, self.num_groups, per_group)
         d = y - y.mean(axis=-1, keepdims=True)
         var = (d * d).mean(axis=-1, keepdims=True)
         y = (d / np.sqrt(var + np.asarray(self.eps, dtype=y.dtype))).reshape(x.shape)

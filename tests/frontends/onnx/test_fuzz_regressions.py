@@ -54,3 +54,13 @@ def test_concat_of_only_empty_inputs_keeps_their_lengths(make_model, matches_ort
         assert bz.interpret(g, feeds)[0].shape == (3, 0)
         return
     matches_ort(model, feeds)
+
+
+@pytest.mark.parametrize("shape", [(0, 2, 3), (0, 2, 3, 4), (2, 2, 0)])
+def test_instance_norm_of_an_empty_batch(make_model, matches_ort, shape):
+    """InstanceNormalization (braze's group_norm) of a batch of 0: an empty result, not a
+    NumPy reshape error from the reference ('cannot reshape array of size 0')."""
+    inits = [numpy_helper.from_array(np.ones(2, np.float32), n) for n in ("s", "b")]
+    node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])
+    matches_ort(make_model([node], [("x", F, list(shape))], [("y", F, None)], inits),
+                {"x": np.zeros(shape, np.float32)})
