@@ -78,6 +78,34 @@ def check_small_binding(g: Graph, env: Mapping[str, int]) -> None:
                              f"take: {e}; feed a larger input") from None
 
 
+def check_negative_dims(g: Graph, env: Mapping[str, int]) -> None:
+    """A binding under which some dim is negative is refused naming the node (`Graph.bind`
+    re-infers with it): an ONNX Slice of a symbolic axis imports unclamped (`x[4:-4]` of an
+    axis N is a narrow of N-8 rows), so feeding N = 4 must not run as a shorter slice."""
+    bad = next(((n, d) for n in g.nodes for s in n.outputs for d in s.dims
+                if not isinstance(d, int) and _value_or_none(d, env) is not None
+                and _value_or_none(d, env) < 0), None)
+    if bad is None:
+        return
+    node, d = bad
+    bound = {k: v for k, v in env.items() if k in set(g.dynamic_symbols())}
+    try:
+        g.bind(bound)
+    except ShapeError as e:
+        raise InterpretError(f"the feeds bind {bound}, which graph {g.name!r} cannot take: {e}; "
+                             "feed sizes for which every dim is >= 0 (a slice stays inside its "
+                             "axis), or import with those dims static") from None
+    raise InterpretError(f"the feeds bind {bound}, under which node {node.label} of graph "
+                         f"{g.name!r} has dim {d} = {eval_dim(d, env)} < 0")
+
+
+def _value_or_none(d, env: Mapping[str, int]) -> int | None:
+    try:
+        return eval_dim(d, env)
+    except KeyError:  # a symbol no feed binds
+        return None
+
+
 def _solve_linear(later: list, env: dict[str, int]) -> None:
     """Bind the symbol of a dim written `c*name+k` ("32*h", "2*n+1") that no input binds by name:
     name = (actual - k) / c, which must be a whole number >= 0 (an image of 737 rows for

@@ -243,6 +243,9 @@ class Narrow(Op):
     def reference(self, x, *, symbols: Mapping[str, int] | None = None):
         ax = normalize_axis(self.axis, x.ndim)
         (length,) = concrete_dims("narrow", (self.length,), symbols)
+        if length < 0:
+            raise ValueError(f"narrow length {self.length} is {length} < 0 for this binding: "
+                             "feed sizes for which the slice stays inside its axis")
         if self.start + length > x.shape[ax]:
             raise ValueError(f"narrow [{self.start}, {self.start + length}) is out of "
                              f"bounds for axis {ax} of size {x.shape[ax]}")

@@ -64,3 +64,25 @@ def test_instance_norm_of_an_empty_batch(make_model, matches_ort, shape):
     node = helper.make_node("InstanceNormalization", ["x", "s", "b"], ["y"])
     matches_ort(make_model([node], [("x", F, list(shape))], [("y", F, None)], inits),
                 {"x": np.zeros(shape, np.float32)})
+
+
+def test_slice_of_a_symbolic_axis_refuses_a_binding_that_empties_it(make_model, ort_run):
+    """`x[4:-4]` of an axis N imports unclamped as a narrow of N-8 rows; fed N = 4 the
+    interpreter had returned an empty slice and the compiled executable raised 'dim -4 is
+    negative in (-4, 5)' naming nothing. Both now name the node and the binding; a binding
+    that keeps the slice inside the axis still matches ONNX Runtime."""
+    import braze as bz
+    from braze.errors import InterpretError
+
+    inits = [ints("s", [4]), ints("e", [-4]), ints("a", [0])]
+    node = helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])
+    model = make_model([node], [("x", F, ["N", 5])], [("y", F, None)], inits)
+    g = bz.import_onnx(model)
+    exe = bz.compile(g, threads=1)
+    big = {"x": np.arange(50, dtype=np.float32).reshape(10, 5)}
+    np.testing.assert_array_equal(exe(big)[0], ort_run(model, big)[0])
+    small = {"x": np.ones((4, 5), np.float32)}
+    with pytest.raises(InterpretError, match=r"narrow length N-8 is -4 < 0"):
+        bz.interpret(g, small)
+    with pytest.raises(InterpretError, match=r"bind \{'N': 4\}.*Slice.*narrow length -4"):
+        exe(small)
