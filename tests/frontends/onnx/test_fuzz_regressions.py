@@ -86,3 +86,13 @@ def test_slice_of_a_symbolic_axis_refuses_a_binding_that_empties_it(make_model, 
         bz.interpret(g, small)
     with pytest.raises(InterpretError, match=r"bind \{'N': 4\}.*Slice.*narrow length -4"):
         exe(small)
+
+
+def test_concat_keeps_symbolic_inputs_empty_in_another_dim(make_model, matches_ort):
+    """[N, 0], [3, 0] and [3, 0] on axis 0 is [N+6, 0]: only a zero length along the axis
+    adds nothing (the symbolic input's empty second dim had dropped the static ones)."""
+    node = helper.make_node("Concat", ["a", "b", "c"], ["y"], axis=0)
+    model = make_model([node], [("a", F, ["N", 0]), ("b", F, [3, 0]), ("c", F, [3, 0])],
+                       [("y", F, None)])
+    matches_ort(model, {"a": np.zeros((5, 0), np.float32), "b": np.zeros((3, 0), np.float32),
+                        "c": np.zeros((3, 0), np.float32)})

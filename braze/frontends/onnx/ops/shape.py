@@ -145,13 +145,19 @@ def unsqueeze(ctx, node):
 @converter("Concat")
 def concat(ctx, node):
     vals = [ctx.value(node, i) for i in range(len(node.inputs)) if ctx.has(node, i)]
-    # Empty inputs add nothing (old exporters concatenate 1-D [0] tensors to any rank); when
-    # all are empty the output is still the sum of their lengths along the axis
-    kept = [v for v in vals if ctx.g.shape_of(v).numel() != 0]
-    if not kept:
-        rank = max(ctx.g.shape_of(v).rank for v in vals)
-        kept = [v for v in vals if ctx.g.shape_of(v).rank == rank]
-    return [ctx.g.concat(kept, node.attr("axis"))]
+    # Inputs of length 0 along the axis add nothing, nor do empty inputs of a lower rank (old
+    # exporters concatenate 1-D [0] tensors to any rank); an input empty only in another dim
+    # ([N, 0] on axis 0) still adds its length
+    rank = max(ctx.g.shape_of(v).rank for v in vals)
+    ax = _axis(ctx, node, node.attr("axis"), rank)
+
+    def adds_nothing(v) -> bool:
+        s = ctx.g.shape_of(v)
+        return s.dims[ax] == 0 if s.rank == rank else s.numel() == 0
+
+    kept = [v for v in vals if not adds_nothing(v)] or \
+        [v for v in vals if ctx.g.shape_of(v).rank == rank][:1]
+    return [ctx.g.concat(kept, ax)]
 
 
 @converter("Split")
