@@ -96,3 +96,17 @@ def test_concat_keeps_symbolic_inputs_empty_in_another_dim(make_model, matches_o
                        [("y", F, None)])
     matches_ort(model, {"a": np.zeros((5, 0), np.float32), "b": np.zeros((3, 0), np.float32),
                         "c": np.zeros((3, 0), np.float32)})
+
+
+@pytest.mark.parametrize("start,end", [
+    (-(1 << 63), 3), (-(1 << 62), (1 << 63) - 1), ((1 << 63) - 1, (1 << 63) - 1),
+    ((1 << 63) - 1, 0), (1, -(1 << 63)), (0, -(1 << 62))])
+def test_slice_of_a_symbolic_axis_with_int64_extreme_bounds(make_model, matches_ort, start,
+                                                            end):
+    """INT64_MIN / INT64_MAX bounds on a symbolic axis are its ends: `x[INT64_MIN:]` had
+    become a slice 2**62 rows long (or N - 2**63 rows) instead of the whole axis."""
+    inits = [ints("s", [start]), ints("e", [end]), ints("a", [0])]
+    node = helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])
+    model = make_model([node], [("x", F, ["N", 2])], [("y", F, None)], inits)
+    for n in (3, 5):
+        matches_ort(model, {"x": np.arange(2 * n, dtype=np.float32).reshape(n, 2)})

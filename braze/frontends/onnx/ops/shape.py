@@ -237,12 +237,19 @@ def _symbolic_bounds(start, end, dim: SymDim) -> tuple[SymDim, SymDim]:
     (`-seq` on a table of 72 rows is row 72-seq, in range only while seq <= 72) is left as
     the expression; the narrow / dynamic_narrow it becomes checks it at run time and raises
     rather than clamping, so a binding that needs the clamp fails loudly."""
-    lo = SymDim.of(start)
-    lo = dim + lo if _negative(lo) else lo
+    if isinstance(start, int) and start >= _BIG:  # INT64_MAX: empty
+        return dim, dim
+    if isinstance(start, int) and start <= -_BIG:  # INT64_MIN: the start of the axis
+        lo = SymDim.of(0)
+    else:
+        lo = SymDim.of(start)
+        lo = dim + lo if _negative(lo) else lo
     if lo.is_const:
         lo = SymDim.of(max(lo.const, 0))
     if isinstance(end, int) and end >= _BIG:
         return lo, dim
+    if isinstance(end, int) and end <= -_BIG:
+        return lo, lo  # empty
     hi = SymDim.of(end)
     hi = dim + hi if _negative(hi) else hi
     past = (hi - dim).lower_bound()
