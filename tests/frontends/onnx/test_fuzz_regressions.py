@@ -88,6 +88,20 @@ def test_slice_of_a_symbolic_axis_refuses_a_binding_that_empties_it(make_model, 
         exe(small)
 
 
+def test_slice_to_a_negative_end_of_a_short_symbolic_axis_is_refused(make_model):
+    """`x[0:-4]` of an axis N is a narrow of N-4 rows: fed N = 3, NumPy's x[0:-1] had given 2
+    rows where ONNX gives none."""
+    import braze as bz
+    from braze.errors import InterpretError
+
+    inits = [ints("s", [0]), ints("e", [-4]), ints("a", [0])]
+    node = helper.make_node("Slice", ["x", "s", "e", "a"], ["y"])
+    g = bz.import_onnx(make_model([node], [("x", F, ["N"])], [("y", F, None)], inits))
+    assert bz.interpret(g, {"x": np.ones(6, np.float32)})[0].shape == (2,)
+    with pytest.raises(InterpretError, match=r"narrow length N-4 is -1 < 0"):
+        bz.interpret(g, {"x": np.ones(3, np.float32)})
+
+
 def test_concat_keeps_symbolic_inputs_empty_in_another_dim(make_model, matches_ort):
     """[N, 0], [3, 0] and [3, 0] on axis 0 is [N+6, 0]: only a zero length along the axis
     adds nothing (the symbolic input's empty second dim had dropped the static ones)."""
