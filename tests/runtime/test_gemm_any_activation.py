@@ -54,3 +54,23 @@ def test_a_bias_of_one_value_takes_the_native_gemm(bias_shape, precision):
     (got,), (want,) = exe(feeds), bz.interpret(exe.graph, feeds)
     tol = 2e-3 if precision else 1e-5
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("precision", [None, "bf16"])
+@pytest.mark.parametrize("bias", [False, True])
+@pytest.mark.parametrize("act", ["relu", "abs", None])
+def test_dot_of_two_vectors_with_bias_or_activation(act, bias, precision):
+    """x[k] @ w[k] is one value (a 0-d output): fused with a bias or an activation, the GEMM
+    kernel had read the output's last dim and crashed (IndexError; an ONNX fuzz found it)."""
+    if act is None and not bias:
+        pytest.skip("nothing fuses")
+    g = bz.Graph("dot")
+    x = g.input("x", bz.Shape((3,)))
+    y = g.matmul(x, g.param("w", bz.Shape((3,)), np.array([-1, 0.5, 1], np.float32)))
+    if bias:
+        y = g.add(y, g.param("b", bz.Shape(()), np.float32(0.25)))
+    g.set_outputs([y if act is None else g.activation(y, act)])
+    feeds = {"x": np.array([1, 2, 3.5], np.float32)}
+    got = bz.compile(g, precision=precision)(feeds)[0]
+    assert got.shape == ()
+    np.testing.assert_allclose(got, bz.interpret(g, feeds)[0], rtol=1e-2)

@@ -268,7 +268,7 @@ def _matmul_bias_act(node, ins, outs, ctx, act: int) -> Kernel | None:
     lib = native.lib()
     if lib is None or not is_f32(*ins):
         return None
-    cols = int(outs[0].dims[-1])
+    cols = int(outs[0].dims[-1]) if outs[0].rank else 1  # a dot of two vectors: one value
     if op.has_bias and not pg.bias_fits(ins[2], cols):
         return None
     rows = _numel(outs[0]) // max(cols, 1)
