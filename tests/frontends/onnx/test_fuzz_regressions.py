@@ -124,3 +124,14 @@ def test_slice_of_a_symbolic_axis_with_int64_extreme_bounds(make_model, matches_
     model = make_model([node], [("x", F, ["N", 2])], [("y", F, None)], inits)
     for n in (3, 5):
         matches_ort(model, {"x": np.arange(2 * n, dtype=np.float32).reshape(n, 2)})
+
+
+@pytest.mark.parametrize("row", [[-np.inf, -np.inf], [np.inf, 1, 2], [-np.inf, 0.5, 1],
+                                 [1e30, 3e38, -2], [np.nan, 1]])
+def test_reduce_log_sum_exp_of_infinite_values(make_model, matches_ort, row):
+    """log(sum(exp(x))) of all -inf is -inf (a fully masked row) and of a +inf is +inf; the
+    max-shifted form had given inf - inf = NaN for both."""
+    node = helper.make_node("ReduceLogSumExp", ["x"], ["y"], axes=[1], keepdims=0)
+    model = make_model([node], [("x", F, [2, len(row)])], [("y", F, None)], opset=17)
+    x = np.array([row, [0.0] * len(row)], np.float32)
+    matches_ort(model, {"x": x})

@@ -77,7 +77,9 @@ def _empty_reduction(ctx: ImportContext, node: NodeView, x, axes: list[int], fil
 
 @converter("ReduceLogSumExp")
 def reduce_log_sum_exp(ctx: ImportContext, node: NodeView):
-    """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow)."""
+    """log(sum(exp(x))) computed as m + log(sum(exp(x - m))) with m the max (no overflow), m
+    taken as 0 where it is infinite (all -inf is -inf and a +inf is +inf, not inf - inf = NaN),
+    as the torch importer's logsumexp does."""
     x = ctx.value(node, 0)
     axes = _reduce_axes(ctx, node, len(ctx.dims(x)))
     if axes is None:
@@ -87,6 +89,8 @@ def reduce_log_sum_exp(ctx: ImportContext, node: NodeView):
         return [empty]
     g = ctx.g
     m = g.reduce(x, ReduceFn.MAX, axes, True)
+    dt = ctx.dtype(x)
+    m = g.where(g.isinf(m), g.constant(np.asarray(0, dt.np), dt), m)
     s = g.reduce(g.activation(g.sub(x, m), "exp"), ReduceFn.SUM, axes, True)
     y = g.add(g.activation(s, "log"), m)
     if not node.attr("keepdims", 1):
