@@ -14,6 +14,7 @@ from .ir.graph import Graph
 from .ir.op import Op
 from .ir.ops.elementwise import Cast
 from .ir.ops.io import Input, Param
+from .ir.ops.shape import Narrow
 from .ir.shapes import Shape
 from .ir.symbolic import MIN_SYMBOL_VALUE, SymDim, dim_symbols, eval_dim
 
@@ -78,32 +79,29 @@ def check_small_binding(g: Graph, env: Mapping[str, int]) -> None:
                              f"take: {e}; feed a larger input") from None
 
 
-def check_negative_dims(g: Graph, env: Mapping[str, int]) -> None:
-    """A binding under which some dim is negative is refused naming the node (`Graph.bind`
-    re-infers with it): an ONNX Slice of a symbolic axis imports unclamped (`x[4:-4]` of an
-    axis N is a narrow of N-8 rows), so feeding N = 4 must not run as a shorter slice."""
-    bad = next(((n, d) for n in g.nodes for s in n.outputs for d in s.dims
-                if not isinstance(d, int) and _value_or_none(d, env) is not None
-                and _value_or_none(d, env) < 0), None)
-    if bad is None:
-        return
-    node, d = bad
-    bound = {k: v for k, v in env.items() if k in set(g.dynamic_symbols())}
-    try:
-        g.bind(bound)
-    except ShapeError as e:
-        raise InterpretError(f"the feeds bind {bound}, which graph {g.name!r} cannot take: {e}; "
-                             "feed sizes for which every dim is >= 0 (a slice stays inside its "
-                             "axis), or import with those dims static") from None
-    raise InterpretError(f"the feeds bind {bound}, under which node {node.label} of graph "
-                         f"{g.name!r} has dim {d} = {eval_dim(d, env)} < 0")
-
-
-def _value_or_none(d, env: Mapping[str, int]) -> int | None:
-    try:
-        return eval_dim(d, env)
-    except KeyError:  # a symbol no feed binds
-        return None
+def check_narrows(g: Graph, env: Mapping[str, int]) -> None:
+    """Every `narrow` stays inside its axis under the binding, else an InterpretError naming
+    the node (as dynamic_narrow's own check does): an ONNX Slice of a symbolic axis imports
+    unclamped (`x[4:-4]` of an axis N is a narrow of N-8 rows, `x[0:6]` one of 6 rows), so
+    feeding N = 5 must not run as a negative, or a longer than the input, slice."""
+    for n in g.nodes:
+        if not isinstance(n.op, Narrow):
+            continue
+        dims = g.shape_of(n.inputs[0]).dims
+        ax = n.op.axis % len(dims)
+        try:
+            size, length = eval_dim(dims[ax], env), eval_dim(n.op.length, env)
+        except KeyError:  # a symbol no feed binds
+            continue
+        if length < 0 or n.op.start + length > size:
+            bound = {k: v for k, v in env.items() if k in set(g.dynamic_symbols())}
+            where = f" from {n.provenance}" if n.provenance else ""
+            raise InterpretError(
+                f"node {n.label}{where} of graph {g.name!r} takes [{n.op.start}, {n.op.start}+"
+                f"{n.op.length}) = [{n.op.start}, {n.op.start + length}) of axis {ax}, of size "
+                f"{size} for {bound}: the graph was imported assuming this slice needs no "
+                "clamping; feed sizes for which it stays inside the axis, or import with "
+                "those dims static")
 
 
 def _solve_linear(later: list, env: dict[str, int]) -> None:

@@ -17,7 +17,7 @@ from functools import partial
 import numpy as np
 
 from ..errors import BrazeError, InterpretError
-from ..interpret import bind_symbols, check_negative_dims, check_small_binding, decomposition_graph
+from ..interpret import bind_symbols, check_narrows, check_small_binding, decomposition_graph
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.symbolic import dim_symbols
@@ -200,7 +200,7 @@ class Executable:
             if prog is None:
                 _check_bound(self.graph, symbols)
                 check_small_binding(self.graph, symbols)
-                check_negative_dims(self.graph, symbols)
+                check_narrows(self.graph, symbols)
                 ctx = KernelContext(threads=self.threads or 0, precision=self.precision,
                                     symbols=symbols)
                 try:
