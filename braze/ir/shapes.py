@@ -128,7 +128,9 @@ def broadcast_dims(a: tuple[Dim, ...], b: tuple[Dim, ...]) -> tuple[Dim, ...]:
         elif x == 1:
             out.append(y)
         else:
-            raise ShapeError(f"dims {tuple(a)} and {tuple(b)} do not broadcast ({x} vs {y})")
+            why = "" if isinstance(x, int) or isinstance(y, int) else \
+                ": symbolic dims braze does not assume equal"
+            raise ShapeError(f"dims {tuple(a)} and {tuple(b)} do not broadcast ({x} vs {y}{why})")
     return tuple(reversed(out))
 
 

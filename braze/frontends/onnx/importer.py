@@ -310,7 +310,8 @@ class _Importer:
             return ""
         have = ", ".join(f"{name} {tuple(str(d) for d in dims)}" for name, dims in named)
         return (f"; if some of these inputs' dims are equal ({have}), give them one name: "
-                f"import_onnx(..., input_shapes={{{named[0][0]!r}: ('batch', 'seq'), ...}})")
+                f"import_onnx(..., input_shapes={{{named[0][0]!r}: ('batch', 'seq'), ...}}), "
+                "or an expression for a dim that is a sum (a KV cache's mask: 'past+seq')")
 
     def _convert(self, node: NodeView) -> None:
         ctx = self.ctx

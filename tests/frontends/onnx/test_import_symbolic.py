@@ -343,3 +343,25 @@ def test_inputs_whose_equal_dims_have_different_names_get_a_hint(make_model, ort
     g = bz.import_onnx(m, input_shapes={"ids": ("batch", "seq"), "mask": ("batch", "seq")})
     check_sizes(g, m, ort_run, lambda b, s: {
         "ids": np.ones((b, s), np.float32), "mask": np.full((b, s), 2.0, np.float32)})
+
+
+def test_a_cache_mask_named_apart_from_past_plus_seq_gets_the_hint(make_model, matches_ort):
+    """A decode step exported with the mask's length named on its own ("total") adds the mask
+    to keys of length past+seq (Bloom's ALiBi): the broadcast error names the two symbolic dims
+    and says how to declare the mask (it had no hint: only reshape errors got one), and
+    declaring it 'past+seq' imports and runs."""
+    nodes = [
+        helper.make_node("Concat", ["past", "new"], ["keys"], name="cache", axis=1),
+        helper.make_node("Unsqueeze", ["mask", "ax"], ["m3"], name="unsq"),
+        helper.make_node("Add", ["keys", "m3"], ["y"], name="alibi_add"),
+    ]
+    m = make_model(nodes, [("past", F, ["batch", "past", 4]), ("new", F, ["batch", "seq", 4]),
+                           ("mask", F, ["batch", "total"])], [("y", F, None)], [ints("ax", [2])])
+    with pytest.raises(bz.FrontendError, match=r"alibi_add.*past\+seq vs total: symbolic.*"
+                                               r"input_shapes=.*'past\+seq'"):
+        bz.import_onnx(m)
+    rng = np.random.default_rng(0)
+    matches_ort(m, {"past": rng.normal(size=(2, 3, 4)).astype(np.float32),
+                    "new": rng.normal(size=(2, 2, 4)).astype(np.float32),
+                    "mask": rng.normal(size=(2, 5)).astype(np.float32)},
+                input_shapes={"mask": ("batch", "past+seq")})
