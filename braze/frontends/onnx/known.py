@@ -399,6 +399,22 @@ def _scatter_nd(attrs, ins, opset):
     return [Known(out.astype(data.array.dtype), data.dtype)]
 
 
+@folder("ScatterElements")
+def _scatter_elements(attrs, ins, opset):
+    """ScatterElements of a shape vector (TorchScript's export of `index_copy` writes the
+    index's length into the target's shape); numeric ones go to the generic folder."""
+    _need_sym([ins[0], ins[2]])
+    data, idx, upd = ins
+    if idx.symbolic or attrs.get("reduction", "none") != "none":
+        raise NotFoldable("symbolic indices or a reduction")
+    axis = attrs.get("axis", 0)
+    out = data.array.astype(object)
+    i = idx.array.astype(np.int64)
+    i = np.where(i < 0, i + out.shape[axis], i)
+    np.put_along_axis(out, i, upd.array.astype(object), axis)
+    return [Known(_obj(out), data.dtype)]
+
+
 def numeric(array: np.ndarray, dtype: DType) -> Known:
     return Known(np.asarray(array), dtype)
 

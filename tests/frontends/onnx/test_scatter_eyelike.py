@@ -109,6 +109,31 @@ def test_stored_negative_indices_follow_every_binding_of_a_symbolic_axis(make_mo
             np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def test_index_copy_into_a_cache_folds_its_shape_scatter(make_model, matches_ort):
+    """TorchScript's `cache.index_copy(2, pos, new)` (a static KV cache) writes len(pos) into
+    the cache's shape with a ScatterElements of Shape values to size the index Expand: that
+    folds at import (it had left Expand's target to run time, a FrontendError)."""
+    nodes = [
+        helper.make_node("Shape", ["cache"], ["sc"], name="shape_cache"),
+        helper.make_node("Shape", ["pos"], ["sp"], name="shape_pos"),
+        helper.make_node("ScatterElements", ["sc", "two", "sp"], ["tgt"], name="shape_sc",
+                         axis=0),
+        helper.make_node("Unsqueeze", ["pos", "axes"], ["p4"], name="unsq"),
+        helper.make_node("Expand", ["p4", "tgt"], ["idx"], name="expand"),
+        helper.make_node("ScatterElements", ["cache", "idx", "new"], ["y"], name="copy", axis=2),
+    ]
+    inits = [onnx.numpy_helper.from_array(np.array([2], np.int64), "two"),
+             onnx.numpy_helper.from_array(np.array([0, 1, 3], np.int64), "axes")]
+    m = make_model(nodes, [("cache", F, ["batch", 2, 16, 4]), ("new", F, ["batch", 2, "seq", 4]),
+                           ("pos", I64, ["seq"])], [("y", F, None)], inits, opset=18)
+    rng = np.random.default_rng(7)
+    for b, s, start in ((2, 3, 5), (1, 1, 15)):
+        g = matches_ort(m, {"cache": rng.standard_normal((b, 2, 16, 4)).astype(np.float32),
+                            "new": rng.standard_normal((b, 2, s, 4)).astype(np.float32),
+                            "pos": np.arange(start, start + s, dtype=np.int64)})
+    assert g.shape_of(g.outputs[0]).dims == ("batch", 2, 16, 4)
+
+
 def test_scatter_elements_with_mismatched_updates_is_refused(make_model):
     m = scatter_model(make_model, "ScatterElements", [4, 5], [4, 2], [4, 3], axis=1)
     with pytest.raises(FrontendError, match=r"sc0 \(ScatterElements\).*indices \(4, 2\) and "
