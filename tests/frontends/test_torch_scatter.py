@@ -107,3 +107,42 @@ def test_scatter_add_over_a_dynamic_batch():
                dynamic_shapes={k: {0: "b"} for k in ("x", "distinct", "repeated", "u")},
                runs=[args(5)])
     assert g.shape_of(g.outputs[0]).dims == ("b", 6)
+
+
+class CacheWrite(torch.nn.Module):
+    """A static KV cache written at `pos` along axis 2: index_copy (in place or not), slice
+    assignment with a broadcast value, and index_put's accumulate (aten.index_put with one
+    integer index tensor)."""
+
+    def __init__(self, how: str):
+        super().__init__()
+        self.how = how
+
+    def forward(self, cache, new, pos):
+        cache = cache.clone()
+        if self.how == "index_copy":
+            return cache.index_copy(2, pos, new)
+        if self.how == "index_copy_":
+            cache.index_copy_(2, pos, new)
+        elif self.how == "setitem":
+            cache[:, :, pos] = new[:, :1]  # the value broadcasts over the heads
+        else:
+            cache = torch.ops.aten.index_put.default(cache, [None, None, pos], new, True)
+        return cache
+
+
+@pytest.mark.parametrize("how", ["index_copy", "index_copy_", "setitem", "accumulate"])
+def test_one_integer_index_put_is_a_scatter(how):
+    """It had been refused ('boolean mask and a scalar value only'), so no static-cache decoder
+    imported; negative positions count from the end, as in torch's index_put."""
+    rng = np.random.default_rng(10)
+
+    def args(b, pos):
+        return (rng.standard_normal((b, 3, 8, 4)).astype(np.float32),
+                rng.standard_normal((b, 3, len(pos), 4)).astype(np.float32),
+                np.array(pos, np.int64))
+
+    g = _check(CacheWrite(how).eval(), args(2, [1, 2, 3]),
+               dynamic_shapes={"cache": {0: "b"}, "new": {0: "b", 2: "s"}, "pos": {0: "s"}},
+               runs=[args(3, [7]), args(1, [0, 6 if "copy" in how else -1, 4, 5])])
+    assert g.shape_of(g.outputs[0]).dims == ("b", 3, 8, 4)

@@ -1,6 +1,7 @@
 """Indexing ATen ops: embedding, index_select, gather, diagonal, advanced indexing (`x[i, j]`
 with integer index tensors, the way Hugging Face masks read attention_mask[batch_idx,
-kv_idx]), a boolean `index_put` (x[mask] = v), triu / tril.
+kv_idx]), a boolean `index_put` (x[mask] = v) and one with one integer index tensor (a scatter:
+index_copy, a static KV cache's update), triu / tril.
 
 Several integer index tensors become one gather on the flattened indexed dims (flat index
 i * size_j + j, sizes possibly symbolic); negative indices wrap as in torch, with the wrap left
@@ -17,6 +18,7 @@ from ....ir.ops.io import Constant
 from ....ir.ops.shape import Concat, Expand, Gather, Narrow, Reshape, Transpose
 from ....ir.shapes import broadcast_shapes
 from ....ir.symbolic import SymDim
+from ...scatter import scatter_along
 from ..context import Call, TorchContext, converter
 
 
@@ -135,8 +137,12 @@ def advanced_index(ctx, x, picked: list):
 def index_put(ctx, c):
     x = ctx.value(c["self"])
     idx = c["indices"]
+    picked = [(a, i) for a, i in enumerate(idx) if i is not None]
+    if len(picked) == 1 and ctx.dtype(ctx.value(picked[0][1])) != bool_:
+        return _index_put_axis(ctx, x, *picked[0], c)
     if c.get("accumulate", False):
-        raise ctx.fail("index_put with accumulate=True is not supported")
+        raise ctx.fail("index_put with accumulate=True is supported for one integer index "
+                       "tensor only")
     if len(idx) == 1 and idx[0] is not None and ctx.dtype(ctx.value(idx[0])) == bool_:
         mask = ctx.value(idx[0])
         vals = ctx.value(c["values"], ctx.dtype(x))
@@ -147,8 +153,24 @@ def index_put(ctx, c):
             if ctx.rank(vals):
                 vals = ctx.g.reshape(vals, ())
             return ctx.g.where(m, vals, x)
-    raise ctx.fail("index_put (x[idx] = v) is supported for a boolean mask and a scalar value "
-                   "only; write the update with torch.where")
+    raise ctx.fail("index_put (x[idx] = v) is supported for a boolean mask and a scalar value, "
+                   "or one integer index tensor on one axis; write the update with torch.where")
+
+
+def _index_put_axis(ctx, x, axis: int, i, c):
+    """x[..., i, ...] = v (index_copy: a static KV cache written at cache_position) with a 1-D
+    integer index on one axis: a scatter along it (accumulate: a scatter-add)."""
+    i = ctx.value(i)
+    if ctx.rank(i) != 1:
+        raise ctx.fail(f"index_put with a rank-{ctx.rank(i)} index tensor is not supported "
+                       "(one 1-D index tensor on one axis is)")
+    dims = ctx.dims(x)
+    region = dims[:axis] + ctx.dims(i) + dims[axis + 1:]
+    vals = ctx.value(c["values"], ctx.dtype(x))
+    if ctx.dims(vals) != region:
+        vals = ctx.g.expand(vals, region)
+    at = ctx.g.reshape(ctx.cast(i, i64), (1,) * axis + ctx.dims(i) + (1,) * (len(dims) - axis - 1))
+    return scatter_along(ctx.g, x, at, vals, axis, "add" if c.get("accumulate", False) else "none")
 
 
 @converter("aten.triu.default", "aten.tril.default")
