@@ -166,3 +166,27 @@ def test_tiny_mpt_imports_and_matches_torch_at_two_lengths(how, tmp_path):
         np.testing.assert_allclose(exe({"x": x})[0], want, rtol=1e-4, atol=1e-4)
     with pytest.raises(BrazeError, match="breaks that assumption"):
         exe({"x": np.zeros((1, 65), np.int64)})
+
+
+class LastKeys(torch.nn.Module):               # a sliding-window cache keeping its last 4 keys
+    def forward(self, k):                      # k [B, past, D]
+        return k[:, -4:] * 2
+
+
+def test_a_tail_slice_torch_clamped_at_the_example_is_refused():
+    """With an example shorter than the slice (past 3 < 4) torch records the length `past`
+    (start clamped to 0): the import had built narrow(past-4, past), which fails at every past
+    but 4; it is now refused with the way out. A long enough example imports, runs past >= 4
+    and refuses a shorter cache with a ShapeError."""
+    with pytest.raises(FrontendError, match=r"slice_1?.*from past-4 keeps past elements: torch "
+                                            r"clamped.*export with an example at least as long"):
+        bz.import_torch(LastKeys().eval(), (torch.randn(2, 3, 8),),
+                        dynamic_shapes={"k": {1: "past"}})
+    g = bz.import_torch(LastKeys().eval(), (torch.randn(2, 6, 8),),
+                        dynamic_shapes={"k": {1: "past"}})
+    exe = bz.compile(g, "cpu")
+    for past in (4, 9):
+        k = np.random.default_rng(past).standard_normal((2, past, 8)).astype(np.float32)
+        np.testing.assert_allclose(exe({"k": k})[0], k[:, -4:] * 2, rtol=1e-6)
+    with pytest.raises(BrazeError, match="dynamic_narrow"):
+        exe({"k": np.zeros((2, 3, 8), np.float32)})

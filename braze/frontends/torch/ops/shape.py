@@ -147,6 +147,14 @@ def slice_(ctx, c):
     size = ctx.dims(x)[axis]
     start = _norm_bound(ctx, c.args.get("start"), size, 0)
     length = ctx.out_dims()[axis]
+    end = _norm_bound(ctx, c.args.get("end"), size, size)
+    if step == 1 and not start.is_const and SymDim.of(length) != end - start:
+        raise ctx.fail(
+            f"a slice of axis {axis} (size {size}) from {start.to_dim()} keeps {length} "
+            "elements: torch clamped the start at the example size, and braze does not clamp "
+            "a symbolic bound at run time (a sliding-window KV cache keeping its last keys "
+            "does this when the example cache is shorter than the window); export with an "
+            "example at least as long as what the slice keeps, or import that dim static")
     return take_range(ctx, x, axis, start, length, step)
 
 
