@@ -12,7 +12,6 @@ from dataclasses import replace
 import numpy as np
 
 from ...ir.ops.attention import Attention
-from ...ir.ops.elementwise import Binary, BinaryFn
 from ...ir.ops.fused import FusedAttentionBlock, FusedMatMulBiasAct, QkvInputs, RopeMode
 from ...ir.ops.norm import LayerNorm, RmsNorm
 from ...ir.ops.shape import Narrow, Reshape, Transpose
