@@ -302,3 +302,18 @@ def test_gradients_reach_params_held_in_a_branch():
     _, dx, dw = bz.interpret(bz.grad_with_loss(g, ["x", "bw"]), {"x": -np.ones(3, np.float32)})
     np.testing.assert_array_equal(dx, w)
     np.testing.assert_array_equal(dw, -1.0)
+
+
+def test_ifs_nested_to_different_depths_hash_apart():
+    """Bodies enter an op's hash by a summary; an if nested inside another entered by kind
+    alone, so every level of a chain of nested ifs hashed alike and each inference-cache lookup
+    compared whole chains (a 150-deep saved graph took 14 s to load)."""
+    leaf = body("b", [S(3)], lambda b, v: b.neg(v))
+    ops, inner = [], leaf
+    for _ in range(6):
+        outer = bz.Graph("b")
+        x = outer.input("x", S(3))
+        outer.set_outputs([outer.cond(outer.gt(outer.reduce(x, "min"), 0.0), inner, leaf, x)])
+        ops.append(next(n.op for n in outer.nodes if n.op.kind == "if"))
+        inner = outer
+    assert len({hash(op) for op in ops}) == len(ops)
