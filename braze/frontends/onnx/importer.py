@@ -34,6 +34,7 @@ from .schema import check_input_types, check_node, node_schema
 __all__ = ["import_onnx", "SUPPORTED_OPS", "MIN_OPSET", "MAX_OPSET"]
 
 MIN_OPSET, MAX_OPSET = 11, 21
+_NEWER_OPSETS = 2  # opsets past MAX_OPSET read too: their ops braze reads kept their meaning
 FOLD_LIMIT = 1 << 16          # numeric folding evaluates tensors up to this many elements
 KNOWN_INT_LIMIT = 1024        # integer / bool initializers up to this size stay compile-time
 _ONNX_DOMAINS = ("", "ai.onnx")
@@ -109,9 +110,9 @@ class _Importer:
             if self.proto.opset_import:
                 raise FrontendError(f"{self.label} imports no default-domain ONNX opset")
             version = MAX_OPSET
-        if not MIN_OPSET <= version <= MAX_OPSET + 2:
+        if not MIN_OPSET <= version <= MAX_OPSET + _NEWER_OPSETS:
             raise FrontendError(f"{self.label} uses ONNX opset {version}; braze imports opsets "
-                                f"{MIN_OPSET}..{MAX_OPSET} (convert it with "
+                                f"{MIN_OPSET}..{MAX_OPSET + _NEWER_OPSETS} (convert it with "
                                 "onnx.version_converter)")
         return version
 

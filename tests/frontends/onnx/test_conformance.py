@@ -166,7 +166,7 @@ def test_node_case(onnx_case, request):
 
 def test_older_opsets_are_refused(old_opset_case):
     """Opsets before 11 are refused with a hint to convert the model."""
-    with pytest.raises(FrontendError, match=r"opset \d+; braze imports opsets 11\.\.21"):
+    with pytest.raises(FrontendError, match=r"opset \d+; braze imports opsets 11\.\.23"):
         bz.import_onnx(onnx.load_from_string(old_opset_case["model"]))
 
 
@@ -183,3 +183,14 @@ def test_most_supported_cases_run(node_case_names):
     refused = [n for n in node_case_names if expected_refusal(n)]
     assert len(node_case_names) > 900
     assert len(refused) + len(KNOWN_FAILURES) < len(node_case_names) // 4
+
+
+def test_an_opset_past_the_newest_read_names_the_range_it_reads():
+    from onnx import helper
+
+    node = helper.make_node("Relu", ["x"], ["y"])
+    vi = [helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, [2]) for n in "xy"]
+    model = helper.make_model(helper.make_graph([node], "g", vi[:1], vi[1:]),
+                              opset_imports=[helper.make_opsetid("", 24)])
+    with pytest.raises(FrontendError, match=r"opset 24; braze imports opsets 11\.\.23"):
+        bz.import_onnx(model)
