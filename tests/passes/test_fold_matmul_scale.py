@@ -1,7 +1,7 @@
-"""FoldMatMulScale: a known per-column scale after a linear layer (ConvNeXt's / DINOv2's
-LayerScale) folds into the weight and bias, stored or computed at run time; a scale that
-varies along another axis, or is not known, stays with the reason; numerics unchanged through
-the fold and the cpu pipeline (where the bias then fuses into the matmul)."""
+"""FoldMatMulScale: a per-column scale after a linear layer (ConvNeXt's / DINOv2's LayerScale)
+folds into the weight and bias, stored or computed at run time (a scale param fed at compile
+time by graph ops); a scale that varies along another axis stays with the reason; numerics
+unchanged through the fold and the cpu pipeline (where the bias then fuses into the matmul)."""
 import numpy as np
 import pytest
 
@@ -81,10 +81,36 @@ def test_a_scale_that_adds_axes_stays_with_the_reason():
     assert "more axes" in res.misses[0].detail
 
 
-def test_an_unknown_scale_is_no_fold():
-    g = layer_scale(scale_known=False)
+@pytest.mark.parametrize("scale_dims", [(6,), (1, 1, 6), (), (1,)])
+@pytest.mark.parametrize("stored", [True, False])
+def test_a_scale_param_without_a_value_folds_by_graph_ops(scale_dims, stored):
+    """A scale param fed at compile time folds as FoldMatMulBatchNorm's unstored stats do: w * s
+    and cb * s are ops on weights alone (weight preparation); it had been skipped silently."""
+    g = layer_scale(scale_dims, stored=stored, scale_known=False)
     res = FOLD.run(g, CPU)
-    assert not res.changed and res.graph.count("mul") == 1
+    assert res.changed and not res.misses
+    (mm,) = [n for n in res.graph.nodes if n.op.kind == "matmul"]
+    assert res.graph.node(mm.inputs[1]).op.fn.value == "mul"  # w * s
+    assert res.graph.node(res.graph.outputs[0]).op.fn.value == "add"  # x @ w' + cb * s
+    params = bz.init_params(g, 4)
+    for seed in (5, 6):
+        feeds = bz.random_feeds(g, seed)
+        np.testing.assert_allclose(bz.interpret(res.graph, feeds, params)[0],
+                                   bz.interpret(g, feeds, params)[0], rtol=1e-5, atol=1e-5)
+    fused, _ = bz.fuse(g, "cpu")
+    assert fused.count("fused_matmul_bias_act") == 1
+    feeds = bz.random_feeds(g, 7)
+    np.testing.assert_allclose(bz.compile(g, params=params)(feeds)[0],
+                               bz.interpret(g, feeds, params)[0], rtol=1e-5, atol=1e-5)
+
+
+def test_a_scale_computed_from_an_input_is_no_fold():
+    g = bz.Graph("input_scale")
+    x = g.input("x", bz.Shape((5, 4)))
+    s = g.exp(g.input("s", bz.Shape((6,))))
+    g.set_outputs([g.mul(g.matmul(x, g.param("w", bz.Shape((4, 6)))), s)])
+    res = FOLD.run(g, CPU)
+    assert not res.changed and not res.misses
 
 
 def test_a_product_with_an_activation_keeps_its_scale_with_the_reason():

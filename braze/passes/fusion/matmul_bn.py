@@ -16,10 +16,12 @@ the arithmetic is emitted as graph ops on [C] vectors. FuseMatMulBiasAct then fu
 
 FoldMatMulScale: a known per-column (or scalar) scale after a linear layer, ConvNeXt's and
 DINOv2's LayerScale (`gamma * (x @ w + cb)`), moves into the weight and bias the same way:
-matmul(x, w) [+ cb] times s -> matmul(x, w * s) [+ cb * s]. The scale must have a stored
-value (a constant or a param with weights) and vary along the output (last) axis only, and w
-must be a weight (not computed from the graph's inputs, where the scale would become per-call
-work on a larger operand)."""
+matmul(x, w) [+ cb] times s -> matmul(x, w * s) [+ cb * s]. The scale must be fixed in the
+graph (a constant, a param, or computed from them alone) and vary along the output (last)
+axis only, and w must be a weight (not computed from the graph's inputs, where the scale
+would become per-call work on a larger operand). Stored values fold with NumPy into new
+params; otherwise the products are graph ops on weights alone (weight preparation, hoisted
+out of the run), as FoldMatMulBatchNorm's are."""
 from __future__ import annotations
 
 import numpy as np
@@ -111,12 +113,14 @@ FOLD_MATMUL_BN = Rule(
 
 
 # -- FoldMatMulScale ----------------------------------------------------------------------------
-def _known_float(g, v) -> bool:
-    """A float value fixed in the graph (its axes are checked after matching)."""
-    return g.shape_of(v).dtype.is_float and stored_value(g, v) is not None
+def _fixed_float(g, v) -> bool:
+    """A float value fixed in the graph: stored, or computed from params and constants alone
+    (its axes are checked after matching)."""
+    return g.shape_of(v).dtype.is_float and (stored_value(g, v) is not None or
+                                             _from_weights(g, v))
 
 
-_scaled = P.mul(_linear, V("s", where=_known_float), name="scale")
+_scaled = P.mul(_linear, V("s", where=_fixed_float), name="scale")
 
 
 def scale_is_per_column(m, ctx) -> Miss | None:
@@ -165,6 +169,8 @@ def weight_is_prepared_once(m, ctx) -> Miss | None:
 
 
 def _build_scale(b, m):
+    if _known(m, "s") is None:
+        return _build_scale_ops(b, m)
     c = _channels(m)
     s = np.broadcast_to(np.asarray(_known(m, "s"), np.float64).reshape(-1), (c,))
     dt = m.shape("w").dtype
@@ -187,6 +193,17 @@ def _build_scale(b, m):
     else:
         bias = b.mul(m.v("cb"), b.constant(s.astype(dt.np)))
     return b.add(out, bias)
+
+
+def _build_scale_ops(b, m):
+    """A scale without a stored value (a param fed at run time): w * s and cb * s as graph ops
+    on weights alone, which the executor computes once as weight preparation."""
+    dims = m.shape("s").dims
+    cols = dims[-1] if dims else 1
+    out = b.matmul(m.v("x"), b.mul(m.v("w"), b.reshape(m.v("s"), (1, cols))))
+    if "cb" not in m.values:
+        return out
+    return b.add(out, b.mul(m.v("cb"), b.reshape(m.v("s"), (cols,))))
 
 
 FOLD_MATMUL_SCALE = Rule(
