@@ -93,6 +93,7 @@ def test_residual_that_would_enlarge_the_sum_is_refused():
 def test_residual_repeated_on_every_row_is_a_bias_and_refused():
     miss = miss_of(norm_of_sum((2, 7, 16), (1, 1, 16)))
     assert "a bias, not a residual" in miss.detail and "FuseMatMulBiasAct" in miss.hint
+    assert "where a matmul makes the other addend" in miss.hint  # no matmul here: not assumed
 
 
 def test_residual_matching_the_normalized_axes_of_a_wider_norm_fires():

@@ -62,8 +62,10 @@ def operands_match_norm_input(m, ctx) -> Miss | None:
                            f"axis of the norm input {want}")
     if lead == axis and lead > 0:
         return fail(MissReason.SHAPE_MISMATCH,
-                    hint="a per-feature addend is a bias: write it as the producing matmul's "
-                         "bias (FuseMatMulBiasAct takes it into its epilogue).",
+                    hint="a per-feature addend is a bias, not a residual: where a matmul "
+                         "makes the other addend, its epilogue takes the bias "
+                         "(FuseMatMulBiasAct); otherwise the add stays before the norm. Only "
+                         "an addend that varies row by row fuses as a residual.",
                     detail=f"{other} has dims {have}, the same for every row of the norm "
                            f"input {want}: a bias, not a residual")
     return None
