@@ -13,7 +13,7 @@ from .ir.dtypes import f64
 from .ir.graph import Graph
 from .ir.op import Op
 from .ir.ops.elementwise import Cast
-from .ir.ops.io import Input, Param
+from .ir.ops.io import Input, Param, excluded_binding
 from .ir.ops.shape import Narrow
 from .ir.shapes import Shape
 from .ir.symbolic import MIN_SYMBOL_VALUE, SymDim, dim_symbols, eval_dim
@@ -54,6 +54,9 @@ def bind_symbols(g: Graph, feeds: Mapping[str, np.ndarray]) -> dict[str, int]:
         if want != actual:
             raise InterpretError(f"input {name!r} declared {shape} ({d} = {want}) but was fed "
                                  f"shape {fed}")
+    broken = excluded_binding([n.op for n in g.inputs], env)
+    if broken is not None:
+        raise InterpretError(f"graph {g.name!r}: {broken}")
     return env
 
 

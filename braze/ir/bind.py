@@ -17,7 +17,7 @@ from ..errors import GraphError, ShapeError
 from .attrs import op_fields
 from .graph_core import GraphCore
 from .op import Op
-from .ops.io import Input, Param
+from .ops.io import Input, Param, excluded_binding
 from .shapes import Shape
 from .symbolic import SymDim, dim_symbols
 
@@ -59,10 +59,16 @@ def check_bindings(g: GraphCore, bindings: Mapping[str, int] | None, extra: Mapp
 def bind_dims(g: GraphCore, env: Mapping[str, int]) -> GraphCore:
     """A copy of `g` with the symbols of `env` replaced by their ints and types re-inferred.
     A binding that makes a node invalid raises ShapeError naming the node."""
+    broken = excluded_binding([n.op for n in g.nodes if isinstance(n.op, Input)], env)
+    if broken is not None:
+        raise ShapeError(f"bind({_fmt(env)}) of graph {g.name!r}: {broken}")
     out = type(g)(g.name, record_provenance=g.record_provenance)
     for node in g.nodes:
         try:
             op = bind_op(node.op, env)
+            if isinstance(op, Input) and any(isinstance(e[0], int) for e in op.excludes):
+                op = dataclasses.replace(op, excludes=tuple(  # bound dims: checked above
+                    e for e in op.excludes if not isinstance(e[0], int)))
             vals = out.add_node(op, node.inputs, name=node.name, provenance=node.provenance)
         except ShapeError as e:
             raise ShapeError(f"bind({_fmt(env)}) makes node {node.describe()} of graph "

@@ -77,7 +77,7 @@ def format_node(g: GraphCore, node: Node, indent: int = 2, *, declared: set[int]
 def _is_plain_source(node: Node) -> bool:
     op = node.op
     return (isinstance(op, (Input, Param)) and node.name == op.name and len(node.outputs) == 1
-            and node.outputs[0] == op.shape and not node.inputs)
+            and node.outputs[0] == op.shape and not node.inputs and not getattr(op, "excludes", ()))
 
 
 def format_op(op: Op, indent: int = 0) -> str:

@@ -132,3 +132,26 @@ def test_a_flatten_of_a_sum_of_dims_imports_and_matches_torch(how, tmp_path):
         with torch.no_grad():
             want = net(x).numpy()
         np.testing.assert_allclose(exe({"x": x.numpy()})[0], want, rtol=1e-5, atol=1e-5)
+
+
+class _FirstColumns(torch.nn.Module):
+    def forward(self, x):
+        return x[:, :64] * 2
+
+
+def test_sizes_outside_torch_exports_range_are_refused_and_sizes_0_and_1_still_run():
+    """torch.export made the program for seq <= 64 (x[:, :64] exported as all of x); a longer
+    feed had run silently, doubling every column where the module keeps 64. torch's usual
+    minimum of 2 is no limit: braze runs sizes 0 and 1."""
+    ep = torch.export.export(_FirstColumns(), (torch.randn(2, 10),),
+                             dynamic_shapes={"x": {0: torch.export.Dim("b"),
+                                                   1: torch.export.Dim("seq", max=64)}})
+    g = bz.import_torch(ep)
+    exe = bz.compile(g)
+    for b, n in ((1, 1), (2, 64), (0, 3)):
+        x = np.random.default_rng(n).standard_normal((b, n)).astype(np.float32)
+        np.testing.assert_allclose(exe({"x": x})[0], x * 2, rtol=1e-6)
+    for run in (lambda f: bz.interpret(g, f), exe):
+        with pytest.raises(bz.BrazeError, match=r"binds x_dim1 = 65, a size the graph does not "
+                                                r"hold for \(x_dim1 >= 65\): torch.export"):
+            run({"x": np.ones((2, 65), np.float32)})

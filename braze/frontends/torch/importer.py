@@ -21,7 +21,7 @@ from .context import CONVERTERS, Lazy, LazyParam, TorchContext, target_key
 from .dtypes import braze_dtype, to_numpy
 from .ops.elementwise import RUNTIME_CHECKS
 from .provenance import module_path, normalize_path, owner_path
-from .symbolic import NotRepresentable, SymbolNames, scalar_value
+from .symbolic import NotRepresentable, SymbolNames, export_excludes, scalar_value
 
 __all__ = ["import_program", "SUPPORTED_OPS", "name_symbols"]
 
@@ -75,6 +75,7 @@ def _user_inputs(ep) -> list:
 class _Importer:
     def __init__(self, ep, labels: dict, label: str, name: str | None):
         self.ep = ep
+        self._bounded: set[str] = set()  # symbols whose range an earlier input excludes
         self.labels = labels
         self.label = label
         self.g = Graph(name or "torch_model", record_provenance=False)
@@ -184,7 +185,8 @@ class _Importer:
         except NotRepresentable as e:
             raise FrontendError(f"{self.label}: input {node.name!r}: {e}") from None
         with self.g.provenance_scope(f"input {node.name}"):
-            return self.g.input(node.name, Shape(dims, dt))
+            return self.g.input(node.name, Shape(dims, dt),
+                                export_excludes(self.ep, ctx.names, val.shape, self._bounded))
 
     # -- one node -------------------------------------------------------------------------------
     def _call(self, node) -> None:

@@ -18,7 +18,7 @@ from ...ir.symbolic import SymDim
 from ..clamps import clamp_choice
 
 __all__ = ["SymbolNames", "NotRepresentable", "torch_dynamic_shapes", "decide_lt", "decide_eq",
-           "scalar_value"]
+           "scalar_value", "export_excludes"]
 
 
 class NotRepresentable(Exception):
@@ -401,3 +401,32 @@ def dim_name(d) -> str | None:
         return getattr(root, "__name__", None)
     name = getattr(d, "__name__", None)
     return name if isinstance(name, str) and name.isidentifier() else None
+
+
+def export_excludes(ep, names: SymbolNames, sizes, seen: set[str]) -> tuple:
+    """Input exclusions (braze.ir.ops.io.Input) for the size symbols of `sizes` whose range
+    torch.export limited: above its upper bound, and below a lower bound past braze's own
+    assumption (>= 2; torch's usual minimum of 2 is no limit here, braze runs sizes 0 and 1).
+    The program is valid in that range only (a slice `x[:, :64]` under seq <= 64 exports as all
+    of x), so a feed outside it is refused rather than run. Symbols in `seen` are skipped and
+    the new ones added (one input carries each symbol's exclusions)."""
+    from torch.utils._sympy.numbers import int_oo
+
+    out = []
+    for d in sizes:
+        expr = getattr(getattr(d, "node", None), "expr", None)
+        name = names.names.get(expr.name) if getattr(expr, "is_Symbol", False) else None
+        vr = ep.range_constraints.get(expr) if name is not None else None
+        if vr is None or name in seen:
+            continue
+        hi = None if vr.upper == int_oo else int(vr.upper)
+        lo = int(vr.lower) if int(vr.lower) > 2 else 0
+        why = (f"torch.export made the program for {name} in {lo}.."
+               f"{'' if hi is None else hi} (its range constraints); export with a wider "
+               "Dim(min=, max=) to run other sizes")
+        if hi is not None:
+            out.append((name, hi + 1, None, why))
+        if lo > 0:
+            out.append((name, 0, lo - 1, why))
+        seen.add(name)
+    return tuple(out)

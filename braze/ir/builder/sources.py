@@ -12,10 +12,13 @@ from ..weights import DeferredWeight
 
 
 class SourceBuilder:
-    def input(self, name: str, shape: Shape) -> Value:
-        """A graph input named `name` (the feed key)."""
+    def input(self, name: str, shape: Shape, excludes=()) -> Value:
+        """A graph input named `name` (the feed key); `excludes` as Input's: (dim, lowest,
+        highest or None, why) spans of sizes the graph does not hold for."""
         self._check_source_name(name)
-        v = self.add_node(Input(name, _as_shape(shape)), (), name=name)[0]
+        excludes = tuple((d, int(lo), None if hi is None else int(hi), str(why))
+                         for d, lo, hi, why in excludes)
+        v = self.add_node(Input(name, _as_shape(shape), excludes), (), name=name)[0]
         self.input_ids.append(v.node)
         return v
 
