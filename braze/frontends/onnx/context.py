@@ -4,7 +4,7 @@ attributes. Converters (ops/) see only this."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -152,6 +152,22 @@ class ImportContext:
 
     def fail(self, node: NodeView, message: str) -> FrontendError:
         return FrontendError(f"{self.source}: node {node.label}: {message}")
+
+    def exclude(self, node: NodeView, dim, value: int, why: str) -> None:
+        """Record that the conversion of `node` does not hold when `dim` binds to `value` (it
+        decided for the sizes >= 2 that braze assumes): the first graph input naming the dim's
+        symbols refuses that binding (`Input.excludes`), naming the node and `why`. Inputs
+        are rebuilt in place: the import owns its graph, and an input has no readers' types
+        to redo (its shape is unchanged)."""
+        syms = SymDim.of(dim).symbols
+        for nid in self.g.input_ids:
+            n = self.g.nodes[nid]
+            if syms & {s for d in n.op.shape.dims for s in SymDim.of(d).symbols}:
+                why = f"{self.source}: node {node.label}: {why}"
+                op = replace(n.op, excludes=(*n.op.excludes, (dim, value, value, why)))
+                self.g.nodes[nid] = replace(n, op=op)
+                self.g.edits += 1
+                return
 
     def const_like(self, value, like: Value) -> Value:
         """A scalar constant of `like`'s dtype."""

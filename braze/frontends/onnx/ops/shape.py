@@ -130,6 +130,12 @@ def _axes(ctx, node, pos: int, what: str) -> list[int] | None:
 def squeeze(ctx, node):
     x = ctx.value(node, 0)
     axes = _axes(ctx, node, 1, "Squeeze axes")
+    if axes is None:  # every dim of size 1: a symbolic dim is kept, so it must not bind to 1
+        for d in ctx.dims(x):
+            if not isinstance(d, int):
+                ctx.exclude(node, d, 1, f"Squeeze without axes keeps dim {d} (braze assumes "
+                                        f"symbolic dims are not 1), but ONNX drops it when it "
+                                        f"is 1; give the Squeeze its axes, or feed {d} != 1")
     return [ctx.g.squeeze(x, axes)]
 
 

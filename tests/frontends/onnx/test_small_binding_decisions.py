@@ -1,0 +1,52 @@
+"""Import decisions taken for symbolic dims >= 2 are refused, not silently wrong, at 0 / 1.
+
+An ONNX Squeeze without axes drops every dim of size 1: braze keeps a symbolic dim (fixed
+rank), which ONNX Runtime drops when it is fed 1. The input records the exclusion
+(`Input.excludes`), so feeding 1 is an InterpretError naming the node and the symbol, from the
+interpreter and the compiled executable alike, and it survives bz.save / load and text IR; the
+other sizes (0 included, which ONNX keeps) still run and match ONNX Runtime."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+import braze as bz  # noqa: E402
+from braze.ir.parser import parse_graph  # noqa: E402
+
+
+def _squeeze_model():
+    node = helper.make_node("Squeeze", ["x"], ["y"], name="sq")
+    g = helper.make_graph([node], "sq", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 4, 1])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+
+
+def test_squeeze_without_axes_refuses_symbol_bound_to_one(tmp_path):
+    g = bz.import_onnx(_squeeze_model())
+    exe = bz.compile(g)
+    x1 = np.ones((1, 4, 1), np.float32)
+    for run in (lambda: bz.interpret(g, {"x": x1}), lambda: exe({"x": x1})):
+        with pytest.raises(bz.InterpretError,
+                           match=r"binds N = 1, .*node sq \(Squeeze\).*keeps dim N"):
+            run()
+    with pytest.raises(bz.ShapeError, match="Squeeze without axes"):
+        g.bind(N=1)
+    bz.save(g, tmp_path / "g.json")
+    for again in (bz.load(tmp_path / "g.json"), parse_graph(str(g))):
+        with pytest.raises(bz.InterpretError, match="node sq"):
+            bz.interpret(again, {"x": x1})
+
+
+@pytest.mark.parametrize("n", [0, 2, 3])
+def test_squeeze_without_axes_other_sizes_match_ort(ort_run, n):
+    model = _squeeze_model()
+    g = bz.import_onnx(model)
+    x = np.random.default_rng(n).standard_normal((n, 4, 1)).astype(np.float32)
+    (want,) = ort_run(model, {"x": x})
+    for got in (bz.interpret(g, {"x": x})[0], bz.compile(g)({"x": x})[0]):
+        assert got.shape == want.shape == (n, 4)
+        np.testing.assert_array_equal(got, want)
