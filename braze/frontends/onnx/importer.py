@@ -21,7 +21,7 @@ from ...interpret import interpret
 from ...ir.graph import Graph
 from ...ir.op import Value
 from ...ir.shapes import Shape
-from ...ir.symbolic import SymDim
+from ...ir.symbolic import MIN_SYMBOL_VALUE, SymDim, eval_dim
 from ..clamps import check_assumptions, clamp_choice
 from . import ops  # noqa: F401  (registers the converters)
 from .context import CONVERTERS, ImportContext, NodeView, Tensor
@@ -81,6 +81,19 @@ def converter_key(node: NodeView) -> str:
     """The CONVERTERS key of a node: its op type, or "domain::op_type" outside ONNX's default
     domain (ONNX Runtime's com.microsoft contrib ops, ops/contrib.py)."""
     return node.op_type if node.domain in _ONNX_DOMAINS else f"{node.domain}::{node.op_type}"
+
+
+_DECIDING = {"Equal": np.equal, "Less": np.less, "Greater": np.greater,  # folds that order
+             "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,  # shape values
+             "Max": np.maximum, "Min": np.minimum}
+
+
+def _at(k: Known, env: dict[str, int]) -> Known:
+    """`k` with its SymDims evaluated under `env`."""
+    if not k.symbolic:
+        return k
+    vals = [eval_dim(SymDim.of(v).to_dim(), env) for v in k.array.reshape(-1)]
+    return Known(np.asarray(vals, np.int64).reshape(k.array.shape), k.dtype)
 
 
 def _sanitize(name: str) -> str:
@@ -393,7 +406,10 @@ class _Importer:
         if fold is not None:
             try:
                 with np.errstate(all="ignore"):  # IEEE results (T5's log(0) = -inf), silently
-                    return fold(node.attrs, ins, self.opset)
+                    out = fold(node.attrs, ins, self.opset)
+                if op in _DECIDING:
+                    self._exclude_small(node, ins, out)
+                return out
             except (NotFoldable, ValueError, TypeError, IndexError, AttributeError):
                 if op in ("Max", "Min") and len(present) == 2 and all(k.symbolic or
                                                                      k.dtype.is_int
@@ -406,6 +422,23 @@ class _Importer:
             return None
         with np.errstate(all="ignore"):
             return self._evaluate(node, present)
+
+    def _exclude_small(self, node, ins: list[Known | None], out: list[Known]) -> None:
+        """A comparison / Max / Min of shape values folded for symbols >= 2 (N == 1 is False,
+        max(N, 1) is N): each symbol at 0 and 1 (the others at 2) that folds otherwise is an
+        excluded binding of the input naming it (`ImportContext.exclude`)."""
+        syms = sorted({s for k in ins if k is not None and k.symbolic
+                       for v in k.array.reshape(-1) for s in SymDim.of(v).symbols})
+        for sym, value in ((s, v) for s in syms for v in (0, 1)):
+            env = {**dict.fromkeys(syms, MIN_SYMBOL_VALUE), sym: value}
+            args = [_at(k, env).array for k in ins if k is not None]
+            want = args[0]
+            for a in args[1:]:
+                want = _DECIDING[node.op_type](want, a)
+            if not np.array_equal(_at(out[0], env).array, want):
+                self.ctx.exclude(node, sym, value, f"{node.op_type} of shape values was decided "
+                                 f"for {sym} >= {MIN_SYMBOL_VALUE} and differs at {sym} = "
+                                 f"{value}; feed another size, or fix {sym} with input_shapes=")
 
     def _assumed_clamp(self, is_max: bool, ins: list[Known]) -> list[Known] | None:
         """Max / Min of shape values that no binding orders (MPT's max(0, 64 - seq)): the

@@ -4,7 +4,8 @@ An ONNX Squeeze without axes drops every dim of size 1: braze keeps a symbolic d
 rank), which ONNX Runtime drops when it is fed 1. The input records the exclusion
 (`Input.excludes`), so feeding 1 is an InterpretError naming the node and the symbol, from the
 interpreter and the compiled executable alike, and it survives bz.save / load and text IR; the
-other sizes (0 included, which ONNX keeps) still run and match ONNX Runtime."""
+other sizes (0 included, which ONNX keeps) still run and match ONNX Runtime. A comparison or
+Max / Min of shape values folded for N >= 2 (max(N, 1) is N) excludes the N it gets wrong."""
 from __future__ import annotations
 
 import numpy as np
@@ -50,3 +51,33 @@ def test_squeeze_without_axes_other_sizes_match_ort(ort_run, n):
     for got in (bz.interpret(g, {"x": x})[0], bz.compile(g)({"x": x})[0]):
         assert got.shape == want.shape == (n, 4)
         np.testing.assert_array_equal(got, want)
+
+
+def _max_one_model():
+    """ConstantOfShape([max(N, 1)]): folded at import as N, which is 0 where ONNX gives 1."""
+    i64 = lambda name, v: helper.make_tensor(name, TensorProto.INT64, [len(v)] if isinstance(  # noqa: E731
+        v, list) else [], v if isinstance(v, list) else [v])
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Gather", ["s", "zero"], ["n"], axis=0),
+             helper.make_node("Max", ["n", "one"], ["k"], name="clamp"),
+             helper.make_node("Unsqueeze", ["k", "axes"], ["k1"]),
+             helper.make_node("ConstantOfShape", ["k1"], ["y"], value=helper.make_tensor(
+                 "v", TensorProto.FLOAT, [1], [1.0]))]
+    g = helper.make_graph(nodes, "mx", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 2])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)],
+        [i64("zero", 0), i64("one", 1), i64("axes", [0])])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_folded_max_of_a_symbol_refuses_the_binding_it_got_wrong(ort_run):
+    model = _max_one_model()
+    g = bz.import_onnx(model)
+    x0 = np.ones((0, 2), np.float32)
+    with pytest.raises(bz.InterpretError, match=r"'N': 0.*node clamp \(Max\).*N = 0"):
+        bz.interpret(g, {"x": x0})
+    with pytest.raises(bz.InterpretError, match=r"node clamp \(Max\)"):
+        bz.compile(g)({"x": x0})
+    for n in (1, 2, 3):  # max(1, 1) is 1 as folded: runs
+        x = np.ones((n, 2), np.float32)
+        np.testing.assert_array_equal(bz.interpret(g, {"x": x})[0], ort_run(model, {"x": x})[0])
