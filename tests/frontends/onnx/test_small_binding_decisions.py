@@ -74,7 +74,7 @@ def test_folded_max_of_a_symbol_refuses_the_binding_it_got_wrong(ort_run):
     model = _max_one_model()
     g = bz.import_onnx(model)
     x0 = np.ones((0, 2), np.float32)
-    with pytest.raises(bz.InterpretError, match=r"'N': 0.*node clamp \(Max\).*N = 0"):
+    with pytest.raises(bz.InterpretError, match=r"binds N = 0, .*node clamp \(Max\).*N = 0"):
         bz.interpret(g, {"x": x0})
     with pytest.raises(bz.InterpretError, match=r"node clamp \(Max\)"):
         bz.compile(g)({"x": x0})
