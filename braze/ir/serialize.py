@@ -149,12 +149,13 @@ def graph_from_dict(d: Any) -> Graph:
     if weights is not None:
         if not isinstance(weights, dict):
             raise ParseError("graph weights must be an object")
+        params = _params_by_name(g)
         for name, enc in weights.items():
             try:
                 arr = decode_array(enc)
             except (ValueError, TypeError, KeyError) as e:
                 raise ParseError(f"weight {name!r}: {e}") from None
-            _set_weight(g, name, arr)
+            _set_weight(g, params, name, arr)
     g.record_provenance = True
     return g
 
@@ -226,11 +227,15 @@ def _source_ids(g: Graph, ids: list, kind: str) -> list[int]:
     return list(ids)
 
 
-def _set_weight(g: Graph, name: str, arr: np.ndarray) -> None:
+def _params_by_name(g: Graph) -> dict:
+    """The Param ops of `g` by name (built once per load: a lookup per weight stays O(1))."""
     from .ops.io import Param
 
-    params = {g.nodes[i].op.name: g.nodes[i].op for i in g.param_ids
-              if isinstance(g.nodes[i].op, Param)}
+    return {g.nodes[i].op.name: g.nodes[i].op for i in g.param_ids
+            if isinstance(g.nodes[i].op, Param)}
+
+
+def _set_weight(g: Graph, params: dict, name: str, arr: np.ndarray) -> None:
     if name not in params:
         raise GraphError(f"weight {name!r} is not a param of graph {g.name!r}")
     shape = params[name].shape
@@ -269,6 +274,7 @@ def _load_weights(g: Graph, path: str, meta: Any) -> None:
         data = load_npz(side, {key for _, key, _, _ in entries})
     except (OSError, ValueError) as e:
         raise ParseError(f"{path}: weights file {side} is corrupt ({e})") from None
+    params = _params_by_name(g)
     for name, key, dt, shape in entries:
         if key not in data:
             raise ParseError(f"{path}: weights file {side} has no array {key!r} for {name!r}")
@@ -279,6 +285,6 @@ def _load_weights(g: Graph, path: str, meta: Any) -> None:
             raise GraphError(f"{path}: weight {name!r} in {side} is {arr.dtype}{list(arr.shape)}"
                              f", the file records {dt}{shape}")
         try:
-            _set_weight(g, name, arr)
+            _set_weight(g, params, name, arr)
         except GraphError as err:
             raise GraphError(f"{path}: {err}") from None

@@ -230,3 +230,36 @@ def test_bodies_nested_past_the_recursion_limit_are_a_parse_error(tmp_path):
     (tmp_path / "deep.json").write_text(json.dumps(doc).replace('"@"', text))
     with pytest.raises(bz.ParseError, match="deep.json: .*nested too deeply"):
         bz.load(tmp_path / "deep.json")
+
+
+def _load_steps(path) -> int:
+    """Python and builtin calls made while loading `path` (a work count, not a time)."""
+    import sys
+
+    count = 0
+
+    def tick(frame, event, arg):
+        nonlocal count
+        count += 1
+
+    sys.setprofile(tick)
+    try:
+        bz.load(path)
+    finally:
+        sys.setprofile(None)
+    return count
+
+
+def test_loading_weights_is_linear_in_the_number_of_params(tmp_path):
+    """Each stored weight rebuilt the name -> param table, so loading P weights took P^2 steps
+    (8,000 params: 28 s)."""
+    steps = []
+    for n in (200, 400):
+        g = bz.Graph("many")
+        x = g.input("x", bz.Shape((2,)))
+        for i in range(n):
+            x = g.add(x, g.param(f"p{i}", bz.Shape((2,)), np.ones(2, np.float32)))
+        g.set_outputs([x])
+        bz.save(g, tmp_path / f"m{n}.json")
+        steps.append(_load_steps(tmp_path / f"m{n}.json"))
+    assert steps[1] < 2.3 * steps[0], steps
