@@ -89,6 +89,16 @@ def _values_of(nid: int, n_outputs: int) -> tuple[Value, ...]:
     return tuple(Value(nid, i) for i in range(n_outputs))
 
 
+def _distinct(inputs: tuple[Value, ...]) -> tuple[Value, ...]:
+    """`inputs` without repeats, first occurrences in order (a node reading a value twice is
+    one user of it); a set past a few inputs, so a 5,000-input concat is not 12M comparisons."""
+    if len(inputs) < 2:
+        return inputs
+    if len(inputs) <= 8:
+        return tuple(v for i, v in enumerate(inputs) if i == 0 or v not in inputs[:i])
+    return tuple(dict.fromkeys(inputs))
+
+
 def _node_maker():
     """A constructor for `Node` that sets its slots directly: the same object as `Node(...)`
     (checked in tests/ir), without the frozen dataclass's per-field `object.__setattr__`."""
@@ -241,9 +251,8 @@ class GraphCore:
             v = inputs[0]
             users[v.node].append((nid, v.index))
         elif inputs:
-            for i, v in enumerate(inputs):
-                if i == 0 or v not in inputs[:i]:
-                    users[v.node].append((nid, v.index))
+            for v in _distinct(inputs):
+                users[v.node].append((nid, v.index))
         if op.source:
             self._list_source(nid, op)
         return _values_of(nid, len(node.outputs))
@@ -321,9 +330,8 @@ class GraphCore:
                 if a.node != b.node or a.index != b.index:
                     users[b.node].append((nid, b.index))
             else:
-                for i, v in enumerate(ins):
-                    if i == 0 or v not in ins[:i]:
-                        users[v.node].append((nid, v.index))
+                for v in _distinct(ins):
+                    users[v.node].append((nid, v.index))
             if op.source:
                 self._list_source(nid, op)
             nid += 1
@@ -350,9 +358,8 @@ class GraphCore:
             self._names[name] = nid
         self.nodes.append(_new_node(nid, op, inputs, outs, name, provenance))
         self._users.append([])
-        for i, v in enumerate(inputs):
-            if v not in inputs[:i]:
-                self._users[v.node].append((nid, v.index))
+        for v in _distinct(inputs):
+            self._users[v.node].append((nid, v.index))
         return _values_of(nid, len(outs))
 
     # -- patching a graph a pass owns -----------------------------------------------------------
