@@ -416,8 +416,10 @@ class GraphCore:
         users = self._users
         for n in dropped:
             for v in set(n.inputs):
-                if v.node < start:
-                    users[v.node] = [u for u in users[v.node] if u[0] < start]
+                if v.node < start:  # users are in id order: the dropped readers are a suffix
+                    us = users[v.node]
+                    while us and us[-1][0] >= start:
+                        us.pop()
             if n.name is not None and self._names.get(n.name, -1) >= start:
                 del self._names[n.name]
             if n.op.source:

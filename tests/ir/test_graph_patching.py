@@ -79,3 +79,25 @@ def test_drop_after_forgets_the_dropped_nodes():
     assert [n.op.kind for n in dropped] == ["unary", "input", "param"]
     assert _index(work) == before and graphs_equal(work, g)
     assert work.drop_after(len(work.nodes)) == []
+
+
+class _Unread(list):
+    """A users list that fails the test when iterated whole."""
+
+    def __iter__(self):
+        raise AssertionError("drop_after read a whole users list")
+
+
+def test_drop_after_trims_only_the_dropped_readers():
+    """Users lists are in id order, so the dropped readers are a suffix. drop_after rebuilt each
+    whole list instead: with a value read 32,000 times, every trial rewrite reading it cost
+    32,000 steps, and fuse took 33 s instead of 2 s."""
+    g, x, w, a, b, c = _graph()
+    work = g.detached_copy()
+    want = [u.id for u in work.users(a)]
+    work._users[a.node] = _Unread(work._users[a.node])
+    start = len(work.nodes)
+    work.exp(a)
+    work.add(a, a)
+    work.drop_after(start)
+    assert [u for u, _ in list.__iter__(work._users[a.node])] == want
