@@ -25,12 +25,14 @@ if TYPE_CHECKING:
 
 __all__ = ["parse_graph"]
 
+# Strings are matched as runs between escapes: a group repeated per character keeps ~100 bytes
+# of match state each (parsing a graph holding a 100 MB constant ran out of memory).
 _TOKEN = re.compile(r"""
     (?P<nl>\n)
   | (?P<ws>[ \t\r]+)
   | (?P<comment>\#[^\n]*)
-  | (?P<ref>%(?:[^\W\d]\w*|[0-9]+|"(?:[^"\\\n]|\\.)*")(?:\.[0-9]+)?)
-  | (?P<string>"(?:[^"\\\n]|\\.)*")
+  | (?P<ref>%(?:[^\W\d]\w*|[0-9]+|"[^"\\\n]*(?:\\.[^"\\\n]*)*")(?:\.[0-9]+)?)
+  | (?P<string>"[^"\\\n]*(?:\\.[^"\\\n]*)*")
   | (?P<number>-?(?:(?:inf|nan)(?![A-Za-z0-9_])
                    |[0-9]+(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?))
   | (?P<ident>[^\W\d]\w*)  # Unicode identifiers: symbolic dims may be any str.isidentifier()

@@ -282,3 +282,24 @@ def test_hostile_text_is_a_parse_error(old, new):
         bz.Graph.parse(text.replace(old, new))
     with pytest.raises(bz.ParseError, match="must be a str, got bytes"):
         bz.Graph.parse(text.encode())
+
+
+def test_a_large_constant_parses_in_memory_proportional_to_its_text():
+    """The string token repeated a group per character, and Python's regex engine keeps ~100
+    bytes of state per repeat: 5 MB of text took 1.3 GB, and a graph holding a 100 MB constant
+    could not be parsed back."""
+    import tracemalloc
+
+    g = bz.Graph("big")
+    x = g.input("x", bz.Shape((100_000,)))
+    data = np.random.default_rng(0).standard_normal(100_000).astype(np.float32)
+    g.set_outputs([g.add(x, g.constant(data))])
+    text = str(g)
+    tracemalloc.start()
+    try:
+        back = bz.Graph.parse(text)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 10 * len(text), (peak, len(text))
+    np.testing.assert_array_equal(back.nodes[1].op.value, data)
