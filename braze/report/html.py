@@ -3,6 +3,7 @@ after graphs drawn as graphs (braze/report/graph_svg.py: fused nodes coloured, n
 miss marked, the reason and hint on hover), each with its text IR folded below."""
 from __future__ import annotations
 
+import re
 from html import escape
 
 from .graph_svg import FUSED_FILL, MISS_STROKE, graph_svg
@@ -37,8 +38,18 @@ def render_html(report, before=None, after=None) -> str:
 <th>hint</th></tr>{rows}</table>{graphs}</body></html>"""
 
 
+_LONG_CONSTANT = re.compile(r'\{"([A-Za-z0-9+/=]{256,})"\}')
+
+
+def _readable_ir(g) -> str:
+    """The text IR with each large constant's base64 replaced by its length: a page for
+    reading (a 100 MB weight had made it ~270 MB); `str(g)` keeps every byte."""
+    return _LONG_CONSTANT.sub(lambda m: f'{{"... {len(m.group(1))} base64 characters"}}',
+                              str(g))
+
+
 def _graph_section(title: str, g, misses) -> str:
     svg, note = graph_svg(g, misses)
     return (f"<h2>{title}: {len(g.nodes)} nodes</h2><p class=note>{escape(note)}</p>"
             f"<div class=drawing>{svg}</div><details><summary>text IR</summary><pre>"
-            f"{escape(str(g))}</pre></details>")
+            f"{escape(_readable_ir(g))}</pre></details>")

@@ -6,6 +6,7 @@ import re
 import shutil
 import stat
 
+import numpy as np
 import pytest
 
 import braze as bz
@@ -116,3 +117,16 @@ def test_real_dot_renders_the_report():
     fused, report = bz.fuse(g, "cpu", regions=False)
     html = report.to_html(g, fused)
     assert "Laid out by Graphviz dot." in html and html.count("<svg") == 2
+
+
+def test_a_large_constant_is_left_out_of_the_pages_text_ir(no_dot):
+    """The page's text IR gives a large constant's length, not its base64 (a 4 MB weight had
+    made a 10.7 MB page); small ones print as they are."""
+    g = bz.Graph("big")
+    x = g.input("x", bz.Shape((100_000,)))
+    g.set_outputs([g.add(g.mul(x, g.constant(np.full(100_000, 2.0, np.float32))),
+                         g.constant(np.arange(3, dtype=np.float32).repeat(1).sum()))])
+    fused, report = bz.fuse(g)
+    page = report.to_html(g, fused)
+    assert "533336 base64 characters" in page
+    assert len(page) < 100_000 and "3.0" in page
