@@ -246,16 +246,21 @@ def compile_c(source: str, name: str = "kernel", flags: tuple[str, ...] = FLAGS
 
 
 def _build(source: str, out: Path, flags: tuple[str, ...]) -> None:
+    """Compile and link `source` in a scratch folder next to `out` (os.replace cannot move a
+    file across file systems: a tmpfs /tmp under a cache on disk failed with EXDEV), which is
+    the compiler's TMPDIR too (an unwritable $TMPDIR failed every build), then move the
+    library into place in one step."""
     cc = compiler()
     if cc is None:
         raise CompileError("no C compiler found (set CC)")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=".build-") as tmp:
         src = Path(tmp) / "k.c"
         src.write_text(source)
         obj, part = Path(tmp) / "k.o", Path(tmp) / "k.so"
+        env = {**os.environ, "TMPDIR": tmp}
         for cmd in ([cc, *flags, "-c", str(src), "-o", str(obj)],
                     [cc, *_LINK_FLAGS, str(obj), "-o", str(part), "-lm"]):
-            res = subprocess.run(cmd, capture_output=True, text=True)
+            res = subprocess.run(cmd, capture_output=True, text=True, env=env)
             if res.returncode != 0:
                 raise CompileError("the C compiler failed on generated code:\n"
                                    + res.stderr[-4000:])
