@@ -1,7 +1,9 @@
 """The on-disk kernel cache (codegen/cc.py) against the environment it meets: a cache on
-another file system than $TMPDIR, an unwritable $TMPDIR. Each test compiles its own source
-(the process keeps every library it loaded by source)."""
+another file system than $TMPDIR, an unwritable $TMPDIR, damaged entries. Each test compiles
+its own source (the process keeps every library it loaded by source)."""
 import os
+import subprocess
+import sys
 import tempfile
 import uuid
 from pathlib import Path
@@ -40,3 +42,44 @@ def test_a_cache_on_another_file_system_than_tmp(monkeypatch):
         monkeypatch.setenv("BRAZE_CACHE_DIR", cache)
         src, fn = _probe(12)
         assert getattr(cc.compile_c(src, "probe"), fn)() == 12
+
+
+def _corrupt(path: Path, how: str) -> None:
+    """Put damaged bytes under `path`'s name (a new file: this process maps the old one)."""
+    data = path.read_bytes()
+    other = Path("/bin/sh").read_bytes() if how == "executable" else b""
+    tmp = path.with_suffix(".tmp")
+    tmp.write_bytes({"empty": b"", "truncated": data[:len(data) // 2], "executable": other,
+                     "garbage": os.urandom(len(data))}[how])
+    os.replace(tmp, path)
+
+
+def _run_child(src: str, fn: str, cache: Path) -> subprocess.CompletedProcess:
+    """`fn` of `src` compiled in a fresh process (this one would find the library it has
+    loaded under the same path instead of opening the file again)."""
+    code = ("from braze.runtime.codegen import cc\n"
+            f"print(getattr(cc.compile_c({src!r}, 'probe'), {fn!r})())\n")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "BRAZE_CACHE_DIR": str(cache)})
+
+
+@pytest.mark.parametrize("how", ["empty", "truncated", "garbage", "executable",
+                                 "another source"])
+def test_a_damaged_cache_entry_is_built_again(tmp_path, how):
+    """Whatever sits under a library's name that is not the library built for its key (an
+    empty, truncated or garbage file, a program, another source's build) is rebuilt, not
+    loaded: a damaged entry must not break every later run (a truncated one killed the
+    process with SIGBUS in dlopen)."""
+    src, fn = _probe(21)
+    first = _run_child(src, fn, tmp_path)
+    assert first.stdout.strip() == "21", first.stderr[-2000:]
+    (lib,) = tmp_path.glob("probe_*.so")
+    if how == "another source":
+        other, other_fn = _probe(22)
+        _run_child(other, other_fn, tmp_path / "other")
+        (built,) = (tmp_path / "other").glob("probe_*.so")
+        os.replace(built, lib)
+    else:
+        _corrupt(lib, how)
+    again = _run_child(src, fn, tmp_path)
+    assert (again.returncode, again.stdout.strip()) == (0, "21"), again.stderr[-2000:]

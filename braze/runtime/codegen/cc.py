@@ -9,7 +9,8 @@ on flush-to-zero for the whole process when it loads (NumPy's denormals then rea
 compiler: `available()` is False and the executor keeps its NumPy kernels.
 
 The cache lives in $BRAZE_CACHE_DIR, else ~/.cache/braze/kernels; a file lock makes concurrent
-processes build a library once."""
+processes build a library once, and a cached library that is not the whole one built for its
+key (truncated, emptied, overwritten) is built again (`_intact`)."""
 from __future__ import annotations
 
 import ctypes
@@ -18,6 +19,7 @@ import hashlib
 import os
 import platform
 import shutil
+import struct
 import subprocess
 import tempfile
 from functools import cache
@@ -233,16 +235,49 @@ def compile_c(source: str, name: str = "kernel", flags: tuple[str, ...] = FLAGS
         return _LOADED[key]
     d = cache_dir()
     lib_path = d / f"{name}_{key}.so"
-    if not lib_path.exists():
+    if not _intact(lib_path, key):
         with open(d / f".{key}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
-            if not lib_path.exists():
-                _build(source, lib_path, flags)
-    lib = ctypes.CDLL(str(lib_path))
+            if not _intact(lib_path, key):
+                _build(source + _marker(key), lib_path, flags)
+    try:
+        lib = ctypes.CDLL(str(lib_path))
+    except OSError as e:  # a cache on a noexec mount, a missing libgomp, ...
+        raise CompileError(f"could not load the kernel library {lib_path}: {e}") from e
     release_caller()
     _forget_binding()   # libgomp has read it: later OpenMP runtimes (torch's copy) must not
     _LOADED[key] = lib
     return lib
+
+
+def _marker(key: str) -> str:
+    """C text that stores the cache key in the library's bytes (`_intact` looks for it)."""
+    return f'\nstatic const char braze_cache_key[] __attribute__((used)) = "{_MARK}{key}";\n'
+
+
+_MARK = "braze-cache-key:"
+
+
+def _intact(path: Path, key: str) -> bool:
+    """Whether `path` holds the whole library built for `key`: an ELF file whose section
+    headers (the last thing the linker writes) lie inside it, carrying `key`'s marker. A
+    cached library that is truncated (dlopen then dies of SIGBUS), empty, garbage, for
+    another machine or built from another source under the name (its functions missing) is
+    built again instead of loaded."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] not in (1, 2) or data[5] not in (1, 2):
+        return False
+    order = "<" if data[5] == 1 else ">"
+    if data[4] == 2:   # ELF64: e_shoff at 0x28, e_shentsize and e_shnum at 0x3a
+        (shoff,), (entsize, count) = (struct.unpack_from(order + "Q", data, 0x28),
+                                      struct.unpack_from(order + "HH", data, 0x3A))
+    else:              # ELF32: e_shoff at 0x20, e_shentsize and e_shnum at 0x2e
+        (shoff,), (entsize, count) = (struct.unpack_from(order + "I", data, 0x20),
+                                      struct.unpack_from(order + "HH", data, 0x2E))
+    return shoff + entsize * count <= len(data) and (_MARK + key).encode() in data
 
 
 def _build(source: str, out: Path, flags: tuple[str, ...]) -> None:
