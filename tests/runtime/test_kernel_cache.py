@@ -83,3 +83,29 @@ def test_a_damaged_cache_entry_is_built_again(tmp_path, how):
         _corrupt(lib, how)
     again = _run_child(src, fn, tmp_path)
     assert (again.returncode, again.stdout.strip()) == (0, "21"), again.stderr[-2000:]
+
+
+@pytest.mark.parametrize("where", ["a file", "under a file"])
+def test_an_unusable_cache_folder_builds_in_a_temporary_one(monkeypatch, tmp_path, where):
+    """A cache folder that cannot be created or written gives way to a temporary one for the
+    process, with a warning naming it (it was a FileExistsError deep in kernel selection)."""
+    blocker = tmp_path / "kernels"
+    blocker.write_text("not a folder")
+    cache = blocker if where == "a file" else blocker / "sub"
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(cache))
+    src, fn = _probe(41)
+    with pytest.warns(RuntimeWarning, match="BRAZE_CACHE_DIR"):
+        assert getattr(cc.compile_c(src, "probe"), fn)() == 41
+    assert cc.cache_dir() != cache and cc.cache_dir().is_dir()
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes through read-only modes")
+def test_a_read_only_cache_serves_what_it_holds(tmp_path):
+    src, fn = _probe(42)
+    assert _run_child(src, fn, tmp_path).stdout.strip() == "42"
+    tmp_path.chmod(0o555)
+    try:
+        again = _run_child(src, fn, tmp_path)
+        assert (again.stdout.strip(), again.stderr) == ("42", "")
+    finally:
+        tmp_path.chmod(0o755)

@@ -8,11 +8,13 @@ its own vector math (the generated element-wise regions). Libraries are linked w
 on flush-to-zero for the whole process when it loads (NumPy's denormals then read as 0). No
 compiler: `available()` is False and the executor keeps its NumPy kernels.
 
-The cache lives in $BRAZE_CACHE_DIR, else ~/.cache/braze/kernels; a file lock makes concurrent
+The cache lives in $BRAZE_CACHE_DIR, else ~/.cache/braze/kernels (where neither can be written,
+a temporary folder for the process: `cache_dir`); a file lock makes concurrent
 processes build a library once, and a cached library that is not the whole one built for its
 key (truncated, emptied, overwritten) is built again (`_intact`)."""
 from __future__ import annotations
 
+import atexit
 import ctypes
 import fcntl
 import hashlib
@@ -22,6 +24,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import warnings
 from functools import cache
 from pathlib import Path
 
@@ -119,10 +122,36 @@ def glibc_version() -> tuple[int, int]:
 
 
 def cache_dir() -> Path:
+    """The folder kernels are built into: `configured_dir()`, created; one that cannot be
+    created or written (a file in its place, a read-only home or file system) gives way to a
+    private temporary folder for this process, with a RuntimeWarning naming both (the kernels
+    are built again in each process then)."""
+    return _writable(configured_dir())
+
+
+def configured_dir() -> Path:
+    """$BRAZE_CACHE_DIR, else ~/.cache/braze/kernels (it may not exist, or be read-only)."""
     base = os.environ.get("BRAZE_CACHE_DIR")
-    d = Path(base) if base else Path.home() / ".cache" / "braze" / "kernels"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return Path(base) if base else Path.home() / ".cache" / "braze" / "kernels"
+
+
+_SCRATCH: dict[Path, Path] = {}  # an unusable cache folder -> this process's stand-in
+
+
+def _writable(d: Path) -> Path:
+    if d in _SCRATCH:
+        return _SCRATCH[d]
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=d):
+            return d
+    except OSError as e:
+        scratch = _SCRATCH[d] = Path(tempfile.mkdtemp(prefix="braze-kernels-"))
+        atexit.register(shutil.rmtree, scratch, ignore_errors=True)
+        warnings.warn(f"braze: the kernel cache {d} cannot be used ({e.strerror or e}): "
+                      f"kernels are built in {scratch} for this process; set BRAZE_CACHE_DIR "
+                      "to a writable folder", RuntimeWarning, stacklevel=2)
+        return scratch
 
 
 @cache
@@ -233,9 +262,10 @@ def compile_c(source: str, name: str = "kernel", flags: tuple[str, ...] = FLAGS
     key = hashlib.sha256((source + "\0" + recipe).encode()).hexdigest()[:20]
     if key in _LOADED:
         return _LOADED[key]
-    d = cache_dir()
-    lib_path = d / f"{name}_{key}.so"
+    lib_path = configured_dir() / f"{name}_{key}.so"  # a read-only cache may hold it
     if not _intact(lib_path, key):
+        d = cache_dir()
+        lib_path = d / lib_path.name
         with open(d / f".{key}.lock", "w") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             if not _intact(lib_path, key):
