@@ -109,3 +109,19 @@ def test_a_read_only_cache_serves_what_it_holds(tmp_path):
         assert (again.stdout.strip(), again.stderr) == ("42", "")
     finally:
         tmp_path.chmod(0o755)
+
+
+@pytest.mark.parametrize("body", [b"not a program\n", b"#!/bin/sh\nexit 0\n"])
+def test_a_broken_cc_is_a_compile_error(monkeypatch, tmp_path, body):
+    """CC naming a file that does not run (OSError from exec) or a compiler that succeeds
+    without writing the library (FileNotFoundError from the move) is a CompileError, so the
+    kernels fall back instead of the call crashing."""
+    fake = tmp_path / "fake-cc"
+    fake.write_bytes(body)
+    fake.chmod(0o755)
+    monkeypatch.setattr(cc, "compiler", lambda: str(fake))
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    src, fn = _probe(51)
+    with pytest.raises(cc.CompileError, match="set CC"):
+        cc.compile_c(src, "probe")
+    assert cc.load_library(src, "probe", {fn: []}) is None

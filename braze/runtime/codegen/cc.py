@@ -325,8 +325,15 @@ def _build(source: str, out: Path, flags: tuple[str, ...]) -> None:
         env = {**os.environ, "TMPDIR": tmp}
         for cmd in ([cc, *flags, "-c", str(src), "-o", str(obj)],
                     [cc, *_LINK_FLAGS, str(obj), "-o", str(part), "-lm"]):
-            res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            try:
+                res = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            except OSError as e:  # CC names something that does not run
+                raise CompileError(f"the C compiler {cc} could not run ({e}): set CC to a "
+                                   "working C compiler") from e
             if res.returncode != 0:
                 raise CompileError("the C compiler failed on generated code:\n"
                                    + res.stderr[-4000:])
+        if not part.is_file():
+            raise CompileError(f"the C compiler {cc} wrote no library: set CC to a working "
+                               "C compiler")
         os.replace(part, out)
