@@ -125,3 +125,13 @@ def test_a_broken_cc_is_a_compile_error(monkeypatch, tmp_path, body):
     with pytest.raises(cc.CompileError, match="set CC"):
         cc.compile_c(src, "probe")
     assert cc.load_library(src, "probe", {fn: []}) is None
+
+
+@pytest.mark.parametrize("value, want", [("inf", None), ("1e400", None), ("-inf", 0), ("-1", 0),
+                                         ("nan", None), ("x", None), ("", None), ("2", 2 << 20)])
+def test_stream_min_mb_takes_any_number_and_ignores_the_rest(monkeypatch, value, want):
+    """BRAZE_STREAM_MIN_MB=inf (never stream) raised OverflowError when a region compiled."""
+    from braze.runtime.kernels.region import stream_min_bytes
+
+    monkeypatch.setenv("BRAZE_STREAM_MIN_MB", value)
+    assert stream_min_bytes() == want

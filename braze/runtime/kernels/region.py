@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 
 import numpy as np
@@ -32,12 +33,15 @@ __all__ = ["region", "stream_min_bytes"]
 
 
 def stream_min_bytes() -> int | None:
-    """Output size (bytes, each) from which regions stream their stores; None: never."""
-    mb = os.environ.get("BRAZE_STREAM_MIN_MB")
+    """Output size (bytes, each) from which regions stream their stores; None: never (unset,
+    not a number, or inf), 0: always (0 or less)."""
     try:
-        return int(float(mb) * (1 << 20)) if mb else None
+        mb = float(os.environ.get("BRAZE_STREAM_MIN_MB") or "nan")
     except ValueError:
         return None
+    if math.isnan(mb) or mb == math.inf:
+        return None
+    return max(0, int(max(mb, 0.0) * (1 << 20)))
 
 
 @register_kernel(ElementwiseRegion)
