@@ -24,6 +24,7 @@ from ..ir.symbolic import dim_symbols
 from ..passes.expand import expand_where
 from ..passes.half_compute import compute_half_in_f32
 from .arguments import checked_params, compile_args, feeds_mapping
+from .codegen import cc
 from .kernels import KERNELS, Dispatch, KernelContext
 from .kernels.threads import ThreadLimit
 from .plan import SharedArena
@@ -174,7 +175,7 @@ class Executable:
         self.graph = graph
         self.report = report
         self.precision = precision
-        self.threads = int(threads) if threads else None
+        self.threads = min(int(threads), cc.usable_cpus()) if threads else None
         self.decomposed = decomposed
         self.shared_arena = shared_arena
         self._params = dict(params)

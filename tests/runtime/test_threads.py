@@ -106,3 +106,17 @@ def test_openmp_workers_are_bound_and_the_caller_keeps_its_cpus():
     assert run() == ["None", "True", "True"]  # a worker bound, the caller free, env dropped
     assert run(OMP_PROC_BIND="false") == ["false", "True", "False"]  # the user's choice
     assert run(BRAZE_BIND_THREADS="0") == ["None", "True", "False"]
+
+
+def test_a_cap_above_the_cpus_is_the_cpu_count():
+    """threads=100000 asked OpenMP for a team of 100000 (a segfault in libgomp); the cap
+    is the CPUs the process may use, and the results stay the interpreter's."""
+    g = bz.Graph("wide")
+    x = g.input("x", bz.Shape((256, 64)))
+    g.set_outputs([g.gelu(g.mm(x, g.param("w", bz.Shape((64, 96)))))])
+    params = bz.init_params(g, seed=0)
+    exe = bz.compile(g, params=params, threads=100_000)
+    assert exe.threads == cc.usable_cpus()
+    feeds = {"x": np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)}
+    np.testing.assert_allclose(exe(feeds)[0], bz.interpret(g, feeds, params)[0], rtol=1e-4,
+                               atol=1e-5)

@@ -32,7 +32,8 @@ __all__ = ["available", "compile_c", "load_library", "set_omp_spin", "release_ca
            "cache_dir", "FLAGS",
            "cpu_flags",
            "PRECISE_FLAGS", "CompileError", "simd_math_decls", "PARALLEL_MIN_ELEMENTS",
-           "PARALLEL_MIN_NORM_ELEMENTS", "PARALLEL_MIN_MACS", "team_size", "parallel_min_define"]
+           "PARALLEL_MIN_NORM_ELEMENTS", "PARALLEL_MIN_MACS", "team_size", "parallel_min_define",
+           "usable_cpus"]
 
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11")
 PRECISE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
@@ -86,6 +87,15 @@ def team_size(work: int, minimum: int, threads: int) -> int:
     multiply-adds against PARALLEL_MIN_MACS) should use out of `threads`: all of them from
     `minimum` on, else 1. The C kernels apply the same rule through BRAZE_PARALLEL."""
     return max(1, threads) if work >= minimum else 1
+
+
+def usable_cpus() -> int:
+    """The CPUs this process may run on: the most threads a `threads=` cap asks for (OpenMP
+    tried to start a team of each thread asked for: threads=100000 died in libgomp)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def parallel_min_define() -> str:
