@@ -189,6 +189,14 @@ class Executable:
         self._limit = ThreadLimit(self.threads)
         self._turn = threading.RLock()  # one call at a time: the arena is shared
 
+    def __reduce__(self):
+        """Pickled as what it was compiled from (graphs, report, weights, precision, threads):
+        the copy plans its programs again on its first calls, in its own arena (a
+        SharedArena stays with this process). Pickling once failed on the lock and the
+        kernels' closures, so a spawned worker could not be handed an executable."""
+        return (Executable, (self.source, self.graph, self.report, self._params,
+                             self.precision, self.threads, self.decomposed, None, self._lower))
+
     # -- running --------------------------------------------------------------------------------
     def program(self, feeds: Mapping[str, np.ndarray]) -> Program:
         """The program for the feeds' binding of the symbolic dims (built once, cached)."""

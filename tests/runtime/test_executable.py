@@ -206,3 +206,22 @@ def test_weights_not_aligned_to_their_element_size_are_copied_aligned_once():
     assert step.node.op.label == "gather"
     kept = prog.env[step.slots[0]]
     assert kept.flags.aligned and kept is exe.program(feeds).env[step.slots[0]]
+
+
+def test_an_executable_pickles_as_what_it_was_compiled_from():
+    """A spawned worker gets its executable by pickle: it failed on the executable's lock
+    (and, once called, on the kernels' closures). The copy keeps the weights, precision and
+    threads, and plans its programs again."""
+    import pickle
+
+    g = bz.Graph("p")
+    x = g.input("x", bz.Shape(("batch", 32)))
+    g.set_outputs([g.softmax(g.gelu(g.mm(x, g.param("w", bz.Shape((32, 48))))), -1)])
+    params = bz.init_params(g, seed=0)
+    exe = bz.compile(g, params=params, precision="bf16", threads=1)
+    feeds = {"x": np.random.default_rng(0).standard_normal((3, 32)).astype(np.float32)}
+    exe(feeds)
+    exe.update_weights({"w": params["w"] * 2})
+    copy = pickle.loads(pickle.dumps(exe))
+    assert (copy.precision, copy.threads) == (exe.precision, exe.threads)
+    np.testing.assert_array_equal(copy(feeds)[0], exe(feeds)[0])
