@@ -139,6 +139,7 @@ class KernelDispatchReport:
 
     rows: list[tuple[str, str, str, str]]  # (node, kind, dispatch, implementation)
     decomposed: dict[str, int]
+    note: str | None = None  # why C kernels fell back (no compiler, a failed build), if so
 
     def counts(self) -> dict[str, int]:
         out: dict[str, int] = {}
@@ -158,6 +159,8 @@ class KernelDispatchReport:
         ref = self.by_dispatch(Dispatch.REFERENCE)
         if ref:
             lines.append(f"  reference fallback ({len(ref)}):")
+            if self.note:
+                lines.append(f"    ({self.note})")
             lines += [f"    {node} ({kind})" for node, kind, _, _ in ref]
         lines.append("  per node:")
         lines += [f"    {node:<48} {kind:<24} {d:<13} {impl}" for node, kind, d, impl in
@@ -327,7 +330,8 @@ class Executable:
                              f"done inside %{host.node.id} ({host.kernel.name})"))
             else:
                 rows.append((who, n.op.label, Dispatch.STATIC, "unused"))
-        return KernelDispatchReport(rows, dict(self.decomposed))
+        note = cc.why_not_compiled() if any(r[2] == Dispatch.REFERENCE for r in rows) else None
+        return KernelDispatchReport(rows, dict(self.decomposed), note)
 
     def _folded_into(self, prog: Program) -> dict[int, Step]:
         """Node id -> the step that does its work itself: the nodes between what a step's

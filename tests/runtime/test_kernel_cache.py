@@ -135,3 +135,32 @@ def test_stream_min_mb_takes_any_number_and_ignores_the_rest(monkeypatch, value,
 
     monkeypatch.setenv("BRAZE_STREAM_MIN_MB", value)
     assert stream_min_bytes() == want
+
+
+def test_the_dispatch_report_says_why_c_kernels_fell_back(monkeypatch, tmp_path):
+    """Without a compiler (or with one that fails) the kernels run the reference, and the
+    report names the cause instead of only listing the fallbacks."""
+    import numpy as np
+
+    import braze as bz
+    from braze.runtime.kernels import native
+
+    g = bz.Graph("nocc")
+    x = g.input("x", bz.Shape((4, 16)))
+    g.set_outputs([g.add(g.tanh(g.mul(x, 1.0 + uuid.uuid4().int % 997 / 1e4)), g.sigmoid(x))])
+    feeds = {"x": np.linspace(-2, 2, 64, dtype=np.float32).reshape(4, 16)}
+    monkeypatch.setattr(cc, "compiler", lambda: None)
+    monkeypatch.setattr(native, "lib", lambda: None)
+    exe = bz.compile(g)
+    np.testing.assert_allclose(exe(feeds)[0], bz.interpret(g, feeds)[0], rtol=1e-6)
+    report = exe.dispatch_report()
+    assert "no C compiler" in report.note and "no C compiler" in str(report)
+    fake = tmp_path / "fake-cc"
+    fake.write_text("#!/bin/sh\nexit 3\n")
+    fake.chmod(0o755)
+    monkeypatch.setattr(cc, "compiler", lambda: str(fake))
+    monkeypatch.setattr(cc, "_FAILURES", [])
+    monkeypatch.setenv("BRAZE_CACHE_DIR", str(tmp_path / "cache"))
+    exe = bz.compile(g)
+    exe(feeds)
+    assert "fake-cc failed (exit 3)" in exe.dispatch_report().note

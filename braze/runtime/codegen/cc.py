@@ -28,7 +28,8 @@ import warnings
 from functools import cache
 from pathlib import Path
 
-__all__ = ["available", "compile_c", "load_library", "set_omp_spin", "release_caller",
+__all__ = ["available", "why_not_compiled", "note_failure", "compile_c", "load_library",
+           "set_omp_spin", "release_caller",
            "cache_dir", "FLAGS",
            "cpu_flags",
            "PRECISE_FLAGS", "CompileError", "simd_math_decls", "PARALLEL_MIN_ELEMENTS",
@@ -56,6 +57,26 @@ def compiler() -> str | None:
 
 def available() -> bool:
     return compiler() is not None and os.environ.get("BRAZE_NO_CC") != "1"
+
+
+_FAILURES: list[str] = []  # the first line of each CompileError a kernel fell back on
+
+
+def why_not_compiled() -> str | None:
+    """Why C kernels fell back (for the dispatch report): no compiler, BRAZE_NO_CC=1, or
+    the first compile failure of this process; None when none did."""
+    if compiler() is None:
+        return "no C compiler found (cc, gcc, clang or $CC): C kernels are off; install one"
+    if os.environ.get("BRAZE_NO_CC") == "1":
+        return "BRAZE_NO_CC=1: C kernels are off"
+    return f"some C kernels did not build: {_FAILURES[0]}" if _FAILURES else None
+
+
+def note_failure(e: CompileError) -> None:
+    """Remember a CompileError a kernel fell back on (see why_not_compiled)."""
+    text = str(e).strip()
+    lines = text.splitlines()
+    _FAILURES.append(" / ".join(lines[:2])[:300] if lines else type(e).__name__)
 
 
 PARALLEL_MIN_ELEMENTS = 1 << 21
@@ -207,7 +228,8 @@ def load_library(source: str, name: str, signatures: dict,
         return None
     try:
         so = compile_c(source, name, flags)
-    except CompileError:
+    except CompileError as e:
+        note_failure(e)
         return None
     for fn_name, sig in signatures.items():
         args, res = sig if isinstance(sig, tuple) else (sig, None)
@@ -341,8 +363,8 @@ def _build(source: str, out: Path, flags: tuple[str, ...]) -> None:
                 raise CompileError(f"the C compiler {cc} could not run ({e}): set CC to a "
                                    "working C compiler") from e
             if res.returncode != 0:
-                raise CompileError("the C compiler failed on generated code:\n"
-                                   + res.stderr[-4000:])
+                raise CompileError(f"the C compiler {cc} failed (exit {res.returncode}) on "
+                                   "generated code:\n" + res.stderr[-4000:])
         if not part.is_file():
             raise CompileError(f"the C compiler {cc} wrote no library: set CC to a working "
                                "C compiler")

@@ -59,7 +59,8 @@ def region(node, ins, outs, ctx):
     src = src.replace("void region(", f"void {name}(")
     try:
         fn = getattr(cc.compile_c(src, name, region_flags(node.op)), name)
-    except cc.CompileError:
+    except cc.CompileError as e:
+        cc.note_failure(e)
         return None
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = None
