@@ -113,7 +113,7 @@ _ORT_FUSED = frozenset({"fused_matmul_bias_act", "shared_matmul", "fused_residua
 TARGETS: dict[str, Target] = {
     "reference": Target("reference", None, frozenset(), FusionLimits(), keep_regions=False,
                         fusions=frozenset()),
-    "cpu": Target("cpu", None, _ALL_UNARY, FusionLimits()),
+    "cpu": Target("cpu", None, _ALL_UNARY, FusionLimits(max_steps=256, max_inputs=64)),
     "gpu": Target("gpu", None, _ALL_UNARY, FusionLimits(max_steps=32, max_inputs=16)),
     "onnxruntime": Target(
         "onnxruntime",

@@ -1,5 +1,6 @@
 """Elementwise regions: marking groups connected elementwise ops (never losing a value read
 outside), unfusing inlines them back, clipping splits them to the target's FusionLimits."""
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -229,3 +230,23 @@ def test_random_graphs_keep_their_meaning_through_mark_clip_unfuse(g):
     plain = unfuse_fused_for_autodiff(out)
     assert plain.count(ElementwiseRegion) == 0
     assert_equivalent(g, plain, rtol=1e-4, atol=1e-5)
+
+
+def test_the_cpu_target_splits_a_region_too_long_to_compile_quickly():
+    """A 600-op elementwise chain had become one region whose C kernel took seconds to build
+    (16 s at 1,000 ops); the cpu target's limits (256 steps, 64 inputs) split it, saying so."""
+    from braze.passes.targets import TARGETS
+
+    assert TARGETS["cpu"].limits.max_steps == 256 and TARGETS["cpu"].limits.max_inputs == 64
+    g = bz.Graph("chain")
+    y = g.input("x", bz.Shape((4, 8)))
+    for i in range(600):
+        y = g.tanh(g.add(y, 0.01)) if i % 2 else g.mul(y, 0.999)
+    g.set_outputs([y])
+    fused, report = bz.fuse(g, "cpu")
+    regions = [n for n in fused.nodes if n.op.kind == "elementwise_region"]
+    assert len(regions) >= 4 and all(len(n.op.steps) <= 256 for n in regions)
+    assert [m.reason.name for m in report.misses] == ["REGION_LIMIT_EXCEEDED"]
+    feeds = bz.random_feeds(g, 0)
+    np.testing.assert_allclose(bz.interpret(fused, feeds)[0], bz.interpret(g, feeds)[0],
+                               rtol=1e-6, atol=1e-6)
