@@ -138,10 +138,11 @@ def vmap(g: Graph, in_axes: Sequence[str] | str | None = None, *,
     for node in g.inputs:
         shape = node.op.shape
         if node.op.name in wanted:
-            ins.append(b.input(node.op.name, Shape((bdim, *shape.dims), shape.dtype)))
+            ins.append(b.input(node.op.name, Shape((bdim, *shape.dims), shape.dtype),
+                               node.op.excludes))
             flags.append(True)
         else:
-            ins.append(b.input(node.op.name, shape))
+            ins.append(b.input(node.op.name, shape, node.op.excludes))
             flags.append(False)
     outs, out_flags = batch_graph_into(b, g, ins, flags)
     b.weights.update(g.weights)

@@ -57,3 +57,14 @@ def test_an_expression_dim_is_checked_once_its_symbols_bind():
     with pytest.raises(bz.BrazeError, match=r"binds 32\*h = 0"):
         bz.interpret(g, {"x": np.ones(0, np.float32)})
     assert bz.interpret(g, {"x": np.ones(64, np.float32)})[0].shape == (64,)
+
+
+def test_vmap_keeps_the_exclusions_of_batched_and_unbatched_inputs():
+    g = bz.Graph("two")
+    x = g.input("x", bz.Shape((2, "seq")), excludes=[("seq", 65, None, WHY)])
+    y = g.input("y", bz.Shape(("seq",)), excludes=[("seq", 1, 1, "squeezed at 1")])
+    g.set_outputs([g.add(x, y)])
+    v = bz.vmap(g, "x")
+    assert [n.op.excludes for n in v.inputs] == [n.op.excludes for n in g.inputs]
+    with pytest.raises(bz.BrazeError, match=r"binds seq = 80"):
+        bz.interpret(v, {"x": np.ones((3, 2, 80), np.float32), "y": np.ones(80, np.float32)})
