@@ -155,3 +155,20 @@ def test_sizes_outside_torch_exports_range_are_refused_and_sizes_0_and_1_still_r
         with pytest.raises(bz.BrazeError, match=r"binds x_dim1 = 65, a size the graph does not "
                                                 r"hold for \(x_dim1 >= 65\): torch.export"):
             run({"x": np.ones((2, 65), np.float32)})
+
+
+class _FirstRows(torch.nn.Module):
+    def forward(self, a):
+        return a[:64] * 2
+
+
+def test_a_derived_dims_symbol_keeps_its_range():
+    """An input sized by a derived dim (2 * x) limits x as a plain one does: a feed of 80 had
+    run silently on all 80 rows where the module keeps 64 (and torch refuses it)."""
+    x = torch.export.Dim("x", min=1, max=32)
+    ep = torch.export.export(_FirstRows(), (torch.randn(8),), dynamic_shapes={"a": {0: 2 * x}})
+    g = bz.import_torch(ep)
+    np.testing.assert_array_equal(bz.interpret(g, {"a": np.ones(8, np.float32)})[0], 2.0)
+    with pytest.raises(bz.BrazeError, match=r"input 'a' binds a_dim0 = 40, a size the graph "
+                                            r"does not hold for \(a_dim0 >= 32\)"):
+        bz.interpret(g, {"a": np.ones(80, np.float32)})

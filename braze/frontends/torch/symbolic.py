@@ -409,13 +409,13 @@ def export_excludes(ep, names: SymbolNames, sizes, seen: set[str]) -> tuple:
     assumption (>= 2; torch's usual minimum of 2 is no limit here, braze runs sizes 0 and 1).
     The program is valid in that range only (a slice `x[:, :64]` under seq <= 64 exports as all
     of x), so a feed outside it is refused rather than run. Symbols in `seen` are skipped and
-    the new ones added (one input carries each symbol's exclusions)."""
+    the new ones added (one input carries each symbol's exclusions). A derived dim (`2 * x`)
+    limits each of its symbols."""
     from torch.utils._sympy.numbers import int_oo
 
     out = []
-    for d in sizes:
-        expr = getattr(getattr(d, "node", None), "expr", None)
-        name = names.names.get(expr.name) if getattr(expr, "is_Symbol", False) else None
+    for expr in _size_symbols(sizes):
+        name = names.names.get(expr.name)
         vr = ep.range_constraints.get(expr) if name is not None else None
         if vr is None or name in seen:
             continue
@@ -430,3 +430,13 @@ def export_excludes(ep, names: SymbolNames, sizes, seen: set[str]) -> tuple:
             out.append((name, 0, lo - 1, why))
         seen.add(name)
     return tuple(out)
+
+
+def _size_symbols(sizes) -> list:
+    """The sympy symbols of the torch sizes `sizes`, in order (a derived dim's, by name)."""
+    out = []
+    for d in sizes:
+        expr = getattr(getattr(d, "node", None), "expr", None)
+        syms = sorted(getattr(expr, "free_symbols", ()), key=lambda s: s.name)
+        out += [s for s in syms if getattr(s, "is_Symbol", False) and s not in out]
+    return out
