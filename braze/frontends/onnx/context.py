@@ -156,13 +156,16 @@ class ImportContext:
     def exclude(self, node: NodeView, dim, value: int, why: str) -> None:
         """Record that the conversion of `node` does not hold when `dim` binds to `value` (it
         decided for the sizes >= 2 that braze assumes): the first graph input naming the dim's
-        symbols refuses that binding (`Input.excludes`), naming the node and `why`. Inputs
-        are rebuilt in place: the import owns its graph, and an input has no readers' types
-        to redo (its shape is unchanged)."""
+        symbols refuses that binding (`Input.excludes`), naming the node and `why` (the first
+        node's, once: a pattern repeated per layer adds no copies). Inputs are rebuilt in
+        place: the import owns its graph, and an input has no readers' types to redo (its
+        shape is unchanged)."""
         syms = SymDim.of(dim).symbols
         for nid in self.g.input_ids:
             n = self.g.nodes[nid]
             if syms & {s for d in n.op.shape.dims for s in SymDim.of(d).symbols}:
+                if any(e[:3] == (dim, value, value) for e in n.op.excludes):
+                    return
                 why = f"{self.source}: node {node.label}: {why}"
                 op = replace(n.op, excludes=(*n.op.excludes, (dim, value, value, why)))
                 self.g.nodes[nid] = replace(n, op=op)

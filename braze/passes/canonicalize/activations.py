@@ -293,7 +293,9 @@ def _probe(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | None]
 def _tolerance(dt) -> float:
     """TOLERANCE, or for a half-precision cone (whose constants hold only the dtype's nearest
     value: f16's sqrt(2) is 1.4140625) an eighth of the dtype's epsilon: what that rounding
-    moves GELU by, while a constant one step off in the dtype moves it more."""
+    moves GELU by. In f16 a constant one step off moves it more and is refused; in bf16 the
+    span (~1e-3) also holds functions that differ by less than bf16 resolves (tanh-GELU with
+    0.8 for sqrt(2 / pi) is taken as GELU), a difference under the dtype's own rounding."""
     if dt.itemsize >= 4:
         return TOLERANCE
     return float(ml_dtypes.finfo(dt).eps) / 8

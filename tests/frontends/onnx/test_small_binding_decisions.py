@@ -81,3 +81,15 @@ def test_folded_max_of_a_symbol_refuses_the_binding_it_got_wrong(ort_run):
     for n in (1, 2, 3):  # max(1, 1) is 1 as folded: runs
         x = np.ones((n, 2), np.float32)
         np.testing.assert_array_equal(bz.interpret(g, {"x": x})[0], ort_run(model, {"x": x})[0])
+
+
+def test_a_decision_repeated_per_layer_is_recorded_once():
+    """Two Squeezes without axes over the same dim add one exclusion, naming the first."""
+    nodes = [helper.make_node("Squeeze", ["x"], ["s1"], name="sq1"),
+             helper.make_node("Squeeze", ["s1"], ["y"], name="sq2")]
+    g = helper.make_graph(nodes, "sq", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 4, 1])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    (excl,) = bz.import_onnx(model).inputs[0].op.excludes
+    assert excl[:3] == ("N", 1, 1) and "sq1" in excl[3]
