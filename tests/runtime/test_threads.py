@@ -120,3 +120,30 @@ def test_a_cap_above_the_cpus_is_the_cpu_count():
     feeds = {"x": np.random.default_rng(0).standard_normal((256, 64)).astype(np.float32)}
     np.testing.assert_allclose(exe(feeds)[0], bz.interpret(g, feeds, params)[0], rtol=1e-4,
                                atol=1e-5)
+
+
+@needs_cc
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no os.fork here")
+def test_a_forked_child_runs_an_executable_of_two_threads():
+    """libgomp is not fork-safe: a child of os.fork (a fork-started multiprocessing worker)
+    calling an executable of threads=2 after the parent had run it hung at an OpenMP barrier,
+    every time; a child's calls run on one thread."""
+    import time
+
+    g = models.bert_tiny()
+    exe = bz.compile(g, params=bz.init_params(g, 0), threads=2)
+    feeds = bz.random_feeds(g, 0)
+    want = exe(feeds)[0]
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:  # the child: exit 0 when the call returns the parent's result
+            os._exit(0 if np.allclose(exe(feeds)[0], want, rtol=1e-5, atol=1e-5) else 3)
+        start = time.monotonic()
+        while (done := os.waitpid(pid, os.WNOHANG))[0] == 0:
+            if time.monotonic() - start > 30:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                pytest.fail("the forked child hung")
+            time.sleep(0.01)
+        assert os.waitstatus_to_exitcode(done[1]) == 0
+        exe(feeds)  # the parent's pool still works

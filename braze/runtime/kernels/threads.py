@@ -8,10 +8,29 @@ every core on first use (even under OMP_NUM_THREADS=1): on the loaded 2-core mac
 small GEMM region of bert-tiny then waited 10-25 ms at its barrier for a second thread."""
 from __future__ import annotations
 
+import os
+
 from ..codegen import cc
 from . import blas, native
 
-__all__ = ["ThreadLimit"]
+__all__ = ["ThreadLimit", "forked"]
+
+_FORKED = [False]  # set in a child of os.fork
+
+
+def _after_fork_in_child() -> None:
+    _FORKED[0] = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def forked() -> bool:
+    """Whether this process is a child of os.fork. libgomp is not fork-safe: the child has the
+    parent's thread-pool state but not its threads, so a parallel region of more than one
+    thread waits forever at its barrier (an executable of threads=2 called in a fork-started
+    multiprocessing worker hung every time). A child's calls run on one thread."""
+    return _FORKED[0]
 
 
 class ThreadLimit:
@@ -26,17 +45,18 @@ class ThreadLimit:
         self._mkl_before = 0
 
     def __enter__(self) -> ThreadLimit:
-        if self.limit:
+        limit = 1 if forked() else self.limit
+        if limit:
             lib = native.lib()
             if lib is not None:
                 self._omp_before = lib.braze_max_threads()
-                lib.braze_set_threads(self.limit)
-            self._mkl_before = blas.set_local_threads(self.limit)
+                lib.braze_set_threads(limit)
+            self._mkl_before = blas.set_local_threads(limit)
         return self
 
     def __exit__(self, *exc) -> None:
         cc.release_caller()  # libgomp or MKL may have loaded (and bound this thread) in the call
-        if self.limit:
+        if self.limit or forked():
             lib = native.lib()
             if lib is not None:
                 lib.braze_set_threads(self._omp_before)
