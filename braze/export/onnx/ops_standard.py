@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.dtypes import f16, f32
+from ...ir.dtypes import f16, f32, f64
 from ...ir.ops.conv import (
     Conv2d,
     ConvTranspose2d,
@@ -299,11 +299,14 @@ def range_(b, n, ins, target):
         start, delta = b.const(dt.np.type(op.start)), b.const(dt.np.type(op.delta))
         n_ = length if dt.name == "i64" else b.op1("Cast", length, to=onnx_type(dt))
         limit = b.op1("Add", start, b.op1("Mul", n_, delta))
-    else:
-        start, delta = b.const(dt.np.type(op.start)), b.const(dt.np.type(op.delta))
-        limit = b.op1("Add", start, b.op1("Mul", b.op1("Cast", length, to=onnx_type(dt)),
-                                          delta))
-    return [b.op1("Range", start, limit, delta)]
+        return [b.op1("Range", start, limit, delta)]
+    # A float Range would count ceil((limit - start) / delta) elements in float, one too many
+    # where rounding lifts it (0.7 + 10 * 0.1): count in int64, then start + i * delta in f64
+    # (as the reference computes it), cast to the dtype.
+    i = b.op1("Range", b.const(np.int64(0)), length, b.const(np.int64(1)))
+    vals = b.op1("Add", b.const(np.float64(op.start)),
+                 b.op1("Mul", b.op1("Cast", i, to=onnx_type(f64)), b.const(np.float64(op.delta))))
+    return [b.op1("Cast", vals, to=onnx_type(dt))]
 
 
 @exporter(SymConst)
