@@ -1,6 +1,7 @@
 """Round trips through braze's own ONNX export: what bz.export_onnx writes, ONNX Runtime runs
-to braze's numbers and bz.import_onnx reads back (float aranges)."""
+to braze's numbers and bz.import_onnx reads back (float aranges, symbolic dim expressions)."""
 import numpy as np
+import onnx
 import onnxruntime as ort
 import pytest
 
@@ -27,3 +28,30 @@ def test_float_arange_exports_its_length_and_imports_back(tmp_path, length, star
     path = bz.export_onnx(g, tmp_path / "ar.onnx", target="standard")
     np.testing.assert_allclose(_ort(path, feeds)[0], want, rtol=1e-6)
     np.testing.assert_allclose(bz.interpret(bz.import_onnx(path), feeds)[0], want, rtol=1e-6)
+
+
+def test_dim_expressions_import_back_as_expressions(tmp_path):
+    g = bz.Graph("poly")
+    x = g.input("x", bz.Shape(("b*s", 8)))
+    y = g.input("y", bz.Shape(("b", "s", 8)))
+    z = g.input("z", bz.Shape(("n+1", 8)))
+    g.set_outputs([g.add(g.reshape(x, ("b", "s", 8)), y), g.narrow(z, 0, 1, "n")])
+    feeds = {"x": np.ones((6, 8), np.float32), "y": np.ones((2, 3, 8), np.float32),
+             "z": np.arange(40, dtype=np.float32).reshape(5, 8)}
+    path = bz.export_onnx(g, tmp_path / "poly.onnx")
+    back = bz.import_onnx(path)
+    assert [n.op.shape.dims for n in back.inputs] == [n.op.shape.dims for n in g.inputs]
+    for got, want in zip(bz.interpret(back, feeds), bz.interpret(g, feeds), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_an_unbindable_dim_expression_stays_a_name(tmp_path):
+    """A lone `batch*seq` input (an ORT-optimized model's packed tokens) binds no symbol by
+    itself, so it stays one opaque dim as before."""
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["batch*seq", 4])
+    out = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["batch*seq", 4])
+    graph = onnx.helper.make_graph([onnx.helper.make_node("Relu", ["x"], ["y"])], "g", [x], [out])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    g = bz.import_onnx(model)
+    assert g.inputs[0].op.shape.dims == ("batch_seq", 4)
+    assert bz.interpret(g, {"x": -np.ones((6, 4), np.float32)})[0].shape == (6, 4)

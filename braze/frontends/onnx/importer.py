@@ -101,6 +101,25 @@ def _sanitize(name: str) -> str:
     return s if s and s.isidentifier() else f"d_{s}"
 
 
+def _dim_expression(text: str, plain: set[str]) -> str | None:
+    """A dim_param written as a braze dim expression ("batch*seq", "seq+1", as braze's own
+    export writes them) as that expression, when feeds can bind it: every symbol but at most
+    one is some input's plain dim_param, and that one appears alone and linearly ("2*n+1").
+    None otherwise (the dim_param is then an opaque name, as any other)."""
+    if not re.fullmatch(r"[\w\s]*[-+*][-+*\w\s]*", text):
+        return None
+    try:
+        p = SymDim.of(text)
+    except (ValueError, TypeError):
+        return None
+    free = p.symbols - plain
+    if not p.symbols or len(free) > 1:
+        return None
+    if free and any(set(m) & free and m != tuple(free) for m in p.terms):
+        return None
+    return p.to_dim() if isinstance(p.to_dim(), str) else None
+
+
 class _Importer:
     def __init__(self, proto, label: str, input_shapes, name: str | None,
                  payloads: Sequence | None = None):
@@ -217,6 +236,11 @@ class _Importer:
 
     def _inputs(self, gp, init_names: set[str]) -> None:
         seen = set()
+        self.plain_dims = {_str(d.dim_param) for vi in gp.input
+                           for d in vi.type.tensor_type.shape.dim
+                           if d.HasField("dim_param") and _str(d.dim_param).isidentifier()}
+        self.plain_dims |= {d for dims in self.input_shapes.values() for d in dims
+                            if isinstance(d, str) and d.isidentifier()}
         for vi in gp.input:
             name = _str(vi.name)
             if name in init_names:
@@ -253,7 +277,8 @@ class _Importer:
             if d.HasField("dim_value") and d.dim_value >= 0:
                 dims.append(int(d.dim_value))
             elif d.HasField("dim_param") and d.dim_param and d.dim_param != "?":
-                dims.append(_sanitize(_str(d.dim_param)))
+                text = _str(d.dim_param)
+                dims.append(_dim_expression(text, self.plain_dims) or _sanitize(text))
             else:
                 dims.append(f"{_sanitize(name)}_dim{axis}")
         return tuple(dims)
