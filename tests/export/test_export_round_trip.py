@@ -1,11 +1,13 @@
 """Round trips through braze's own ONNX export: what bz.export_onnx writes, ONNX Runtime runs
-to braze's numbers and bz.import_onnx reads back (float aranges, symbolic dim expressions)."""
+to braze's numbers and bz.import_onnx reads back (float aranges, symbolic dim expressions,
+resizes by a scale)."""
 import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
 
 import braze as bz
+from braze.export.onnx import ExportError
 
 
 def _ort(path, feeds):
@@ -55,3 +57,39 @@ def test_an_unbindable_dim_expression_stays_a_name(tmp_path):
     g = bz.import_onnx(model)
     assert g.inputs[0].op.shape.dims == ("batch_seq", 4)
     assert bz.interpret(g, {"x": -np.ones((6, 4), np.float32)})[0].shape == (6, 4)
+
+
+@pytest.mark.parametrize("n_in,size,scale,mode", [
+    (10, 7, 0.7, "linear"),     # float32 0.7 * 10 floors to 6 in ONNX
+    (100, 29, 0.29, "nearest"),
+    (3, 7, 7 / 3, "cubic"),
+])
+def test_resize_with_a_scale_exports_its_size(tmp_path, n_in, size, scale, mode):
+    g = bz.Graph("rs")
+    x = g.input("x", bz.Shape((1, 2, n_in, n_in)))
+    g.set_outputs([g.resize(x, (size, size), mode=mode, scale=(scale, scale))])
+    feeds = {"x": np.random.default_rng(0).standard_normal((1, 2, n_in, n_in), np.float32)}
+    want = bz.interpret(g, feeds)[0]
+    path = bz.export_onnx(g, tmp_path / "rs.onnx")
+    np.testing.assert_allclose(_ort(path, feeds)[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_interpolate_by_scale_factor_from_torch_exports(tmp_path):
+    torch = pytest.importorskip("torch")
+
+    class Down(torch.nn.Module):
+        def forward(self, x):
+            return torch.nn.functional.interpolate(x, scale_factor=0.7, mode="bilinear")
+
+    x = torch.randn(1, 2, 10, 10)
+    path = bz.export_onnx(bz.import_torch(Down(), (x,)), tmp_path / "down.onnx")
+    np.testing.assert_allclose(_ort(path, {"x": x.numpy()})[0], Down()(x).numpy(), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_resize_size_that_disagrees_with_its_scale_is_named(tmp_path):
+    g = bz.Graph("rs")
+    x = g.input("x", bz.Shape((1, 2, 5, 5)))
+    g.set_outputs([g.resize(x, (8, 8), mode="linear", scale=(1.5, 1.5))])
+    with pytest.raises(ExportError, match=r"floor\(5 \* 1.5\) = 7 .* not the size 8"):
+        bz.export_onnx(g, tmp_path / "rs.onnx")

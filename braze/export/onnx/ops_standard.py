@@ -4,6 +4,8 @@ differs from the ONNX op's in an edge case the mapping adds the fix (integer div
 softmax of an all -inf row is zeros), so ONNX Runtime computes exactly what braze does."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ...ir.dtypes import f16, f32, f64
@@ -37,7 +39,7 @@ from ...ir.ops.reduce import ArgMax, Cumsum, LogSoftmax, Reduce, ReduceFn, Softm
 from ...ir.ops.resize import Resize
 from ...ir.ops.shape import Concat, Expand, Gather, Narrow, Pad, Reshape, Split, Transpose
 from ...ir.symbolic import SymDim
-from .builder import onnx_type
+from .builder import ExportError, onnx_type
 from .registry import exporter
 
 _SQRT_2_OVER_PI = float(np.sqrt(2.0 / np.pi))
@@ -423,10 +425,33 @@ def resize(b, n, ins, target):
                  nearest_mode=op.nearest.value, cubic_coeff_a=float(op.cubic_a),
                  exclude_outside=int(op.exclude_outside))
     if op.scale is not None:  # the scale drives the source coordinates, as ONNX's scales do
-        scales = b.const(np.asarray([1, 1, *op.scale], np.float32))
+        dims_in, dims_out = b.g.shape_of(n.inputs[0]).dims[2:], n.outputs[0].dims[2:]
+        scale = [_onnx_scale(n, s, d_in, d_out)
+                 for s, d_in, d_out in zip(op.scale, dims_in, dims_out, strict=True)]
+        scales = b.const(np.asarray([1, 1, *scale], np.float32))
         return [b.op1("Resize", ins[0], "", scales, **attrs)]
     sizes = b.dims_tensor(n.outputs[0].dims)
     return [b.op1("Resize", ins[0], "", "", sizes, **attrs)]
+
+
+def _onnx_scale(n, scale: float, d_in, d_out) -> np.float32:
+    """`scale` as the float32 ONNX takes, moved by at most a few ulps so that ONNX's output size
+    floor(d_in * scale) is `d_out` (float32 0.7 makes 10 rows 6, where braze's size is 7, as
+    PyTorch's interpolate(scale_factor=0.7) gives); an ExportError when no nearby float32 does
+    (a size that disagrees with its scale, which ONNX's Resize cannot express)."""
+    s = np.float32(scale)
+    if not (isinstance(d_in, int) and isinstance(d_out, int)):
+        return s
+    up, down = s, s
+    for _ in range(8):
+        for c in (up, down):
+            if math.floor(np.float32(d_in) * c) == d_out == math.floor(d_in * float(c)):
+                return c
+        up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(0))
+    raise ExportError(f"cannot export node {n.describe()}: ONNX's Resize makes floor({d_in} * "
+                      f"{scale:g}) = {math.floor(d_in * scale)} of the input's {d_in}, not the "
+                      f"size {d_out} this resize gives with that scale; give a size that "
+                      "matches the scale, or no scale")
 
 
 @exporter(ResizeNearest2x)
