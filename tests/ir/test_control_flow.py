@@ -248,16 +248,25 @@ def test_export_of_an_unbounded_loop_says_to_pass_max_iterations(tmp_path):
         bz.export_onnx(halving_loop(max_iterations=None), str(tmp_path / "m.onnx"))
 
 
-def test_export_writes_the_weights_of_params_held_in_bodies(tmp_path):
-    ort = pytest.importorskip("onnxruntime")
-    w = np.array([2.0, -1.0, 0.5], np.float32)
+BRANCH_WEIGHT = np.array([2.0, -1.0, 0.5], np.float32)
+
+
+def branch_with_a_weight(name: str, loss: bool = False) -> bz.Graph:
+    """cond(sum x > 0, -x, x * bw): the else branch holds a param with a stored value; with
+    `loss`, the sum of the result."""
     scaled = bz.Graph("scaled")
     a = scaled.input("a0", S(3))
-    scaled.set_outputs([scaled.mul(a, scaled.param("bw", S(3), w))])
-    g = bz.Graph("body_weights")
+    scaled.set_outputs([scaled.mul(a, scaled.param("bw", S(3), BRANCH_WEIGHT))])
+    g = bz.Graph(name)
     x = g.input("x", S(3))
-    g.set_outputs([g.cond(g.gt(g.sum(x), 0.0), body("neg", [S(3)], lambda b, v: b.neg(v)),
-                          scaled, x)])
+    y = g.cond(g.gt(g.sum(x), 0.0), body("neg", [S(3)], lambda b, v: b.neg(v)), scaled, x)
+    g.set_outputs([g.sum(y) if loss else y])
+    return g
+
+
+def test_export_writes_the_weights_of_params_held_in_bodies(tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    g = branch_with_a_weight("body_weights")
     path = bz.export_onnx(g, str(tmp_path / "m.onnx"))
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     for xs in (np.ones(3, np.float32), -np.ones(3, np.float32)):
@@ -291,16 +300,9 @@ def test_gradients_differentiate_only_the_branch_and_steps_that_ran():
 
 
 def test_gradients_reach_params_held_in_a_branch():
-    w = np.array([2.0, -1.0, 0.5], np.float32)
-    scaled = bz.Graph("scaled")
-    a = scaled.input("a0", S(3))
-    scaled.set_outputs([scaled.mul(a, scaled.param("bw", S(3), w))])
-    g = bz.Graph("branch_weights")
-    x = g.input("x", S(3))
-    g.set_outputs([g.sum(g.cond(g.gt(g.sum(x), 0.0), body("neg", [S(3)], lambda b, v: b.neg(v)),
-                                scaled, x))])
+    g = branch_with_a_weight("branch_weights", loss=True)
     _, dx, dw = bz.interpret(bz.grad_with_loss(g, ["x", "bw"]), {"x": -np.ones(3, np.float32)})
-    np.testing.assert_array_equal(dx, w)
+    np.testing.assert_array_equal(dx, BRANCH_WEIGHT)
     np.testing.assert_array_equal(dw, -1.0)
 
 

@@ -125,7 +125,7 @@ def batched_kernel(node, ins, outs, ctx, *, has_bias: bool = False, act: int = 0
     batch = int(np.prod(a.dims[:-2], dtype=np.int64))
     if min(m, n, k, batch) == 0 or (has_bias and not bias_fits(ins[2], n)):
         return None
-    slots = max(1, ctx.threads or len(os.sched_getaffinity(0)))  # the scratch's thread slots
+    slots = ctx.threads or cc.usable_cpus()  # the scratch's thread slots
     per = m * k + k * n
     static_b = second[1] if second[0] == "static" else None
     if not _pays(batch, m, k, n, slots, static_b is not None):
