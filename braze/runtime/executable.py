@@ -1,7 +1,7 @@
 """`bz.compile`: a graph becomes an `Executable` for a target.
 
-compile = the target's fusion pipeline -> (a precision policy) -> half-precision matmuls,
-convs, attention, norms and reductions on float32 kernels (passes.half_compute) -> legalize
+compile = the target's fusion pipeline -> half-precision matmuls, convs, attention, norms
+and reductions on float32 kernels (passes.half_compute) -> (a precision policy) -> legalize
 (composite ops without a kernel decompose into ops that have one) -> per binding of the
 symbolic dims, a Program (static values computed once, one kernel per node, one arena).
 `exe(feeds)` runs the program for the feeds' binding, building and caching it on first sight
@@ -77,11 +77,11 @@ def _lowered(graph: Graph, target: str, params: Mapping[str, np.ndarray], *, pre
         fused, report = run_fusion(graph, target)
     else:
         fused, report = graph, FusionReport.analyze(graph, graph, target=str(target))
-    if precision is not None:
+    fused, _ = compute_half_in_f32(fused)  # f16 / bf16 models: matmuls, norms, ... on f32 kernels
+    if precision is not None:  # after it, so an f16 model's (now f32) matmuls take the policy
         from ..passes.precision import apply_precision
 
         fused, _ = apply_precision(fused, precision)
-    fused, _ = compute_half_in_f32(fused)  # f16 / bf16 models: matmuls, norms, ... on f32 kernels
     legal, decomposed = legalize_for_kernels(fused)
     return legal, report, decomposed
 
