@@ -16,7 +16,7 @@ from ...ir.symbolic import SymDim
 from .dtypes import braze_dtype
 from .known import Known
 
-__all__ = ["Tensor", "ImportContext", "NodeView", "Converter", "CONVERTERS", "converter"]
+__all__ = ["Tensor", "ImportContext", "NodeView", "Body", "Converter", "CONVERTERS", "converter"]
 
 
 @dataclass
@@ -39,6 +39,12 @@ class NodeView:
     domain: str = ""
     attr_types: dict = field(default_factory=dict)  # name -> AttributeProto type
     schema: object = None  # ONNX's OpSchema (schema.py), None outside the default domain
+    captures: list[str] = field(default_factory=list)  # outer names its subgraphs read
+
+    @property
+    def reads(self) -> list[str]:
+        """Every name the node reads: its inputs, then its subgraphs' captures."""
+        return [*self.inputs, *self.captures]
 
     @property
     def label(self) -> str:
@@ -46,6 +52,18 @@ class NodeView:
 
     def attr(self, key: str, default=None):
         return self.attrs.get(key, default)
+
+
+@dataclass
+class Body:
+    """An ONNX subgraph imported as a closed braze graph: its inputs are the formals given as
+    types, in order, then one per outer value the subgraph captures (`captures`, the outer
+    values to pass in, in the same order); captured compile-time values stay known inside.
+    `known_outputs[k]` is output k's compile-time value, when the import knows it."""
+
+    graph: Graph
+    captures: list[Value]
+    known_outputs: list[Known | None]
 
 
 Converter = Callable[["ImportContext", NodeView], Sequence]
@@ -73,6 +91,20 @@ class ImportContext:
     source: str = "model"
     env: dict[str, Tensor] = field(default_factory=dict)
     _materialized: dict[int, Value] = field(default_factory=dict)
+    scopes: object = None  # the importer: imports subgraphs (`body`, `inline`)
+    root: ImportContext | None = None  # the top-level graph's context, inside a subgraph
+
+    # -- subgraphs ---------------------------------------------------------------------------------
+    def body(self, node: NodeView, attr: str, formals: Sequence, name: str) -> Body:
+        """Import graph attribute `attr` of `node` as a closed braze graph named `name`.
+        `formals` gives each subgraph input, in order, a braze Shape (a body input) or a
+        Known (bound at import: no input)."""
+        return self.scopes.import_body(self, node, attr, formals, name)
+
+    def inline(self, node: NodeView, attr: str, why: str) -> list[Tensor]:
+        """Import graph attribute `attr` of `node` (a subgraph without inputs) into this graph
+        in place of the node; its nodes' provenance says `why`. Returns its outputs."""
+        return self.scopes.inline_body(self, node, attr, why)
 
     # -- reading inputs ---------------------------------------------------------------------------
     def has(self, node: NodeView, i: int) -> bool:
@@ -160,6 +192,9 @@ class ImportContext:
         node's, once: a pattern repeated per layer adds no copies). Inputs are rebuilt in
         place: the import owns its graph, and an input has no readers' types to redo (its
         shape is unchanged)."""
+        if self.root is not None:  # a subgraph's inputs are not the model's
+            self.root.exclude(node, dim, value, why)
+            return
         syms = SymDim.of(dim).symbols
         for nid in self.g.input_ids:
             n = self.g.nodes[nid]

@@ -30,6 +30,7 @@ from .known import FOLDERS, FOLDERS_PICK, Known, NotFoldable
 from .loader import load_model
 from .loader import proto_str as _str
 from .schema import check_input_types, check_node, node_schema
+from .subgraphs import SubgraphImports, node_captures, node_subgraphs
 
 __all__ = ["import_onnx", "SUPPORTED_OPS", "MIN_OPSET", "MAX_OPSET"]
 
@@ -39,18 +40,20 @@ FOLD_LIMIT = 1 << 16          # numeric folding evaluates tensors up to this man
 KNOWN_INT_LIMIT = 1024        # integer / bool initializers up to this size stay compile-time
 _ONNX_DOMAINS = ("", "ai.onnx")
 _SHAPE_READERS = frozenset({"Shape", "Size", "ConstantOfShape", "Range"})  # converters fold
+_HOLDS_BODIES = frozenset({"If", "Loop", "Scan"})  # their converters fold (ops/control.py)
 
 
 def _text(b: bytes) -> str:
     return b.decode("utf-8", "replace")
 
 
-# AttributeProto.AttributeType -> how to read the value (subgraphs: their ops are unsupported)
+# AttributeProto.AttributeType -> how to read the value (subgraphs: their GraphProtos)
 _ATTRIBUTE_READERS = {
     1: lambda a: a.f, 2: lambda a: a.i, 3: lambda a: _text(a.s), 4: lambda a: a.t,
-    5: lambda a: None, 6: lambda a: list(a.floats), 7: lambda a: list(a.ints),
+    5: lambda a: a.g, 6: lambda a: list(a.floats), 7: lambda a: list(a.ints),
     8: lambda a: [_text(s) for s in a.strings], 9: lambda a: list(a.tensors),
-    10: lambda a: None, 11: lambda a: a.sparse_tensor, 12: lambda a: list(a.sparse_tensors),
+    10: lambda a: list(a.graphs), 11: lambda a: a.sparse_tensor,
+    12: lambda a: list(a.sparse_tensors),
     13: lambda a: a.tp, 14: lambda a: list(a.type_protos),
 }
 
@@ -120,7 +123,7 @@ def _dim_expression(text: str, plain: set[str]) -> str | None:
     return p.to_dim() if isinstance(p.to_dim(), str) else None
 
 
-class _Importer:
+class _Importer(SubgraphImports):
     def __init__(self, proto, label: str, input_shapes, name: str | None,
                  payloads: Sequence | None = None):
         self.proto = proto
@@ -131,7 +134,9 @@ class _Importer:
         gp = proto.graph
         self.g = Graph(name or _str(gp.name) or "onnx_model", record_provenance=False)
         self.opset = self._opset()
-        self.ctx = ImportContext(self.g, self.opset, label)
+        self.ctx = ImportContext(self.g, self.opset, label, scopes=self)
+        self.in_body = False  # a subgraph's importer: initializers become constants
+        self.prefix = ""  # what a subgraph's nodes' provenance starts with
 
     def _opset(self) -> int:
         version = None
@@ -151,12 +156,8 @@ class _Importer:
     # -- the import -----------------------------------------------------------------------------
     def run(self) -> Graph:
         gp = self.proto.graph
-        nodes = [self._view(n) for n in gp.node]
-        self._check_supported(nodes)
-        for n in nodes:
-            n.schema = node_schema(n.op_type, n.domain, self.opset)
-            check_node(self.label, n.name, n.op_type, n.inputs, n.outputs, n.attr_types,
-                       n.schema)
+        self._check_supported(gp.node)
+        nodes = self._checked_views(gp)
         init_names = self._initializers(gp)
         self._inputs(gp, init_names)
         for node in self._topological(nodes):
@@ -164,6 +165,14 @@ class _Importer:
         self._outputs(gp)
         check_assumptions(self.g, self.assumed, self.label)
         return self.g
+
+    def _checked_views(self, gp) -> list[NodeView]:
+        nodes = [self._view(n) for n in gp.node]
+        for n in nodes:
+            n.schema = node_schema(n.op_type, n.domain, self.opset)
+            check_node(self.label, n.name, n.op_type, n.inputs, n.outputs, n.attr_types,
+                       n.schema)
+        return nodes
 
     def _view(self, n) -> NodeView:
         attrs, types = {}, {}
@@ -176,14 +185,19 @@ class _Importer:
             attrs[_str(a.name)] = read(a)
             types[_str(a.name)] = a.type
         return NodeView(_str(n.op_type), _str(n.name), [_str(x) for x in n.input],
-                        [_str(x) for x in n.output], attrs, _str(n.domain), types)
+                        [_str(x) for x in n.output], attrs, _str(n.domain), types,
+                        captures=node_captures(n))
 
-    def _check_supported(self, nodes: list[NodeView]) -> None:
+    def _check_supported(self, node_protos) -> None:
+        """UnsupportedOpsError listing every op type braze lacks, subgraphs included."""
         bad: dict[str, str] = {}
-        for n in nodes:
-            key = converter_key(n)
-            if key not in CONVERTERS and key not in bad:
-                bad[key] = n.name or (n.outputs[0] if n.outputs else "?")
+        stack = [node_protos]
+        while stack:
+            for p in stack.pop():
+                key = converter_key(NodeView(_str(p.op_type), "", [], [], {}, _str(p.domain)))
+                if key not in CONVERTERS and key not in bad:
+                    bad[key] = _str(p.name) or (_str(p.output[0]) if p.output else "?")
+                stack.extend(sub.node for sub in node_subgraphs(p))
         if bad:
             listing = ", ".join(f"{k} (e.g. node {v!r})" for k, v in sorted(bad.items()))
             raise UnsupportedOpsError(
@@ -229,6 +243,9 @@ class _Importer:
         dt = braze_dtype(arr.dtype)
         if arr.size == 1 or (not dt.is_float and arr.size <= KNOWN_INT_LIMIT):
             self.ctx.env[name] = Tensor(known=Known(arr, dt))
+            return
+        if self.in_body:  # a body reads only its inputs and constants
+            self.ctx.env[name] = Tensor(value=self.g.constant(np.asarray(arr), dt))
             return
         with self.g.provenance_scope(name):
             v = self.g.param(name, Shape(arr.shape, dt), value=arr)
@@ -297,14 +314,14 @@ class _Importer:
                 produced[o] = i
         available = set(self.ctx.env)
         if all(all(not x or x in available or produced.get(x, len(nodes)) < i
-                   for x in n.inputs) for i, n in enumerate(nodes)):
+                   for x in n.reads) for i, n in enumerate(nodes)):
             for n in nodes:
                 self._check_inputs(n, available, produced)
             return nodes
         order, state = [], [0] * len(nodes)  # 0 new, 1 visiting, 2 done
 
         def visit(i: int) -> None:
-            stack = [(i, iter(nodes[i].inputs))]
+            stack = [(i, iter(nodes[i].reads))]
             state[i] = 1
             while stack:
                 j, it = stack[-1]
@@ -320,7 +337,7 @@ class _Importer:
                                             f"{nodes[k].label} (reading {x!r})")
                     if state[k] == 0:
                         state[k] = 1
-                        stack.append((k, iter(nodes[k].inputs)))
+                        stack.append((k, iter(nodes[k].reads)))
                         break
                 else:
                     stack.pop()
@@ -333,7 +350,7 @@ class _Importer:
         return order
 
     def _check_inputs(self, n: NodeView, available, produced) -> None:
-        for x in n.inputs:
+        for x in n.reads:
             if x and x not in available and x not in produced:
                 raise FrontendError(f"{self.label}: node {n.label} reads {x!r}, which no graph "
                                     "input, initializer or node produces")
@@ -354,7 +371,8 @@ class _Importer:
 
     def _convert(self, node: NodeView) -> None:
         ctx = self.ctx
-        prov = node.name or f"{node.op_type}:{node.outputs[0] if node.outputs else '?'}"
+        prov = self.prefix + (node.name or
+                              f"{node.op_type}:{node.outputs[0] if node.outputs else '?'}")
         if node.schema is not None:
             check_input_types(self.label, node.name, node.op_type, node.inputs,
                               self._input_dtypes(node), node.schema)
@@ -408,8 +426,8 @@ class _Importer:
         """Compile-time results when every input is known (symbolic shape math, or small
         numeric tensors evaluated with the reference interpreter); None otherwise."""
         op = node.op_type
-        if op in _SHAPE_READERS:
-            return None  # their converters decide (they read shapes, not values)
+        if op in _SHAPE_READERS or op in _HOLDS_BODIES:
+            return None  # their converters decide (they read shapes, not values; subgraphs)
         env = self.ctx.env
         ins: list[Known | None] = []
         for x in node.inputs:

@@ -29,6 +29,7 @@ from onnx import numpy_helper  # noqa: E402
 
 import braze as bz  # noqa: E402
 from braze.errors import FrontendError  # noqa: E402
+from braze.frontends.onnx.subgraphs import node_captures, node_subgraphs  # noqa: E402
 
 # Inputs braze needs at import time, per op type (input positions).
 STATIC_INPUTS: dict[str, tuple[int, ...]] = {
@@ -36,6 +37,7 @@ STATIC_INPUTS: dict[str, tuple[int, ...]] = {
     "Squeeze": (1,), "Unsqueeze": (1,), "ConstantOfShape": (0,), "Range": (0, 1, 2),
     "TopK": (1,), "Pad": (1, 3), "Resize": (1, 2, 3), "Upsample": (1,), "CumSum": (1,),
     "Trilu": (1,), "ScatterND": (0, 1, 2), "OneHot": (1, 2),
+    "Loop": (0, 1),  # a trip count / condition from data: scan outputs of data-dependent length
     **{op: (1,) for op in ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd",
                            "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum",
                            "ReduceLogSumExp")},
@@ -52,6 +54,10 @@ EXPECTED_REFUSALS: list[tuple[str, str, str]] = [
      r"element type (FLOAT8E\w+|U?INT4)", "braze has no float8 / int4 dtypes"),
     (r"test_identity_(sequence|opt)", r"is not a tensor",
      "sequence and optional values are not tensors"),
+    (r"test_if_(seq|opt)|test_loop13_seq|test_loop16_seq_none",
+     r"cannot import .*(Sequence|Optional)", "sequences and optionals inside If / Loop bodies"),
+    (r"test_loop11", r"Slice starts .* computed from data",
+     "the body slices by the iteration number; braze slices need import-time bounds"),
     # training-only behaviour (random masks)
     (r"test_training_dropout\w*", r"training_mode",
      "training-mode Dropout is random; braze imports inference graphs"),
@@ -86,11 +92,20 @@ def expected_refusal(name: str) -> tuple[str, str] | None:
     return None
 
 
+def _all_nodes(nodes):
+    """`nodes` and the nodes of their subgraphs, at every depth."""
+    for n in nodes:
+        yield n
+        for sub in node_subgraphs(n):
+            yield from _all_nodes(sub.node)
+
+
 def freeze(model, inputs: list):
-    """(model, inputs) with every graph input that an import-time input depends on turned into
-    an initializer holding its test value."""
-    producer = {o: n for n in model.graph.node for o in n.output}
-    todo = [n.input[i] for n in model.graph.node for i in STATIC_INPUTS.get(n.op_type, ())
+    """(model, inputs) with every graph input that an import-time input depends on (inside
+    subgraphs too) turned into an initializer holding its test value."""
+    nodes = list(_all_nodes(model.graph.node))
+    producer = {o: n for n in nodes for o in n.output}
+    todo = [n.input[i] for n in nodes for i in STATIC_INPUTS.get(n.op_type, ())
             if i < len(n.input) and n.input[i]]
     needed: set[str] = set()
     while todo:
@@ -100,7 +115,7 @@ def freeze(model, inputs: list):
         needed.add(name)
         node = producer.get(name)
         if node is not None and node.op_type not in SHAPE_READERS:
-            todo.extend(x for x in node.input if x)
+            todo.extend(x for x in (*node.input, *node_captures(node)) if x)
     names = [vi.name for vi in model.graph.input]
     if not needed & set(names):
         return model, inputs
