@@ -243,9 +243,18 @@ def test_compiled_bodies_follow_the_precision_policy():
     np.testing.assert_array_equal(in_branch, outside)
 
 
-def test_export_of_an_unbounded_loop_says_to_pass_max_iterations(tmp_path):
-    with pytest.raises(bz.BrazeError, match="max_iterations"):
-        bz.export_onnx(halving_loop(max_iterations=None), str(tmp_path / "m.onnx"))
+def test_export_of_an_unbounded_loop_writes_an_onnx_loop(tmp_path):
+    """No unrolled form exists without max_iterations: the export is an ONNX Loop that runs
+    as long as the interpreter's loop does."""
+    ort = pytest.importorskip("onnxruntime")
+    onnx = pytest.importorskip("onnx")
+    g = halving_loop(max_iterations=None)
+    path = bz.export_onnx(g, str(tmp_path / "m.onnx"))
+    assert "Loop" in [n.op_type for n in onnx.load(path).graph.node]
+    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    for x in (np.array([0.5, 0, 0, 0], np.float32), np.array([40, -3, 7, 1], np.float32)):
+        for got, want in zip(sess.run(None, {"x": x}), bz.interpret(g, {"x": x})):
+            np.testing.assert_array_equal(got, want)
 
 
 BRANCH_WEIGHT = np.array([2.0, -1.0, 0.5], np.float32)

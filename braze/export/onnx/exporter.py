@@ -19,13 +19,14 @@ from ...passes.expand import expand_where
 from .builder import ExportError, OnnxBuilder, fill_tensor, onnx_type, tensor_type
 from .registry import EXPORTERS, TARGETS, accepts
 
-__all__ = ["export_onnx", "to_onnx_model", "ExportError"]
+__all__ = ["export_onnx", "to_onnx_model", "ExportError", "emit_nodes", "legal_for",
+           "value_info"]
 
 EXTERNAL_DATA_BYTES = 1_800_000_000  # above this, initializers go to an external data file
 DEFAULT_OPSET = 17
 
 
-def _legal(g: Graph, target: str) -> Graph:
+def legal_for(g: Graph, target: str) -> Graph:
     """Decompose every node the target has no mapping for (repeatedly)."""
     out, _ = expand_where(g, lambda node, graph: not accepts(node, graph, target))
     return out
@@ -52,15 +53,38 @@ def _build(graph: Graph, target: str, opset: int, params):
     if missing:
         raise ExportError(f"params {missing} have no values; pass params= (bz.init_params(g) "
                           "draws random ones) or store them with g.set_weight")
-    g = _legal(graph, target)
+    g = legal_for(graph, target)
     weights = {**g.weights, **weights}  # and the params decompositions added (inlined bodies)
     b = OnnxBuilder(g, opset)
+    inputs = emit_nodes(b, g, weights, target)
+    outputs, seen = [], set()
+    for i, v in enumerate(g.outputs):
+        name = b.name(v)
+        out_name = b.unique(f"output_{i}" if i else "output")
+        b.op("Identity", [name], outputs=[out_name])
+        seen.add(out_name)
+        outputs.append(value_info(out_name, g.shape_of(v)))
+    graph_proto = helper.make_graph(b.nodes, graph.name, inputs, outputs)
+    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1)
+                                                 for d in sorted(b.domains)]
+    model = helper.make_model(graph_proto, opset_imports=opsets, producer_name="braze")
+    model.ir_version = min(model.ir_version, 10)
+    return model, b  # initializers go in after make_model, which copies the graph it is given
+
+
+def emit_nodes(b: OnnxBuilder, g: Graph, weights: Mapping, target: str,
+               input_names: list[str] | None = None) -> list:
+    """Write `g`'s nodes (legal for `target`) into `b`, filling `b.names`. Inputs take their
+    own names, or `input_names` in order (a body bound to the names its caller gives it).
+    Returns the inputs' ValueInfos."""
     inputs = []
-    for n in g.nodes:
+    bound = dict(zip(g.input_ids, input_names)) if input_names is not None else {}
+    for nid, n in enumerate(g.nodes):
         op = n.op
         if isinstance(op, Input):
-            b.names[n.value] = op.name
-            inputs.append(_value_info(op.name, op.shape))
+            name = bound.get(nid, op.name)
+            b.names[n.value] = name
+            inputs.append(value_info(name, op.shape))
         elif isinstance(op, Param):
             arr = np.asarray(weights[op.name]).astype(op.shape.dtype.np, copy=False)
             b.names[n.value] = op.name
@@ -82,22 +106,10 @@ def _build(graph: Graph, target: str, opset: int, params):
                                   f"{e}") from e
             for v, name in zip(n.values, outs, strict=True):
                 b.names[v] = name
-    outputs, seen = [], set()
-    for i, v in enumerate(g.outputs):
-        name = b.name(v)
-        out_name = b.unique(f"output_{i}" if i else "output")
-        b.op("Identity", [name], outputs=[out_name])
-        seen.add(out_name)
-        outputs.append(_value_info(out_name, g.shape_of(v)))
-    graph_proto = helper.make_graph(b.nodes, graph.name, inputs, outputs)
-    opsets = [helper.make_opsetid("", opset)] + [helper.make_opsetid(d, 1)
-                                                 for d in sorted(b.domains)]
-    model = helper.make_model(graph_proto, opset_imports=opsets, producer_name="braze")
-    model.ir_version = min(model.ir_version, 10)
-    return model, b  # initializers go in after make_model, which copies the graph it is given
+    return inputs
 
 
-def _value_info(name: str, shape):
+def value_info(name: str, shape):
     from onnx import helper
 
     dims = [d if isinstance(d, int) else str(d) for d in shape.dims]

@@ -249,16 +249,7 @@ def test_loop_with_scan_outputs_and_a_data_condition_is_refused():
 
 def test_loop_over_a_symbolic_trip_count_runs_every_length():
     """for i in range(x.shape[0]): acc += x[i]; rows stacked (TorchScript's scripted loop)."""
-    nodes = [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
-             helper.make_node("Gather", ["x", "iter"], ["xi"], axis=0),
-             helper.make_node("Add", ["acc", "xi"], ["acc_new"]),
-             helper.make_node("Mul", ["acc_new", "acc_new"], ["row"])]
-    body = loop_body(nodes, [vi("acc", F, [3])], ["row"], scan_rank=1)
-    outer = [helper.make_node("Shape", ["x"], ["sh"]), const("z", np.int64(0)),
-             helper.make_node("Gather", ["sh", "z"], ["n"]), const("t", np.bool_(True)),
-             helper.make_node("Loop", ["n", "t", "acc0"], ["acc_final", "rows"], body=body)]
-    m = model(outer, [vi("x", F, ["n", 3]), vi("acc0", F, [3])],
-              [vi("acc_final", F, [3]), vi("rows", F, ["n", 3])])
+    m = symbolic_loop_model()
     g = bz.import_onnx(m)
     assert "while" in kinds(g)
     exe = bz.compile(g, target="cpu")
@@ -337,3 +328,49 @@ def test_fused_graph_with_control_flow_interprets_equal():
     feeds = {"x": rand(2, 3), "acc0": rand(2, 3, seed=2)}
     for a, b in zip(bz.interpret(fused, feeds), bz.interpret(g, feeds)):
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)
+
+
+# -- export back to ONNX --------------------------------------------------------------------------
+def symbolic_loop_model():
+    nodes = [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+             helper.make_node("Gather", ["x", "iter"], ["xi"], axis=0),
+             helper.make_node("Add", ["acc", "xi"], ["acc_new"]),
+             helper.make_node("Mul", ["acc_new", "acc_new"], ["row"])]
+    body = loop_body(nodes, [vi("acc", F, [3])], ["row"], scan_rank=1)
+    outer = [helper.make_node("Shape", ["x"], ["sh"]), const("z", np.int64(0)),
+             helper.make_node("Gather", ["sh", "z"], ["n"]), const("t", np.bool_(True)),
+             helper.make_node("Loop", ["n", "t", "acc0"], ["acc_final", "rows"], body=body)]
+    return model(outer, [vi("x", F, ["n", 3]), vi("acc0", F, [3])],
+                 [vi("acc_final", F, [3]), vi("rows", F, ["n", 3])])
+
+
+EXPORT_CASES = {
+    "if": (data_if_model, {"x": rand(3, 4)}),
+    "loop_scan_if": (lambda: counted_loop_model(3, with_if=True),
+                     {"x": rand(2, 3), "acc0": rand(2, 3, seed=1)}),
+    "scan_reverse_axes": (lambda: scan_model([1], [1], [2], [1])[0],
+                          {"x": rand(5, 2, 3), "s0": rand(5, 3, seed=1)}),
+    "symbolic_loop": (symbolic_loop_model, {"x": rand(4, 3), "acc0": rand(3, seed=2)}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EXPORT_CASES))
+def test_imported_control_flow_exports_back_and_runs_in_ort(case, tmp_path):
+    """Bounded control flow is written as its decomposition, a while without a bound (the
+    loop over a symbolic length) as an ONNX Loop; ORT runs the export like braze runs the
+    graph, fused or not."""
+    make, feeds = EXPORT_CASES[case]
+    g = bz.import_onnx(make())
+    want = bz.interpret(g, feeds)
+    for graph in (g, bz.fuse(g, target="cpu")[0]):
+        path = bz.export_onnx(graph, tmp_path / f"{case}.onnx", target="standard")
+        got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, feeds)
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
+    if case == "symbolic_loop":
+        ops = [n.op_type for n in onnx.load(str(path)).graph.node]
+        assert "Loop" in ops
+        longer = {"x": rand(6, 3, seed=4), "acc0": feeds["acc0"]}
+        got = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, longer)
+        for a, b in zip(got, bz.interpret(g, longer)):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5)
