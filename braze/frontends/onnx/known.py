@@ -316,7 +316,8 @@ def _compare(fn):
     def fold(attrs, ins, opset):
         _need_sym(ins)
         a, b = (k.array for k in ins)
-        return [Known(np.frompyfunc(fn, 2, 1)(a, b).astype(bool), bool_)]
+        out = np.frompyfunc(fn, 2, 1)(a, b)  # a Python bool for 0-d inputs
+        return [Known(np.asarray(out, dtype=object).astype(bool), bool_)]
 
     return fold
 

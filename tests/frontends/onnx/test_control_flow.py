@@ -145,6 +145,26 @@ def test_if_on_an_undecidable_symbolic_dim_stays_a_cond():
         np.testing.assert_allclose(bz.interpret(g, {"x": x})[0], ort_run(m, {"x": x})[0])
 
 
+def test_if_on_a_symbolic_dim_decided_for_every_size_folds():
+    """x.shape[0] >= 0 holds for every n: folded, the else branch never imported."""
+    nodes = [helper.make_node("Shape", ["x"], ["sh"]),
+             const("zero", np.int64(0)),
+             helper.make_node("Gather", ["sh", "zero"], ["d0"]),
+             helper.make_node("GreaterOrEqual", ["d0", "zero"], ["c"]),
+             helper.make_node("If", ["c"], ["y"],
+                              then_branch=branch("then", [helper.make_node(
+                                  "Relu", ["x"], ["a"])], [vi("a")]),
+                              else_branch=branch("else", [helper.make_node(
+                                  "Neg", ["x"], ["b"])], [vi("b")]))]
+    m = model(nodes, [vi("x", F, ["n", 3])], [vi("y", F, ["n", 3])])
+    g = bz.import_onnx(m)
+    assert "if" not in kinds(g) and "neg" not in {n.op.fn.value for n in g.nodes
+                                                   if n.op.kind == "unary"}
+    for n in (2, 5):
+        x = rand(n, 3, seed=n)
+        np.testing.assert_allclose(bz.interpret(g, {"x": x})[0], ort_run(m, {"x": x})[0])
+
+
 def test_branches_of_different_shapes_are_refused_naming_the_node():
     then = branch("then", [helper.make_node("ReduceSum", ["x"], ["a"], keepdims=1)], [vi("a")])
     other = branch("else", [helper.make_node("Neg", ["x"], ["b"])], [vi("b")])
@@ -209,6 +229,15 @@ def test_zero_trip_loop_returns_its_initial_values_and_empty_scans():
     m = counted_loop_model(0)
     g = check(m, {"x": rand(2, 3), "acc0": rand(2, 3, seed=1)})
     assert "scan" not in kinds(g)
+
+
+def test_loop_whose_condition_is_false_at_the_start_runs_no_iteration():
+    m = counted_loop_model(4)
+    loop_node = m.graph.node[1]
+    m.graph.node.insert(1, const("never", np.bool_(False)))
+    loop_node.input[1] = "never"
+    g = check(m, {"x": rand(2, 3), "acc0": rand(2, 3, seed=1)})
+    assert "scan" not in kinds(g) and "while" not in kinds(g)
 
 
 def test_loop_with_a_data_condition_is_a_bounded_while():

@@ -270,8 +270,6 @@ def _from_front(g: Graph, y: Value, axis: int) -> Value:
 @converter("Scan")
 def scan(ctx: ImportContext, node: NodeView):
     g = ctx.g
-    if ctx.opset < 9:
-        raise ctx.fail(node, "Scan before opset 9 (with a batch axis) is not supported")
     n_in = int(node.attr("num_scan_inputs"))
     n_state = len(node.inputs) - n_in
     if n_in < 1 or n_state < 0:
