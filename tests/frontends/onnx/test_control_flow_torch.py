@@ -1,6 +1,7 @@
 """Real torch exports with control flow through bz.import_onnx, against ONNX Runtime at several
 input sizes, interpreted and compiled: torch.jit.script-ed shape / data branches and loops
-(TorchScript exporter: If, Loop), torch.cond and while_loop (dynamo exporter: If, Loop)."""
+(TorchScript exporter: If, Loop), torch.cond, while_loop and scan (dynamo exporter: If, Loop,
+Scan)."""
 from __future__ import annotations
 
 import io
@@ -56,6 +57,17 @@ class WhileModule(torch.nn.Module):
             return i + 1, acc * 1.5 + 1
 
         return while_loop(cond, body, (torch.zeros((), dtype=torch.int64), x))
+
+
+class ScanModule(torch.nn.Module):
+    def forward(self, x):
+        from torch._higher_order_ops.scan import scan
+
+        def step(c, xt):
+            n = c * 0.5 + xt
+            return n, n * 2
+
+        return scan(step, torch.zeros_like(x[0]), x)
 
 
 def script_export(module) -> bytes:
@@ -139,3 +151,11 @@ def test_dynamo_while_loop_is_a_while_and_exports_back_as_a_loop(tmp_path):
     assert_matches_ort(data, g, [(3, 6)], scale=3.0)
     path = bz.export_onnx(g, tmp_path / "while.onnx", target="standard")
     assert_matches_ort(open(path, "rb").read(), g, [(3, 6)], scale=3.0)
+
+
+def test_dynamo_scan_is_a_scan():
+    data = dynamo_export(ScanModule(), dynamic=False)
+    assert "Scan" in [n.op_type for n in onnx.load_from_string(data).graph.node]
+    g = bz.import_onnx(data)
+    assert "scan" in kinds(g)
+    assert_matches_ort(data, g, [(3, 6)])
