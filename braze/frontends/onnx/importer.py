@@ -5,7 +5,9 @@ float initializers with more than one element become params with stored values (
 integer and scalar tensors are compile-time values that shape computations fold through
 (known.py), materialized as constants only where data needs them. Every braze node records its
 ONNX node's name as provenance, so a fusion miss names the ONNX node. Recognizing logical ops
-(LayerNorm written in primitives, attention, ...) is canonicalization's job, not the importer's."""
+(LayerNorm written in primitives, attention, ...) is canonicalization's job, not the importer's.
+Subgraphs (If branches, Loop / Scan bodies) are imported by child importers (subgraphs.py) for
+the control-flow converters (ops/control.py)."""
 from __future__ import annotations
 
 import math
