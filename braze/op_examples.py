@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from .ir.dtypes import f32, i32, i64
+from .ir.dtypes import f32, i32, i64, u8
 from .ir.graph import Graph
 from .ir.op import Value
 from .ir.ops.indexing import DynamicNarrow
@@ -76,6 +76,12 @@ def _custom_fn(g, x):
     vjp = body_graph("vjp", [_s(2, 3, 8)] * 3,
                      lambda b, v, y, ct: b.mul(ct, b.sub(1.0, b.mul(y, y))))
     return g.custom_fn([x], fwd, vjp_body=vjp)
+
+
+def _dequantize(g, x):
+    q = g.constant(np.arange(-24, 24, dtype=np.int8).reshape(2, 3, 8) * 5)
+    scale = g.mul(g.exp(g.mean(x, (0, 1))), 0.01)  # per-channel, a function of x
+    return g.dequantize(q, scale, g.constant(np.arange(8, dtype=np.int8) - 4), axis=2)
 
 
 def _scan(g, x):
@@ -160,6 +166,10 @@ OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
         x, g.constant(np.array([[[1], [0], [2]]] * 2, np.int64)), 2),
     "top_k": lambda g, x: g.top_k(x, 3, axis=2, largest=False)[1],
     "trilu": lambda g, x: g.trilu(x, upper=False, k=1),
+    "quantize": lambda g, x: g.quantize(x, 0.05, 3),
+    "dequantize": _dequantize,
+    "fake_quantize": lambda g, x: g.fake_quantize(x, np.linspace(0.004, 0.02, 8), 128, axis=2,
+                                                  dtype=u8),
     **BACKWARD_EXAMPLES,
     "softmax_cross_entropy": lambda g, x: g.softmax_cross_entropy(
         x, g.constant(np.array([[1, 7, 0], [3, 2, 5]], np.int64))),

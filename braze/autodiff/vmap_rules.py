@@ -20,6 +20,7 @@ from ..ir.ops.elementwise import Binary, Cast, Clamp, Compare, IsInf, IsNan, Lea
 from ..ir.ops.indexing import DynamicNarrow, GatherElements, Slice, TopK, Trilu
 from ..ir.ops.linalg import DotGeneral, MatMul
 from ..ir.ops.norm import LayerNorm, RmsNorm
+from ..ir.ops.quant import Dequantize, FakeQuantize, Quantize
 from ..ir.ops.reduce import ArgMax, Cumsum, LogSoftmax, Reduce, Softmax
 from ..ir.ops.resize import Resize
 from ..ir.ops.scan import Scan
@@ -74,6 +75,30 @@ def _all_batched(b: Graph, ins, flags) -> list[Value]:
 def _axis_op(b: Graph, node: Node, ins, flags) -> Outs:
     op = dataclasses.replace(node.op, axis=_shift(node.op.axis))
     return _emit(b, node, op, _all_batched(b, ins, flags))
+
+
+@batch_rule(Quantize, Dequantize, FakeQuantize)
+def _quant(b: Graph, node: Node, ins, flags) -> Outs:
+    """Per-axis ops move their axis with x; batched per-tensor parameters become per-axis ones
+    along the batch axis; batched per-axis parameters `[B, C]` apply to x with its batch and
+    channel axes moved together and merged into one `B*C` axis."""
+    axis = node.op.axis
+    if not (flags[1] or flags[2]):
+        shifted = None if axis is None else _shift(axis)
+        return _emit(b, node, dataclasses.replace(node.op, axis=shifted), ins)
+    x, scale, zp = _all_batched(b, ins, flags)
+    if axis is None:
+        return _emit(b, node, dataclasses.replace(node.op, axis=0), [x, scale, zp])
+    dims = b.shape_of(x).dims
+    perm = (0, axis + 1, *[a for a in range(1, len(dims)) if a != axis + 1])
+    moved = b.transpose(x, perm)
+    rest = b.shape_of(moved).dims[2:]
+    flat = [_fold(b, moved), b.reshape(scale, (-1,)), b.reshape(zp, (-1,))]
+    y = b.add_node(dataclasses.replace(node.op, axis=0), tuple(flat),
+                   provenance=node.provenance)[0]
+    y = b.reshape(y, (dims[0], dims[axis + 1], *rest))
+    inverse = tuple(sorted(range(len(perm)), key=lambda i: perm[i]))
+    return [b.transpose(y, inverse)], [True]
 
 
 @batch_rule(Reduce)

@@ -11,6 +11,7 @@ from .builder.fused import FusedBuilder
 from .builder.linalg import LinalgBuilder
 from .builder.loss import LossBuilder
 from .builder.norm import NormBuilder
+from .builder.quant import QuantBuilder
 from .builder.reduce import ReduceBuilder
 from .builder.scan import ScanBuilder
 from .builder.shape import ShapeBuilder
@@ -25,6 +26,7 @@ class Graph(
     LinalgBuilder,
     LossBuilder,
     NormBuilder,
+    QuantBuilder,
     ReduceBuilder,
     ShapeBuilder,
     AttentionBuilder,

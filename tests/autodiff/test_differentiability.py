@@ -34,12 +34,18 @@ def test_every_op_kind_is_differentiable_or_marked(kind):
 def test_marks_are_for_ops_without_float_gradients():
     marked = {k for k in _all_kinds() if differentiability(OP_REGISTRY[k]) == "non_differentiable"}
     assert marked == {"compare", "isnan", "isinf", "argmax", "input", "param", "constant",
-                      "range", "sym_const"} | (marked & {"top_k"})
+                      "range", "sym_const", "quantize"} | (marked & {"top_k"})
+
+
+# Kinds whose gradient is a deliberate estimator, not the derivative: fake_quantize is a
+# staircase (finite differences see 0 or a jump); tests/autodiff/test_rules_quant.py checks its
+# straight-through gradient against torch instead.
+ESTIMATED_GRADIENTS = {"fake_quantize"}
 
 
 def _float_examples() -> list[str]:
     out = []
-    for kind in sorted(OP_EXAMPLES):
+    for kind in sorted(set(OP_EXAMPLES) - ESTIMATED_GRADIENTS):
         g = example_graph(kind)
         if g.shape_of(g.outputs[0]).dtype.is_float and kind not in ("input", "param",
                                                                      "constant"):

@@ -28,6 +28,7 @@ from .io import Constant, Input, Param  # noqa: F401
 from .linalg import DotGeneral, MatMul  # noqa: F401
 from .loss import *  # noqa: F401,F403
 from .norm import *  # noqa: F401,F403
+from .quant import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .region import *  # noqa: F401,F403
 from .resize import *  # noqa: F401,F403
