@@ -19,6 +19,7 @@ LIBRARIES = {
     "transpose": ("lib", ()),
     "nhwc_ops": ("lib", ()),
     "elementwise_c": ("lib", ()),
+    "quant": ("lib", ()),
     "indexing": ("lib", ()),
     "selection": ("lib", ()),
     "rope_layouts": ("lib", ()),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import DType, i8
+from ..dtypes import DType, dtype_from_numpy, i8
 from ..op import Value
 from ..ops.quant import Dequantize, FakeQuantize, Quantize
 
@@ -51,7 +51,7 @@ class QuantBuilder:
         if axis is not None and 0 <= axis < xs.rank and arr.ndim == 0 \
                 and isinstance(xs.dims[axis], int):
             arr = np.full(xs.dims[axis], arr, np_dtype)
-        return self.constant(arr)
+        return self.constant(arr, dtype_from_numpy(arr.dtype))
 
 
 def _axis(axis: int | None, rank: int) -> int | None:

@@ -13,6 +13,7 @@ from . import (  # noqa: E402,F401
     indexing,
     nhwc_ops,
     pool_resize,
+    quant,
     region,
     rope_layouts,
     selection,
