@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     linalg,
     nn,
     norm,
+    quant,
     recurrent,
     reduce,
     resize,

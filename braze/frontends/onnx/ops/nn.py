@@ -192,9 +192,13 @@ def _pads4(pairs) -> tuple[int, int, int, int]:
 # -- convolution --------------------------------------------------------------------------------
 @converter("Conv")
 def conv(ctx: ImportContext, node: NodeView):
+    return [convolve(ctx, node, ctx.value(node, 0), ctx.value(node, 1), ctx.opt_value(node, 2))]
+
+
+def convolve(ctx: ImportContext, node: NodeView, x, w, b):
+    """`node`'s convolution (its Conv attributes: pads / auto_pad, strides, dilations, group)
+    of the braze values x, w and optional bias b; ConvInteger and QLinearConv reuse it."""
     g = ctx.g
-    x, w = ctx.value(node, 0), ctx.value(node, 1)
-    b = ctx.opt_value(node, 2)
     n = _spatial_rank(ctx, node, x)
     wdims = ctx.dims(w)
     if len(wdims) != n + 2:
@@ -214,7 +218,7 @@ def conv(ctx: ImportContext, node: NodeView):
         x4, w4 = x, w
     y = _windowed(ctx, node, x, lambda: g.conv2d(
         x4, w4, b, _to2d(strides, 1), _pads4(pairs), _to2d(dilations, 1), group))
-    return [_from_image(ctx, y) if n == 1 else y]
+    return _from_image(ctx, y) if n == 1 else y
 
 
 def _transpose_pads(ctx, node, sizes, kernel, strides, dilations, out_pad):

@@ -1,0 +1,204 @@
+"""ONNX quantization ops (braze/frontends/onnx/ops/quant.py): one-node models of
+QuantizeLinear / DequantizeLinear (opsets 11..23, per tensor and per axis),
+DynamicQuantizeLinear, MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv import, and
+the interpreter and the compiled executor give ONNX Runtime's outputs bit for bit on random
+data; block quantization, int4 / int16 and float8 are refused naming the node."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+import braze as bz  # noqa: E402
+from braze.errors import FrontendError, UnsupportedOpsError  # noqa: E402
+
+_TYPES = {np.dtype(np.float32): TensorProto.FLOAT, np.dtype(np.float16): TensorProto.FLOAT16,
+          np.dtype(np.int8): TensorProto.INT8, np.dtype(np.uint8): TensorProto.UINT8,
+          np.dtype(np.int32): TensorProto.INT32, np.dtype(np.int16): TensorProto.INT16}
+
+
+def one_node(op_type, feeds: dict, inits: list, n_out=1, opset=21, **attrs):
+    """A model of one node reading the graph inputs `feeds` (in order) and then the
+    initializers `inits` (None: an empty optional input)."""
+    names = list(feeds)
+    tensors = []
+    for i, arr in enumerate(inits):
+        if arr is None:
+            names.append("")
+            continue
+        tensors.append(numpy_helper.from_array(np.asarray(arr), f"c{i}"))
+        names.append(f"c{i}")
+    outs = [f"y{i}" for i in range(n_out)]
+    node = helper.make_node(op_type, names, outs, name="qnode", **attrs)
+    ins = [helper.make_tensor_value_info(k, _TYPES[v.dtype], v.shape) for k, v in feeds.items()]
+    graph = helper.make_graph([node], "g", ins,
+                              [onnx.ValueInfoProto(name=o) for o in outs], tensors)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    m.ir_version = 8 if opset < 21 else 10
+    return m
+
+
+def ort_run(m, feeds):
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def check_exact(m, feeds, compile=True):
+    """braze (interpreter and compiled) equals ONNX Runtime bit for bit; returns the graph."""
+    want = ort_run(m, feeds)
+    g = bz.import_onnx(m)
+    runs = [bz.interpret(g, feeds)]
+    if compile:
+        runs.append(bz.compile(g)(feeds))
+    for got in runs:
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype and a.shape == b.shape
+            np.testing.assert_array_equal(a, b)
+    return g
+
+
+def _x(rng, shape, spread=3.0):
+    x = (rng.normal(size=shape) * spread).astype(np.float32)
+    x.reshape(-1)[:3] = [2.5 * 0.02, -2.5 * 0.02, 1e9]  # ties and saturation
+    return x
+
+
+@pytest.mark.parametrize("opset", [11, 13, 19, 21, 23])
+@pytest.mark.parametrize("zdt", [np.int8, np.uint8])
+def test_quantize_dequantize_linear_per_tensor(opset, zdt):
+    rng = np.random.default_rng(0)
+    x = _x(rng, (3, 40))
+    zp = zdt(7)
+    check_exact(one_node("QuantizeLinear", {"x": x}, [np.float32(0.02), zp], opset=opset),
+                {"x": x})
+    q = rng.integers(0, 100, (3, 40)).astype(zdt)
+    check_exact(one_node("DequantizeLinear", {"q": q}, [np.float32(0.02), zp], opset=opset),
+                {"q": q})
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_quantize_dequantize_linear_per_axis(axis):
+    rng = np.random.default_rng(1)
+    x = _x(rng, (4, 5, 6))
+    n = x.shape[axis]
+    scale = (rng.random(n) * 0.05 + 0.01).astype(np.float32)
+    zp = rng.integers(-5, 5, n).astype(np.int8)
+    g = check_exact(one_node("QuantizeLinear", {"x": x}, [scale, zp], opset=13, axis=axis),
+                    {"x": x})
+    assert [n.op.axis for n in g.nodes if n.op.kind == "quantize"] == [axis % 3]
+    q = rng.integers(-128, 128, x.shape).astype(np.int8)
+    check_exact(one_node("DequantizeLinear", {"q": q}, [scale, zp], opset=13, axis=axis),
+                {"q": q})
+
+
+def test_missing_zero_point_means_uint8_zero_and_int32_dequantize():
+    rng = np.random.default_rng(2)
+    x = _x(rng, (2, 30))
+    check_exact(one_node("QuantizeLinear", {"x": x}, [np.float32(0.05)]), {"x": x})
+    q = rng.integers(-2**20, 2**20, (2, 30)).astype(np.int32)
+    check_exact(one_node("DequantizeLinear", {"q": q}, [np.float32(1e-3)]), {"q": q})
+
+
+def test_float16_quantize_and_dequantize():
+    rng = np.random.default_rng(3)
+    with np.errstate(over="ignore"):  # 1e9 is inf in float16
+        x = _x(rng, (2, 30)).astype(np.float16)
+    check_exact(one_node("QuantizeLinear", {"x": x}, [np.float16(0.05), np.int8(0)]), {"x": x})
+    q = rng.integers(0, 255, (2, 30)).astype(np.uint8)
+    check_exact(one_node("DequantizeLinear", {"q": q}, [np.float16(0.05), np.uint8(9)]),
+                {"q": q})
+
+
+@pytest.mark.parametrize("kind", ["mixed", "positive", "negative", "zeros"])
+def test_dynamic_quantize_linear(kind):
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=(5, 37)).astype(np.float32) * 4
+    x = {"mixed": x, "positive": np.abs(x) + 0.5, "negative": -np.abs(x) - 0.5,
+         "zeros": np.zeros_like(x)}[kind]
+    check_exact(one_node("DynamicQuantizeLinear", {"x": x}, [], n_out=3, opset=11), {"x": x})
+
+
+@pytest.mark.parametrize("adt, bdt", [(np.uint8, np.int8), (np.uint8, np.uint8),
+                                      (np.int8, np.int8)])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_matmul_integer(adt, bdt, per_axis):
+    rng = np.random.default_rng(5)
+    info_a, info_b = np.iinfo(adt), np.iinfo(bdt)
+    a = rng.integers(info_a.min, info_a.max + 1, (2, 7, 33)).astype(adt)
+    b = rng.integers(info_b.min, info_b.max + 1, (33, 9)).astype(bdt)
+    a_zp = adt(rng.integers(0, 50))
+    b_zp = rng.integers(0, 20, 9).astype(bdt) if per_axis else bdt(3)
+    check_exact(one_node("MatMulInteger", {"a": a}, [b, a_zp, b_zp], opset=11), {"a": a})
+
+
+@pytest.mark.parametrize("adt, bdt", [(np.uint8, np.int8), (np.uint8, np.uint8),
+                                      (np.int8, np.int8)])
+@pytest.mark.parametrize("per_axis", [False, True])
+def test_qlinear_matmul(adt, bdt, per_axis):
+    rng = np.random.default_rng(6)
+    info_a, info_b = np.iinfo(adt), np.iinfo(bdt)
+    a = rng.integers(info_a.min, info_a.max + 1, (3, 4, 64)).astype(adt)
+    b = rng.integers(info_b.min, info_b.max + 1, (64, 16)).astype(bdt)
+    b_scale = (rng.random(16) * 0.01 + 0.001).astype(np.float32) if per_axis \
+        else np.float32(0.004)
+    b_zp = rng.integers(0, 9, 16).astype(bdt) if per_axis else bdt(2)
+    inits = [np.float32(0.02), adt(5), b, b_scale, b_zp, np.float32(0.3), adt(9)]
+    m = one_node("QLinearMatMul", {"a": a}, inits, opset=21 if per_axis else 11)
+    check_exact(m, {"a": a})
+
+
+@pytest.mark.parametrize("attrs", [{}, {"pads": [1, 0, 2, 1], "strides": [2, 1]},
+                                   {"group": 2, "dilations": [1, 2]}])
+def test_conv_integer(attrs):
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 256, (2, 4, 9, 8)).astype(np.uint8)
+    group = attrs.get("group", 1)
+    w = rng.integers(-128, 128, (6, 4 // group, 3, 3)).astype(np.int8)
+    w_zp = np.int8(1)  # ONNX Runtime takes no per-channel weight zero point here
+    check_exact(one_node("ConvInteger", {"x": x}, [w, np.uint8(100), w_zp], opset=11, **attrs),
+                {"x": x})
+
+
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("xdt", [np.uint8, np.int8])
+@pytest.mark.parametrize("bias", [False, True])
+def test_qlinear_conv(per_channel, xdt, bias):
+    rng = np.random.default_rng(8)
+    info = np.iinfo(xdt)
+    x = rng.integers(info.min, info.max + 1, (2, 8, 10, 9)).astype(xdt)
+    w = rng.integers(-127, 128, (5, 8, 3, 3)).astype(np.int8)
+    w_scale = (rng.random(5) * 0.01 + 0.001).astype(np.float32) if per_channel \
+        else np.float32(0.005)
+    w_zp = np.zeros(5, np.int8) if per_channel else np.int8(0)
+    b = rng.integers(-5000, 5000, 5).astype(np.int32) if bias else None
+    inits = [np.float32(0.03), xdt(3), w, w_scale, w_zp, np.float32(0.7), xdt(-2 if xdt is
+                                                                              np.int8 else 128)]
+    if bias:
+        inits.append(b)
+    check_exact(one_node("QLinearConv", {"x": x}, inits, opset=11, pads=[1, 1, 1, 1]),
+                {"x": x})
+
+
+def test_block_quantization_and_narrow_types_are_refused_naming_the_node():
+    x = np.zeros((4, 8), np.float32)
+    m = one_node("QuantizeLinear", {"x": x}, [np.full((4, 2), 0.1, np.float32),
+                                              np.zeros((4, 2), np.int8)], block_size=4, axis=1)
+    with pytest.raises(UnsupportedOpsError, match=r"qnode \(QuantizeLinear\).*block"):
+        bz.import_onnx(m)
+    m = one_node("QuantizeLinear", {"x": x}, [np.float32(0.1)],
+                 output_dtype=TensorProto.INT4)
+    with pytest.raises(UnsupportedOpsError, match=r"qnode \(QuantizeLinear\).*INT4"):
+        bz.import_onnx(m)
+    m = one_node("QuantizeLinear", {"x": x}, [np.float32(0.1)],
+                 output_dtype=TensorProto.FLOAT8E4M3FN)
+    with pytest.raises(UnsupportedOpsError, match=r"qnode .*FLOAT8E4M3FN"):
+        bz.import_onnx(m)
+    q = np.zeros((4, 8), np.int16)
+    m = one_node("DequantizeLinear", {"q": q}, [np.float32(0.1)])
+    with pytest.raises(FrontendError, match=r"qnode|int16|INT16"):
+        bz.import_onnx(m)
