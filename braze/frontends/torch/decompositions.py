@@ -30,6 +30,10 @@ KEPT_OPS: tuple[str, ...] = (
     "aten.adaptive_avg_pool1d.default", "aten.upsample_nearest2d.vec",
     "aten.upsample_nearest2d.default", "aten.upsample_bilinear2d.vec",
     "aten.upsample_bilinear2d.default",
+    # fake quantization (quantization-aware training)
+    "aten.fake_quantize_per_tensor_affine.default",
+    "aten.fake_quantize_per_tensor_affine.tensor_qparams",
+    "aten.fake_quantize_per_channel_affine.default",
 )
 
 

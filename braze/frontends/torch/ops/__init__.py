@@ -7,6 +7,7 @@ from . import (  # noqa: F401
     indexing,
     linalg,
     norm,
+    quant,
     reduce,
     scatter,
     shape,
