@@ -11,6 +11,7 @@ import onnxruntime as ort
 import pytest
 
 import braze as bz
+from braze.export.onnx import ExportError
 
 
 def _ort(path, feeds):
@@ -71,3 +72,11 @@ def test_bfloat16_quantize_exports_through_float32_before_opset_19(tmp_path):
     assert "QuantizeLinear" in ops and "DequantizeLinear" in ops
     for got, w in zip(_ort(path, feeds), want, strict=True):
         np.testing.assert_array_equal(got, w)
+
+
+def test_float64_quantization_is_refused_naming_the_node(tmp_path):
+    g = bz.Graph("q")
+    x = g.input("x", bz.Shape((4,), bz.f64))
+    g.set_outputs([g.quantize(x, np.float64(0.1))])
+    with pytest.raises(ExportError, match=r"node %\d+ \(quantize\).*float64"):
+        bz.export_onnx(g, tmp_path / "q.onnx")
