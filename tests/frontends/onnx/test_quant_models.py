@@ -1,9 +1,9 @@
 """Whole quantized models: a float 2-layer MLP and a small conv net built with onnx.helper,
-quantized by onnxruntime.quantization (quantize_static in QDQ and QOperator formats with a
-calibration reader of random data, and quantize_dynamic), import into braze; the interpreter
-gives ONNX Runtime's outputs bit for bit (with ORT's graph optimizations on, which fuse QDQ
-pairs into integer kernels, and off), and the compiled executor too up to float32 rounding of
-the dynamic models' final float multiply-add."""
+quantized by onnxruntime.quantization (quantize_static with a calibration reader of random data
+in QDQ and QOperator formats, the MLP's QOperator form with com.microsoft QLinearAdd, and
+quantize_dynamic), import into braze; the interpreter gives ONNX Runtime's outputs bit for bit
+(with ORT's graph optimizations on, which fuse QDQ pairs into integer kernels, and off), and the
+compiled executor too up to float32 rounding of the dynamic models' final float multiply-add."""
 from __future__ import annotations
 
 import numpy as np
@@ -72,8 +72,8 @@ def _quantize(tmp_path, build, how, rng):
     return dst, shape
 
 
-CASES = [(mlp, "qdq"), (mlp, "dynamic"), (convnet, "qdq"), (convnet, "qoperator"),
-         (convnet, "dynamic")]
+CASES = [(mlp, "qdq"), (mlp, "qoperator"), (mlp, "dynamic"), (convnet, "qdq"),
+         (convnet, "qoperator"), (convnet, "dynamic")]
 
 
 @pytest.mark.parametrize("build, how", CASES, ids=[f"{b.__name__}-{h}" for b, h in CASES])

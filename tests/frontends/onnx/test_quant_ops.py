@@ -202,3 +202,37 @@ def test_block_quantization_and_narrow_types_are_refused_naming_the_node():
     m = one_node("DequantizeLinear", {"q": q}, [np.float32(0.1)])
     with pytest.raises(FrontendError, match=r"qnode|int16|INT16"):
         bz.import_onnx(m)
+
+
+def _contrib_node(op_type, a, b, params, b_is_input=True):
+    """A com.microsoft QLinearAdd / QLinearMul reading a (and b) as graph inputs."""
+    feeds = {"a": a, "b": b} if b_is_input else {"a": a}
+    a_s, a_zp, b_s, b_zp, c_s, c_zp = params
+    tensors = [numpy_helper.from_array(np.asarray(v), n) for v, n in
+               [(a_s, "as"), (a_zp, "az"), (b_s, "bs"), (b_zp, "bz"), (c_s, "cs"), (c_zp, "cz")]]
+    if not b_is_input:
+        tensors.append(numpy_helper.from_array(b, "b"))
+    node = helper.make_node(op_type, ["a", "as", "az", "b", "bs", "bz", "cs", "cz"], ["y"],
+                            name="qnode", domain="com.microsoft")
+    ins = [helper.make_tensor_value_info(k, _TYPES[v.dtype], v.shape) for k, v in feeds.items()]
+    graph = helper.make_graph([node], "g", ins, [onnx.ValueInfoProto(name="y")], tensors)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m, feeds
+
+
+@pytest.mark.parametrize("op_type", ["QLinearAdd", "QLinearMul"])
+@pytest.mark.parametrize("qdt", [np.uint8, np.int8])
+@pytest.mark.parametrize("b_shape", [(7, 333), (333,), ()])
+def test_qlinear_add_and_mul_contrib_ops(op_type, qdt, b_shape):
+    rng = np.random.default_rng(9)
+    info = np.iinfo(qdt)
+    for _ in range(5):
+        a = rng.integers(info.min, info.max + 1, (7, 333)).astype(qdt)
+        b = np.asarray(rng.integers(info.min, info.max + 1, b_shape)).astype(qdt)
+        scales = [np.float32(rng.random() * 0.1 + 1e-3) for _ in range(3)]
+        zps = [qdt(rng.integers(info.min, info.max + 1)) for _ in range(3)]
+        params = (scales[0], zps[0], scales[1], zps[1], scales[2], zps[2])
+        m, feeds = _contrib_node(op_type, a, b, params, b_is_input=b_shape != ())
+        check_exact(m, feeds)

@@ -2,6 +2,7 @@
 from . import (  # noqa: F401
     contrib,
     contrib_attention,
+    contrib_quant,
     control,
     elementwise,
     linalg,

@@ -16,11 +16,10 @@ import numpy as np
 from ....errors import UnsupportedOpsError
 from ....ir.dtypes import f32, f64, i8, i32, u8
 from ....ir.op import Value
+from ....ir.ops.quant import QUANT_DTYPES
 from ..context import ImportContext, NodeView, converter
 from ..dtypes import ONNX_TO_BRAZE, onnx_type_name
 from .nn import convolve
-
-_QUANT = (i8, u8)
 
 
 def _unsupported(ctx: ImportContext, node: NodeView, what: str) -> UnsupportedOpsError:
@@ -35,7 +34,8 @@ def _no_blocks(ctx: ImportContext, node: NodeView) -> None:
                                       f"{node.attr('block_size')})")
 
 
-def _int_dtype(ctx, node, dtype, allowed, what: str):
+def quantized_dtype(ctx: ImportContext, node: NodeView, dtype, allowed, what: str):
+    """`dtype` if it is one of `allowed`, else UnsupportedOpsError naming the node."""
     if dtype not in allowed:
         raise _unsupported(ctx, node, f"{what} of type {dtype}")
     return dtype
@@ -48,7 +48,7 @@ def _output_dtype(ctx: ImportContext, node: NodeView):
         return None
     if code not in ONNX_TO_BRAZE:
         raise _unsupported(ctx, node, f"output_dtype {onnx_type_name(code)}")
-    return _int_dtype(ctx, node, ONNX_TO_BRAZE[code], _QUANT, "output_dtype")
+    return quantized_dtype(ctx, node, ONNX_TO_BRAZE[code], QUANT_DTYPES, "output_dtype")
 
 
 def _params(ctx: ImportContext, node: NodeView, x: Value, scale: Value, zp: Value | None,
@@ -84,7 +84,7 @@ def quantize_linear(ctx: ImportContext, node: NodeView):
     zp = ctx.opt_value(node, 2)
     out = _output_dtype(ctx, node)
     if zp is not None:
-        _int_dtype(ctx, node, ctx.dtype(zp), _QUANT, "a zero point")
+        quantized_dtype(ctx, node, ctx.dtype(zp), QUANT_DTYPES, "a zero point")
         if out is not None and out != ctx.dtype(zp):
             raise ctx.fail(node, f"output_dtype {out} differs from the zero point's "
                                  f"{ctx.dtype(zp)}")
@@ -99,7 +99,7 @@ def dequantize_linear(ctx: ImportContext, node: NodeView):
     _no_blocks(ctx, node)
     g = ctx.g
     q, scale = ctx.value(node, 0), ctx.value(node, 1)
-    _int_dtype(ctx, node, ctx.dtype(q), (i8, u8, i32), "a quantized input")
+    quantized_dtype(ctx, node, ctx.dtype(q), (i8, u8, i32), "a quantized input")
     scale, zp, axis = _params(ctx, node, q, scale, ctx.opt_value(node, 2), ctx.dtype(q))
     y = g.dequantize(q, scale, zp, axis=axis)
     code = int(node.attr("output_dtype", 0))
@@ -134,7 +134,7 @@ def _centred(ctx: ImportContext, node: NodeView, v: Value, zp: Value | None, wha
     """`v - zero_point` in float64 (exact for 8-bit values); a 1-D zero point lies along
     `zp_axis` of v."""
     g = ctx.g
-    _int_dtype(ctx, node, ctx.dtype(v), _QUANT, what)
+    quantized_dtype(ctx, node, ctx.dtype(v), QUANT_DTYPES, what)
     out = g.cast(v, f64)
     if zp is None:
         return out
@@ -163,7 +163,7 @@ def _requantize(ctx, node, acc: Value, multiplier: Value, zp: Value) -> Value:
     """ONNX Runtime's requantization of an int32 accumulator: float32(acc) * multiplier,
     rounded half to even, plus the zero point, saturated to the zero point's dtype."""
     g = ctx.g
-    _int_dtype(ctx, node, ctx.dtype(zp), _QUANT, "the output zero point")
+    quantized_dtype(ctx, node, ctx.dtype(zp), QUANT_DTYPES, "the output zero point")
     if ctx.dims(zp):
         zp = g.reshape(zp, ())
     y = g.mul(g.cast(acc, f32), multiplier)
