@@ -145,6 +145,12 @@ def test_inference_refuses_bad_parameters_naming_the_node(build, message):
         build(g, _x(g))
 
 
+def test_a_zero_point_outside_the_dtype_is_refused():
+    g = bz.Graph("q")
+    with pytest.raises(bz.GraphError, match=r"zero_point 200 does not fit i8 \[-128, 127\]"):
+        g.quantize(_x(g), 0.1, 200)
+
+
 def test_builder_makes_constants_of_the_right_dtypes():
     g = bz.Graph("q")
     x = g.input("x", bz.Shape((2, 3), bz.f16))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...errors import GraphError
 from ..dtypes import DType, dtype_from_numpy, i8
 from ..op import Value
 from ..ops.quant import Dequantize, FakeQuantize, Quantize
@@ -17,7 +18,7 @@ class QuantBuilder:
                  dtype: DType = i8) -> Value:
         """`saturate(round_half_to_even(x / scale) + zero_point)` as `dtype` (i8 or u8; a
         zero_point Value gives its own dtype). `axis` makes scale / zero_point per-axis 1-D."""
-        x, scale, zp, ax = self._quant_args("quantize", x, scale, zero_point, axis, dtype)
+        x, scale, zp, ax = self._quant_args(x, scale, zero_point, axis, dtype)
         return self.add_node(Quantize(ax), (x, scale, zp))[0]
 
     def dequantize(self, q: Value, scale, zero_point=0, *, axis: int | None = None) -> Value:
@@ -33,10 +34,10 @@ class QuantBuilder:
                       dtype: DType = i8) -> Value:
         """`dequantize(quantize(x))`: x on the grid `dtype` (i8 or u8) represents, in x's
         dtype. Its gradient is straight-through inside that range and 0 outside."""
-        x, scale, zp, ax = self._quant_args("fake_quantize", x, scale, zero_point, axis, dtype)
+        x, scale, zp, ax = self._quant_args(x, scale, zero_point, axis, dtype)
         return self.add_node(FakeQuantize(ax), (x, scale, zp))[0]
 
-    def _quant_args(self, what: str, x: Value, scale, zero_point, axis, dtype: DType):
+    def _quant_args(self, x: Value, scale, zero_point, axis, dtype: DType):
         xs = self.shape_of(x)
         ax = _axis(axis, xs.rank)
         scale = self._quant_param(scale, xs.dtype.np, xs, ax)
@@ -47,6 +48,13 @@ class QuantBuilder:
         """`p` as a Value: a number becomes a constant, repeated along a static per-axis dim."""
         if isinstance(p, Value):
             return p
+        np_dtype = np.dtype(np_dtype)
+        if np_dtype.kind in "iu":
+            raw = np.asarray(p)
+            info = np.iinfo(np_dtype)
+            if raw.size and (raw.min() < info.min or raw.max() > info.max):
+                raise GraphError(f"zero_point {p!r} does not fit {dtype_from_numpy(np_dtype)} "
+                                 f"[{info.min}, {info.max}]; pass dtype=bz.u8 or bz.i8 to match")
         arr = np.asarray(p, np_dtype)
         if axis is not None and 0 <= axis < xs.rank and arr.ndim == 0 \
                 and isinstance(xs.dims[axis], int):
