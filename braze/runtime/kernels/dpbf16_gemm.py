@@ -28,8 +28,8 @@ Products of bf16 values are exact in f32 and the sums run in f32 (vdpbf16ps flus
 subnormal inputs and results, as AMX's tdpbf16ps does): the policy's numbers up to the order
 of the sums. Needs a CPU with AVX512-BF16 and a C compiler that targets it (`available()`).
 On the Zen 4 VM it ran 330-410 GFLOP/s at BERT-base shapes (128-1024 rows; the `vdpbf16ps`
-peak there is 468 on 2 threads). The micro-kernel (DP_MICRO) also runs attention_dp's core
-and conv_dp's convs."""
+peak there is 468 on 2 threads). The micro-kernel (DP_MICRO, dot_micro.py's template) also
+runs attention_dp's core and conv_dp's convs."""
 from __future__ import annotations
 
 import ctypes
@@ -43,86 +43,10 @@ from ..codegen import cc
 from ..plan import aligned_empty
 from . import c_snippets
 from .amx_gemm import BF16, OwnWeight, fits
+from .dot_micro import DP_MICRO
 
 __all__ = ["available", "DpWeight", "gemm", "scratch_elems", "DP_MICRO"]
 
-DP_MICRO = r"""
-#ifndef BRAZE_DP_MICRO
-#define BRAZE_DP_MICRO
-#include <immintrin.h>
-#include <string.h>
-#define DP_NR 16   /* columns per panel */
-#define DP_QP 4    /* panels per micro block at most */
-#define DP_MR 6    /* rows per micro block at most */
-#if defined(__AVX512BF16__)
-/* c[h rows, q panels] (row stride ldc) = (load ? c : 0) + sum over taps t of a_t @ b_t over
-   `pairs` pairs of k; a_t = a + a_off[t] (a_off NULL: one tap at a): bf16 rows lda apart, or
-   (ro not NULL) row i at ro[i] (pairs of k adjacent); b_t = b + t b_tap: a panel slice
-   [pairs][DP_NR][2], the next panel's ps values further (a GEMM: one tap; an implicit-GEMM
-   conv: its kernel's taps, each a shifted view of the input, and a pixel's window at its own
-   offset). h and q are constants where it is inlined: the accumulators live in registers. */
-static inline __attribute__((always_inline)) void dp_micro_hq(
-    const int h, const int q, int64_t pairs, const uint16_t* restrict a, int64_t lda,
-    const int64_t* ro, const uint16_t* restrict b, int64_t ps, float* restrict c, int64_t ldc,
-    int load, int64_t taps, const int64_t* a_off, int64_t b_tap) {
-  __m512 acc[DP_MR][DP_QP];
-  const uint16_t* ar[DP_MR];
-  #pragma GCC unroll 6
-  for (int i = 0; i < h; i++) {
-    ar[i] = a + (ro ? ro[i] : i * lda);
-    #pragma GCC unroll 4
-    for (int j = 0; j < q; j++)
-      acc[i][j] = load ? _mm512_loadu_ps(c + i * ldc + j * DP_NR) : _mm512_setzero_ps();
-  }
-  for (int64_t t = 0; t < taps; t++) {
-    const int64_t at = a_off ? a_off[t] : 0;
-    const uint16_t* bt = b + t * b_tap;
-    for (int64_t p = 0; p < pairs; p++) {
-      __m512i bv[DP_QP];
-      #pragma GCC unroll 4
-      for (int j = 0; j < q; j++) bv[j] = _mm512_load_si512(bt + j * ps + p * 2 * DP_NR);
-      #pragma GCC unroll 6
-      for (int i = 0; i < h; i++) {
-        int32_t pair;
-        memcpy(&pair, ar[i] + at + 2 * p, 4);
-        __m512i av = _mm512_set1_epi32(pair);
-        #pragma GCC unroll 4
-        for (int j = 0; j < q; j++)
-          acc[i][j] = _mm512_dpbf16_ps(acc[i][j], (__m512bh)av, (__m512bh)bv[j]);
-      }
-    }
-  }
-  #pragma GCC unroll 6
-  for (int i = 0; i < h; i++)
-    #pragma GCC unroll 4
-    for (int j = 0; j < q; j++) _mm512_storeu_ps(c + i * ldc + j * DP_NR, acc[i][j]);
-}
-
-#define DP_CALL(H, Q) dp_micro_hq(H, Q, pairs, a, lda, ro, b, ps, c, ldc, load, taps, a_off, \
-                                  b_tap)
-#define DP_ROWS(Q) switch (h) { case 1: DP_CALL(1, Q); break; case 2: DP_CALL(2, Q); break; \
-    case 3: DP_CALL(3, Q); break; case 4: DP_CALL(4, Q); break; case 5: DP_CALL(5, Q); break; \
-    default: DP_CALL(6, Q); }
-
-static void dp_micro_taps(int h, int q, int64_t pairs, const uint16_t* a, int64_t lda,
-                          const int64_t* ro, const uint16_t* b, int64_t ps, float* c,
-                          int64_t ldc, int load, int64_t taps, const int64_t* a_off,
-                          int64_t b_tap) {
-  if (q == 4) { DP_ROWS(4) return; }
-  if (q == 3) { DP_ROWS(3) return; }
-  if (q == 2) { DP_ROWS(2) return; }
-  DP_ROWS(1)
-}
-
-/* dp_micro_taps of one tap: c = (load ? c : 0) + a @ b. */
-static inline void dp_micro(int h, int q, int64_t pairs, const uint16_t* a, int64_t lda,
-                            const uint16_t* b, int64_t ps, float* c, int64_t ldc, int load) {
-  dp_micro_taps(h, q, pairs, a, lda, 0, b, ps, c, ldc, load, 1, 0, 0);
-}
-
-#endif
-#endif
-"""
 
 SOURCE = c_snippets.ACT_SPAN.join((r"""
 #include <stdint.h>
