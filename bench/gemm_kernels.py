@@ -15,6 +15,11 @@ the kernels' own cost without the time the OS gives to other processes.
 Each thread count runs in its own process (OMP_NUM_THREADS / OPENBLAS_NUM_THREADS /
 MKL_NUM_THREADS are read when the libraries load).
 
+`braze_int8` is the int8 GEMM of dynamic quantization (int8_gemm.py: the weight quantized per
+column and packed once outside the timing, the operand quantized per row inside it, the
+epilogue dequantizing); its error is the quantization's, not the kernel's. `--methods a,b`
+runs only those methods (e.g. `braze_packed,braze_int8`).
+
     python bench/gemm_kernels.py [--threads 1,2] [--repeat 15] [--csv PATH] [--shapes bert]
         [--cold 1] [--baseline REV]
 
@@ -131,11 +136,32 @@ def _methods(x, ws, bias, out, threads, baseline):
                                                                    None, 0)
         methods["braze_mkl_tiles_gelu"] = lambda i: fused.gemm_bias_act(
             lib, x, ws[i % copies], out, bias, gelu)
+    _int8_methods(methods, x, ws, bias, out)
     sessions = [_ort_matmul(w, threads) for w in ws]
     if sessions[0] is not None:
         runs = [_ort_call(sess, x, out) for sess in sessions]
         methods["ort_mlas"] = lambda i: runs[i % copies]()
     return methods
+
+
+def _int8_methods(methods: dict, x, ws, bias, out) -> None:
+    """braze_int8 (+ _gelu) into `methods`, where the CPU has AVX512-VNNI."""
+    import numpy as np  # noqa: PLC0415
+
+    from braze.runtime.kernels import c_snippets, int8_gemm  # noqa: PLC0415
+
+    if not int8_gemm.available():
+        return
+    weights = []
+    for w in ws:
+        scale = np.abs(w).max(axis=0) / np.float32(127)
+        weights.append(int8_gemm.Int8Weight(np.clip(np.rint(w / scale), -127, 127), scale))
+    scratch = np.empty(int8_gemm.scratch_bytes(*x.shape), np.uint8)
+    gelu, copies = c_snippets.ACT_CODES["gelu"], len(ws)
+    methods["braze_int8"] = lambda i: int8_gemm.gemm(x, weights[i % copies], out, None, 0,
+                                                     scratch)
+    methods["braze_int8_gelu"] = lambda i: int8_gemm.gemm(x, weights[i % copies], out, bias,
+                                                          gelu, scratch)
 
 
 def _gelu(v, erf):
@@ -175,6 +201,8 @@ def _child(threads: int, args) -> None:
         bias = rng.standard_normal(n, dtype=np.float32)
         out = np.empty((m, n), np.float32)
         methods = _methods(x, ws, bias, out, threads, baseline)
+        if args.methods:
+            methods = {k: v for k, v in methods.items() if k in args.methods.split(",")}
         exact = x.astype(np.float64) @ ws[0].astype(np.float64)
         err = {}
         for name, fn in methods.items():
@@ -310,6 +338,7 @@ def main() -> None:
     ap.add_argument("--cold", type=int, default=1, help="weight copies rotated")
     ap.add_argument("--baseline", default="", help="also the packed kernel of this git revision")
     ap.add_argument("--model-csv", default="", help="append the --model A/B rows here")
+    ap.add_argument("--methods", default="", help="only these methods, comma separated")
     ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.model:

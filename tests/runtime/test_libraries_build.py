@@ -27,6 +27,7 @@ LIBRARIES = {
     "bf16_gemm": ("_lib", ()),
     "conv_nhwc": ("lib", ("avx512f",)),
     "dpbf16_gemm": ("_lib", ("avx512_bf16",)),
+    "int8_gemm": ("_lib", ("avx512_vnni",)),
     "conv_dp": ("lib", ("avx512_bf16",)),
     "attention_dp": ("_lib", ("avx512_bf16",)),
 }
