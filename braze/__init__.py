@@ -91,6 +91,7 @@ from .passes.pipeline import (  # noqa: E402,F401
     fusion_passes,
     fusion_passes_for_supported,
 )
+from .passes.quant import quantize_dynamic  # noqa: E402,F401
 from .passes.targets import TARGETS, Target, get_target  # noqa: E402,F401
 from .passes.unfuse import unfuse_fused_for_autodiff  # noqa: E402,F401
 from .pipeline_inspect import PipelineInspection, inspect_pipeline  # noqa: E402,F401

@@ -168,6 +168,9 @@ OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
     "trilu": lambda g, x: g.trilu(x, upper=False, k=1),
     "quantize": lambda g, x: g.quantize(x, 0.05, 3),
     "dequantize": _dequantize,
+    "dynamic_quant_matmul": lambda g, x: g.dynamic_quant_matmul(
+        x, g.constant((np.arange(32) * 37 % 255 - 127).astype(np.int8).reshape(8, 4)),
+        g.constant(np.linspace(0.01, 0.04, 4, dtype=np.float32)), g.param("b", _s(4)), "gelu"),
     "fake_quantize": lambda g, x: g.fake_quantize(x, np.linspace(0.004, 0.02, 8), 128, axis=2,
                                                   dtype=u8),
     **BACKWARD_EXAMPLES,

@@ -106,6 +106,9 @@ class Target:
 
 
 _ALL_UNARY = frozenset(UnaryFn)
+# kinds only braze's CPU executor runs natively (its int8 VNNI GEMM); other targets decompose
+# them (dynamic_quant_matmul into quantize / dequantize and a float matmul)
+CPU_ONLY = frozenset({"dynamic_quant_matmul"})
 _ORT_FUSED = frozenset({"fused_matmul_bias_act", "shared_matmul", "fused_residual_ln",
                         "fused_residual_rms_norm", "fused_attention_block", "conv_bn_fold",
                         "fused_conv_bias_act"})
@@ -114,10 +117,11 @@ TARGETS: dict[str, Target] = {
     "reference": Target("reference", None, frozenset(), FusionLimits(), keep_regions=False,
                         fusions=frozenset()),
     "cpu": Target("cpu", None, _ALL_UNARY, FusionLimits(max_steps=256, max_inputs=64)),
-    "gpu": Target("gpu", None, _ALL_UNARY, FusionLimits(max_steps=32, max_inputs=16)),
+    "gpu": Target("gpu", all_op_names() - CPU_ONLY, _ALL_UNARY,
+                  FusionLimits(max_steps=32, max_inputs=16)),
     "onnxruntime": Target(
         "onnxruntime",
-        all_op_names() - (ALL_FUSED - _ORT_FUSED),
+        all_op_names() - (ALL_FUSED - _ORT_FUSED) - CPU_ONLY,
         frozenset({UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.RELU, UnaryFn.SIGMOID,
                    UnaryFn.TANH, UnaryFn.SILU}),
         FusionLimits(),

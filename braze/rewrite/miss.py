@@ -29,6 +29,7 @@ class MissReason(enum.Enum):
     WOULD_CYCLE = "would_cycle"
     INVALID_REPLACEMENT = "invalid_replacement"
     SIZE_LIMIT_EXCEEDED = "size_limit_exceeded"
+    BELOW_MIN_SIZE = "below_min_size"
 
     @property
     def default_hint(self) -> str:
@@ -77,6 +78,8 @@ _HINTS = {
     MissReason.SIZE_LIMIT_EXCEEDED: "the folded constant would be larger than the pass's size "
     "cap, so the op stays computed (once per weights update by the executor); raise the cap "
     "(ConstantFolding(max_elements=...)) to bake it in.",
+    MissReason.BELOW_MIN_SIZE: "the weight is smaller than the pass's min_size: quantizing it "
+    "would save little time and still add its error; lower min_size to include it.",
 }
 
 

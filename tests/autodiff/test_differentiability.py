@@ -39,8 +39,9 @@ def test_marks_are_for_ops_without_float_gradients():
 
 # Kinds whose gradient is a deliberate estimator, not the derivative: fake_quantize is a
 # staircase (finite differences see 0 or a jump); tests/autodiff/test_rules_quant.py checks its
-# straight-through gradient against torch instead.
-ESTIMATED_GRADIENTS = {"fake_quantize"}
+# straight-through gradient against torch instead. dynamic_quant_matmul quantizes its operand
+# with fake_quantize (tests/passes/test_quantize_dynamic.py checks its gradient).
+ESTIMATED_GRADIENTS = {"fake_quantize", "dynamic_quant_matmul"}
 
 
 def _float_examples() -> list[str]:

@@ -10,6 +10,7 @@ from ..op import Value
 from ..ops.attention import MaskKind
 from ..ops.elementwise import UnaryFn
 from ..ops.fused import (
+    DynamicQuantMatMul,
     FusedAttentionBlock,
     FusedConvBiasAct,
     FusedMatMulBiasAct,
@@ -54,6 +55,14 @@ class FusedBuilder:
         return self.add_node(op, _present(x, w, b))[0]
 
     fused_matmul_bias_act = linear_fused
+
+    def dynamic_quant_matmul(self, x: Value, w_q: Value, w_scale: Value, b: Value | None = None,
+                             act: UnaryFn | str | None = None) -> Value:
+        """`act(x @ dequantize(w_q, w_scale) + b)` with x quantized per row to u8 when it runs:
+        one DynamicQuantMatMul node (w_q i8 [K, N], w_scale f32 [N]; bz.quantize_dynamic
+        writes them for a graph's linear layers)."""
+        op = DynamicQuantMatMul(_act(act), b is not None)
+        return self.add_node(op, _present(x, w_q, w_scale, b))[0]
 
     def shared_matmul_pair(self, x: Value, w1: Value, w2: Value) -> tuple[Value, Value]:
         """(x @ w1, x @ w2) as two plain matmuls on one input: what the shared-input pass

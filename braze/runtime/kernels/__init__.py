@@ -14,6 +14,7 @@ from . import (  # noqa: E402,F401
     nhwc_ops,
     pool_resize,
     quant,
+    quant_matmul,
     region,
     rope_layouts,
     selection,

@@ -1,0 +1,196 @@
+"""`bz.quantize_dynamic`: dynamic int8 quantization of linear layers. Each matmul whose weight
+is a stored 2-D float32 matrix (a param with a value, given or stored, or a constant) becomes
+a DynamicQuantMatMul: the weight quantized once, here, to symmetric int8 with a scale per
+output column (weights.py), the activation quantized per row when the node runs; a bias add
+and an activation after the matmul join it (the linear layer is fused first, by
+FuseMatMulBiasAct, so that its epilogue comes along). Every matmul left alone is a reported
+miss with its reason: a weight computed at run time or without a value, not 2-D, not float32,
+smaller than `min_size`, or a kind `op_kinds` leaves out."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...errors import BrazeError, GraphError
+from ...ir.dtypes import DType, f32, i8
+from ...ir.graph import Graph
+from ...ir.ops.fused import FusedMatMulBiasAct
+from ...ir.ops.fused_quant import DynamicQuantMatMul
+from ...ir.ops.io import Constant, Param
+from ...ir.shapes import Shape
+from ...rewrite import Miss, MissReason, P, RewriteContext, Rule, V, fail
+from ..base import FunctionPass, RulePass, run_passes
+from ..cleanup import dead_code_elimination
+from ..fusion.matmul_bias_act import FUSE_MATMUL_BIAS_ACT
+from ..targets import get_target
+from .weights import quantize_weight
+
+__all__ = ["quantize_dynamic", "QuantizeOptions", "QUANTIZE_DYNAMIC_MATMUL", "MAX_K"]
+
+KINDS = ("matmul", "fused_matmul_bias_act")
+MAX_K = 33000  # the int8 sums (255 * 127 * K) stay inside int32
+
+
+@dataclass(frozen=True)
+class QuantizeOptions:
+    """What the rule reads from its context: the weight values given (by param name), the
+    op kinds to quantize, the smallest weight (elements) and whether scales are per column."""
+
+    values: Mapping[str, np.ndarray] = field(default_factory=dict)
+    kinds: frozenset[str] = frozenset(KINDS)
+    min_size: int = 0
+    per_channel: bool = True
+
+
+def _options(ctx) -> QuantizeOptions:
+    opts = getattr(ctx, "options", None)
+    return opts if isinstance(opts, QuantizeOptions) else QuantizeOptions()
+
+
+_linear = (P.matmul(V("x"), V("w"), name="mm")
+           | P.of(FusedMatMulBiasAct, V("x"), V("w"), V("b"), name="mm", has_bias=True)
+           | P.of(FusedMatMulBiasAct, V("x"), V("w"), name="mm", has_bias=False))
+
+
+def _weight(m, ctx) -> np.ndarray | None:
+    """The stored value of the matched weight, or None."""
+    node = m.graph.nodes[m.values["w"].node]
+    if isinstance(node.op, Constant):
+        return np.asarray(node.op.value)
+    if isinstance(node.op, Param):
+        given = _options(ctx).values
+        if node.op.name in given:
+            return np.asarray(given[node.op.name])
+        if node.op.name in m.graph.weights:
+            return np.asarray(m.graph.weights[node.op.name])
+    return None
+
+
+def kind_chosen(m, ctx) -> Miss | None:
+    """The node's kind is one of op_kinds ("matmul" takes the fused linear too)."""
+    kinds = _options(ctx).kinds
+    label = m.op("mm").label
+    if label in kinds or "matmul" in kinds:
+        return None
+    return fail(MissReason.DISABLED, hint="add its kind to op_kinds to quantize it.",
+                detail=f"op_kinds {sorted(kinds)} leaves out {label}")
+
+
+def stored_weight(m, ctx) -> Miss | None:
+    """The weight has a value now (a param with a stored or given value, or a constant)."""
+    if _weight(m, ctx) is not None:
+        return None
+    node = m.graph.nodes[m.values["w"].node]
+    if isinstance(node.op, Param):
+        return fail(MissReason.WEIGHT_NOT_CONSTANT,
+                    hint="give its value: bz.quantize_dynamic(g, params={name: array}), or "
+                         "store it in the graph (g.param(..., value=...)).",
+                    detail=f"param {node.op.name!r} has no stored value")
+    return fail(MissReason.WEIGHT_NOT_CONSTANT,
+                detail=f"the right operand is {node.label}, computed when the graph runs")
+
+
+def float32_matrix(m, ctx) -> Miss | None:
+    """A float32 [K, N] weight (K small enough for int32 sums) and a float32 operand."""
+    w, x = m.shape("w"), m.shape("x")
+    if w.rank != 2:
+        return fail(MissReason.SHAPE_MISMATCH, hint="only 2-D weights (linear layers) are "
+                    "quantized; a batched matmul keeps its float weights.",
+                    detail=f"weight {w} is not 2-D")
+    if w.dtype != f32 or x.dtype != f32:
+        return fail(MissReason.DTYPE_MISMATCH, hint="only float32 matmuls are quantized.",
+                    detail=f"x {x}, weight {w}")
+    if isinstance(w.dims[0], int) and w.dims[0] > MAX_K:
+        return fail(MissReason.SHAPE_MISMATCH, detail=f"K = {w.dims[0]} > {MAX_K}: the int8 "
+                    "sums could overflow int32")
+    return None
+
+
+def large_enough(m, ctx) -> Miss | None:
+    """The weight has at least min_size elements."""
+    w = m.shape("w")
+    size, least = w.numel() or 0, _options(ctx).min_size
+    if size >= least:
+        return None
+    return fail(MissReason.BELOW_MIN_SIZE, detail=f"weight {w}: {size} < min_size {least}")
+
+
+def _stored_param(b, name: str, value: np.ndarray, dtype: DType):
+    """Param `name` of `b` holding `value`: made once, shared by the matmuls of one weight."""
+    try:
+        return b.node_by_name(name).value
+    except Exception:  # noqa: BLE001 - not made yet
+        return b.param(name, Shape(value.shape, dtype), value=value)
+
+
+def quantized_weight(m, ctx) -> Miss | None:
+    """Quantizes the weight (kept for the replacement: Match.memo), once the other checks
+    passed. Never refuses."""
+    opts = _options(ctx)
+    m.memo("quantized", lambda: quantize_weight(_weight(m, ctx), opts.per_channel))
+    m.memo("per_channel", lambda: opts.per_channel)
+    return None
+
+
+def _build(b, m):
+    w_node = m.graph.nodes[m.values["w"].node]
+    base = w_node.op.name if isinstance(w_node.op, Param) else f"const{w_node.id}"
+    q, scale = m.memo("quantized", lambda: None)
+    tag = "" if m.memo("per_channel", lambda: True) else ".tensor"
+    wq = _stored_param(b, f"{base}.int8{tag}", q, i8)
+    ws = _stored_param(b, f"{base}.scale{tag}", scale, f32)
+    op = m.op("mm")
+    fused = isinstance(op, FusedMatMulBiasAct)
+    has_bias = fused and op.has_bias
+    ins = (m.v("x"), wq, ws) + ((m.v("b"),) if has_bias else ())
+    return b.add_node(DynamicQuantMatMul(op.act if fused else None, has_bias), ins)[0]
+
+
+QUANTIZE_DYNAMIC_MATMUL = Rule(
+    "QuantizeDynamicMatMul",
+    _build,
+    pattern=_linear,
+    checks=(kind_chosen, stored_weight, float32_matrix, large_enough, quantized_weight),
+    produces="dynamic_quant_matmul",
+)
+
+
+def quantize_dynamic(graph: Graph, *, params: Mapping[str, np.ndarray] | None = None,
+                     weight_dtype: DType = i8, per_channel: bool = True,
+                     op_kinds: Iterable[str] = ("matmul",), min_size: int = 16384,
+                     target="cpu"):
+    """(graph, FusionReport): `graph` with its linear layers' weights quantized to int8 and
+    their matmuls (with bias and activation) rewritten to DynamicQuantMatMul, which quantizes
+    the activation per row when it runs (the CPU target runs braze's int8 VNNI GEMM; other
+    targets decompose it into quantize / dequantize). `params` gives weight values (by param
+    name) that the graph does not store; the new graph stores every value it needs from them,
+    so it compiles without `params`. `op_kinds`: "matmul" (every matmul, fused linear layers
+    included) and / or "fused_matmul_bias_act". Weights of fewer than `min_size` elements stay
+    float32. The report's misses say which matmuls were left alone and why; `graph` is not
+    changed."""
+    if weight_dtype != i8:
+        raise BrazeError(f"quantize_dynamic: weight_dtype {weight_dtype} is not supported; "
+                         "weights are quantized to symmetric int8 (bz.i8)")
+    kinds = frozenset([op_kinds] if isinstance(op_kinds, str) else op_kinds)
+    if not kinds or not kinds <= set(KINDS):
+        raise BrazeError(f"quantize_dynamic: op_kinds {sorted(kinds)} must be some of {KINDS}")
+    given = dict(params or {})
+    names = {p.op.name for p in graph.params}
+    unknown = sorted(set(given) - names)
+    if unknown:
+        raise GraphError(f"quantize_dynamic: {unknown} are not params of graph "
+                         f"{graph.name!r}")
+    ctx = RewriteContext(target=get_target(target),
+                         options=QuantizeOptions(given, kinds, int(min_size), per_channel))
+    passes = [RulePass("FuseMatMulBiasAct", (FUSE_MATMUL_BIAS_ACT,)),
+              RulePass("QuantizeDynamicMatMul", (QUANTIZE_DYNAMIC_MATMUL,)),
+              FunctionPass("dce", dead_code_elimination)]
+    out, results = run_passes(graph, passes, ctx)
+    for p in out.params:
+        if p.op.name in given and p.op.name not in out.weights:
+            out.set_weight(p.op.name, given[p.op.name])
+    from ...report import FusionReport
+
+    return out, FusionReport.analyze(graph, out, results, target=ctx.target.name)
