@@ -146,6 +146,25 @@ def test_per_tensor_scales_and_a_shared_weight():
                                   quantize_weight(g.weights["w"], per_channel=False)[0])
 
 
+def test_projections_of_one_input_share_one_int8_gemm():
+    """Q, K and V (or gate and up) reading one x join first: one GEMM quantizes x once."""
+    rng = np.random.default_rng(3)
+    g = bz.Graph("qkv")
+    x = g.input("x", bz.Shape((5, 64)))
+    outs = []
+    for name in "qkv":
+        w = g.param(f"{name}.w", bz.Shape((64, 64)),
+                    value=rng.standard_normal((64, 64)).astype(np.float32))
+        b = g.param(f"{name}.b", bz.Shape((64,)), value=rng.standard_normal(64).astype(np.float32))
+        outs.append(g.add(g.mm(x, w), b))
+    g.set_outputs(outs)
+    q, _ = bz.quantize_dynamic(g, min_size=0)
+    assert q.op_counts()["dynamic_quant_matmul"] == 1 and q.op_counts()["narrow"] == 3
+    feeds = feeds_for(g)
+    for got, want in zip(bz.interpret(q, feeds), bz.interpret(g, feeds), strict=True):
+        np.testing.assert_allclose(got, want, rtol=0.05, atol=0.05 * np.abs(want).max())
+
+
 # -- must not fire: each with its reason in the report -------------------------------------------
 def test_a_weight_without_a_value_is_reported():
     q, report = bz.quantize_dynamic(mlp(stored=False), min_size=0)

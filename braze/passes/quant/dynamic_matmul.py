@@ -3,13 +3,15 @@ is a stored 2-D float32 matrix (a param with a value, given or stored, or a cons
 a DynamicQuantMatMul: the weight quantized once, here, to symmetric int8 with a scale per
 output column (weights.py), the activation quantized per row when the node runs; a bias add
 and an activation after the matmul join it (the linear layer is fused first, by
-FuseMatMulBiasAct, so that its epilogue comes along). Every matmul left alone is a reported
+FuseMatMulBiasAct, so that its epilogue comes along, after FuseSharedInputMatMul has joined
+the projections of one input - Q, K and V, gate and up - so that one GEMM quantizes that input
+once). Every matmul left alone is a reported
 miss with its reason: a weight computed at run time or without a value, not 2-D, not float32,
 smaller than `min_size`, or a kind `op_kinds` leaves out."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,6 +26,7 @@ from ...rewrite import Miss, MissReason, P, RewriteContext, Rule, V, fail
 from ..base import FunctionPass, RulePass, run_passes
 from ..cleanup import dead_code_elimination
 from ..fusion.matmul_bias_act import FUSE_MATMUL_BIAS_ACT
+from ..fusion.shared_matmul import RULES as SHARED_MATMUL_RULES
 from ..targets import get_target
 from .weights import quantize_weight
 
@@ -35,10 +38,9 @@ MAX_K = 33000  # the int8 sums (255 * 127 * K) stay inside int32
 
 @dataclass(frozen=True)
 class QuantizeOptions:
-    """What the rule reads from its context: the weight values given (by param name), the
-    op kinds to quantize, the smallest weight (elements) and whether scales are per column."""
+    """What the rule reads from its context: the op kinds to quantize, the smallest weight
+    (elements) and whether scales are per column."""
 
-    values: Mapping[str, np.ndarray] = field(default_factory=dict)
     kinds: frozenset[str] = frozenset(KINDS)
     min_size: int = 0
     per_channel: bool = True
@@ -54,17 +56,13 @@ _linear = (P.matmul(V("x"), V("w"), name="mm")
            | P.of(FusedMatMulBiasAct, V("x"), V("w"), name="mm", has_bias=False))
 
 
-def _weight(m, ctx) -> np.ndarray | None:
+def _weight(m) -> np.ndarray | None:
     """The stored value of the matched weight, or None."""
     node = m.graph.nodes[m.values["w"].node]
     if isinstance(node.op, Constant):
         return np.asarray(node.op.value)
-    if isinstance(node.op, Param):
-        given = _options(ctx).values
-        if node.op.name in given:
-            return np.asarray(given[node.op.name])
-        if node.op.name in m.graph.weights:
-            return np.asarray(m.graph.weights[node.op.name])
+    if isinstance(node.op, Param) and node.op.name in m.graph.weights:
+        return np.asarray(m.graph.weights[node.op.name])
     return None
 
 
@@ -80,7 +78,7 @@ def kind_chosen(m, ctx) -> Miss | None:
 
 def stored_weight(m, ctx) -> Miss | None:
     """The weight has a value now (a param with a stored or given value, or a constant)."""
-    if _weight(m, ctx) is not None:
+    if _weight(m) is not None:
         return None
     node = m.graph.nodes[m.values["w"].node]
     if isinstance(node.op, Param):
@@ -129,7 +127,7 @@ def quantized_weight(m, ctx) -> Miss | None:
     """Quantizes the weight (kept for the replacement: Match.memo), once the other checks
     passed. Never refuses."""
     opts = _options(ctx)
-    m.memo("quantized", lambda: quantize_weight(_weight(m, ctx), opts.per_channel))
+    m.memo("quantized", lambda: quantize_weight(_weight(m), opts.per_channel))
     m.memo("per_channel", lambda: opts.per_channel)
     return None
 
@@ -182,15 +180,16 @@ def quantize_dynamic(graph: Graph, *, params: Mapping[str, np.ndarray] | None = 
     if unknown:
         raise GraphError(f"quantize_dynamic: {unknown} are not params of graph "
                          f"{graph.name!r}")
+    work = graph.detached_copy()   # the given values stored: the new graph keeps them
+    for name, value in given.items():
+        work.set_weight(name, value)
     ctx = RewriteContext(target=get_target(target),
-                         options=QuantizeOptions(given, kinds, int(min_size), per_channel))
-    passes = [RulePass("FuseMatMulBiasAct", (FUSE_MATMUL_BIAS_ACT,)),
+                         options=QuantizeOptions(kinds, int(min_size), per_channel))
+    passes = [RulePass("FuseSharedInputMatMul", SHARED_MATMUL_RULES),
+              RulePass("FuseMatMulBiasAct", (FUSE_MATMUL_BIAS_ACT,)),
               RulePass("QuantizeDynamicMatMul", (QUANTIZE_DYNAMIC_MATMUL,)),
               FunctionPass("dce", dead_code_elimination)]
-    out, results = run_passes(graph, passes, ctx)
-    for p in out.params:
-        if p.op.name in given and p.op.name not in out.weights:
-            out.set_weight(p.op.name, given[p.op.name])
+    out, results = run_passes(work, passes, ctx)
     from ...report import FusionReport
 
     return out, FusionReport.analyze(graph, out, results, target=ctx.target.name)
