@@ -86,6 +86,17 @@ def test_decomposition_matches_the_weights_dequantized():
     np.testing.assert_allclose(got, hq.astype(np.float32) @ w2, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_a_nan_in_a_row_gives_that_row_nans(compiled):
+    q, _ = bz.quantize_dynamic(mlp(act=None), min_size=0)
+    x = feeds_for(q)["x"]
+    x[2, 5] = np.nan
+    run = bz.compile(q) if compiled else (lambda f: bz.interpret(q, f))
+    with np.errstate(invalid="ignore"):
+        out = run({"x": x})[0]
+    assert np.isnan(out[2]).all() and np.isfinite(np.delete(out, 2, axis=0)).all()
+
+
 def test_fuse_unfuse_round_trip_keeps_the_numbers():
     q, _ = bz.quantize_dynamic(mlp(), min_size=0)
     plain = bz.unfuse_fused_for_autodiff(q)

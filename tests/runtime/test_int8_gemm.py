@@ -17,13 +17,17 @@ SIZES = [(m, k, n) for m in (1, 3, 17) for k in (1, 6, 63, 130) for n in (1, 7, 
 
 
 def model_quantize_rows(x):
-    """The module docstring's per-row quantization, in NumPy float32."""
+    """The module docstring's per-row quantization, in NumPy float32 (a row with a NaN: scale
+    NaN, zero point 0, values 0)."""
+    nan = np.isnan(x).any(axis=1)
+    x = np.where(nan[:, None], 0, x).astype(np.float32)
     lo = np.minimum(x.min(axis=1), 0).astype(np.float32)
     hi = np.maximum(x.max(axis=1), 0).astype(np.float32)
     scale = (hi - lo) / np.float32(255)
-    scale[~(scale > 0)] = 1
+    scale[scale == 0] = 1
     zp = np.clip(np.rint(-lo / scale), 0, 255)
     q = np.clip(np.rint(x / scale[:, None]) + zp[:, None], 0, 255).astype(np.uint8)
+    scale[nan], zp[nan], q[nan] = np.nan, 0, 0
     return q, scale, zp.astype(np.int32)
 
 
@@ -59,7 +63,7 @@ def _within_ulps(got, want, size, ulps=4):
 @needs_vnni
 def test_rows_quantize_as_the_model_does_bit_for_bit():
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((9, 37), dtype=np.float32) * np.float32(3)
+    x = rng.standard_normal((10, 37), dtype=np.float32) * np.float32(3)
     x[1] = 0                          # scale 1, zero point 0
     x[2] = np.abs(x[2])               # min 0: zero point 0
     x[3] = -np.abs(x[3])              # max 0: zero point 255
@@ -67,13 +71,25 @@ def test_rows_quantize_as_the_model_does_bit_for_bit():
     x[5] = np.round(x[5] * 4) / 4     # exact quarters: ties of x / scale
     x[6] *= np.float32(1e-30)
     x[7] *= np.float32(1e30)
+    x[9, 20] = np.nan                 # a NaN row: scale NaN, its products NaN
     q, scale, zp = int8_gemm.quantize_rows(x)
     mq, mscale, mzp = model_quantize_rows(x)
     np.testing.assert_array_equal(q[:, :37], mq)
     assert not q[:, 37:].any()  # the padding to a whole quad is zero
     np.testing.assert_array_equal(scale, mscale)
     np.testing.assert_array_equal(zp, mzp)
-    assert zp[1] == 0 and zp[2] == 0 and zp[3] == 255
+    assert zp[1] == 0 and zp[2] == 0 and zp[3] == 255 and np.isnan(scale[9])
+
+
+@needs_vnni
+def test_a_row_with_a_nan_gives_nans_and_leaves_the_other_rows_alone():
+    x, wq, ws, bias = _operands(7, 100, 40, 2)
+    x[3, 50] = np.nan
+    w = int8_gemm.Int8Weight(wq, ws)
+    out = np.empty((7, 40), np.float32)
+    assert int8_gemm.gemm(x, w, out, bias, c_snippets.ACT_CODES["gelu"],
+                          np.empty(int8_gemm.scratch_bytes(7, 100), np.uint8))
+    assert np.isnan(out[3]).all() and np.isfinite(np.delete(out, 3, axis=0)).all()
 
 
 @needs_vnni

@@ -6,6 +6,7 @@ each row of x (x viewed as [rows, K]) is quantized to u8 with a scale and zero p
 row's min and max, 0 included (ONNX DynamicQuantizeLinear's formulas, per row):
 
   scale = (max - min) / 255 (1 where that is 0), zp = saturate_u8(round(-min / scale))
+  (a row holding a NaN: scale NaN, zp 0, so its outputs are NaN, as a float matmul's)
   x' = fake_quantize(x, scale, zp) = dequantize(quantize(x, ...))   (per row: axis 0)
   w' = w_q * w_scale                (dequantize(w_q, w_scale, 0) per column, as a cast and a
                                      multiply: see below)
@@ -78,9 +79,9 @@ class DynamicQuantMatMul(FusedOp):
         lo = g.minimum(g.reduce_min(rows, 1), 0.0)
         hi = g.maximum(g.reduce_max(rows, 1), 0.0)
         span = g.div(g.sub(hi, lo), 255.0)
-        scale = g.where(g.compare(span, 0.0, "gt"), span, 1.0)
+        scale = g.where(g.compare(span, 0.0, "eq"), 1.0, span)   # NaN stays: a NaN row
         zp_f = g.clamp(g.add_node(Unary(UnaryFn.ROUND), (g.div(g.neg(lo), scale),))[0], 0, 255)
-        zp = g.cast(zp_f, u8)
+        zp = g.cast(g.where(g.isnan(zp_f), 0.0, zp_f), u8)
         xd = g.add_node(FakeQuantize(0), (rows, scale, zp))[0]
         wd = g.mul(g.cast(wq, f32), r["w_scale"])
         y = g.reshape(g.matmul(xd, wd), xs.dims[:-1] + (n,))

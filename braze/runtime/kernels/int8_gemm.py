@@ -9,7 +9,8 @@ int8 quantization of matmuls (DynamicQuantMatMul, passes/quant/).
 - A call quantizes the operand per row (asymmetric u8, as ONNX's DynamicQuantizeLinear but
   per row: min and max of the row with 0 included, scale = (max - min) / 255, or 1 where that
   is 0, zero point zp = clamp(rint(-min / scale), 0, 255), q = clamp(rint(x / scale) + zp,
-  0, 255)), into a scratch of rows padded to a whole quad. The divisions are IEEE divisions
+  0, 255); a row with a NaN gets a NaN scale, so its outputs are NaN), into a scratch of rows
+  padded to a whole quad. The divisions are IEEE divisions
   (the embedded-rounding forms, which -ffast-math leaves alone), as NumPy divides.
 - The output is cut into tiles (up to MC rows x 4 panels) handed out dynamically over the
   OpenMP threads, as dpbf16_gemm.py cuts it; per tile and K block the micro-kernel
@@ -89,21 +90,33 @@ static inline __mmask16 lanes(int64_t left) {
 }
 
 /* One row of k f32 values -> kp u8 values (zero past k), its scale and zero point (the module
-   docstring's formulas). */
+   docstring's formulas). A row holding a NaN gets a NaN scale (its zero point 0, its values
+   0): its products come out NaN, as a float matmul's would. NaNs are found from the bits:
+   under -ffast-math the compares may take none to be there, and vminps drops them. */
 static void quantize_row(const float* x, int64_t k, int64_t kp, uint8_t* q, float* scale,
                          int32_t* zp) {
   __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();   /* 0 included */
+  __mmask16 nan = 0;
+  const __m512i abs_bits = _mm512_set1_epi32(0x7fffffff);
+  const __m512i inf_bits = _mm512_set1_epi32(0x7f800000);
   for (int64_t i = 0; i < k; i += 16) {
     __m512 v = _mm512_maskz_loadu_ps(lanes(k - i), x + i);
     lo = _mm512_min_ps(lo, v);
     hi = _mm512_max_ps(hi, v);
+    nan |= _mm512_cmpgt_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), abs_bits),
+                                   inf_bits);
   }
   float mn = _mm512_reduce_min_ps(lo), mx = _mm512_reduce_max_ps(hi);
   float s = _mm_cvtss_f32(_mm_div_round_ss(_mm_set_ss(mx - mn), _mm_set_ss(255.0f), NEAREST));
-  if (!(s > 0.0f)) s = 1.0f;
+  if (s == 0.0f) s = 1.0f;
   float z = _mm_cvtss_f32(_mm_roundscale_ss(_mm_setzero_ps(),
       _mm_div_round_ss(_mm_set_ss(-mn), _mm_set_ss(s), NEAREST), NEAREST));
   z = z < 0.0f ? 0.0f : z > 255.0f ? 255.0f : z;
+  if (nan) {
+    uint32_t bits = 0x7fc00000u;
+    memcpy(&s, &bits, 4);
+    z = 0.0f;
+  }
   *scale = s;
   *zp = (int32_t)z;
   __m512 vs = _mm512_set1_ps(s), vz = _mm512_set1_ps(z);
