@@ -87,6 +87,8 @@ def stored_weight(m, ctx) -> Miss | None:
                          "store it in the graph (g.param(..., value=...)).",
                     detail=f"param {node.op.name!r} has no stored value")
     return fail(MissReason.WEIGHT_NOT_CONSTANT,
+                hint="only weights known now are quantized: a product of two values computed "
+                     "when the graph runs (attention's q @ k^T and p @ v, say) stays float32.",
                 detail=f"the right operand is {node.label}, computed when the graph runs")
 
 
