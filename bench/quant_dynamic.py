@@ -6,8 +6,12 @@ Runtime's fp32 and its own `quantize_dynamic` (per-channel int8 weights, per-ten
 activations) of the same model. Every call runs on one thread; the tools are timed
 interleaved, round by round, in process CPU time (`--clock wall` for wall time), so load that
 comes and goes hits them alike. Run it pinned (`taskset -c 0`) on a shared machine.
+`--model hf-bert` runs Hugging Face's BERT-base instead (built from its config with random
+weights, exported to ONNX by the TorchScript exporter with sdpa attention, imported with
+`bz.import_onnx`): ONNX Runtime then runs that export and quantizes it.
 
-    python bench/quant_dynamic.py [--layers 12] [--seq 128] [--repeat 10] [--csv PATH]
+    python bench/quant_dynamic.py [--model builtin|hf-bert] [--layers 12] [--seq 128]
+        [--repeat 10] [--csv PATH]
 """
 from __future__ import annotations
 
@@ -20,17 +24,37 @@ import time
 
 import numpy as np
 
-FIELDS = ["date", "load", "layers", "seq", "clock", "tool", "ms_median", "ms_fastest",
+FIELDS = ["date", "load", "model", "layers", "seq", "clock", "tool", "ms_median", "ms_fastest",
           "max_abs_err", "rel_err", "mean_rel_err", "quantized", "left"]
+
+
+def _model(args, tmp: str):
+    """(braze graph, feeds, ONNX path of the same model or None)."""
+    import braze as bz
+
+    if args.model == "hf-bert":
+        from braze.models.hf import export_onnx_variant, hf_inputs, hf_module
+
+        module = hf_module("bert", size="base")
+        path = os.path.join(tmp, "hf_bert.onnx")
+        export_onnx_variant(module, path, "sdpa")
+        g = bz.import_onnx(path)
+        names = {g.nodes[i].op.name for i in g.input_ids}
+        feeds = {k: v for k, v in hf_inputs(1, args.seq, vocab=module.vocab_size).items()
+                 if k in names}
+        return g, feeds, path
+    g = bz.models.bert_encoder(args.layers, 768, 12, batch=1, seq=args.seq, seed=0)
+    feeds = {"hidden": np.random.default_rng(1).standard_normal((1, args.seq, 768),
+                                                                np.float32)}
+    return g, feeds, bz.export_onnx(g, os.path.join(tmp, "bert.onnx"), target="standard")
 
 
 def _tools(args):
     """{name: (call, output)} for every tool that runs here; the fp32 output first."""
     import braze as bz
 
-    g = bz.models.bert_encoder(args.layers, 768, 12, batch=1, seq=args.seq, seed=0)
-    feeds = {"hidden": np.random.default_rng(1).standard_normal((1, args.seq, 768),
-                                                                np.float32)}
+    tmp = tempfile.mkdtemp(prefix="braze_quant_")
+    g, feeds, onnx_path = _model(args, tmp)
     q, report = bz.quantize_dynamic(g)
     print(report.summary_line())
     tools = {}
@@ -38,23 +62,19 @@ def _tools(args):
                                    ("braze_int8", q, None)):
         exe = bz.compile(graph, precision=precision, threads=1)
         tools[name] = (lambda exe=exe: exe(feeds), exe(feeds)[0])
-    tools.update(_ort_tools(g, feeds))
+    tools.update(_ort_tools(onnx_path, feeds, tmp))
     counts = q.op_counts()
     return tools, counts.get("dynamic_quant_matmul", 0), len(report.misses)
 
 
-def _ort_tools(g, feeds) -> dict:
+def _ort_tools(fp32: str, feeds, tmp: str) -> dict:
     try:
         import onnxruntime as ort
         from onnxruntime.quantization import QuantType, quantize_dynamic
     except ImportError:
         return {}
-    import braze as bz
-
     out = {}
-    tmp = tempfile.mkdtemp(prefix="braze_quant_")
-    fp32 = bz.export_onnx(g, os.path.join(tmp, "bert.onnx"), target="standard")
-    int8 = os.path.join(tmp, "bert_int8.onnx")
+    int8 = os.path.join(tmp, "model_int8.onnx")
     quantize_dynamic(fp32, int8, weight_type=QuantType.QInt8, per_channel=True)
     for name, path in (("ort_fp32", fp32), ("ort_int8", int8)):
         so = ort.SessionOptions()
@@ -82,7 +102,8 @@ def _timed(tools: dict, repeat: int, clock) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--model", choices=("builtin", "hf-bert"), default="builtin")
+    ap.add_argument("--layers", type=int, default=12, help="layers of the builtin model")
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--repeat", type=int, default=10)
     ap.add_argument("--clock", choices=("cpu", "wall"), default="cpu")
@@ -95,8 +116,9 @@ def main() -> None:
     res = _timed(tools, args.repeat, clock)
     stamp = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
     rows = []
-    print(f"# BERT {args.layers} layers, seq {args.seq}, 1 thread, {args.clock} time, load "
-          f"{load:.2f} -> {os.getloadavg()[0]:.2f}; {quantized} matmuls quantized, {left} left")
+    print(f"# {args.model} BERT {args.layers} layers, seq {args.seq}, 1 thread, {args.clock} "
+          f"time, load {load:.2f} -> {os.getloadavg()[0]:.2f}; {quantized} matmuls quantized, "
+          f"{left} left")
     for name, (med, best) in res.items():
         diff = np.abs(tools[name][1] - ref)
         err = float(diff.max())
@@ -106,7 +128,8 @@ def main() -> None:
               f"vs fp32 {res['braze_fp32'][0] / med:5.2f}x  max |err| {err:.3e} (/ max |fp32| "
               f"{rel:.2e}, mean |err| / mean |fp32| {mean_rel:.2e})")
         rows.append(dict(date=stamp, load=f"{load:.2f}/{os.getloadavg()[0]:.2f}",
-                         layers=args.layers, seq=args.seq, clock=args.clock, tool=name,
+                         model=args.model, layers=args.layers, seq=args.seq,
+                         clock=args.clock, tool=name,
                          ms_median=f"{med:.2f}", ms_fastest=f"{best:.2f}",
                          max_abs_err=f"{err:.3e}", rel_err=f"{rel:.2e}",
                          mean_rel_err=f"{mean_rel:.2e}", quantized=quantized,
