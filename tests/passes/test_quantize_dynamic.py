@@ -222,6 +222,27 @@ def test_a_half_precision_matmul_is_reported():
     assert misses(report, MissReason.DTYPE_MISMATCH)
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_a_weight_holding_nan_or_infinity_is_reported(bad):
+    g = mlp()
+    w = np.array(g.weights["w1"])
+    w[3, 4] = bad
+    q, report = bz.quantize_dynamic(g, params={"w1": w}, min_size=0)
+    assert q.op_counts()["dynamic_quant_matmul"] == 1   # w2 only
+    (miss,) = misses(report, MissReason.DTYPE_MISMATCH)
+    assert "NaN or infinite" in miss.detail
+
+
+def test_an_empty_weight_is_reported():
+    g = bz.Graph("empty")
+    x = g.input("x", bz.Shape((4, 0)))
+    g.set_outputs([g.mm(x, g.param("w", bz.Shape((0, 8)), value=np.zeros((0, 8), np.float32)))])
+    q, report = bz.quantize_dynamic(g, min_size=0)
+    assert "dynamic_quant_matmul" not in q.op_counts()
+    (miss,) = misses(report, MissReason.SHAPE_MISMATCH)
+    assert "empty" in miss.detail
+
+
 def test_a_kind_left_out_of_op_kinds_is_reported():
     q, report = bz.quantize_dynamic(mlp(), min_size=0, op_kinds=("fused_matmul_bias_act",))
     assert q.op_counts()["dynamic_quant_matmul"] == 1   # the biased layer; the plain matmul not

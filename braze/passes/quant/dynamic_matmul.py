@@ -7,7 +7,7 @@ FuseMatMulBiasAct, so that its epilogue comes along, after FuseSharedInputMatMul
 the projections of one input - Q, K and V, gate and up - so that one GEMM quantizes that input
 once). Every matmul left alone is a reported
 miss with its reason: a weight computed at run time or without a value, not 2-D, not float32,
-smaller than `min_size`, or a kind `op_kinds` leaves out."""
+smaller than `min_size`, empty or holding NaN / infinity, or a kind `op_kinds` leaves out."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -126,10 +126,17 @@ def _stored_param(b, name: str, value: np.ndarray, dtype: DType):
 
 
 def quantized_weight(m, ctx) -> Miss | None:
-    """Quantizes the weight (kept for the replacement: Match.memo), once the other checks
-    passed. Never refuses."""
+    """The weight's values fit int8 with a scale (none is NaN or infinite; it is not empty),
+    then quantizes it (kept for the replacement: Match.memo)."""
+    w = _weight(m)
+    if w.size == 0:
+        return fail(MissReason.SHAPE_MISMATCH, detail=f"weight {m.shape('w')} is empty")
+    if not np.isfinite(w).all():
+        return fail(MissReason.DTYPE_MISMATCH, hint="int8 with a finite scale cannot hold NaN or "
+                    "infinity; fix the weight, or leave it float32 (this matmul stays so).",
+                    detail=f"weight {m.shape('w')} holds NaN or infinite values")
     opts = _options(ctx)
-    m.memo("quantized", lambda: quantize_weight(_weight(m), opts.per_channel))
+    m.memo("quantized", lambda: quantize_weight(w, opts.per_channel))
     m.memo("per_channel", lambda: opts.per_channel)
     return None
 
