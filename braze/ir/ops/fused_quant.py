@@ -36,7 +36,9 @@ from .quant import FakeQuantize
 if TYPE_CHECKING:
     from ..graph import Graph
 
-__all__ = ["DynamicQuantMatMul"]
+__all__ = ["DynamicQuantMatMul", "MAX_K"]
+
+MAX_K = 33000  # the longest rows whose int32 sums (255 * 127 * K, and zp * column sum) fit
 
 
 @dataclass(frozen=True)

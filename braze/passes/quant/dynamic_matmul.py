@@ -1,13 +1,13 @@
 """`bz.quantize_dynamic`: dynamic int8 quantization of linear layers. Each matmul whose weight
 is a stored 2-D float32 matrix (a param with a value, given or stored, or a constant) becomes
 a DynamicQuantMatMul: the weight quantized once, here, to symmetric int8 with a scale per
-output column (weights.py), the activation quantized per row when the node runs; a bias add
-and an activation after the matmul join it (the linear layer is fused first, by
-FuseMatMulBiasAct, so that its epilogue comes along, after FuseSharedInputMatMul has joined
-the projections of one input - Q, K and V, gate and up - so that one GEMM quantizes that input
-once). Every matmul left alone is a reported
-miss with its reason: a weight computed at run time or without a value, not 2-D, not float32,
-smaller than `min_size`, empty or holding NaN / infinity, or a kind `op_kinds` leaves out."""
+output column (weights.py), the activation quantized per row when the node runs. The steps:
+FuseSharedInputMatMul joins the projections of one input (Q, K and V; gate and up), so one
+GEMM quantizes that input once; FuseMatMulBiasAct brings each layer's bias add and activation
+into its matmul; then the rule below. Every matmul left alone is a reported miss with its
+reason: a weight computed at run time or without a value, not 2-D, not float32, smaller than
+`min_size`, empty or holding NaN / infinity, K past the int32 sums' reach, or a kind
+`op_kinds` leaves out."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -19,7 +19,7 @@ from ...errors import BrazeError, GraphError
 from ...ir.dtypes import DType, f32, i8
 from ...ir.graph import Graph
 from ...ir.ops.fused import FusedMatMulBiasAct
-from ...ir.ops.fused_quant import DynamicQuantMatMul
+from ...ir.ops.fused_quant import MAX_K, DynamicQuantMatMul
 from ...ir.ops.io import Constant, Param
 from ...ir.shapes import Shape
 from ...rewrite import Miss, MissReason, P, RewriteContext, Rule, V, fail
@@ -30,10 +30,9 @@ from ..fusion.shared_matmul import RULES as SHARED_MATMUL_RULES
 from ..targets import get_target
 from .weights import quantize_weight
 
-__all__ = ["quantize_dynamic", "QuantizeOptions", "QUANTIZE_DYNAMIC_MATMUL", "MAX_K"]
+__all__ = ["quantize_dynamic", "QuantizeOptions", "QUANTIZE_DYNAMIC_MATMUL"]
 
 KINDS = ("matmul", "fused_matmul_bias_act")
-MAX_K = 33000  # the int8 sums (255 * 127 * K) stay inside int32
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,7 @@ from functools import cache
 
 import numpy as np
 
+from ...ir.ops.fused_quant import MAX_K
 from ..address import address
 from ..codegen import cc
 from ..plan import aligned_empty
@@ -37,8 +38,6 @@ from .dot_micro import VNNI_MICRO
 
 __all__ = ["available", "Int8Weight", "gemm", "gemm_quantized", "quantize_rows",
            "scratch_bytes", "padded_k", "MAX_K"]
-
-MAX_K = 33000  # 255 * 127 * k (the sums, and zp * colsum) stays inside int32
 
 SOURCE = c_snippets.ACT_SPAN.join((r"""
 #include <stdint.h>
