@@ -174,3 +174,6 @@ def test_declined_operands_leave_the_output_alone():
     assert not int8_gemm.gemm(x, w, out, bias[:19], 0, scratch)                    # bias
     assert not int8_gemm.gemm(x, w, out, None, 0, scratch[:10])                    # scratch
     assert (out == 3).all()
+    q, scale, zp = int8_gemm.quantize_rows(x)
+    with pytest.raises(ValueError, match="do not fit the weight"):
+        int8_gemm.gemm_quantized(q[:, :36], scale, zp, w, np.empty((5, 20), np.int32))

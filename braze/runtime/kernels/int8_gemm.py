@@ -356,9 +356,15 @@ def gemm_quantized(q: np.ndarray, scales: np.ndarray, zps: np.ndarray, w: Int8We
     """The GEMM from rows quantized already (quantize_rows' three arrays): out int32 [rows,
     N] gets the s32 sums as they are; out f32 the dequantized result + bias, act."""
     rows = q.shape[0]
-    assert q.dtype == np.uint8 and q.shape[1] == padded_k(w.k) and q.flags.c_contiguous
-    assert out.shape == (rows, w.n) and out.flags.c_contiguous and \
-        out.dtype in (np.int32, np.float32)
+    ok = q.dtype == np.uint8 and q.shape[1] == padded_k(w.k) and q.flags.c_contiguous and \
+        scales.dtype == np.float32 and zps.dtype == np.int32 and \
+        scales.shape == zps.shape == (rows,) and out.shape == (rows, w.n) and \
+        out.flags.c_contiguous and out.dtype in (np.int32, np.float32) and \
+        (bias is None or (bias.dtype == np.float32 and bias.shape == (w.n,)))
+    if not ok:
+        raise ValueError(f"int8 GEMM of quantized rows: q {q.dtype}{q.shape}, scales "
+                         f"{scales.shape}, zero points {zps.shape}, out {out.dtype}{out.shape} "
+                         f"do not fit the weight [{w.k}, {w.n}] (quantize_rows makes them)")
     if rows:
         _lib().i8_gemm(None, 0, 1, address(q), address(scales), address(zps),
                        address(w.packed), address(w.colsum), address(w.scale), address(out),
