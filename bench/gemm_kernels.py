@@ -148,14 +148,12 @@ def _int8_methods(methods: dict, x, ws, bias, out) -> None:
     """braze_int8 (+ _gelu) into `methods`, where the CPU has AVX512-VNNI."""
     import numpy as np  # noqa: PLC0415
 
+    from braze.passes.quant import quantize_weight  # noqa: PLC0415
     from braze.runtime.kernels import c_snippets, int8_gemm  # noqa: PLC0415
 
     if not int8_gemm.available():
         return
-    weights = []
-    for w in ws:
-        scale = np.abs(w).max(axis=0) / np.float32(127)
-        weights.append(int8_gemm.Int8Weight(np.clip(np.rint(w / scale), -127, 127), scale))
+    weights = [int8_gemm.Int8Weight(*quantize_weight(w)) for w in ws]
     scratch = np.empty(int8_gemm.scratch_bytes(*x.shape), np.uint8)
     gelu, copies = c_snippets.ACT_CODES["gelu"], len(ws)
     methods["braze_int8"] = lambda i: int8_gemm.gemm(x, weights[i % copies], out, None, 0,
