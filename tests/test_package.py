@@ -19,3 +19,13 @@ def test_an_unknown_attribute_is_still_an_attribute_error():
 
     with pytest.raises(AttributeError, match="no attribute 'modles'"):
         bz.modles  # noqa: B018
+
+
+def test_test_files_have_unique_basenames():
+    """tests/ has no __init__.py files: pytest imports each test module by its basename, so two
+    files of one name in different folders stop the whole suite's collection."""
+    from collections import Counter
+    from pathlib import Path
+
+    names = Counter(p.name for p in Path(__file__).parent.rglob("test_*.py"))
+    assert [n for n, c in names.items() if c > 1] == []
