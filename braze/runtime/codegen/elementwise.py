@@ -9,7 +9,10 @@ planned per binding), so every stride is a literal the compiler folds, and adjac
 every input walks contiguously are merged first (a [B, S, H] + [H] bias add is one row loop
 of H, a same-shape region one flat loop). With `stream`, each thread computes a tile into a
 stack buffer and writes it with non-temporal stores: large outputs then skip the read the
-cache would do before the write. The source text keys the on-disk cache (codegen.cc).
+cache would do before the write. The source text keys the on-disk cache (codegen.cc); scalar
+constants are not in it but read from an argument (codegen.scalars, but those that let the
+compiler drop work), so the key is the region's structure: regions that differ only by a scale
+or a bound share one compiled kernel.
 
 float16 / bfloat16 values are stored as 16 bits, loaded as float32, and every body op whose
 result is half-precision is rounded back to its type (float32 -> half -> float32) as the
@@ -40,10 +43,11 @@ from ...ir.ops.elementwise import (
 from ...ir.ops.io import Constant
 from .cc import PARALLEL_MIN_ELEMENTS, PRECISE_FLAGS
 from .half import HALF_TYPES, half_expr, half_load, half_prelude, half_store
+from .scalars import ScalarArgs, scalar_args
 from .vecmath import CALLS, VECMATH_C, libmvec_decls
 
-__all__ = ["region_source", "region_constants", "region_geometry", "region_flags", "Unsupported",
-           "C_TYPES", "STREAM_TILE"]
+__all__ = ["region_source", "region_constants", "region_scalars", "region_geometry",
+           "region_flags", "Unsupported", "C_TYPES", "STREAM_TILE"]
 
 C_TYPES = {"f32": "float", "f64": "double", "i32": "int32_t", "i64": "int64_t", "bool": "uint8_t",
            "i8": "int8_t", "u8": "uint8_t", "i16": "int16_t", "u32": "uint32_t"}
@@ -221,9 +225,11 @@ def _int_clamp(op_: Clamp, x: str, t: str) -> str:
     return f"({out})"
 
 
-def _expr(op_, a: list[str], t: str, it: str) -> str:
+def _expr(op_, a: list[str], t: str, it: str, scalar=None) -> str:
     """C expression of one body node of type `t` over argument expressions `a` (the first
-    of type `it`)."""
+    of type `it`); `scalar(attribute)` names a clamp bound or leaky slope read from the
+    kernel's arguments, None where it is a literal (codegen.scalars)."""
+    named = scalar or (lambda attr: None)
     if isinstance(op_, Unary):
         return _unary(op_.fn, a[0], t)
     if isinstance(op_, Binary):
@@ -237,10 +243,11 @@ def _expr(op_, a: list[str], t: str, it: str) -> str:
     if isinstance(op_, Clamp):
         if t not in ("float", "double"):
             return _int_clamp(op_, a[0], t)
-        lo, hi = _literal(op_.lo, t), _literal(op_.hi, t)
+        lo, hi = named("lo") or _literal(op_.lo, t), named("hi") or _literal(op_.hi, t)
         return f"({a[0]} < {lo} ? {lo} : ({a[0]} > {hi} ? {hi} : {a[0]}))"
     if isinstance(op_, LeakyRelu):
-        return f"({a[0]} >= 0 ? {a[0]} : {a[0]} * {_literal(op_.alpha, t)})"
+        alpha = named("alpha") or _literal(op_.alpha, t)
+        return f"({a[0]} >= 0 ? {a[0]} : {a[0]} * {alpha})"
     if isinstance(op_, IsNan):
         return f"({a[0]} != {a[0]})"
     if isinstance(op_, IsInf):
@@ -292,6 +299,13 @@ def region_constants(op) -> list[np.ndarray]:
     return [np.ascontiguousarray(n.op.value) for n in _tables(op.body)]
 
 
+def region_scalars(op) -> np.ndarray | None:
+    """The array of the body's scalar arguments (codegen.scalars), which the generated
+    function reads after the tables; None when every scalar is a literal."""
+    scalars = scalar_args(op.body, _value_type)
+    return scalars.packed() if scalars.values else None
+
+
 def _layout(op, in_shapes, out_shape):
     """(sources, dims, strides): each array the body reads (node id, type, C name, args
     position: the inputs, then the tables after the outputs) and the coalesced loop dims with
@@ -325,18 +339,22 @@ def region_geometry(op, in_shapes, out_shape) -> np.ndarray:
 def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False,
                   sizes: bool = False) -> str:
     """C source of `void fn_name(void** args)` computing the region (inputs, then outputs,
-    then region_constants(op), in args) for concrete input shapes broadcast to `out_shape`
-    (all outputs share it). With `sizes`, the lengths and strides are not literals but read
-    from one more argument (region_geometry's array): the same source, compiled once, then
-    serves every shape with the same broadcast pattern (a dynamic-size model's region at each
-    new binding)."""
+    then region_constants(op), then region_scalars(op) if any, in args) for concrete input
+    shapes broadcast to `out_shape` (all outputs share it). Scalar constants are read from
+    their argument, not written into the source (but those codegen.scalars keeps literal), so
+    regions that differ only by them have one source. With `sizes`, the lengths and strides
+    are not literals but read from one more argument (region_geometry's array): the same
+    source, compiled once, then serves every shape with the same broadcast pattern (a
+    dynamic-size model's region at each new binding)."""
     body = op.body
     sources, dims, strides = _layout(op, in_shapes, out_shape)
     full_total = int(np.prod(dims, dtype=np.int64)) if dims else 1
     cols = dims[-1] if dims else 1
     lead = dims[:-1]
+    scalars = scalar_args(body, _value_type)
+    scalars_at = len(in_shapes) + len(body.outputs) + len(_tables(body))
     if sizes:
-        geo_at = len(in_shapes) + len(body.outputs) + len(_tables(body))
+        geo_at = scalars_at + (1 if scalars.values else 0)
         total_c, cols_c = "total", "cols"
         decls = [f"  const int64_t* G = (const int64_t*)args[{geo_at}];",
                  "  const int64_t total = G[0], cols = G[1];"]
@@ -359,7 +377,7 @@ def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False,
             inner = f"o{name} + {inner}" if inner != "0" else f"o{name}"
         ref = f"{name}[{inner}]"
         env[(nid, 0)] = (half_load(s.dtype.name, ref) if s.dtype.name in HALF_TYPES else ref, t)
-    lines = _body_lines(body, env)
+    lines = _body_lines(body, env, scalars)
     outs, tiles, stores = [], [], []
     for j, v in enumerate(body.outputs):
         expr, _ = env[(v.node, v.index)]
@@ -396,11 +414,11 @@ def region_source(op, in_shapes, out_shape, fn_name: str, stream: bool = False,
         if lead else ["      const int64_t c0 = i;"]
     limit = f"      if (n > {STREAM_TILE}) n = {STREAM_TILE};" if stream else ""
     return "\n".join([
-        "#include <math.h>", "#include <stdint.h>", libmvec_decls(),
+        "#include <math.h>", "#include <stdint.h>", "#include <string.h>", libmvec_decls(),
         VECMATH_C + (half_prelude() if _holds_half(body) else ""), _STREAM_C if stream else "",
         f"void {fn_name}(void** args) {{",
         *decls,
-        *split, *tiles,
+        *split, *scalars.decls(scalars_at), *tiles,
         "    for (int64_t i = lo; i < hi;) {",
         *row,
         f"      int64_t n = {cols_c} - c0 < hi - i ? {cols_c} - c0 : hi - i;",
@@ -426,8 +444,9 @@ def _runtime_row_offset(strides: list[int], first: int) -> str:
     return " + ".join(terms) if terms else "0"
 
 
-def _body_lines(body, env: dict) -> list[str]:
-    """`const T vK = expr;` per body node, in order; fills `env` with each value's name."""
+def _body_lines(body, env: dict, scalars: ScalarArgs) -> list[str]:
+    """`const T vK = expr;` per body node, in order; fills `env` with each value's name (a
+    scalar constant's is its literal or its argument's name)."""
     lines = []
     for node in body.nodes:
         op_ = node.op
@@ -436,12 +455,15 @@ def _body_lines(body, env: dict) -> list[str]:
         dt = node.outputs[0].dtype.name
         t = _value_type(dt)
         if isinstance(op_, Constant):  # a scalar: tables are read from their arrays
-            env[(node.id, 0)] = (_literal(op_.value.reshape(-1)[0], t), t)
+            value = scalars.name(node.id, "value") or _literal(op_.value.reshape(-1)[0], t)
+            env[(node.id, 0)] = (value, t)
             continue
         a = [env[(v.node, v.index)][0] for v in node.inputs]
         it = env[(node.inputs[0].node, node.inputs[0].index)][1] if node.inputs else t
         name = f"v{len(lines)}"
-        expr = half_expr(op_, a, dt, it, _expr) if dt in HALF_TYPES else _expr(op_, a, t, it)
+        scalar = lambda attr, nid=node.id: scalars.name(nid, attr)  # noqa: E731
+        expr = (half_expr(op_, a, dt, it, _expr, scalar) if dt in HALF_TYPES
+                else _expr(op_, a, t, it, scalar))
         lines.append(f"        const {t} {name} = {expr};")
         env[(node.id, 0)] = (name, t)
     return lines

@@ -46,7 +46,8 @@ from ...ir.ops.elementwise import (
 )
 from .vecmath import CALLS
 
-__all__ = ["HALF_TYPES", "half_prelude", "half_load", "half_store", "half_expr"]
+__all__ = ["HALF_TYPES", "half_prelude", "half_load", "half_store", "half_expr",
+           "clamp_bounds"]
 
 HALF_TYPES = {"f16": np.float16, "bf16": ml_dtypes.bfloat16}
 """braze dtype name -> the NumPy scalar type the reference computes with."""
@@ -118,11 +119,14 @@ def _lit(v: float) -> str:
     return f"{float(np.float32(v))!r}f"
 
 
-def half_expr(op_, a: list[str], h: str, it: str, float_expr) -> str:
+def half_expr(op_, a: list[str], h: str, it: str, float_expr, scalar=None) -> str:
     """C float expression of a body op whose output has half type `h`, over argument
     expressions `a` (float32 holding their values; the first of C type `it`), as the reference
-    computes it. `float_expr(op_, a, t, it)` writes an op in C type t (elementwise._expr)."""
+    computes it. `float_expr(op_, a, t, it)` writes an op in C type t (elementwise._expr);
+    `scalar(attribute)`, when given, names a clamp bound or leaky slope the kernel reads from
+    its arguments (None: a literal; codegen.scalars)."""
     r = lambda e: f"{_ROUND[h]}({e})"  # noqa: E731
+    named = scalar or (lambda attr: None)
     if isinstance(op_, Unary):
         return _unary(op_.fn, a[0], h, r, lambda: float_expr(op_, a, "float", it))
     if isinstance(op_, Binary) and op_.fn in (BinaryFn.MAX, BinaryFn.MIN):
@@ -134,9 +138,13 @@ def half_expr(op_, a: list[str], h: str, it: str, float_expr) -> str:
             return f"bz_f16_from_f64({a[0]})"
         return r(f"((float)({a[0]}))")  # bfloat16 from float64: through float32
     if isinstance(op_, Clamp):
-        return _clamp(op_, a[0], h, r)
+        lo, hi = (named(attr) or _lit(float(v)) for attr, v in zip(("lo", "hi"),
+                                                                  clamp_bounds(op_, h)))
+        x = a[0]
+        clipped = f"({x} < {lo} ? {lo} : ({x} > {hi} ? {hi} : {x}))"
+        return clipped if h == "f16" else r(clipped)
     if isinstance(op_, LeakyRelu):
-        alpha = _lit(float(HALF_TYPES[h](op_.alpha)))
+        alpha = named("alpha") or _lit(float(HALF_TYPES[h](op_.alpha)))
         return f"({a[0]} >= 0 ? {a[0]} : {r(f'({a[0]} * {alpha})')})"
     return r(float_expr(op_, a, "float", it))
 
@@ -149,17 +157,17 @@ def _max_min(fn: BinaryFn, a: str, b: str, h: str) -> str:
     return f"(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})"
 
 
-def _clamp(op_: Clamp, x: str, h: str, r) -> str:
-    """np.clip against Python-float bounds: float16 compares with the bounds rounded to
-    float16 (the reference's result on -inf / +inf); bfloat16 is clipped in float32 (the
-    bounds rounded to float32) and the chosen bound rounded to bfloat16."""
+def clamp_bounds(op_: Clamp, h: str) -> tuple[np.float32, np.float32]:
+    """The float32 bounds a half clamp compares with (np.clip against Python-float bounds):
+    float16 compares with the bounds rounded to float16 (the reference's result on -inf /
+    +inf, which is already the chosen bound's value); bfloat16 is clipped in float32 (the
+    bounds rounded to float32), the chosen bound then rounded to bfloat16."""
     if h == "f16":
         with np.errstate(all="ignore"):
             edge = np.array([-np.inf, np.inf], np.float16)
-            lo, hi = (float(v) for v in np.asarray(op_.reference(edge), np.float32))
-        return f"({x} < {_lit(lo)} ? {_lit(lo)} : ({x} > {_lit(hi)} ? {_lit(hi)} : {x}))"
-    lo, hi = _lit(op_.lo), _lit(op_.hi)
-    return r(f"({x} < {lo} ? {lo} : ({x} > {hi} ? {hi} : {x}))")
+            lo, hi = np.asarray(op_.reference(edge), np.float32)
+        return np.float32(lo), np.float32(hi)
+    return np.float32(op_.lo), np.float32(op_.hi)
 
 
 def _unary(fn: UnaryFn, x: str, h: str, r, plain) -> str:

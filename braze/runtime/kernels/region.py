@@ -2,7 +2,8 @@
 compiled once per machine with IEEE-preserving flags and cached on disk; dispatch "generated".
 A region of static shape bakes its lengths and strides into the source; one whose shape is
 symbolic reads them from an array (region_geometry), so each new binding of a dynamic-size
-model reuses the compiled kernel instead of compiling another.
+model reuses the compiled kernel instead of compiling another. Scalar constants are arguments
+(codegen.scalars), so regions that differ only by them share one kernel as well.
 
 Outputs of at least $BRAZE_STREAM_MIN_MB MiB each are written with non-temporal stores (the
 generator's `stream`), which skip the line reads a cached store makes first. Off by default:
@@ -25,6 +26,7 @@ from ..codegen.elementwise import (
     region_constants,
     region_flags,
     region_geometry,
+    region_scalars,
     region_source,
 )
 from .registry import Dispatch, Kernel, nbytes, register_kernel
@@ -65,6 +67,9 @@ def region(node, ins, outs, ctx):
     fn.argtypes = [ctypes.c_void_p]
     fn.restype = None
     tables = region_constants(node.op)  # alive as long as the kernel
+    scalars = region_scalars(node.op)
+    if scalars is not None:
+        tables.append(scalars)
     if sizes:
         tables.append(region_geometry(node.op, ins, outs[0]))
     n = len(ins) + len(outs) + len(tables)
