@@ -43,3 +43,12 @@ class Progress:
             self._console.print(f"[green]\u2713[/green] {text} [dim]({dt:.2f} s)[/dim]")
         else:
             print(line, file=self.stream, flush=True)
+
+    def note(self, text: str) -> None:
+        """Print one line, `braze: text` (nothing when not enabled)."""
+        if not self.enabled:
+            return
+        if self._console is not None:
+            self._console.print(f"braze: {text}", highlight=False)
+        else:
+            print(f"braze: {text}", file=self.stream, flush=True)

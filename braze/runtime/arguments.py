@@ -5,13 +5,15 @@ misspelled param, a silently ignored value)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from numbers import Real
 
 import numpy as np
 
 from ..errors import BrazeError, InterpretError
 from ..ir.graph import Graph
+from .codegen.builds import BuildLimits
 
-__all__ = ["compile_args", "checked_params", "feeds_mapping"]
+__all__ = ["compile_args", "checked_params", "feeds_mapping", "build_limits"]
 
 
 def compile_args(graph, target, params, precision, threads) -> dict[str, np.ndarray]:
@@ -35,6 +37,22 @@ def compile_args(graph, target, params, precision, threads) -> dict[str, np.ndar
             raise BrazeError(f"precision must be None, a name ('bf16', 'f16') or a "
                              f"PrecisionPolicy, got {precision!r}")
     return checked_params(graph, params, "bz.compile")
+
+
+def build_limits(timeout, max_kernels, progress) -> BuildLimits:
+    """`bz.compile`'s build options, checked: a timeout in seconds > 0 or None, a kernel
+    count >= 0 or None, progress True / False."""
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, Real)
+                                or not timeout > 0):
+        raise BrazeError(f"build_timeout must be a number of seconds > 0 or None (no limit), "
+                         f"got {timeout!r}")
+    if max_kernels is not None and (isinstance(max_kernels, bool) or
+                                    not isinstance(max_kernels, int) or max_kernels < 0):
+        raise BrazeError(f"max_kernels must be a whole number >= 0 or None (no limit), got "
+                         f"{max_kernels!r}")
+    if not isinstance(progress, bool):
+        raise BrazeError(f"progress must be True or False, got {progress!r}")
+    return BuildLimits(None if timeout is None else float(timeout), max_kernels, progress)
 
 
 def checked_params(graph: Graph, params, where: str) -> dict[str, np.ndarray]:

@@ -23,8 +23,9 @@ from ..ir.node import Node
 from ..ir.symbolic import dim_symbols
 from ..passes.expand import expand_where
 from ..passes.half_compute import compute_half_in_f32
-from .arguments import checked_params, compile_args, feeds_mapping
+from .arguments import build_limits, checked_params, compile_args, feeds_mapping
 from .codegen import cc
+from .codegen.builds import BuildLimits
 from .kernels import KERNELS, Dispatch, KernelContext
 from .kernels.threads import ThreadLimit
 from .plan import SharedArena
@@ -43,20 +44,26 @@ def _has_kernel(op) -> bool:
 
 def compile(graph: Graph, target: str = "cpu", *, params: Mapping[str, np.ndarray] | None = None,
             precision=None, threads: int | None = None, fuse: bool = True,
-            shared_arena: SharedArena | None = None) -> Executable:
+            shared_arena: SharedArena | None = None, build_timeout: float | None = 600.0,
+            max_kernels: int | None = None, progress: bool = True) -> Executable:
     """Compile `graph` for `target` ("cpu"). `params` supplies weights for params without
     stored values and replaces stored ones (as `bz.interpret` takes them); `precision`
     ("bf16", "f16" or a PrecisionPolicy) rounds matmul and conv operands to that type with f32
     accumulation; `threads` caps the kernels' threads; `fuse=False` skips the fusion pipeline
     (the graph runs as given, legalized); `shared_arena` lets executables that never run at
-    the same time plan into one buffer (see SharedArena). The executable takes the params'
-    values as they are now: change them through `exe.update_weights`, not in place (packed
-    weights would keep the old values while other steps read the new)."""
+    the same time plan into one buffer (see SharedArena). Each binding's generated kernels
+    are built in parallel before its first call; `build_timeout` (seconds, None: no limit)
+    and `max_kernels` (new kernels, None: no limit) bound that per binding, the nodes left
+    over running their references; `progress=False` silences the progress lines of long
+    builds (codegen.builds). The executable takes the params' values as they are now: change
+    them through `exe.update_weights`, not in place (packed weights would keep the old values
+    while other steps read the new)."""
     params = compile_args(graph, target, params, precision, threads)
+    limits = build_limits(build_timeout, max_kernels, progress)
     lower = partial(_lowered, graph, target, precision=precision, fuse=fuse)
     legal, report, decomposed = lower(params)
     return Executable(graph, legal, report, params, precision, threads, decomposed,
-                      shared_arena, lower)
+                      shared_arena, lower, limits)
 
 
 def _lowered(graph: Graph, target: str, params: Mapping[str, np.ndarray], *, precision,
@@ -161,11 +168,18 @@ class KernelDispatchReport:
             lines.append(f"  reference fallback ({len(ref)}):")
             if self.note:
                 lines.append(f"    ({self.note})")
-            lines += [f"    {node} ({kind})" for node, kind, _, _ in ref]
+            lines += [f"    {node} ({kind}){_why_reference(kind, impl)}"
+                      for node, kind, _, impl in ref]
         lines.append("  per node:")
         lines += [f"    {node:<48} {kind:<24} {d:<13} {impl}" for node, kind, d, impl in
                   self.rows]
         return "\n".join(lines)
+
+
+def _why_reference(kind: str, impl: str) -> str:
+    """`: reason` for a reference kernel named with its reason (reference_kernel's `why`)."""
+    prefix = f"reference {kind} ("
+    return f": {impl[len(prefix):-1]}" if impl.startswith(prefix) else ""
 
 
 class Executable:
@@ -173,7 +187,7 @@ class Executable:
 
     def __init__(self, source: Graph, graph: Graph, report, params: dict, precision, threads,
                  decomposed: dict[str, int], shared_arena: SharedArena | None = None,
-                 lower: Callable | None = None):
+                 lower: Callable | None = None, limits: BuildLimits | None = None):
         self.source = source
         self.graph = graph
         self.report = report
@@ -183,6 +197,7 @@ class Executable:
         self.shared_arena = shared_arena
         self._params = dict(params)
         self._lower = lower  # params -> (graph, report, decomposed): compile's lowering
+        self.build_limits = limits or BuildLimits()
         self._weights = {**graph.weights, **params}
         self._programs: dict[tuple, Program] = {}
         self._by_shapes: dict[tuple, Program] = {}  # feed shapes -> program, checked before
@@ -198,7 +213,8 @@ class Executable:
         SharedArena stays with this process). Pickling once failed on the lock and the
         kernels' closures, so a spawned worker could not be handed an executable."""
         return (Executable, (self.source, self.graph, self.report, self._params,
-                             self.precision, self.threads, self.decomposed, None, self._lower))
+                             self.precision, self.threads, self.decomposed, None, self._lower,
+                             self.build_limits))
 
     # -- running --------------------------------------------------------------------------------
     def program(self, feeds: Mapping[str, np.ndarray]) -> Program:
@@ -214,7 +230,7 @@ class Executable:
                 check_small_binding(self.graph, symbols)
                 check_narrows(self.graph, symbols)
                 ctx = KernelContext(threads=self.threads or 0, precision=self.precision,
-                                    symbols=symbols)
+                                    symbols=symbols, build_limits=self.build_limits)
                 try:
                     prog = build_program(self.graph, symbols, self._weights, ctx, self._static,
                                          self.shared_arena)

@@ -43,9 +43,10 @@ from ..ir.ops.linalg import MatMul
 from ..ir.ops.shape import Expand, Narrow, Reshape
 from ..ir.shapes import Shape
 from ..ir.symbolic import eval_dim
+from .codegen.builds import BuildLimits, build_all
 from .kernels import Kernel, KernelContext, conv, has_empty, kernel_for, reference_kernel
 from .kernels.fused import gated_gemm, rounded_output
-from .kernels.registry import Preparations
+from .kernels.registry import Preparations, libraries_for
 from .layout import plan_channels_last
 from .plan import Buffer, MemoryPlan, SharedArena, aligned_arena, plan_memory
 
@@ -260,6 +261,7 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
 
     if channels_last:
         ctx = replace(ctx, channels_last=plan_channels_last(g, static, types, ctx))
+    ctx = replace(ctx, unbuilt=_build_libraries(g, static, types, ctx))
     steps: list[Step] = []
     views: list = []                  # (slot, view fn, source slot), made once after the plan
     view_ids: set[int] = set()
@@ -345,6 +347,17 @@ def build_program(g: Graph, symbols: Mapping[str, int], weights: Mapping[str, np
     direct = _direct_feeds(g, plan, outputs, alias, slot_of, views, steps)
     return Program(g, symbols, env, input_slots, steps,
                    [slot_of[v] for v in g.outputs], plan, static_ids, view_ids, arena, direct)
+
+
+def _build_libraries(g: Graph, static: list[bool], types: Callable, ctx: KernelContext
+                     ) -> dict[str, str | None]:
+    """Build the generated C libraries the steps' kernels will load, in parallel and within
+    ctx.build_limits (codegen.builds); library key -> why it was not built (None: failed)."""
+    libraries = []
+    for n in g.nodes:
+        if not (static[n.id] or isinstance(n.op, Input)):
+            libraries += libraries_for(n, *types(n), ctx)
+    return build_all(libraries, ctx.build_limits or BuildLimits())
 
 
 def _layouts_hold(steps: Sequence[Step], nhwc: frozenset) -> bool:

@@ -29,6 +29,7 @@ from functools import cache
 from pathlib import Path
 
 __all__ = ["available", "why_not_compiled", "note_failure", "compile_c", "load_library",
+           "library_key", "is_built", "build_library",
            "set_omp_spin", "release_caller",
            "cache_dir", "FLAGS",
            "cpu_flags",
@@ -290,18 +291,10 @@ def compile_c(source: str, name: str = "kernel", flags: tuple[str, ...] = FLAGS
     where sleeping at once (PASSIVE) gave 47-74 ms and the default 300000 spins up to 80 ms;
     unbounded spinning (ACTIVE) was 6x slower under load."""
     set_omp_spin()
-    recipe = "\0".join((" ".join(flags), " ".join(_LINK_FLAGS), machine_tag()))
-    key = hashlib.sha256((source + "\0" + recipe).encode()).hexdigest()[:20]
+    key = library_key(source, flags)
     if key in _LOADED:
         return _LOADED[key]
-    lib_path = configured_dir() / f"{name}_{key}.so"  # a read-only cache may hold it
-    if not _intact(lib_path, key):
-        d = cache_dir()
-        lib_path = d / lib_path.name
-        with open(d / f".{key}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)
-            if not _intact(lib_path, key):
-                _build(source + _marker(key), lib_path, flags)
+    lib_path = build_library(source, name, flags)
     try:
         lib = ctypes.CDLL(str(lib_path))
     except OSError as e:  # a cache on a noexec mount, a missing libgomp, ...
@@ -310,6 +303,35 @@ def compile_c(source: str, name: str = "kernel", flags: tuple[str, ...] = FLAGS
     _forget_binding()   # libgomp has read it: later OpenMP runtimes (torch's copy) must not
     _LOADED[key] = lib
     return lib
+
+
+def library_key(source: str, flags: tuple[str, ...] = FLAGS) -> str:
+    """The cache key of the library built from `source` with `flags` on this machine."""
+    recipe = "\0".join((" ".join(flags), " ".join(_LINK_FLAGS), machine_tag()))
+    return hashlib.sha256((source + "\0" + recipe).encode()).hexdigest()[:20]
+
+
+def is_built(source: str, name: str, flags: tuple[str, ...] = FLAGS) -> bool:
+    """Whether the library for `source` is loaded or intact in the cache (no build needed)."""
+    key = library_key(source, flags)
+    return key in _LOADED or _intact(configured_dir() / f"{name}_{key}.so", key) or \
+        _intact(cache_dir() / f"{name}_{key}.so", key)
+
+
+def build_library(source: str, name: str = "kernel", flags: tuple[str, ...] = FLAGS) -> Path:
+    """The path of the library built from `source` with `flags` in the kernel cache, built
+    first unless it is there intact; it is not loaded. Safe from several threads and
+    processes (a file lock per key): builds.build_all runs it in parallel."""
+    key = library_key(source, flags)
+    lib_path = configured_dir() / f"{name}_{key}.so"  # a read-only cache may hold it
+    if not _intact(lib_path, key):
+        d = cache_dir()
+        lib_path = d / lib_path.name
+        with open(d / f".{key}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not _intact(lib_path, key):
+                _build(source + _marker(key), lib_path, flags)
+    return lib_path
 
 
 def _marker(key: str) -> str:

@@ -12,7 +12,10 @@ from .registry import Dispatch, Kernel
 __all__ = ["reference_kernel"]
 
 
-def reference_kernel(node: Node, symbols: Mapping[str, int]) -> Kernel:
+def reference_kernel(node: Node, symbols: Mapping[str, int], why: str | None = None
+                     ) -> Kernel:
+    """The kernel running `node`'s reference; `why`, when given, says in its name why no
+    other kernel runs it (a build limit reached, see codegen.builds)."""
     op = node.op
     n_in = len(node.inputs)
     kw = {"symbols": dict(symbols)} if getattr(op, "needs_symbols", False) else {}
@@ -23,4 +26,5 @@ def reference_kernel(node: Node, symbols: Mapping[str, int]) -> Kernel:
                           strict=True):
             np.copyto(out, r, casting="unsafe")
 
-    return Kernel(run, Dispatch.REFERENCE, f"reference {op.label}")
+    name = f"reference {op.label}" + (f" ({why})" if why else "")
+    return Kernel(run, Dispatch.REFERENCE, name)

@@ -21,6 +21,7 @@ import numpy as np
 from ...ir.ops.region import ElementwiseRegion
 from ..address import address
 from ..codegen import cc
+from ..codegen.builds import Library
 from ..codegen.elementwise import (
     Unsupported,
     region_constants,
@@ -29,9 +30,10 @@ from ..codegen.elementwise import (
     region_scalars,
     region_source,
 )
-from .registry import Dispatch, Kernel, nbytes, register_kernel
+from .reference import reference_kernel
+from .registry import Dispatch, Kernel, nbytes, register_kernel, register_library
 
-__all__ = ["region", "stream_min_bytes"]
+__all__ = ["region", "region_library", "stream_min_bytes"]
 
 
 def stream_min_bytes() -> int | None:
@@ -46,21 +48,37 @@ def stream_min_bytes() -> int | None:
     return max(0, int(max(mb, 0.0) * (1 << 20)))
 
 
-@register_kernel(ElementwiseRegion)
-def region(node, ins, outs, ctx):
+def _streams(outs) -> bool:
+    limit = stream_min_bytes()
+    return limit is not None and min(o.numel() * o.dtype.itemsize for o in outs) >= limit
+
+
+@register_library(ElementwiseRegion)
+def region_library(node, ins, outs, ctx=None) -> Library | None:
+    """The C library of the region's kernel (function `library.name`), or None where the
+    generator declines the region."""
     if not cc.available() or any(o.dims != outs[0].dims for o in outs):
         return None
-    limit = stream_min_bytes()
-    stream = limit is not None and min(o.numel() * o.dtype.itemsize for o in outs) >= limit
     sizes = not all(o.is_static for o in node.outputs)  # re-planned per binding
     try:
-        src = region_source(node.op, ins, outs[0], "region", stream=stream, sizes=sizes)
+        src = region_source(node.op, ins, outs[0], "region", stream=_streams(outs),
+                            sizes=sizes)
     except Unsupported:
         return None
     name = "region_" + hashlib.sha256(src.encode()).hexdigest()[:12]
-    src = src.replace("void region(", f"void {name}(")
+    return Library(src.replace("void region(", f"void {name}("), name, region_flags(node.op))
+
+
+@register_kernel(ElementwiseRegion)
+def region(node, ins, outs, ctx):
+    lib = region_library(node, ins, outs)
+    if lib is None:
+        return None
+    if lib.key in ctx.unbuilt:  # a build limit was reached (None: the build failed, in cc)
+        why = ctx.unbuilt[lib.key]
+        return None if why is None else reference_kernel(node, ctx.symbols, why)
     try:
-        fn = getattr(cc.compile_c(src, name, region_flags(node.op)), name)
+        fn = getattr(cc.compile_c(lib.source, lib.name, lib.flags), lib.name)
     except cc.CompileError as e:
         cc.note_failure(e)
         return None
@@ -70,7 +88,7 @@ def region(node, ins, outs, ctx):
     scalars = region_scalars(node.op)
     if scalars is not None:
         tables.append(scalars)
-    if sizes:
+    if not all(o.is_static for o in node.outputs):  # lengths and strides read at run time
         tables.append(region_geometry(node.op, ins, outs[0]))
     n = len(ins) + len(outs) + len(tables)
     arg_t = ctypes.c_void_p * n
@@ -80,7 +98,7 @@ def region(node, ins, outs, ctx):
         fn(arg_t(*(address(a) for a in keep + tables)))
 
     steps = len(node.op.steps)
-    how = ", streaming stores" if stream else ""
+    how = ", streaming stores" if _streams(outs) else ""
     return Kernel(run, Dispatch.GENERATED, f"generated C region ({steps} ops{how})",
                   inplace=tuple(i for i, s in enumerate(ins) if s.dims == outs[0].dims
                                 and s.dtype == outs[0].dtype),

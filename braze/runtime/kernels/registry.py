@@ -17,7 +17,7 @@ from ...ir.op import Op
 from ...ir.shapes import Shape
 
 __all__ = ["Kernel", "KernelContext", "Preparations", "register_kernel", "kernel_for",
-           "has_empty", "KERNELS", "Dispatch"]
+           "has_empty", "KERNELS", "Dispatch", "LIBRARIES", "register_library", "libraries_for"]
 
 
 class Dispatch:
@@ -45,7 +45,10 @@ class KernelContext:
     the next GEMM, fused.rounded_output) to `b`: a bf16 GEMM reads `b` as its operand.
     `channels_last` holds the 4-d values the executor stores NHWC instead of NCHW (the convs'
     activations, runtime/layout.py): a kernel reading or writing one of them must say it
-    takes that layout (`Kernel.channels_last`)."""
+    takes that layout (`Kernel.channels_last`). `build_limits` bounds the time and count of
+    this program's kernel builds and `unbuilt` maps the library key of each generated kernel
+    that was not built to the limit reached, or to None where its build failed
+    (codegen.builds): its node falls back to the reference, with that reason."""
 
     threads: int = 0
     precision: Any = None
@@ -55,6 +58,8 @@ class KernelContext:
     rounded: dict[Any, Any] = field(default_factory=dict)
     handoff: dict[Any, Any] = field(default_factory=dict)
     channels_last: frozenset = frozenset()
+    build_limits: Any = None
+    unbuilt: dict[str, str | None] = field(default_factory=dict)
 
 
 class Preparations(MutableMapping):
@@ -128,6 +133,37 @@ def register_kernel(*op_classes: type[Op]):
         return fn
 
     return deco
+
+
+LibraryFactory = Callable[[Node, Sequence[Shape], Sequence[Shape], KernelContext], "Any | None"]
+LIBRARIES: dict[type[Op], list[LibraryFactory]] = {}
+
+
+def register_library(*op_classes: type[Op]):
+    """Register `libraries(node, ins, outs, ctx)` for these op classes: the generated C library
+    (a codegen.builds.Library) the node's kernel will load, or None. A program builds them all
+    in parallel before it picks its kernels (codegen.builds.build_all)."""
+
+    def deco(fn: LibraryFactory) -> LibraryFactory:
+        for cls in op_classes:
+            LIBRARIES.setdefault(cls, []).append(fn)
+        return fn
+
+    return deco
+
+
+def libraries_for(node: Node, ins: Sequence[Shape], outs: Sequence[Shape], ctx: KernelContext
+                  ) -> list:
+    """The generated libraries the kernels registered for `node` will load."""
+    if has_empty(ins, outs):
+        return []
+    found = []
+    for cls in type(node.op).__mro__:
+        for make in LIBRARIES.get(cls, ()):
+            lib = make(node, ins, outs, ctx)
+            if lib is not None:
+                found.append(lib)
+    return found
 
 
 def has_empty(ins: Sequence[Shape], outs: Sequence[Shape]) -> bool:
