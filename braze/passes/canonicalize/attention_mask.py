@@ -6,8 +6,12 @@ where(m, 0, -inf). When an attention's additive mask depends on no graph input a
 param - only on constants and the symbolic dims - it is a function of the dims alone, and braze
 decides what it is by evaluating that subgraph with the reference interpreter for several
 sequence lengths and comparing with braze's causal pattern (0 where a key is visible, -inf or
-the dtype's minimum where it is not, the same for every batch and head). A mask that also reads
-data (a padding mask from attention_mask) stays a CUSTOM mask: correct, and still fused."""
+the dtype's minimum where it is not, the same for every batch and head). The pattern aligns
+the last query with the last key, so a KV-cache decode step's mask, built from
+`past_len + seq` (query i sees keys <= past_len + i), is causal too: each symbol is bound on
+its own per probe, so the query and key lengths differ as they do at run time. A mask that
+also reads data (a padding mask from attention_mask) stays a CUSTOM mask: correct, and still
+fused."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -20,12 +24,15 @@ from ...ir.graph import Graph
 from ...ir.op import Value
 from ...ir.ops.attention import Attention, MaskKind, visible_keys
 from ...ir.ops.io import Input, Param
+from ...ir.symbolic import dim_symbols, eval_dim
 from ...rewrite import Match, Rule
 from .attention import MASK_FLOOR
 
 __all__ = ["RECOGNIZE_CAUSAL_MASK", "classify_mask"]
 
 PROBE_LENGTHS = (3, 6, 11)
+# with several symbols (a decode step's past and seq), probe i binds the j-th symbol (sorted
+# by name) to PROBE_LENGTHS[(i + j) % 3]: every symbol takes every length, in differing pairs
 
 
 def _ancestors(g, v: Value) -> list[int] | None:
@@ -55,10 +62,9 @@ def _subgraph(g, ids: list[int], v: Value) -> Graph:
 
 
 def classify_mask(g, mask: Value, q_len, k_len) -> tuple[MaskKind, int] | None:
-    """(CAUSAL, 0) or (SLIDING_WINDOW, w) when the additive mask is provably that pattern for
-    every probed length; None otherwise."""
-    if q_len != k_len:
-        return None
+    """(CAUSAL, 0) or (SLIDING_WINDOW, w) when the additive mask is provably that pattern (last
+    query aligned with the last key) for every probed binding of the sequence lengths; None
+    otherwise. `q_len` / `k_len` are the scores' dims (ints or symbolic)."""
     ids = _ancestors(g, mask)
     if ids is None:
         return None
@@ -67,23 +73,32 @@ def classify_mask(g, mask: Value, q_len, k_len) -> tuple[MaskKind, int] | None:
     for n in sub.nodes:
         for s in n.outputs:
             names |= s.symbol_names
+    for d in (q_len, k_len):
+        names |= dim_symbols(d)
+    order = sorted(names)
     found = None
-    for n in PROBE_LENGTHS:
+    for i in range(len(PROBE_LENGTHS)):
+        env = {s: PROBE_LENGTHS[(i + j) % len(PROBE_LENGTHS)] for j, s in enumerate(order)}
+        sq, sk = eval_dim(q_len, env), eval_dim(k_len, env)
+        if sk < sq:
+            return None
         try:
-            (m,) = interpret(sub, {}, symbols={s: n for s in names})
+            (m,) = interpret(sub, {}, symbols=env)
         except BrazeError:
             return None
-        kind = _pattern(np.asarray(m, np.float64), n)
+        kind = _pattern(np.asarray(m, np.float64), sq, sk)
         if kind is None or (found is not None and kind != found):
             return None
         found = kind
+        if not order:
+            break  # static lengths: one evaluation is the whole truth
     return found
 
 
-def _pattern(m: np.ndarray, n: int) -> tuple[MaskKind, int] | None:
-    if m.ndim < 2 or m.shape[-2:] != (n, n):
+def _pattern(m: np.ndarray, sq: int, sk: int) -> tuple[MaskKind, int] | None:
+    if m.ndim < 2 or m.shape[-2:] != (sq, sk):
         return None
-    flat = m.reshape(-1, n, n)
+    flat = m.reshape(-1, sq, sk)
     if not (flat == flat[:1]).all():
         return None  # differs between batches or heads
     grid = flat[0]
@@ -91,10 +106,11 @@ def _pattern(m: np.ndarray, n: int) -> tuple[MaskKind, int] | None:
     masked = grid <= MASK_FLOOR
     if not (visible | masked).all():
         return None
-    counts = visible.sum(axis=1)
-    window = int(counts[-1])
-    kind = MaskKind.CAUSAL if window == n else MaskKind.SLIDING_WINDOW
-    want = visible_keys(kind, n, n, window if kind is MaskKind.SLIDING_WINDOW else 0)
+    window = int(visible.sum(axis=1)[-1])
+    if window == 0:
+        return None
+    kind = MaskKind.CAUSAL if window == sk else MaskKind.SLIDING_WINDOW
+    want = visible_keys(kind, sq, sk, window if kind is MaskKind.SLIDING_WINDOW else 0)
     if not np.array_equal(visible, want):
         return None
     return (kind, window if kind is MaskKind.SLIDING_WINDOW else 0)
