@@ -64,9 +64,11 @@ class PrecisionPolicy:
     compute: DType = bf16
     ops: tuple[type, ...] = _LOWERED
     skip_roles: frozenset[str] = field(default_factory=lambda: frozenset(
-        {"b", "residual", "b_qkv", "b_q", "b_kv", "b_qk", "b_v", "b_o", "cos", "sin", "mask"}))
-    # biases (the attention block's per input projection too), a conv's residual and tables
-    # stay f32
+        {"b", "residual", "b_qkv", "b_q", "b_kv", "b_qk", "b_v", "b_o", "cos", "sin", "mask",
+         "past_k", "past_v"}))
+    # biases (the attention block's per input projection too), a conv's residual, tables and
+    # an attention block's KV cache (returned in its present keys / values; the core rounds
+    # what it reads) stay f32
     unfuse: tuple[type, ...] = (FusedTransformerLayer,)
     # composite kinds holding lowered ops: decomposed first, so their matmuls are rounded too
     attention_core: bool = True

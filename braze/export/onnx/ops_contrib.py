@@ -189,7 +189,8 @@ def _block_ok(n, g, target):
     op = n.op
     return (_ort(target) and _ort_float(n) and op.rope is RopeMode.NONE
             and op.num_heads == op.num_kv_heads and op.softcap is None
-            and op.mask in _ORT_MASKS and op.qk_norm is None and op.round_core is None)
+            and op.mask in _ORT_MASKS and op.qk_norm is None and op.round_core is None
+            and not op.kv_cache)
 
 
 @exporter(FusedAttentionBlock, accept=_block_ok)

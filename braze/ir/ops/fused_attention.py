@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 from ..dtypes import DType
 from ..op import Value, require, same_dtype
 from ..shapes import Shape
+from ..symbolic import SymDim
 from .attention import Attention, MaskKind, Rope
 from .elementwise import UnaryFn
 from .fused_simple import FusedMatMulBiasAct, FusedOp, FusedSwiGLU, _check_vector, norm_op
@@ -90,8 +91,10 @@ class FusedAttentionBlock(FusedOp):
     w_o [Hq*D, E_out], b_o (if `has_out_bias`), the q and k norms' gamma / beta (if `qk_norm`
     has them: q_norm_gamma, q_norm_beta, k_norm_gamma, k_norm_beta, each [D] per head or
     [H*D] over the whole slice), cos and sin [S, n_rot // 2] (if `rope` is not NONE), mask (if
-    `mask` is CUSTOM or BIAS; additive, broadcastable to [B, Hq, S, S_k]).
-    Output [B, S, E_out]. B, S and S_kv may be symbolic.
+    `mask` is CUSTOM or BIAS; additive, broadcastable to [B, Hq, S, S_k]), past_k and past_v
+    [B, Hkv, P, D] (if `kv_cache`).
+    Output [B, S, E_out]; with `kv_cache` also present_k and present_v [B, Hkv, P + S, D].
+    B, S, S_kv and P may be symbolic.
 
     Meaning: each projection is its input @ w (+ b); q, k, v are the consecutive slices of
     widths Hq*D, Hkv*D, Hkv*D (in q, k, v order) of the last axis of the projection of the
@@ -122,6 +125,7 @@ class FusedAttentionBlock(FusedOp):
     qkv_inputs: QkvInputs = QkvInputs.SELF
     round_attention: DType | None = None
     round_core: DType | None = None
+    kv_cache: bool = False
 
     def input_roles(self) -> tuple[str, ...]:
         roles = ["x"] + ["x_kv"] * (self.qkv_inputs is not QkvInputs.SELF)
@@ -136,6 +140,8 @@ class FusedAttentionBlock(FusedOp):
             roles += ["cos", "sin"]
         if self.mask.takes_input:
             roles.append("mask")
+        if self.kv_cache:
+            roles += ["past_k", "past_v"]
         return tuple(roles)
 
     def role_width(self, roles: str) -> int:
@@ -216,9 +222,26 @@ class FusedAttentionBlock(FusedOp):
         if self.rope_op is not None:
             self.rope_op.infer((q, r["cos"], r["sin"]))
             self.rope_op.infer((k, r["cos"], r["sin"]))
+        if self.kv_cache:
+            k = v = self._infer_present(r, b, seq["x"])
         extra = (r["mask"],) if self.mask.takes_input else ()
         self.attention_op.infer((q, k, v) + extra)
-        return Shape((b, s, e_out), x.dtype)
+        y = Shape((b, s, e_out), x.dtype)
+        return (y, k, v) if self.kv_cache else y
+
+    def _infer_present(self, r: dict, b, s) -> Shape:
+        """present_k / present_v [B, Hkv, P + S, D] from past_k / past_v [B, Hkv, P, D]."""
+        require(self.qkv_inputs is QkvInputs.SELF,
+                f"{self.kind} kv_cache needs qkv_inputs=self (a decode step's keys and values "
+                f"extend a cache of the same input), got {self.qkv_inputs.value}")
+        pk, pv = r["past_k"], r["past_v"]
+        want = (b, self.num_kv_heads, pk.dims[2] if pk.rank == 4 else "P", self.head_dim)
+        for name, p in (("past_k", pk), ("past_v", pv)):
+            require(p.rank == 4 and p.dims == want and p.dtype == r["x"].dtype,
+                    f"{self.kind} {name} must be {r['x'].dtype}[B, Hkv, P, D] = "
+                    f"[{', '.join(map(str, want))}], got {p}")
+        total = (SymDim.of(pk.dims[2]) + SymDim.of(s)).to_dim()
+        return Shape((b, self.num_kv_heads, total, self.head_dim), r["x"].dtype)
 
     def _infer_qk_norm(self, r: dict, b, seq: dict) -> None:
         norm, d = self.qk_norm, self.head_dim
@@ -234,7 +257,7 @@ class FusedAttentionBlock(FusedOp):
         params = [r[k] for k in (f"{role}_norm_gamma", f"{role}_norm_beta") if k in r]
         return g.add_node(self.qk_norm, [t, *params])[0]
 
-    def decompose(self, g: Graph, ins: Sequence[Value]) -> Value:
+    def decompose(self, g: Graph, ins: Sequence[Value]) -> Value | tuple[Value, ...]:
         r = self.named(ins)
         b, s, _ = g.shape_of(r["x"]).dims
         hq, d = self.num_heads, self.head_dim
@@ -261,13 +284,16 @@ class FusedAttentionBlock(FusedOp):
             inter = self.rope is RopeMode.INTERLEAVED
             q = g.rope(q, r["cos"], r["sin"], interleaved=inter, n_rot=self.n_rot)
             k = g.rope(k, r["cos"], r["sin"], interleaved=inter, n_rot=self.n_rot)
+        if self.kv_cache:
+            k, v = g.concat([r["past_k"], k], 2), g.concat([r["past_v"], v], 2)
         mask = [r["mask"]] if self.mask.takes_input else []
         o = g.add_node(self.attention_op, [q, k, v, *mask])[0]
         o = g.reshape(g.transpose(o, (0, 2, 1, 3)), (b, s, hq * d))
         if self.round_attention is not None:
             o = g.cast(g.cast(o, self.round_attention), g.shape_of(o).dtype)
         y = g.matmul(o, r["w_o"])
-        return g.add(y, r["b_o"]) if self.has_out_bias else y
+        y = g.add(y, r["b_o"]) if self.has_out_bias else y
+        return (y, k, v) if self.kv_cache else y
 
 
 # -- transformer layer --------------------------------------------------------------------------
@@ -353,6 +379,8 @@ class FusedTransformerLayer(FusedOp):
     def infer(self, ins):
         attn_ins, r, mlp_ins = self._split(ins)
         x = r["x"]
+        require(not self.attn.kv_cache, f"{self.kind} has one output; its attention block "
+                "cannot read a KV cache (kv_cache=True returns the present keys and values)")
         require(self.mlp is not MlpKind.SWIGLU or not self.has_mlp_bias,
                 f"{self.kind} SWIGLU mlp takes no biases; set has_mlp_bias=False")
         a = self.attn.infer((x,) + attn_ins)

@@ -1,6 +1,9 @@
 """FuseAttentionBlock: QKV projection -> head split (with an optional LayerNorm / RMSNorm of q
 and k, per head before or after the head transpose, or over the whole projection) -> optional
 rope on q and k -> attention -> head merge -> output projection, into one FusedAttentionBlock.
+A decode step whose k and v are concatenated after a KV cache (concat(past, new) on the
+sequence axis) fuses with `kv_cache`: the cache is an input, the concatenations (the present
+keys / values a decoder returns) are the block's second and third outputs.
 The QKV projection is one matmul narrowed three ways (GPT-2 c_attn, shared-input fusion) or
 three matmuls: of one input (self-attention), or q of x and k, v of a second input x_kv
 (encoder-decoder cross-attention), or q, k of x and v of x_kv (MobileBERT); the projections
@@ -14,7 +17,7 @@ import numpy as np
 from ...ir.ops.attention import Attention
 from ...ir.ops.fused import FusedAttentionBlock, FusedMatMulBiasAct, QkvInputs, RopeMode
 from ...ir.ops.norm import LayerNorm, RmsNorm
-from ...ir.ops.shape import Narrow, Reshape, Transpose
+from ...ir.ops.shape import Concat, Narrow, Reshape, Transpose
 from ...rewrite import Guarded, Miss, MissReason, P, Rule, V, fail
 from .checks import target_claims
 from .shared_matmul import concat_weights
@@ -84,12 +87,21 @@ def _q_is_narrowed(g, node) -> bool:
     return False
 
 
+def cached(t, role: str):
+    """concat(past_{role}, t): a decode step's keys or values after its KV cache."""
+    return P.of(Concat, V(f"past_{role}"), t, name=f"cache_{role}")
+
+
+def _attention_maybe_cached(q, k, v):
+    return _attention(q, k, v) | _attention(q, cached(k, "k"), cached(v, "v"))
+
+
 _qkv = projection(V("x"), "qkv", name="qkv")                       # x @ w_qkv (+ b_qkv)
-_fused_qkv = Guarded(_attention(*(heads(P.of(Narrow, _qkv, name=f"narrow_{r}"), r, r != "v")
-                                  for r in ROLES)),
-                     _q_is_narrowed)                             # narrows of one projection
-_separate_qkv = _attention(*(heads(projection(V(f"x_{r}"), r), r, r != "v")
-                             for r in ROLES))                    # x_q @ w_q, x_k @ w_k, ...
+_fused_qkv = Guarded(_attention_maybe_cached(
+    *(heads(P.of(Narrow, _qkv, name=f"narrow_{r}"), r, r != "v") for r in ROLES)),
+    _q_is_narrowed)                                              # narrows of one projection
+_separate_qkv = _attention_maybe_cached(*(heads(projection(V(f"x_{r}"), r), r, r != "v")
+                                          for r in ROLES))       # x_q @ w_q, x_k @ w_k, ...
 _merged = P.of(Reshape, P.of(Transpose, _fused_qkv | _separate_qkv, name="merge_t"),
                name="merge_r")                                   # [B, H, S, D] -> [B, S, H*D]
 _pattern = projection(_merged, "o")                              # ... @ w_o (+ b_o)
@@ -160,6 +172,30 @@ def reads_supported_inputs(m, ctx) -> Miss | None:
         return fail(MissReason.PATTERN_MISMATCH,
                     hint="FusedAttentionBlock rotates q and k by positions of one input.",
                     detail="rope on a cross-attention's q or k")
+    return None
+
+
+def kv_cache_fits(m, ctx) -> Miss | None:
+    """A KV cache extends the keys and values of the queries' own input along the sequence
+    axis: past_k / past_v [B, Hkv, P, D] before the new ones."""
+    if "cache_k" not in m.nodes:
+        return None
+    hint = ("FusedAttentionBlock appends new keys / values of x to a [B, Hkv, P, D] cache "
+            "on the sequence axis; this cache stays an attention op with its projections.")
+    if _layout(m) is not QkvInputs.SELF:
+        return fail(MissReason.PATTERN_MISMATCH, hint=hint,
+                    detail="a KV cache on the keys / values of a second input")
+    for r in ("k", "v"):
+        node = m.nodes[f"cache_{r}"]
+        rank = node.outputs[0].rank
+        if node.op.axis % rank != 2:
+            return fail(MissReason.AXIS_MISMATCH, hint=hint,
+                        detail=f"{node.label} joins the cache on axis {node.op.axis}, not the "
+                               "sequence axis 2 of [B, H, S, D]")
+    pk, pv = m.shape("past_k"), m.shape("past_v")
+    if pk.dims != pv.dims or pk.dtype != pv.dtype:
+        return fail(MissReason.SHAPE_MISMATCH, hint=hint,
+                    detail=f"past keys {pk} and past values {pv} differ")
     return None
 
 
@@ -342,7 +378,7 @@ def _build(b, m):
                 bias = b.constant(np.zeros(sum(widths[r] for r in joined), dt))
             ins.update({f"w_{joined}": w, f"b_{joined}": bias})
     ins.update(w_o=get("w_o"), b_o=get("b_o"), cos=get("cos_q"), sin=get("sin_q"),
-               mask=get("mask"))
+               mask=get("mask"), past_k=get("past_k"), past_v=get("past_v"))
     attn, rope = m.op("attn"), m.nodes.get("rope_q")
     norm = m.nodes.get("norm_q")
     if norm is not None:
@@ -358,8 +394,11 @@ def _build(b, m):
         has_out_bias=ins["b_o"] is not None,
         qk_norm=None if norm is None else replace(norm.op, axis=-1),
         qk_norm_per_head=norm is None or _per_head(m, "q"), qkv_inputs=layout,
-        round_core=attn.round_operands)
-    return b.add_node(op, [ins[r] for r in op.input_roles()])[0]
+        round_core=attn.round_operands, kv_cache="cache_k" in m.nodes)
+    outs = b.add_node(op, [ins[r] for r in op.input_roles()])
+    if not op.kv_cache:
+        return outs[0]
+    return {"root": outs[0], "cache_k": outs[1], "cache_v": outs[2]}
 
 
 def _explain_attention(g, node, ctx) -> Miss | None:
@@ -422,6 +461,8 @@ def _explain_output(g, node) -> Miss | None:
 def _explain_input(g, role: str, v):
     """The projection input x of `role`'s head split, or a Miss saying what `role` is."""
     n = g.nodes[v.node]
+    if n.op.kind == "concat" and role != "q" and len(n.inputs) == 2:  # after a KV cache
+        n = g.nodes[n.inputs[1].node]
     if n.op.kind == "rope" and role != "v":
         n = g.nodes[n.inputs[0].node]
     shape = f"transpose(reshape(x @ w_{role} (+ b), [B, S, H, D]), {HEAD_SPLIT})"
@@ -449,8 +490,9 @@ FUSE_ATTENTION_BLOCK = Rule(
     "FuseAttentionBlock",
     _build,
     pattern=Guarded(_pattern, _may_project_merged_heads),
-    checks=(target_claims("fused_attention_block"), reads_supported_inputs, projections_fit,
-            head_split_perms, head_shapes, rope_on_q_and_k, qk_norms_match),
+    checks=(target_claims("fused_attention_block"), reads_supported_inputs, kv_cache_fits,
+            projections_fit, head_split_perms, head_shapes, rope_on_q_and_k, qk_norms_match),
+    may_expose=frozenset({"cache_k", "cache_v"}),
     anchor=lambda op: op.kind == "attention",
     explain=_explain_attention,
     produces="fused_attention_block",

@@ -261,11 +261,24 @@ def _explain_attention_block(g, node, ctx) -> Miss | None:
                        "FusedSwiGLU MLP ending in a residual add or residual norm")
 
 
+def attention_has_no_kv_cache(m, ctx) -> Miss | None:
+    """FusedTransformerLayer has one output: a decode step's block, which also returns the
+    present keys / values, stays a FusedAttentionBlock."""
+    if not m.op("attn").kv_cache:
+        return None
+    return fail(MissReason.PATTERN_MISMATCH,
+                hint="the attention block of a KV-cache decode step is fused "
+                     "(FusedAttentionBlock with kv_cache); its MLP and norms fuse on their own.",
+                detail=f"{m.nodes['attn'].label} reads a KV cache and returns the present "
+                       "keys / values, which FusedTransformerLayer cannot return")
+
+
 FUSE_TRANSFORMER_LAYER = Rule(
     "FuseTransformerLayer",
     _build,
     pattern=_post | _pre,
-    checks=(target_claims("fused_transformer_layer"), attention_reads_norm_of_x, norms_agree,
+    checks=(target_claims("fused_transformer_layer"), attention_has_no_kv_cache,
+            attention_reads_norm_of_x, norms_agree,
             mlp_is_supported, mlp_biases_fit, residual_shapes),
     anchor=lambda op: op.kind == "fused_attention_block",
     explain=_explain_attention_block,

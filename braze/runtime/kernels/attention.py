@@ -5,7 +5,9 @@ compiler they return None (the reference kernels run).
 FusedAttentionBlock builds on it: one GEMM per joined projection (+ bias) - the packed QKV of
 self-attention, or q of x and k/v of x_kv for cross-attention (S_kv may differ from S) -, q / k
 normalized and rotated in place, the kernel reading the heads straight out of those buffers and
-writing them merged, the output projection GEMM (+ bias)."""
+writing them merged, the output projection GEMM (+ bias). With a KV cache (a decode step) the
+new keys / values are appended to the cache in the present_k / present_v outputs, which the
+heads kernel reads."""
 from __future__ import annotations
 
 import numpy as np
@@ -143,7 +145,8 @@ class _BlockShape:
         seq = {src: dims[src][1] for src in dims}
         self.heads = {role: sl + (seq[src],) for (role, sl), src in
                       zip(op.slices().items(), op.qkv_inputs.sources)}
-        self.sk = self.heads["k"][3]
+        self.past = int(ins[roles.index("past_k")].dims[2]) if op.kv_cache else 0
+        self.sk = self.heads["k"][3] + self.past
 
     def buffers(self, dtype=np.float32) -> tuple:
         """Scratch (shape, dtype) of each projection's output."""
@@ -154,6 +157,17 @@ class _BlockShape:
         proj = sum(rows * e_in * width for _, _, rows, width, e_in in self.projections)
         return 2 * self.b * (proj + self.s * hq * d * e_out) + 4 * self.b * hq * self.s * \
             self.sk * d
+
+
+def _append_to_cache(op, shape: _BlockShape, proj: dict, r: dict, present: tuple) -> None:
+    """present_k / present_v [B, Hkv, P + S, D]: the cache, then the new heads read out of
+    their packed projection."""
+    p = shape.past
+    for role, out in zip("kv", present):
+        joined, start, h, s = shape.heads[role]
+        new = proj[joined][:, :, start:start + h * op.head_dim]
+        out[:, :, :p] = r[f"past_{role}"]
+        out[:, :, p:] = new.reshape(shape.b, s, h, op.head_dim).transpose(0, 2, 1, 3)
 
 
 def _project_all(lib, op, shape: _BlockShape, r: dict, bufs, packed, x16) -> dict:
@@ -189,6 +203,7 @@ def attention_block(node, ins, outs, ctx):
         if cos.rank < 2 or any(x != 1 for x in cos.dims[:-2]) or cos.dims[-2] != s:
             return None
     e_out = int(outs[0].dims[-1])
+    n_out = len(outs)
     cost = dict(flops=shape.flops(op, e_out), bytes=nbytes(ins) + nbytes(outs))
     n_proj = len(shape.projections)
     merged_w = hq * d
@@ -206,18 +221,25 @@ def attention_block(node, ins, outs, ctx):
         if rounding is not None and rounding.name == "bf16" else None
     packed_o = low_o or packed_weight(node, ctx, roles.index("w_o"), bias="b_o" in roles)
     in16, out16 = _bf16_inside(op, low, low_o)
+    in16 = in16 and not op.kv_cache  # the heads read the f32 present keys / values
+    if op.kv_cache:
+        present = (hkv * sk * d, sk * d, d)  # C-contiguous [B, Hkv, P + S, D]
+        strides = strides[:3] + present * 2 + strides[9:]
     if in16 or out16:
         heads = _Heads(op.attention_op, heads.shape, in16, out16)
     round_merged = rounding is not None and low_o is None
 
     def run_packed(*arrays):
         r = dict(zip(roles, arrays[:len(roles)]))
-        out = arrays[len(roles)]
-        bufs = arrays[len(roles) + 1:len(roles) + 1 + n_proj]
-        merged, scratch, *x16 = arrays[len(roles) + 1 + n_proj:]
+        out, *present = arrays[len(roles):len(roles) + n_out]
+        bufs = arrays[len(roles) + n_out:len(roles) + n_out + n_proj]
+        merged, scratch, *x16 = arrays[len(roles) + n_out + n_proj:]
         x16 = x16[0] if x16 else None
         proj = _project_all(lib, op, shape, r, bufs, packed, x16)
         q, k, v = (proj[joined][:, :, start:] for joined, start, *_ in views)
+        if present:
+            _append_to_cache(op, shape, proj, r, present)
+            k, v = present
         heads(q, k, v, merged, strides, r.get("mask"), scratch)
         if round_merged:  # the policy's rounding, where no bf16 GEMM does it
             bf16_gemm.round_through(merged, rounding)
@@ -243,8 +265,9 @@ def attention_block(node, ins, outs, ctx):
     core = f" ({heads.how})" if heads.rounded else ""
     if in16 or out16:
         core += ", bf16 " + " and ".join(["q/k/v"] * in16 + ["output"] * out16)
+    copies = "new keys / values appended to the cache" if op.kv_cache else "no head copies"
     return Kernel(run_packed, Dispatch.NATIVE, f"fused attention block ({how} + C heads"
-                  f"{core}, no head copies)", scratch=scratch, reads=reads, **cost)
+                  f"{core}, {copies})", scratch=scratch, reads=reads, **cost)
 
 
 def _bf16_core():
