@@ -253,11 +253,56 @@ def test_attention_present_output():
     check(m, feeds_of(ins))
 
 
-def test_attention_with_past_names_the_node():
-    ins = attention_inputs(2, 5, "none") + [None, ("past", rnd(2, 2, 2, 3, 8), "input")]
+def _with_past(ins, b, s, past, mask, heads=2, seed=9):
+    """Attention inputs of `s` new tokens with a KV cache of `past`: mask_index [B, P+S] raw
+    (or none), past [2, B, N, P, D]."""
+    raw, _ = padding_mask(b, past + s, seed)
+    return ins + [("mask", raw, "input") if mask else None,
+                  ("past", rnd(2, b, heads, past, 16 // heads, seed=seed), "input")]
+
+
+@pytest.mark.parametrize("seq", [1, 3])
+@pytest.mark.parametrize("mask", [False, True])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_attention_with_past_appends_to_the_cache(causal, mask, seq):
+    """A decode step: keys / values after the cache, `present` = stack(keys, values) of
+    P + S positions, a causal query i seeing keys <= P + i, as ONNX Runtime computes."""
+    ins = _with_past(attention_inputs(2, seq, "none"), 2, seq, 4, mask)
+    m = contrib_model("Attention", ins, attrs={"num_heads": 2, "unidirectional": causal},
+                      out_names=["y", "present"])
+    g = check(m, feeds_of(ins))
+    (att,) = [n for n in g.nodes if n.op.kind == "attention"]
+    assert g.shape_of(att.inputs[1]).dims == (2, 2, 4 + seq, 8)
+    assert att.op.mask.value == ("custom" if mask else "causal" if causal else "none")
+
+
+def test_attention_with_past_sequence_length_names_the_node():
+    ins = _with_past(attention_inputs(2, 1, "none"), 2, 1, 4, False)
+    ins += [None, ("past_len", np.asarray(4, np.int32), "input")]
     m = contrib_model("Attention", ins, attrs={"num_heads": 2})
-    with pytest.raises(FrontendError, match=r"node0 \(Attention\).*past"):
+    with pytest.raises(FrontendError, match=r"node0 \(Attention\).*past_sequence_length"):
         bz.import_onnx(m)
+
+
+def test_attention_with_past_then_output_projection_fuses_with_the_cache():
+    """ORT's fused decode step (Attention with past, then the output projection) becomes one
+    FusedAttentionBlock with a KV cache returning `present`'s keys and values."""
+    ins = _with_past(attention_inputs(2, 3, "none"), 2, 3, 4, False)
+    m = contrib_model("Attention", ins, attrs={"num_heads": 2, "unidirectional": 1},
+                      out_names=["ctx", "present"])
+    w_o = numpy_helper.from_array(rnd(16, 16, seed=11, scale=0.5), "w_o")
+    m.graph.node.append(helper.make_node("MatMul", ["ctx", "w_o"], ["y"], name="out_proj"))
+    m.graph.initializer.append(w_o)
+    m.graph.output.insert(0, helper.make_tensor_value_info("y", TensorProto.FLOAT, None))
+    m.graph.output.remove(m.graph.output[1])  # ctx: read by the projection only
+    g = check(m, feeds_of(ins))
+    fused, report = bz.fuse(g, "cpu")
+    (block,) = [n for n in fused.nodes if n.op.kind == "fused_attention_block"]
+    assert block.op.kv_cache and block.op.mask.value == "causal"
+    assert not [x for x in report.missed if x.pattern == "FuseAttentionBlock"]
+    ref = ort_run(m, feeds_of(ins))
+    for a, r in zip(bz.interpret(fused, feeds_of(ins)), ref, strict=True):
+        np.testing.assert_allclose(a, r, rtol=1e-5, atol=1e-5)
 
 
 def mha_inputs(b, s, kv, layout, mask=None, bias5=False, seed=0, left=False):
@@ -316,6 +361,35 @@ def test_multi_head_attention_causal_and_present(mask, left):
     g = check(m, feeds_of(ins))
     kind = next(n.op.mask for n in g.nodes if n.op.kind == "attention").value
     assert kind == ("causal" if mask is None else "custom")
+
+
+def _mha_with_past(b, s, past, mask, seed=0):
+    ins = [(n, rnd(b, s, 16, seed=seed + i), "input") for i, n in enumerate("qkv")]
+    ins.append(("bqkv", rnd(48, seed=seed + 3), "init"))
+    raw, _ = padding_mask(b, past + s, seed)
+    ins += [("kmask", raw, "input") if mask else None, None,
+            ("pk", rnd(b, 2, past, 8, seed=seed + 4), "input"),
+            ("pv", rnd(b, 2, past, 8, seed=seed + 5), "input")]
+    return ins
+
+
+@pytest.mark.parametrize("seq", [1, 3])
+@pytest.mark.parametrize("mask", [False, True])
+@pytest.mark.parametrize("causal", [0, 1])
+def test_multi_head_attention_with_past_key_and_value(causal, mask, seq):
+    ins = _mha_with_past(2, seq, 4, mask)
+    m = contrib_model("MultiHeadAttention", ins, attrs={"num_heads": 2, "unidirectional": causal},
+                      out_names=["y", "present_k", "present_v"])
+    g = check(m, feeds_of(ins))
+    kinds = [n.op.kind for n in g.nodes]
+    assert kinds.count("attention") == 1 and kinds.count("concat") == 2
+
+
+def test_multi_head_attention_with_past_key_alone_names_the_node():
+    ins = _mha_with_past(2, 1, 4, False)[:-1]
+    m = contrib_model("MultiHeadAttention", ins, attrs={"num_heads": 2})
+    with pytest.raises(FrontendError, match=r"node0 \(MultiHeadAttention\).*past_key"):
+        bz.import_onnx(m)
 
 
 # -- rotary embedding / embeddings ------------------------------------------------------------

@@ -8,8 +8,13 @@ Masks follow ORT's CPU kernels (checked against ONNX Runtime 1.31): a key masked
 [2B]) gets `mask_filter_value` (default -10000) added to its score; `attention_bias` is added as
 given; under unidirectional=1 future keys drop out of the softmax entirely. A causal mask alone
 is braze's causal attention; combined with other masks it is an additive mask holding the
-dtype's lowest value at future keys. Past key / value inputs (KV caches) and the packed QKV / KV
-layouts (which ORT runs only on GPUs) are not supported."""
+dtype's lowest value at future keys. A KV cache (Attention's `past` [2, B, N, P, D],
+MultiHeadAttention's `past_key` / `past_value` [B, N, P, D]) is concatenated before the new keys
+and values on the sequence axis, which is what `present` / `present_key` / `present_value`
+return; a causal mask then lets query i see keys <= P + i (a decode step), the attention block
+fusion turns it into one FusedAttentionBlock with a KV cache. `past_sequence_length`, shared
+past / present buffers and the packed QKV / KV layouts (which ORT runs only on GPUs) are not
+supported."""
 from __future__ import annotations
 
 import ml_dtypes
@@ -82,11 +87,14 @@ def key_mask(ctx: ImportContext, node: NodeView, mask, like, batch, sk, filter_v
 
 
 def score_mask(ctx: ImportContext, node: NodeView, like, *, batch, sq, sk, key_mask_input=None,
-               bias_input=None, causal: bool = False):
-    """(mask kind, additive mask or None) for braze attention from ORT's mask inputs."""
+               bias_input=None, causal: bool = False, past_len: bool = False):
+    """(mask kind, additive mask or None) for braze attention from ORT's mask inputs.
+    `past_len`: the keys start with a KV cache of sk - sq entries (query i is at position
+    sk - sq + i: a causal query sees the cache and the new keys up to its own)."""
     g = ctx.g
     filter_value = float(node.attr("mask_filter_value", MASK_FILTER_VALUE))
-    if causal and not _same(sq, sk):
+    past = (SymDim.of(sk) - SymDim.of(sq)).to_dim() if past_len else 0
+    if causal and not _same(sq, sk) and not past_len:
         raise ctx.fail(node, f"unidirectional attention with query length {sq} and key length "
                              f"{sk} is not supported (ORT aligns the mask differently)")
     parts = []
@@ -97,7 +105,10 @@ def score_mask(ctx: ImportContext, node: NodeView, like, *, batch, sq, sk, key_m
     if not parts:
         return (MaskKind.CAUSAL if causal else MaskKind.NONE), None
     if causal:
-        ok = g.le(_positions(ctx, sk, (1, sk)), _positions(ctx, sq, (sq, 1)))
+        rows = _positions(ctx, sq, (sq, 1))
+        if past != 0:
+            rows = g.add(rows, g.sym_const((past,), ()))
+        ok = g.le(_positions(ctx, sk, (1, sk)), rows)
         lowest = float(ml_dtypes.finfo(ctx.dtype(like).np).min)  # bf16 too
         parts.insert(0, _additive(ctx, ok, like, lowest))
     total = parts[0]
@@ -151,7 +162,7 @@ def attention(ctx, node):
     """Self-attention with one packed projection: x [B, S, E] @ W [E, Dq+Dk+Dv] (+ bias),
     split into consecutive Q, K, V column blocks, each [B, S, N, D] per head; output
     [B, S, Dv] (and `present` = stack(K, V) [2, B, N, S, D] when named)."""
-    _reject_inputs(ctx, node, {4: "past", 6: "past_sequence_length"})
+    _reject_inputs(ctx, node, {6: "past_sequence_length"})
     if node.attr("do_rotary", 0) or node.attr("past_present_share_buffer", 0):
         raise ctx.fail(node, "do_rotary / past_present_share_buffer are not supported")
     g = ctx.g
@@ -168,18 +179,45 @@ def attention(ctx, node):
     q = _heads(ctx, g.narrow(qkv, -1, 0, dq), batch, seq, heads)
     k = _heads(ctx, g.narrow(qkv, -1, dq, dk), batch, seq, heads)
     v = _heads(ctx, g.narrow(qkv, -1, dq + dk, dv), batch, seq, heads)
-    kind, mask = score_mask(ctx, node, x, batch=batch, sq=seq, sk=seq,
+    past = ctx.opt_value(node, 4)
+    if past is not None:
+        k, v = _after_past(ctx, node, k, v, *_split_past(ctx, node, past, batch, heads, dk, dv))
+    sk = ctx.dims(k)[2]
+    kind, mask = score_mask(ctx, node, x, batch=batch, sq=seq, sk=sk,
                             key_mask_input=ctx.opt_value(node, 3),
                             bias_input=ctx.opt_value(node, 5),
-                            causal=bool(node.attr("unidirectional", 0)))
+                            causal=bool(node.attr("unidirectional", 0)),
+                            past_len=past is not None)
     o = g.attention(q, k, v, mask, kind=kind, scale=_scale(node))
     present = None
     if wants(node, 1):
         if dk != dv:
             raise ctx.fail(node, "output `present` needs equal K and V widths")
-        shape = (1, batch, heads, seq, dk // heads)
+        shape = (1, batch, heads, sk, dk // heads)
         present = g.concat([g.reshape(k, shape), g.reshape(v, shape)], 0)
     return [_merge_heads(ctx, o, batch, seq), present]
+
+
+def _split_past(ctx: ImportContext, node: NodeView, past, batch, heads: int, dk: int, dv: int):
+    """Attention's `past` [2, B, N, P, D] as (past keys, past values) [B, N, P, D]."""
+    dims = tuple(ctx.dims(past))
+    d = dk // heads
+    if dk != dv or len(dims) != 5 or dims[0] != 2 or not _same(dims[1], batch) or \
+            dims[2] != heads or dims[4] != d:
+        raise ctx.fail(node, f"past {list(dims)} must be [2, B, N, P, D] = [2, {batch}, "
+                             f"{heads}, P, {d}] (equal K and V widths)")
+    shape = dims[1:]
+    return tuple(ctx.g.reshape(ctx.g.narrow(past, 0, i, 1), shape) for i in (0, 1))
+
+
+def _after_past(ctx: ImportContext, node: NodeView, k, v, past_k, past_v):
+    """k, v [B, N, L, D] after the cache [B, N, P, D]: [B, N, P + L, D] each."""
+    for name, new, old in (("key", k, past_k), ("value", v, past_v)):
+        nd, od = ctx.dims(new), ctx.dims(old)
+        if len(od) != 4 or tuple(od[:2]) != tuple(nd[:2]) or od[3] != nd[3]:
+            raise ctx.fail(node, f"past {name} {list(od)} must be [B, N, P, D] with the new "
+                                 f"{name}s' [B, N, D] = {[nd[0], nd[1], nd[3]]}")
+    return ctx.g.concat([past_k, k], 2), ctx.g.concat([past_v, v], 2)
 
 
 def _mha_qkv(ctx: ImportContext, node: NodeView, heads: int):
@@ -217,18 +255,23 @@ def multi_head_attention(ctx, node):
     """Attention of projected q [B, S, Dq] against k [B, L, Dk] / v [B, L, Dv] (or per-head
     k / v [B, N, L, D]), with an optional bias [Dq+Dk+Dv] added to q, k, v; output
     [B, S, Dv], `present_key` / `present_value` = k, v [B, N, L, D] when named."""
-    _reject_inputs(ctx, node, {6: "past_key", 7: "past_value", 8: "past_sequence_length",
-                               9: "cache_indirection"})
+    _reject_inputs(ctx, node, {8: "past_sequence_length", 9: "cache_indirection"})
     _reject_outputs(ctx, node, {3: "qk"})
     g = ctx.g
     heads = _num_heads(ctx, node)
     q, k, v = _mha_qkv(ctx, node, heads)
+    has_past = ctx.has(node, 6) or ctx.has(node, 7)
+    if has_past:
+        if not (ctx.has(node, 6) and ctx.has(node, 7)) or len(ctx.dims(ctx.value(node, 1))) != 3:
+            raise ctx.fail(node, "past_key and past_value are supported together, with key and "
+                                 "value [B, L, D] (new tokens to append to the cache)")
+        k, v = _after_past(ctx, node, k, v, ctx.value(node, 6), ctx.value(node, 7))
     batch, _, sq, _ = ctx.dims(q)
     sk = ctx.dims(k)[2]
     kind, mask = score_mask(ctx, node, q, batch=batch, sq=sq, sk=sk,
                             key_mask_input=ctx.opt_value(node, 4),
                             bias_input=ctx.opt_value(node, 5),
-                            causal=bool(node.attr("unidirectional", 0)))
+                            causal=bool(node.attr("unidirectional", 0)), past_len=has_past)
     o = g.attention(q, k, v, mask, kind=kind, scale=_scale(node))
     return [_merge_heads(ctx, o, batch, sq), k if wants(node, 1) else None,
             v if wants(node, 2) else None]
