@@ -11,7 +11,10 @@ outside them is exported as its decomposition instead.
   domain where onnx.checker rejects it; residual RMS norms use the contrib op above)
 - fused_attention_block (no rope, MHA, no softcap/window/qk-norm): Attention (packed QKV weights)
   for self-attention; cross-attention and a separate value input: their projections, then
-  MultiHeadAttention (separate query, key, value); then the output projection;
+  MultiHeadAttention (separate query, key, value); a decode step's block (kv_cache, self-
+  attention): its packed projection sliced into query, key, value, then MultiHeadAttention
+  with past_key / past_value, whose present_key / present_value are the block's present
+  outputs; then the output projection;
   attention: MultiHeadAttention; rope: RotaryEmbedding
 - fused_conv_bias_act: FusedConv (relu / sigmoid / tanh; a residual as its Z input)
 
@@ -190,7 +193,7 @@ def _block_ok(n, g, target):
     return (_ort(target) and _ort_float(n) and op.rope is RopeMode.NONE
             and op.num_heads == op.num_kv_heads and op.softcap is None
             and op.mask in _ORT_MASKS and op.qk_norm is None and op.round_core is None
-            and not op.kv_cache)
+            and (not op.kv_cache or op.qkv_inputs is QkvInputs.SELF))
 
 
 @exporter(FusedAttentionBlock, accept=_block_ok)
@@ -198,7 +201,10 @@ def attention_block(b, n, ins, target):
     op = n.op
     r = op.named(ins)
     dt = n.outputs[0].dtype
-    if op.qkv_inputs is QkvInputs.SELF:
+    present = []
+    if op.kv_cache:
+        y, *present = _decode_step(b, n, r)
+    elif op.qkv_inputs is QkvInputs.SELF:
         y = _self_attention(b, n, r)
     else:
         y = _attention_of_two_inputs(b, n, r)
@@ -206,7 +212,31 @@ def attention_block(b, n, ins, target):
     if op.round_attention is not None:  # the precision policy's rounding of w_o's operand
         y = b.op1("Cast", b.op1("Cast", y, to=onnx_type(op.round_attention)), to=onnx_type(dt))
     y = b.op1("MatMul", y, r["w_o"])
-    return [b.op1("Add", y, r["b_o"]) if op.has_out_bias else y]
+    return [b.op1("Add", y, r["b_o"]) if op.has_out_bias else y, *present]
+
+
+def _decode_step(b, n, r) -> list[str]:
+    """A block with a KV cache: query, key, value sliced from the packed projection (+ b_qkv:
+    added before the slices, the model imports back as the block's pattern), ORT
+    MultiHeadAttention appending key / value to past_key / past_value: [y [B, S, Hq*D],
+    present_key, present_value]."""
+    op = n.op
+    qkv = b.op1("MatMul", r["x"], r["w_qkv"])
+    if op.has_qkv_bias:
+        qkv = b.op1("Add", qkv, r["b_qkv"])
+    parts = []
+    for role in "qkv":
+        _, start, h = op.slices()[role]
+        parts.append(b.op1("Slice", qkv, b.const(np.asarray([start], np.int64)),
+                           b.const(np.asarray([start + h * op.head_dim], np.int64)),
+                           b.const(np.asarray([-1], np.int64))))
+    mask = _block_mask(b, n, r, n.outputs[1].dims[2])[2:] or [""]
+    outs = [b.fresh("mha"), b.fresh("present_key"), b.fresh("present_value")]
+    b.op("MultiHeadAttention", [*parts, "", "", *mask, r["past_k"], r["past_v"]],
+         outputs=outs, domain=MS, num_heads=op.num_heads,
+         scale=float(op.attention_op.score_scale(op.head_dim)),
+         unidirectional=int(op.mask is MaskKind.CAUSAL))
+    return outs
 
 
 def _block_mask(b, n, r, s_kv) -> list[str]:
