@@ -466,6 +466,12 @@ def _explain_input(g, role: str, v):
     if n.op.kind == "rope" and role != "v":
         n = g.nodes[n.inputs[0].node]
     shape = f"transpose(reshape(x @ w_{role} (+ b), [B, S, H, D]), {HEAD_SPLIT})"
+    if n.op.kind == "input" and role != "q":
+        return fail(MissReason.PATTERN_MISMATCH,
+                    hint="keys / values read from a cache as they are (a decode step's "
+                         "cross-attention over cached encoder states) have no projection to "
+                         "fuse; the attention op runs fused on its own.",
+                    detail=f"{role} is {n.label}, not {shape}")
     if n.op.kind != "transpose" or n.op.perm != HEAD_SPLIT:
         return fail(MissReason.PATTERN_MISMATCH, detail=f"{role} is {n.label}, not {shape}")
     r = g.nodes[n.inputs[0].node]
