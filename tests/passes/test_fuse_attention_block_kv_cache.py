@@ -131,3 +131,64 @@ def test_the_compiled_block_appends_to_the_cache_natively(case, precision):
         p = syms["past"]
         np.testing.assert_array_equal(got[1][:, :, :p], feeds["past_k"])
         np.testing.assert_array_equal(got[2][:, :, :p], feeds["past_v"])
+
+
+def _pre_norm_layer(returns_present: bool):
+    """GPT-2's pre-norm layer around a decode step's attention: h = x + attn(ln1(x)),
+    out = h + mlp(ln2(h))."""
+    g = bz.Graph("decode_layer")
+    x = g.input("x", bz.Shape((2, 1, E)))
+    cache = {r: g.input(f"past_{r}", bz.Shape((2, 4, 5, D))) for r in "kv"}
+
+    def ln(t, i):
+        return g.layer_norm(t, g.param(f"ln{i}_g", bz.Shape((E,))),
+                            g.param(f"ln{i}_b", bz.Shape((E,))))
+
+    a = ln(x, 1)
+    t = {r: g.transpose(g.reshape(g.add(g.mm(a, g.param(f"w_{r}", bz.Shape((E, E)))),
+                                        g.param(f"b_{r}", bz.Shape((E,)))), (2, 1, 4, D)),
+                        (0, 2, 1, 3)) for r in "qkv"}
+    k, v = (g.concat([cache[r], t[r]], 2) for r in "kv")
+    o = g.attention(t["q"], k, v, kind="causal")
+    h = g.add(x, g.add(g.mm(g.reshape(g.transpose(o, (0, 2, 1, 3)), (2, 1, E)),
+                            g.param("w_o", bz.Shape((E, E)))), g.param("b_o", bz.Shape((E,)))))
+    up = g.gelu(g.add(g.mm(ln(h, 2), g.param("w1", bz.Shape((E, 2 * E)))),
+                      g.param("b1", bz.Shape((2 * E,)))))
+    y = g.add(h, g.add(g.mm(up, g.param("w2", bz.Shape((2 * E, E)))),
+                       g.param("b2", bz.Shape((E,)))))
+    g.set_outputs([y, k, v] if returns_present else [y])
+    return g
+
+
+@pytest.mark.parametrize("returns_present", [True, False])
+def test_a_whole_layer_keeps_the_block_with_its_cache_and_says_why(returns_present):
+    """FusedTransformerLayer has one output: the block with a cache stays, its MLP and norms
+    fuse on their own, and the report names the cache (or the present keys returned)."""
+    g = _pre_norm_layer(returns_present)
+    fused, report = bz.fuse(g, "cpu", transformer_layer=True)
+    (block,) = _blocks(fused)
+    assert block.op.kv_cache and fused.count("fused_transformer_layer") == 0
+    (miss,) = [m for m in report.missed if m.pattern == "FuseTransformerLayer"]
+    if returns_present:
+        assert miss.reason is MissReason.GRAPH_OUTPUT
+    else:
+        assert miss.reason is MissReason.PATTERN_MISMATCH and "KV cache" in miss.detail
+    assert_equivalent(g, fused)
+
+
+def test_the_builder_makes_the_block_the_fusion_makes():
+    g = decode_block(packed=True)
+    fused, _ = bz.fuse(g, "cpu")
+    (block,) = _blocks(fused)
+    b = bz.Graph("built")
+    x = b.input("x", bz.Shape(("b", "seq", E)))
+    pk, pv = (b.input(n, bz.Shape(("b", 4, "past", D))) for n in ("past_k", "past_v"))
+    w_qkv, b_qkv = b.param("w_qkv", bz.Shape((E, 96))), b.param("b_qkv", bz.Shape((96,)))
+    w_o = b.param("w_o", bz.Shape((32, E)))
+    outs = b.fused_attention_block(x, w_qkv, w_o, b_qkv, num_heads=4, mask_kind="causal",
+                                   past_k=pk, past_v=pv)
+    b.set_outputs(list(outs))
+    (built,) = _blocks(b)
+    assert built.op == block.op and len(outs) == 3
+    for syms in SYMS:
+        assert_equivalent(b, bz.unfuse_fused_for_autodiff(b), symbols=syms)

@@ -121,8 +121,9 @@ class FusedBuilder:
         softcap: float | None = None, cos: Value | None = None, sin: Value | None = None,
         rope: RopeMode | str | None = None, n_rot: int | None = None,
         x_kv: Value | None = None, w_x_kv: Value | None = None, b_x_kv: Value | None = None,
-        qkv_inputs: QkvInputs | str | None = None,
-    ) -> Value:
+        qkv_inputs: QkvInputs | str | None = None, past_k: Value | None = None,
+        past_v: Value | None = None,
+    ) -> Value | tuple[Value, Value, Value]:
         """One FusedAttentionBlock node (see the op for the meaning).
 
         Self-attention: w_qkv (+ b_qkv) projects x to q, k, v. With `x_kv`, w_qkv (+ b_qkv)
@@ -130,7 +131,8 @@ class FusedBuilder:
         "separate_v") and w_x_kv (+ b_x_kv) projects x_kv to the others.
         `head_dim` defaults to w_o's rows / num_heads, `num_kv_heads` to what the projection
         widths imply; `mask_kind` to CUSTOM when `mask` is given, else NONE; `rope` to
-        rotate-half when cos/sin are given, else NONE."""
+        rotate-half when cos/sin are given, else NONE. With a KV cache `past_k` / `past_v`
+        [B, Hkv, P, D] (a decode step) it returns (y, present_k, present_v)."""
         layout = _enum(QkvInputs, qkv_inputs) if qkv_inputs is not None else (
             QkvInputs.SELF if x_kv is None else QkvInputs.CROSS)
         if (layout is QkvInputs.SELF) != (x_kv is None) or (x_kv is None) != (w_x_kv is None):
@@ -159,9 +161,14 @@ class FusedBuilder:
             hq, int(num_kv_heads), d, mk, int(window), None if scale is None else float(scale),
             None if softcap is None else float(softcap), rm,
             None if n_rot is None else int(n_rot), b_qkv is not None, b_o is not None,
-            qkv_inputs=layout)
-        ins = _present(x, x_kv, w_qkv, b_qkv, w_x_kv, b_x_kv, w_o, b_o, cos, sin, mask)
-        return self.add_node(op, ins)[0]
+            qkv_inputs=layout, kv_cache=past_k is not None)
+        if (past_k is None) != (past_v is None):
+            raise GraphError("fused_attention_block takes a KV cache as past_k and past_v "
+                             "together")
+        ins = _present(x, x_kv, w_qkv, b_qkv, w_x_kv, b_x_kv, w_o, b_o, cos, sin, mask, past_k,
+                       past_v)
+        outs = self.add_node(op, ins)
+        return outs if op.kv_cache else outs[0]
 
     def fused_transformer_layer(
         self, x: Value, inputs: Mapping[str, Value], *, attn: FusedAttentionBlock,
