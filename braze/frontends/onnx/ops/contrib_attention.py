@@ -36,8 +36,10 @@ def _same(a, b) -> bool:
 def _reject_inputs(ctx: ImportContext, node: NodeView, names: dict[int, str]) -> None:
     for i, what in names.items():
         if ctx.has(node, i):
-            raise ctx.fail(node, f"input {i} ({what}) is not supported: braze imports "
-                                 "attention without KV caches")
+            raise ctx.fail(node, f"input {i} ({what}) is not supported: braze takes a KV "
+                                 "cache's length from its shape (a cache buffer of fixed size "
+                                 "with a separate length, or a beam-search cache indirection, "
+                                 "is not imported); export the model without it")
 
 
 def _reject_outputs(ctx: ImportContext, node: NodeView, names: dict[int, str]) -> None:
