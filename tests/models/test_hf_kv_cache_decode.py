@@ -3,8 +3,9 @@ or a chunk of three) imported through `bz.import_torch` and through torch.onnx (
 with sdpa and eager attention, dynamo): every layer's attention fuses into a FusedAttentionBlock
 with a KV cache (causal without a mask input, a padding mask with one), no attention miss is
 left, and the fused graph and the compiled executor reproduce PyTorch, present keys and values
-included. A BART decoder step fuses its self-attention with the cache; its cross-attention
-reads cached encoder keys / values and stays an attention op, with a reason."""
+included. Mistral (sliding window), Qwen2, Gemma and Phi steps fuse too. A BART decoder step
+fuses its self-attention with the cache; its cross-attention reads cached encoder keys /
+values and stays an attention op, with a reason."""
 import inspect
 import warnings
 
@@ -158,4 +159,22 @@ def test_bart_decoder_step_fuses_its_self_attention_with_the_cache(attn):
         want = [t.numpy() for t in m(*args)]
     got = bz.interpret(fused, dict(zip([n.op.name for n in fused.inputs], arrays)))
     for a, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("family, mask", [("mistral", "sliding_window"), ("qwen2", "causal"),
+                                          ("gemma", "causal"), ("phi", "causal")])
+def test_other_decoder_families_fuse_their_decode_steps(family, mask, tmp_path):
+    """Mistral's sliding window over a cache (query i sees the `window` keys ending at P + i),
+    Qwen2's biased projections, Gemma's multi-query heads, Phi's partial rope: each step's
+    attention becomes a block with the cache, and compiled it matches PyTorch."""
+    m = hf_decode_module(family, with_mask=False)
+    g = _import(m, "torch", tmp_path)
+    fused, _ = bz.fuse(g, "cpu")
+    blocks = [n for n in fused.nodes if n.op.kind == "fused_attention_block"]
+    assert len(blocks) == m.num_layers and fused.count("attention") == 0
+    assert {(b.op.kv_cache, b.op.mask.value) for b in blocks} == {(True, mask)}
+    feeds = decode_inputs(m, **SIZES[1])
+    exe = bz.compile(g, "cpu")
+    for a, w in zip(exe(_feeds(g, feeds)), _torch_outputs(m, feeds), strict=True):
         np.testing.assert_allclose(a, w, rtol=1e-4, atol=1e-4)
