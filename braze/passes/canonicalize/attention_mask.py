@@ -9,8 +9,11 @@ sequence lengths and comparing with braze's causal pattern (0 where a key is vis
 the dtype's minimum where it is not, the same for every batch and head). The pattern aligns
 the last query with the last key, so a KV-cache decode step's mask, built from
 `past_len + seq` (query i sees keys <= past_len + i), is causal too: each symbol is bound on
-its own per probe, so the query and key lengths differ as they do at run time. A mask that
-also reads data (a padding mask from attention_mask) stays a CUSTOM mask: correct, and still
+its own per probe, so the query and key lengths differ as they do at run time. A sliding
+window at least as wide as every probed key length would look causal, so the probed lengths
+start past the mask's largest integer constant (where a window's width lives; up to
+LONGEST_PROBE, above it the mask is left as it is). A mask that also
+reads data (a padding mask from attention_mask) stays a CUSTOM mask: correct, and still
 fused."""
 from __future__ import annotations
 
@@ -23,7 +26,8 @@ from ...interpret import interpret
 from ...ir.graph import Graph
 from ...ir.op import Value
 from ...ir.ops.attention import Attention, MaskKind, visible_keys
-from ...ir.ops.io import Input, Param
+from ...ir.ops.generate import Range
+from ...ir.ops.io import Constant, Input, Param
 from ...ir.symbolic import dim_symbols, eval_dim
 from ...rewrite import Match, Rule
 from .attention import MASK_FLOOR
@@ -33,6 +37,7 @@ __all__ = ["RECOGNIZE_CAUSAL_MASK", "classify_mask"]
 PROBE_LENGTHS = (3, 6, 11)
 # with several symbols (a decode step's past and seq), probe i binds the j-th symbol (sorted
 # by name) to PROBE_LENGTHS[(i + j) % 3]: every symbol takes every length, in differing pairs
+LONGEST_PROBE = 256  # the largest constant probed past (masks of about [267, 534] at most)
 
 
 def _ancestors(g, v: Value) -> list[int] | None:
@@ -73,12 +78,17 @@ def classify_mask(g, mask: Value, q_len, k_len) -> tuple[MaskKind, int] | None:
     for n in sub.nodes:
         for s in n.outputs:
             names |= s.symbol_names
-    for d in (q_len, k_len):
-        names |= dim_symbols(d)
-    order = sorted(names)
+    lengths = dim_symbols(q_len) | dim_symbols(k_len)
+    order = sorted(names | lengths)
+    # sequence lengths past every integer constant of the mask: a window (one of them) is
+    # narrower than every probed key length, so no probe mistakes it for causal
+    shift = _largest_int_constant(sub) if lengths else 0
+    if shift >= LONGEST_PROBE:
+        return None  # a window that wide could hide from every probe we can afford
+    probes = [{s: PROBE_LENGTHS[(i + j) % len(PROBE_LENGTHS)] + shift * (s in lengths)
+               for j, s in enumerate(order)} for i in range(len(PROBE_LENGTHS))]
     found = None
-    for i in range(len(PROBE_LENGTHS)):
-        env = {s: PROBE_LENGTHS[(i + j) % len(PROBE_LENGTHS)] for j, s in enumerate(order)}
+    for env in probes:
         sq, sk = eval_dim(q_len, env), eval_dim(k_len, env)
         if sk < sq:
             return None
@@ -93,6 +103,18 @@ def classify_mask(g, mask: Value, q_len, k_len) -> tuple[MaskKind, int] | None:
         if not order:
             break  # static lengths: one evaluation is the whole truth
     return found
+
+
+def _largest_int_constant(sub: Graph) -> int:
+    """The largest magnitude among the integer constants and range bounds of the mask's
+    subgraph (0 when none): a window's width is one of them."""
+    big = 0
+    for n in sub.nodes:
+        if isinstance(n.op, Constant) and n.op.value.dtype.kind in "iu" and n.op.value.size:
+            big = max(big, int(np.abs(n.op.value).max()))
+        elif isinstance(n.op, Range):
+            big = max(big, int(abs(n.op.start)), int(abs(n.op.delta)))
+    return big
 
 
 def _pattern(m: np.ndarray, sq: int, sk: int) -> tuple[MaskKind, int] | None:
@@ -125,8 +147,6 @@ def _matcher(g, node, ctx):
     if found is None:
         return
     kind, window = found
-    if kind is MaskKind.SLIDING_WINDOW and window >= PROBE_LENGTHS[-1]:
-        return
     yield Match(RECOGNIZE_CAUSAL_MASK, g, node, {"root": node},
                 {"q": node.inputs[0], "k": node.inputs[1], "v": node.inputs[2]}, (node.id,),
                 data={"kind": kind, "window": window})

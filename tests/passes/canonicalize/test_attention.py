@@ -299,6 +299,27 @@ def test_sliding_window_mask_is_recognized_with_its_window():
     check_same(g, out, symbols={"b": B, "s": 7})
 
 
+@pytest.mark.parametrize("window, kind", [(5, MaskKind.SLIDING_WINDOW),
+                                          (20, MaskKind.SLIDING_WINDOW),
+                                          (300, MaskKind.CUSTOM)])
+def test_a_window_wider_than_the_probed_lengths_is_not_taken_for_causal(window, kind):
+    """A 20-key window looks causal at lengths up to 20: it was taken for causal (wrong past 20
+    keys); probes now start past the mask's integer constants, and a window too wide to
+    probe stays a CUSTOM mask."""
+    g = bz.Graph("wide_window")
+    q, k, v = _qkv(g)
+    i = g.reshape(g.arange("s"), ("s", 1))
+    j = g.reshape(g.arange("s"), (1, "s"))
+    ok = g.logical_and(g.le(j, i), g.gt(j, g.sub(i, g.constant(np.int64(window)))))
+    mask = g.reshape(g.where(ok, 0.0, NEG), (1, 1, "s", "s"))
+    g.set_outputs([g.matmul(g.softmax(g.add(g.matmul(q, g.transpose(k, (0, 1, 3, 2))), mask),
+                                      -1), v)])
+    out, _ = canonicalize(g)
+    (op,) = _attn_ops(out)
+    assert op.mask is kind and op.window == (window if kind is MaskKind.SLIDING_WINDOW else 0)
+    check_same(g, out, symbols={"b": B, "s": 40})
+
+
 def test_a_mask_that_reads_data_stays_custom():
     g = bz.Graph("pad")
     q, k, v = _qkv(g)
