@@ -97,3 +97,20 @@ def test_compare_and_integer_paths_carry_no_gradient():
     _, r = weighted_loss(g, 0)
     got = bz.interpret(gg, feeds, float64=True)[1]
     np.testing.assert_allclose(got, r[0] * (feeds["x0"] > 0))
+
+
+def test_pow_gradient_at_a_zero_base_is_torchs_not_nan():
+    # d/da is 0 where the exponent is 0; d/dc is 0 where the base is 0 and the exponent >= 0
+    torch = pytest.importorskip("torch")
+    a = np.array([0.0, 0.0, 0.0, 2.0, -1.5, 3.0])
+    c = np.array([0.0, 2.0, 0.5, 0.5, 3.0, -1.0])
+    g = build(lambda g, x, e: g.pow(x, e), [a.shape, c.shape])
+    loss, (r,) = weighted_loss(g, 0)
+    got = bz.interpret(grad_with_loss(loss, ["x0", "x1"]), {"x0": a, "x1": c})[1:]
+    at, ct = (torch.tensor(v, requires_grad=True) for v in (a, c))
+    (at.pow(ct) * torch.tensor(r)).sum().backward()
+    np.testing.assert_allclose(got[0], at.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(got[1], ct.grad.numpy(), rtol=1e-12)
+    zero_exp = build(lambda g, x: g.pow(x, g.constant(np.array([0.0, 2.0]), bz.f64)), [(2,)])
+    grads = grad_with_loss(weighted_loss(zero_exp, 0)[0], ["x0"])
+    assert np.all(np.isfinite(bz.interpret(grads, {"x0": np.zeros(2)})[1]))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ...ir.graph import Graph
 from ...ir.node import Node
 from ...ir.op import Value
@@ -159,9 +161,7 @@ def _binary_partials(b: Graph, node: Node, a: Value, c: Value, y: Value
         return (b.where(pick_a, one(), scalar(b, 0.0, y)),
                 b.where(pick_a, scalar(b, 0.0, y), one()))
     if fn is BinaryFn.POW:
-        da = b.mul(c, b.pow(a, b.sub(c, one())))
-        dc = None if _is_constant(b, c) else b.mul(y, b.log(a))
-        return da, dc
+        return _pow_partials(b, a, c, y)
     if fn is BinaryFn.MOD:  # a - c * floor(a / c)
         return one(), b.neg(b.floor(b.div(a, c)))
     if fn is BinaryFn.FMOD:  # a - c * trunc(a / c)
@@ -169,6 +169,24 @@ def _binary_partials(b: Graph, node: Node, a: Value, c: Value, y: Value
         trunc = b.where(b.ge(q, scalar(b, 0.0, y)), b.floor(q), b.ceil(q))
         return one(), b.neg(trunc)
     return None, None  # logical ops: bool
+
+
+def _pow_partials(b: Graph, a: Value, c: Value, y: Value) -> tuple[Value, Value | None]:
+    """(c a^(c-1), a^c log a) with torch's values where those are 0 * inf: d/da is 0 where
+    c == 0, d/dc is 0 where a == 0 and c >= 0. The masked entries read a safe base (1), so
+    the gradient graph has no NaN there to leak into higher orders."""
+    zero, one = scalar(b, 0.0, y), scalar(b, 1.0, y)
+    constant_c = _is_constant(b, c)
+    if constant_c and not np.any(np.asarray(b.node(c).op.value) == 0):
+        da = b.mul(c, b.pow(a, b.sub(c, one)))
+    else:
+        c_zero = b.eq(c, zero)
+        da = b.where(c_zero, zero, b.mul(c, b.pow(b.where(c_zero, one, a), b.sub(c, one))))
+    if constant_c:
+        return da, None
+    log_zero = b.logical_and(b.eq(a, zero), b.ge(c, zero))
+    dc = b.where(log_zero, zero, b.mul(y, b.log(b.where(log_zero, one, a))))
+    return da, dc
 
 
 def _is_one(b: Graph, v: Value) -> bool:
