@@ -114,3 +114,9 @@ def test_pow_gradient_at_a_zero_base_is_torchs_not_nan():
     zero_exp = build(lambda g, x: g.pow(x, g.constant(np.array([0.0, 2.0]), bz.f64)), [(2,)])
     grads = grad_with_loss(weighted_loss(zero_exp, 0)[0], ["x0"])
     assert np.all(np.isfinite(bz.interpret(grads, {"x0": np.zeros(2)})[1]))
+
+
+def test_leaky_relu_slope_at_zero_is_alpha_like_relu_and_torch():
+    g = build(lambda g, x: g.sum(g.leaky_relu(x, 0.1)), [(3,)])
+    got = bz.interpret(grad_with_loss(g, ["x0"]), {"x0": np.array([0.0, 2.0, -2.0])})[1]
+    np.testing.assert_allclose(got, [0.1, 1.0, 0.1])

@@ -266,7 +266,8 @@ def cast_jvp(b, node, ins, outs, tangents):
 
 
 def _leaky_scale(b: Graph, node: Node, x: Value, v: Value) -> Value:
-    return b.where(b.ge(x, scalar(b, 0.0, x)), v, b.mul(v, scalar(b, node.op.alpha, x)))
+    """`v` where x > 0, alpha * v elsewhere: alpha at 0, as torch and as relu (alpha 0) has."""
+    return b.where(b.gt(x, scalar(b, 0.0, x)), v, b.mul(v, scalar(b, node.op.alpha, x)))
 
 
 def _clamp_pass(b: Graph, node: Node, x: Value, v: Value) -> Value:
