@@ -2,15 +2,16 @@
 Fused kinds are unfused, and every composite op without a VJP rule (logical ops, regions,
 backward ops) is replaced by its decomposition, repeatedly, so each remaining node has a rule or
 is marked non-differentiable. Custom functions without derivative overrides are inlined,
-checkpointed scans become scans over segments (`convert_scans_for_ad`) and bounded loops
-`if`-guarded steps (`guard_loops_for_ad`) first."""
+checkpointed scans become scans over segments (`convert_scans_for_ad`), control-flow bodies'
+params become graph params (`lift_body_params`) and bounded loops `if`-guarded steps
+(`guard_loops_for_ad`) first."""
 from __future__ import annotations
 
 from ..errors import AutodiffError
 from ..ir.graph import Graph
 from ..passes.expand import expand_nodes
 from ..passes.unfuse import unfuse_fused_for_autodiff
-from .control import guard_loops_for_ad, holds_params
+from .control import guard_loops_for_ad, lift_body_params
 from .custom import inline_custom_fn_for_autodiff
 from .registry import differentiability, get_vjp, non_differentiable_reason
 from .scan import convert_scans_for_ad
@@ -24,8 +25,8 @@ def prepare_graph_for_ad(g: Graph) -> Graph:
     checkpointed scans segmented, composite ops without a rule decomposed.
     Raises AutodiffError naming the first node (label and provenance) that has neither."""
     out = convert_scans_for_ad(inline_custom_fn_for_autodiff(unfuse_fused_for_autodiff(g)))
-    out = guard_loops_for_ad(out)
-    out, _ = expand_nodes(out, lambda op: (get_vjp(op) is None or holds_params(op))
+    out = guard_loops_for_ad(lift_body_params(out))
+    out, _ = expand_nodes(out, lambda op: get_vjp(op) is None
                           and non_differentiable_reason(op) is None)
     check_differentiable(out)
     return out

@@ -315,6 +315,62 @@ def test_gradients_reach_params_held_in_a_branch():
     np.testing.assert_array_equal(dw, -1.0)
 
 
+def _log_times_weight(name, n=3):
+    b = bz.Graph(name)
+    v = b.input("in0", S(n, dt=bz.f64))
+    w = b.param("lw", S(n, dt=bz.f64))
+    b.set_weight("lw", np.full(n, 3.0))
+    b.set_outputs([b.mul(b.log(v), w)])
+    return b
+
+
+def test_gradients_skip_the_untaken_branch_when_bodies_hold_params():
+    """A branch holding a param was differentiated through the decomposition (both branches and
+    a where), so the untaken log(x) * w gave d/dx = 0 * inf = NaN at x = 0; its params are now
+    lifted out of the body and the if keeps its own VJP."""
+    twice = body("twice", [S(3, dt=bz.f64)], lambda b, v: b.mul(v, 2.0))
+    g = bz.Graph("weighted_branch")
+    x = g.input("x", S(3, dt=bz.f64))
+    y = g.cond(g.gt(g.reduce(x, "min"), 0.0), _log_times_weight("log"), twice, x)
+    g.set_outputs([g.sum(y)])
+    xs = np.array([-1.0, 2.0, 0.0])
+    _, dx, dw = bz.interpret(bz.grad_with_loss(g, ["x", "lw"]), {"x": xs})
+    np.testing.assert_array_equal(dx, 2.0)
+    np.testing.assert_array_equal(dw, 0.0)
+    xs = np.array([1.0, 2.0, 4.0])
+    _, dx, dw = bz.interpret(bz.grad_with_loss(g, ["x", "lw"]), {"x": xs})
+    np.testing.assert_allclose(dx, 3.0 / xs)
+    np.testing.assert_allclose(dw, np.log(xs))
+    hv = bz.interpret(bz.hvp(g, ["x"]), {"x": xs, "tangent_x": np.ones(3)})[0]
+    np.testing.assert_allclose(hv, -3.0 / xs ** 2)
+    # nested one level deeper, and a loop whose body holds the param
+    outer = bz.Graph("outer")
+    v = outer.input("in0", S(3, dt=bz.f64))
+    outer.set_outputs([outer.cond(outer.gt(outer.reduce(v, "min"), 0.0),
+                                  _log_times_weight("log"), twice, v)])
+    nested = bz.Graph("nested")
+    x = nested.input("x", S(3, dt=bz.f64))
+    nested.set_outputs([nested.sum(nested.cond(nested.gt(nested.sum(x), -5.0), outer, twice, x))])
+    np.testing.assert_array_equal(bz.interpret(bz.grad_with_loss(nested, "x"),
+                                               {"x": np.array([-1.0, 2.0, 0.0])})[1], 2.0)
+    carried = [S(dt=bz.i32), S(3, dt=bz.f64)]
+    step = bz.Graph("step")
+    i, u = step.input("in0", carried[0]), step.input("in1", carried[1])
+    sw = step.param("sw", carried[1])
+    step.set_weight("sw", np.full(3, 0.5))
+    step.set_outputs([step.add(i, 1), step.mul(step.sqrt(u), sw)])
+    loop = bz.Graph("loop")
+    x = loop.input("x", carried[1])
+    loop.set_outputs([loop.sum(loop.while_loop(
+        body("twice_only", carried, lambda b, i, u: b.lt(i, 2)), step,
+        loop.constant(np.array(0, np.int32)), x, max_iterations=4)[1])])
+    xs = np.array([1.0, 4.0, 9.0])
+    _, dx, dsw = bz.interpret(bz.grad_with_loss(loop, ["x", "sw"]), {"x": xs})
+    u1 = 0.5 * np.sqrt(xs)                       # two steps of u <- sw * sqrt(u), sw = 0.5
+    np.testing.assert_allclose(dx, 0.5 * 0.5 / np.sqrt(u1) * 0.5 * 0.5 / np.sqrt(xs))
+    np.testing.assert_allclose(dsw, np.sqrt(u1) + 0.5 * 0.5 / np.sqrt(u1) * np.sqrt(xs))
+
+
 def test_ifs_nested_to_different_depths_hash_apart():
     """Bodies enter an op's hash by a summary; an if nested inside another entered by kind
     alone, so every level of a chain of nested ifs hashed alike and each inference-cache lookup
