@@ -216,6 +216,13 @@ class TrainingStep:
                          self.arena.buffer.nbytes, peak["forward"], peak["backward"])
 
 
+def _declared(g: Graph, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The entries of `values` that `g` has a param for (the backward graph drops frozen params
+    that only outputs after the loss read)."""
+    names = {n.op.name for n in g.params}
+    return {k: v for k, v in values.items() if k in names}
+
+
 def compile_training(g: Graph, wrt: Sequence[str] | str, optimizer: Optimizer, *,
                      params: Mapping[str, np.ndarray] | None = None, precision=None,
                      target: str = "cpu") -> TrainingStep:
@@ -256,8 +263,8 @@ def compile_training(g: Graph, wrt: Sequence[str] | str, optimizer: Optimizer, *
     trainable = promote_trained_params(g, names)
     backward_graph = grad_with_loss(trainable, names, unused="zeros")
     arena = SharedArena()
-    backward = compile_exe(backward_graph, target, params=frozen, precision=precision,
-                           shared_arena=arena)
-    forward = compile_exe(trainable, target, params=frozen, precision=precision,
-                          shared_arena=arena)
+    backward = compile_exe(backward_graph, target, params=_declared(backward_graph, frozen),
+                           precision=precision, shared_arena=arena)
+    forward = compile_exe(trainable, target, params=_declared(trainable, frozen),
+                          precision=precision, shared_arena=arena)
     return TrainingStep(g, names, optimizer, region, forward, backward, arena)

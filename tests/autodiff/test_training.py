@@ -199,3 +199,19 @@ def test_feeds_that_are_no_mapping_are_a_clear_error():
 def test_optimizer_hyperparameters_that_are_no_numbers_are_braze_errors(make):
     with pytest.raises(BrazeError, match=r"must be a number >= 0"):
         make()
+
+
+def test_a_frozen_param_read_only_by_an_extra_output_compiles():
+    """The backward graph drops a frozen param that only a metric output reads; compiling it
+    with every frozen param was refused ("no param named 's'")."""
+    g = bz.Graph("with_metric")
+    x = g.input("x", bz.Shape((4, 3)))
+    y = g.mm(x, g.param("w", bz.Shape((3, 2))))
+    g.set_outputs([g.mean(g.square(y)), g.mul(y, g.param("s", bz.Shape((2,))))])
+    params = bz.init_params(g, seed=0)
+    step = bz.compile_training(g, ["w"], bz.SGD(lr=0.1), params=params)
+    feeds = {"x": np.ones((4, 3), np.float32)}
+    loss = step.step(feeds)
+    np.testing.assert_allclose(loss, np.mean((feeds["x"] @ params["w"]) ** 2), rtol=1e-6)
+    np.testing.assert_allclose(step.eval(feeds)[1], feeds["x"] @ step.params["w"] * params["s"],
+                               rtol=1e-6)
