@@ -14,7 +14,7 @@ decomposition raises AutodiffError naming the node.
 Rules live in `braze.autodiff.vmap_rules` (imported on first use)."""
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from ..errors import AutodiffError
 from ..ir.graph import Graph
@@ -112,12 +112,12 @@ def batch_graph_into(b: Graph, src: Graph, ins: Sequence[Value], flags: Sequence
     return [r[0] for r in res], [r[1] for r in res]
 
 
-def vmap(g: Graph, in_axes: Sequence[str] | str | None = None, *,
+def vmap(g: Graph, in_axes: Sequence[str] | str | Mapping[str, int | None] | None = None, *,
          axis_name: str | int = DEFAULT_AXIS_NAME) -> Graph:
     """A new graph computing `g` for a batch of examples: every input named in `in_axes`
-    (default: all graph inputs) gains a new leading batch axis, params and the other inputs stay
-    shared, and every output is batched on axis 0 (an output that does not depend on a batched
-    input is broadcast along it).
+    (default: all graph inputs; a mapping name -> 0 or None also works) gains a new leading
+    batch axis, params and the other inputs stay shared, and every output is batched on axis 0
+    (an output that does not depend on a batched input is broadcast along it).
 
     The batch axis is the symbol `axis_name` ("vmap_batch" unless told; bound at run time) or a
     static size when an int is given. Each op is batched by its rule (an elementwise op
@@ -125,8 +125,7 @@ def vmap(g: Graph, in_axes: Sequence[str] | str | None = None, *,
     convolutions and attention fold it into their batch dim); composite ops without a rule are
     batched through their decomposition. `g` is not changed."""
     names = [n.op.name for n in g.inputs]
-    wanted = names if in_axes is None else [in_axes] if isinstance(in_axes, str) else list(
-        in_axes)
+    wanted = names if in_axes is None else _batched_names(in_axes)
     unknown = [n for n in wanted if n not in names]
     if unknown:
         raise AutodiffError(f"vmap: graph {g.name!r} has no input named "
@@ -148,6 +147,21 @@ def vmap(g: Graph, in_axes: Sequence[str] | str | None = None, *,
     b.weights.update(g.weights)
     b.set_outputs([o if f else _broadcast_out(b, o, bdim) for o, f in zip(outs, out_flags)])
     return dead_code_elimination(b)[0]
+
+
+def _batched_names(in_axes: Sequence[str] | str | Mapping[str, int | None]) -> list[str]:
+    """The input names `in_axes` batches. A mapping (JAX / torch.func style) may only say 0
+    (batched on the new leading axis) or None (shared) per name."""
+    if isinstance(in_axes, str):
+        return [in_axes]
+    if not isinstance(in_axes, Mapping):
+        return list(in_axes)
+    for name, axis in in_axes.items():
+        if axis is not None and (isinstance(axis, bool) or axis != 0):
+            raise AutodiffError(f"vmap: in_axes[{name!r}] = {axis!r}, but vmap batches an "
+                                "input on a new leading axis (0) or shares it (None); move "
+                                "the batch axis to the front first (g.transpose)")
+    return [name for name, axis in in_axes.items() if axis is not None]
 
 
 def _broadcast_out(b: Graph, v: Value, bdim: Dim) -> Value:

@@ -144,6 +144,19 @@ def test_static_batch_size_and_in_axes_subset():
     assert vg.shape_of(vg.outputs[0]).dims == (N, 3, 2)
 
 
+def test_in_axes_as_a_mapping_batches_the_zeros_and_refuses_other_axes():
+    """{"x1": 1} batched x1 on a new axis 0 (the dict's keys were taken as names), silently
+    ignoring the 1; only 0 (batched) and None (shared) are meaningful."""
+    g = _graph(lambda g, a, b: g.add(g.mm(a, b), 1.0), (3, 4), (4, 2))
+    feeds = _feeds(g, ["x1"])
+    vg = vmap(g, {"x0": None, "x1": 0})
+    assert vg.shape_of(vg.input_value("x0")).dims == (3, 4)
+    np.testing.assert_array_equal(bz.interpret(vg, feeds)[0],
+                                  bz.interpret(check_vmap(g, feeds, ["x1"]), feeds)[0])
+    with pytest.raises(AutodiffError, match=r"in_axes\['x1'\] = 1.*leading axis"):
+        vmap(g, {"x1": 1})
+
+
 def test_outputs_that_ignore_the_batched_inputs_are_broadcast():
     g = _graph(lambda g, a, b: (g.exp(a), g.neg(b)), (2, 3), (4,))
     vg = check_vmap(g, _feeds(g, ["x0"]), ["x0"])
