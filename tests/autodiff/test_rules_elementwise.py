@@ -120,3 +120,24 @@ def test_leaky_relu_slope_at_zero_is_alpha_like_relu_and_torch():
     g = build(lambda g, x: g.sum(g.leaky_relu(x, 0.1)), [(3,)])
     got = bz.interpret(grad_with_loss(g, ["x0"]), {"x0": np.array([0.0, 2.0, -2.0])})[1]
     np.testing.assert_allclose(got, [0.1, 1.0, 0.1])
+
+
+def test_maximum_and_minimum_share_a_tie_evenly_like_torch():
+    """Ties gave the whole cotangent to the first operand, so min(0, x) - log1p(exp(-|x|))
+    (torch's own decomposition of logsigmoid) had derivative 0 at x = 0 instead of 0.5."""
+    torch = pytest.importorskip("torch")
+    a = np.array([0.0, 1.0, -2.0, 2.0, 0.0])
+    c = np.array([0.0, 1.0, -2.0, 3.0, -1.0])
+    for fn, tfn in (("max", torch.maximum), ("min", torch.minimum)):
+        g = build(lambda g, x, y, fn=fn: g.binary(x, y, fn), [a.shape, c.shape])
+        loss, (r,) = weighted_loss(g, 0)
+        got = bz.interpret(grad_with_loss(loss, ["x0", "x1"]), {"x0": a, "x1": c})[1:]
+        at, ct = (torch.tensor(v, requires_grad=True) for v in (a, c))
+        (tfn(at, ct) * torch.tensor(r)).sum().backward()
+        np.testing.assert_allclose(got[0], at.grad.numpy(), err_msg=fn)
+        np.testing.assert_allclose(got[1], ct.grad.numpy(), err_msg=fn)
+    log_sigmoid = build(lambda g, x: g.sum(g.sub(g.minimum(g.constant(np.array(0.0), bz.f64), x),
+                                                 g.log(g.add(g.exp(g.neg(g.abs(x))), 1.0)))),
+                        [(1,)])
+    got = bz.interpret(grad_with_loss(log_sigmoid, ["x0"]), {"x0": np.zeros(1)})[1]
+    np.testing.assert_allclose(got, 0.5)

@@ -156,10 +156,11 @@ def _binary_partials(b: Graph, node: Node, a: Value, c: Value, y: Value
     if fn is BinaryFn.DIV:
         inv = b.reciprocal(c)
         return inv, b.neg(b.mul(y, inv))
-    if fn in (BinaryFn.MAX, BinaryFn.MIN):  # ties go to the first operand
-        pick_a = b.ge(a, c) if fn is BinaryFn.MAX else b.le(a, c)
-        return (b.where(pick_a, one(), scalar(b, 0.0, y)),
-                b.where(pick_a, scalar(b, 0.0, y), one()))
+    if fn in (BinaryFn.MAX, BinaryFn.MIN):  # a tie shares the cotangent evenly (torch, JAX)
+        a_wins = b.gt(a, c) if fn is BinaryFn.MAX else b.lt(a, c)
+        tie = b.where(b.eq(a, c), scalar(b, 0.5, y), scalar(b, 0.0, y))
+        share_a = b.where(a_wins, one(), tie)
+        return share_a, b.sub(one(), share_a)
     if fn is BinaryFn.POW:
         return _pow_partials(b, a, c, y)
     if fn is BinaryFn.MOD:  # a - c * floor(a / c)

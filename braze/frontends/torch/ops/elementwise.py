@@ -379,13 +379,21 @@ def clamp(ctx, c):
 
 
 def _clamp_values(ctx, x, lo, hi):
-    """min(max(x, lo), hi) in the node's dtype: every element is `hi` when lo > hi, as in torch."""
+    """min(max(x, lo), hi) in the node's dtype: every element is `hi` when lo > hi, as in torch.
+    Float values pick with `where`, so x keeps the whole gradient where it equals a bound (as
+    torch.clamp's backward; a maximum would share it with the bound); a NaN bound wins, as in
+    torch."""
     dt = ctx.out_dtype()
+    g = ctx.g
     y = ctx.value(x, dt)
-    if lo is not None:
-        y = ctx.g.maximum(y, ctx.value(lo, dt))
-    if hi is not None:
-        y = ctx.g.minimum(y, ctx.value(hi, dt))
+    for bound, beyond, extreme in ((lo, g.lt, g.maximum), (hi, g.gt, g.minimum)):
+        if bound is None:
+            continue
+        v = ctx.value(bound, dt)
+        if dt.is_float:
+            y = g.where(g.logical_or(beyond(y, v), g.isnan(v)), v, y)
+        else:
+            y = extreme(y, v)
     return y
 
 
