@@ -49,3 +49,15 @@ def test_clamp_with_tensor_bounds_keeps_the_gradient_at_a_tie_in_x():
                         (torch.tensor(x), torch.tensor(lo)))
     nan_lo = np.full(4, np.nan, np.float32)
     assert np.isnan(bz.interpret(g, {n.op.name: v for n, v in zip(g.inputs, (x, nan_lo))})[0]).all()
+
+
+@pytest.mark.parametrize("fn", [
+    lambda x: torch.nn.functional.normalize(x, dim=-1),
+    lambda x: torch.linalg.vector_norm(x, dim=-1),
+    lambda x: torch.linalg.vector_norm(x, ord=3, dim=-1),
+], ids=["normalize", "norm2", "norm3"])
+def test_the_norm_of_a_zero_vector_has_torchs_gradient_not_nan(fn):
+    x = np.array([[0.0, 0.0, 0.0], [1.0, -2.0, 0.5]], np.float32)
+    got, want = _grads(fn, x)
+    assert np.isfinite(got[0]).all()
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5)
