@@ -66,3 +66,20 @@ def test_empty_axes_noop(op_type):
 def test_reduce_l2_is_sqrt_of_sum_of_squares():
     g = bz.import_onnx(_model("ReduceL2", (1,), 1, 18))
     assert g.count("reduce_sum") == 1 and g.count("sqrt") == 1 and g.count("square") == 1
+
+
+def test_reduce_l2_of_a_zero_vector_has_a_zero_gradient_not_nan():
+    """d sqrt(s) / ds is inf at s = 0, and the sum of squares has slope 0 there: 0 * inf gave
+    NaN where torch's norm backward gives 0."""
+    g = bz.import_onnx(_model("ReduceL2", (2,), 0, 18))
+    loss = bz.Graph("loss")
+    from braze.autodiff.reverse import clone_into
+
+    loss.set_outputs([loss.sum(clone_into(loss, g)[g.outputs[0]])])
+    x = np.random.default_rng(3).standard_normal((3, 4, 5)).astype(np.float32)
+    x[0, 1] = 0.0
+    norm, dx = bz.interpret(bz.grad_with_loss(loss, "x"), {"x": x})
+    want = x / np.sqrt((x * x).sum(2, keepdims=True)).clip(1e-30)
+    np.testing.assert_allclose(dx, want, rtol=1e-5, atol=1e-6)
+    assert (dx[0, 1] == 0).all()
+    _check(_model("ReduceL2", (2,), 0, 18), x)

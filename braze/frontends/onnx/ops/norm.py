@@ -13,6 +13,7 @@ import numpy as np
 from ....ir.ops.io import Constant, Param
 from ....ir.ops.reduce import ReduceFn
 from ....ir.shapes import Shape
+from ...norms import root_of_sum
 from ..context import converter
 from ..dtypes import onnx_dtype
 from ..known import Known
@@ -223,7 +224,7 @@ def lp_norm(ctx, node):
     axis = int(node.attr("axis", -1)) % rank
     p = int(node.attr("p", 2))
     if p == 2:
-        norm = g.sqrt(g.reduce(g.mul(x, x), ReduceFn.SUM, [axis], True))
+        norm = root_of_sum(g, g.reduce(g.mul(x, x), ReduceFn.SUM, [axis], True), g.sqrt)
     elif p == 1:
         norm = g.reduce(g.abs(x), ReduceFn.SUM, [axis], True)
     else:

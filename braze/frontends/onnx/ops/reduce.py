@@ -9,6 +9,7 @@ import numpy as np
 from ....ir.dtypes import i64
 from ....ir.ops.reduce import ReduceFn
 from ....ir.symbolic import SymDim
+from ...norms import root_of_sum
 from ..context import ImportContext, NodeView, converter
 from ..dtypes import onnx_dtype
 
@@ -52,6 +53,8 @@ def reduce_sum_of(ctx: ImportContext, node: NodeView):
         return [ctx.g.activation(y, post) if post else y]
     y = ctx.g.activation(x, pre) if pre else x
     y = ctx.g.reduce(y, ReduceFn.SUM, axes, bool(node.attr("keepdims", 1)))
+    if post == "sqrt":  # a zero vector's L2 norm has a zero gradient, not NaN
+        return [root_of_sum(ctx.g, y, ctx.g.sqrt)]
     return [ctx.g.activation(y, post) if post else y]
 
 

@@ -9,6 +9,7 @@ import numpy as np
 from ....ir.dtypes import bool_
 from ....ir.ops.reduce import ReduceFn
 from ....ir.symbolic import SymDim
+from ...norms import root_of_sum
 from ..context import Call, TorchContext, converter
 
 
@@ -173,9 +174,8 @@ def std_mean(ctx, c):
 def vector_norm(ctx, c):
     """The `ord`-norm over `dim` (None or []: every axis), computed in `dtype` when given (the
     output dtype torch recorded): max / min |x| for +-inf, the count of non-zeros for 0,
-    sqrt(sum(x*x)) for 2, sum |x| for 1, else sum(|x|^p)^(1/p). The root of a zero sum reads a
-    safe 1 (and gives 0), so a zero vector's gradient is 0, as torch's norm backward has it,
-    not 0 * inf = NaN (F.normalize of a zero embedding row)."""
+    sqrt(sum(x*x)) for 2, sum |x| for 1, else sum(|x|^p)^(1/p); a zero vector's norm has
+    torch's zero gradient (`root_of_sum`)."""
     g = ctx.g
     if ctx.dtype(c["self"]).kind == "complex":
         raise ctx.fail("vector norms of complex tensors are not supported")
@@ -188,13 +188,8 @@ def vector_norm(ctx, c):
     def total(v, fn: ReduceFn = ReduceFn.SUM):
         return g.reduce(v, fn, axes, keep) if axes else v
 
-    def root(s, fn):
-        zero = ctx.value(0.0, dt)
-        empty = g.eq(s, zero)
-        return g.where(empty, zero, fn(g.where(empty, ctx.value(1.0, dt), s)))
-
     if p == 2:
-        return root(total(g.mul(x, x)), g.sqrt)
+        return root_of_sum(g, total(g.mul(x, x)), g.sqrt)
     if p == 0:
         return total(ctx.cast(g.ne(x, ctx.value(0.0, dt)), dt))
     a = g.abs(x)
@@ -202,7 +197,8 @@ def vector_norm(ctx, c):
         return total(a)
     if np.isinf(p):
         return total(a, ReduceFn.MAX if p > 0 else ReduceFn.MIN)
-    return root(total(g.pow(a, ctx.value(p, dt))), lambda s: g.pow(s, ctx.value(1.0 / p, dt)))
+    return root_of_sum(g, total(g.pow(a, ctx.value(p, dt))),
+                       lambda s: g.pow(s, ctx.value(1.0 / p, dt)))
 
 
 @converter("aten.cumsum.default")
