@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..autodiff.control import lift_body_params
 from ..autodiff.reverse import grad_with_loss
 from ..errors import BrazeError, InterpretError
 from ..ir.graph import Graph
@@ -236,6 +237,7 @@ def compile_training(g: Graph, wrt: Sequence[str] | str, optimizer: Optimizer, *
     names = [wrt] if isinstance(wrt, str) else list(wrt)
     if not isinstance(optimizer, Optimizer):
         raise BrazeError(f"optimizer must be bz.SGD(...) or bz.Adam(...), got {optimizer!r}")
+    g = lift_body_params(g)  # params held in if / while bodies train like the others
     nodes = _param_nodes(g)
     unknown = [n for n in names if n not in nodes]
     if unknown or len(set(names)) != len(names):

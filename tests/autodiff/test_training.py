@@ -215,3 +215,23 @@ def test_a_frozen_param_read_only_by_an_extra_output_compiles():
     np.testing.assert_allclose(loss, np.mean((feeds["x"] @ params["w"]) ** 2), rtol=1e-6)
     np.testing.assert_allclose(step.eval(feeds)[1], feeds["x"] @ step.params["w"] * params["s"],
                                rtol=1e-6)
+
+
+def test_params_held_in_a_branch_train():
+    """grad_with_loss reaches a param held in an if body; compile_training refused it ("graph
+    has no param ['w']") since it looked for top-level params only."""
+    then_g = bz.Graph("then")
+    v = then_g.input("in0", bz.Shape((3,)))
+    then_g.set_outputs([then_g.mul(then_g.log(v), then_g.param("w", bz.Shape((3,))))])
+    then_g.set_weight("w", np.full(3, 2.0, np.float32))
+    else_g = bz.Graph("else")
+    else_g.set_outputs([else_g.mul(else_g.input("in0", bz.Shape((3,))), 2.0)])
+    g = bz.Graph("branch")
+    x = g.input("x", bz.Shape((3,)))
+    y = g.cond(g.gt(g.reduce(x, "min"), 0.0), then_g, else_g, x)
+    g.set_outputs([g.sum(g.square(g.sub(y, 1.0)))])
+    step = bz.compile_training(g, ["w"], bz.SGD(lr=0.1))
+    xs = np.array([1.0, 2.0, 3.0], np.float32)
+    step.step({"x": xs})
+    dw = 2 * (2.0 * np.log(xs) - 1.0) * np.log(xs)
+    np.testing.assert_allclose(step.params["w"], 2.0 - 0.1 * dw, rtol=1e-6)
