@@ -110,6 +110,23 @@ def test_multi_output_custom_fn_with_a_vjp():
     np.testing.assert_allclose(dy, 0.5 * (2 * feeds["x"] + 1))
 
 
+def test_a_transposed_jvp_body_whose_output_ignores_an_input():
+    """Reverse mode through a jvp_body only: when the used output's tangent does not read an
+    input's tangent, that input's cotangent is zero; it crashed building the gradient graph
+    ("None is not a value of graph")."""
+    fwd = body("f", 2, lambda b, x, y: (b.mul(b.sin(x), y), b.exp(x)))
+    jvp_b = body("j", 4, lambda b, x, y, tx, ty: (
+        b.add(b.mul(tx, b.mul(b.cos(x), y)), b.mul(ty, b.sin(x))), b.mul(tx, b.exp(x))))
+    g = bz.Graph("second_only")
+    x = g.input("x", bz.Shape(S, bz.f64))
+    y = g.input("y", bz.Shape(S, bz.f64))
+    g.set_outputs([g.sum(g.custom_fn([x, y], fwd, jvp_body=jvp_b)[1])])
+    v = np.arange(4.0) / 4
+    _, dx, dy = bz.interpret(grad_with_loss(g, ["x", "y"]), {"x": v, "y": np.ones(4)})
+    np.testing.assert_allclose(dx, np.exp(v))
+    np.testing.assert_array_equal(dy, 0.0)
+
+
 def test_bad_bodies_are_rejected_by_name():
     g = bz.Graph("bad")
     x = g.input("x", bz.Shape(S, bz.f64))

@@ -22,7 +22,7 @@ def _filled(b: Graph, vals, types):
 
 
 def _float_only(b: Graph, vals):
-    return [v if is_float(b.shape_of(v)) else None for v in vals]
+    return [v if v is not None and is_float(b.shape_of(v)) else None for v in vals]
 
 
 def _vjp_through_jvp_body(b: Graph, node: Node, ins, cts):
