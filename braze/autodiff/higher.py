@@ -4,10 +4,12 @@ t = 0, for vector inputs). They work because every rule emits differentiable ops
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 from ..errors import AutodiffError
 from ..ir.graph import Graph
 from ..ir.op import Value
+from ..ir.ops.io import Input, Param
 from ..passes.cleanup import dead_code_elimination
 from .forward import jvp, tangent_name
 from .reverse import clone_into, grad_with_loss, source_value
@@ -20,15 +22,21 @@ def _with_outputs(g: Graph, outs: Sequence[Value]) -> Graph:
     return dead_code_elimination(g)[0]
 
 
-def hvp(g: Graph, wrt: Sequence[str] | str) -> Graph:
+def hvp(g: Graph, wrt: Sequence[str] | str,
+        unused: Literal["zeros", "error"] = "zeros") -> Graph:
     """Hessian-vector products of g's scalar loss (first output): the new graph has inputs
     `tangent_<name>` (the vector, one per name in `wrt`) and outputs H v, one per name in
-    `wrt` order (forward mode over the reverse-mode gradient graph)."""
+    `wrt` order (forward mode over the reverse-mode gradient graph). A `wrt` entry the loss
+    does not depend on gets zeros (`unused="error"` raises instead, as in grad_with_loss)."""
     names = [wrt] if isinstance(wrt, str) else list(wrt)
-    grads = grad_with_loss(g, names, unused="error")
-    forward = jvp(grads, names)
-    n = len(names)
-    return _with_outputs(forward, forward.outputs[-n:])
+    grads = grad_with_loss(g, names, unused=unused)
+    kept = {node.op.name for node in grads.nodes if isinstance(node.op, (Input, Param))}
+    forward = jvp(grads, [n for n in names if n in kept])
+    for name in names:  # a param the loss ignores left the gradient graph (its H v is 0)
+        if name not in kept:  # but the caller still feeds its tangent
+            forward.input(tangent_name(name), g.shape_of(source_value(g, name)))
+    outs = forward.outputs[-len(names):]
+    return _with_outputs(forward, outs)
 
 
 def _scalar_check(g: Graph, v: Value, what: str) -> None:

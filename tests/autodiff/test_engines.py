@@ -63,6 +63,20 @@ def test_unused_and_unknown_names():
         bz.grad_with_loss(bad, ["x"])
 
 
+def test_hvp_gives_zeros_for_an_entry_the_loss_ignores():
+    """As grad_with_loss does (torch.autograd.functional.hvp too): H v is 0 for 'lonely'."""
+    g = _mlp()
+    g.param("lonely", bz.Shape((3,), bz.f64))
+    params = bz.init_params(g, seed=0)
+    feeds = {"x": np.ones((4, 3)), "tangent_w1": np.ones((3, 5)), "tangent_lonely": np.ones(3)}
+    hv_w1, hv_lonely = bz.interpret(bz.hvp(g, ["w1", "lonely"]), feeds, params)
+    (want_w1,) = bz.interpret(bz.hvp(g, ["w1"]), feeds, params)
+    np.testing.assert_array_equal(hv_lonely, np.zeros(3))
+    np.testing.assert_allclose(hv_w1, want_w1)
+    with pytest.raises(AutodiffError, match="does not depend on 'lonely'"):
+        bz.hvp(g, ["w1", "lonely"], unused="error")
+
+
 def _with_loss(g: bz.Graph) -> bz.Graph:
     b = bz.Graph(g.name + "_loss")
     vmap = clone_into(b, g)
