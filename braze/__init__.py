@@ -96,7 +96,9 @@ from .passes.targets import TARGETS, Target, get_target  # noqa: E402,F401
 from .passes.unfuse import unfuse_fused_for_autodiff  # noqa: E402,F401
 from .pipeline_inspect import PipelineInspection, inspect_pipeline  # noqa: E402,F401
 from .report import FusionReport, MissedFusion, MissReason  # noqa: E402,F401
-from .training.optimizers import SGD, Adam  # noqa: E402,F401
+from .training.clipping import clip_grad_norm  # noqa: E402,F401
+from .training.optimizers import SGD, Adam, AdamW  # noqa: E402,F401
+from .training.schedules import StepDecay, WarmupCosine, WarmupLinear  # noqa: E402,F401
 
 
 def import_onnx(model, **kwargs):

@@ -1,10 +1,12 @@
-"""Optimizers for compiled training: SGD (momentum, dampening, Nesterov, weight decay) and Adam
-(bias-corrected, L2 weight decay), with PyTorch's `torch.optim` update rules.
+"""Optimizers for compiled training: SGD (momentum, dampening, Nesterov, weight decay), Adam
+(bias-corrected, L2 weight decay) and AdamW (Adam with decoupled weight decay), with PyTorch's
+`torch.optim` update rules.
 
 An optimizer is a small frozen config. `init(weights)` makes its state for one flat weight
-array (momentum / moment buffers of the same size); `apply(weights, grads, state)` updates the
-weights in place with whole-array NumPy ops and preallocated scratch, so one call updates every
-param of a weight region and no array is reallocated."""
+array (momentum / moment buffers of the same size); `apply(weights, grads, state, lr=None)`
+updates the weights in place with whole-array NumPy ops and preallocated scratch, so one call
+updates every param of a weight region and no array is reallocated. `lr` overrides the
+config's learning rate for this one update (a learning-rate schedule passes it)."""
 from __future__ import annotations
 
 import math
@@ -14,16 +16,20 @@ import numpy as np
 
 from ..errors import BrazeError
 
-__all__ = ["Optimizer", "SGD", "Adam"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW"]
 
 
 class Optimizer:
-    """Base class: `init(weights) -> state`, `apply(weights, grads, state)` in place."""
+    """Base class: `init(weights) -> state`, `apply(weights, grads, state, lr=None)` in place;
+    `lr` is the config's base learning rate."""
+
+    lr: float
 
     def init(self, weights: np.ndarray) -> dict:
         raise NotImplementedError
 
-    def apply(self, weights: np.ndarray, grads: np.ndarray, state: dict) -> None:
+    def apply(self, weights: np.ndarray, grads: np.ndarray, state: dict,
+              lr: float | None = None) -> None:
         raise NotImplementedError
 
 
@@ -59,7 +65,8 @@ class SGD(Optimizer):
             state["buf"] = np.zeros_like(weights)
         return state
 
-    def apply(self, weights: np.ndarray, grads: np.ndarray, state: dict) -> None:
+    def apply(self, weights: np.ndarray, grads: np.ndarray, state: dict,
+              lr: float | None = None) -> None:
         d = state["scratch"]
         np.copyto(d, grads)
         if self.weight_decay:
@@ -75,7 +82,7 @@ class SGD(Optimizer):
                 d += self.momentum * buf
             else:
                 np.copyto(d, buf)
-        d *= self.lr
+        d *= self.lr if lr is None else lr
         weights -= d
         state["step"] += 1
 
@@ -91,22 +98,29 @@ class Adam(Optimizer):
     eps: float = 1e-8
     weight_decay: float = 0.0
 
+    decoupled_weight_decay = False  # AdamW: decay the weights, not the gradient
+
     def __post_init__(self) -> None:
-        _check_nonnegative("Adam", lr=self.lr, eps=self.eps, weight_decay=self.weight_decay)
+        owner = type(self).__name__
+        _check_nonnegative(owner, lr=self.lr, eps=self.eps, weight_decay=self.weight_decay)
         if not all(0.0 <= b < 1.0 for b in self.betas) or len(self.betas) != 2:
-            raise BrazeError(f"Adam: betas must be two numbers in [0, 1), got {self.betas}")
+            raise BrazeError(f"{owner}: betas must be two numbers in [0, 1), got {self.betas}")
 
     def init(self, weights: np.ndarray) -> dict:
         return {"step": 0, "m": np.zeros_like(weights), "v": np.zeros_like(weights),
                 "d": np.empty_like(weights), "scratch": np.empty_like(weights)}
 
-    def apply(self, weights: np.ndarray, grads: np.ndarray, state: dict) -> None:
+    def apply(self, weights: np.ndarray, grads: np.ndarray, state: dict,
+              lr: float | None = None) -> None:
+        lr = self.lr if lr is None else lr
         b1, b2 = self.betas
         state["step"] += 1
         t = state["step"]
         m, v, tmp = state["m"], state["v"], state["scratch"]
         d = grads
-        if self.weight_decay:
+        if self.weight_decay and self.decoupled_weight_decay:
+            weights *= 1.0 - lr * self.weight_decay
+        elif self.weight_decay:
             d = state["d"]
             np.multiply(weights, self.weight_decay, out=d)
             d += grads
@@ -121,5 +135,16 @@ class Adam(Optimizer):
         tmp /= math.sqrt(1.0 - b2 ** t)
         tmp += self.eps
         np.divide(m, tmp, out=tmp)
-        tmp *= self.lr / (1.0 - b1 ** t)
+        tmp *= lr / (1.0 - b1 ** t)
         weights -= tmp
+
+
+@dataclass(frozen=True)
+class AdamW(Adam):
+    """Adam with decoupled weight decay (torch.optim.AdamW, amsgrad off): first
+    p *= 1 - lr * weight_decay, then Adam's update on the plain gradient. torch's defaults
+    (weight_decay 0.01)."""
+
+    weight_decay: float = 1e-2
+
+    decoupled_weight_decay = True

@@ -1,6 +1,7 @@
 """`compile_training`: a loss graph becomes a `TrainingStep` - a compiled forward executable, a
 compiled backward executable (the fused `grad_with_loss` graph, which recomputes the forward on
-the way) and an optimizer, around one weight region.
+the way) and an optimizer, around one weight region; optionally a learning-rate schedule and
+clipping of the gradients by their global norm before each update.
 
 What is shared, and how:
 - Weights. The trained params live once, in one flat array per dtype (the weight region);
@@ -28,7 +29,9 @@ from ..errors import BrazeError, InterpretError
 from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.ops.io import Input, Param
+from .clipping import clip_grad_norm
 from .optimizers import Optimizer
+from .schedules import LRSchedule
 
 __all__ = ["compile_training", "TrainingStep", "WeightRegion", "promote_trained_params"]
 
@@ -137,10 +140,14 @@ class TrainingStep:
     and the optimizer, and returns the loss; `eval(feeds)` runs the forward executable and
     returns the graph's outputs. `params` (name -> array view of the weight region) always holds
     the current weights; `grads` the gradients of the last step; `report` the FusionReport of
-    the backward graph (`forward_report` of the forward one)."""
+    the backward graph (`forward_report` of the forward one). With a `schedule`, step k
+    updates with lr = optimizer.lr * schedule.factor(k) (`lr` is the next step's); with
+    `clip_grad_norm`, the gradients are clipped to that global norm before the update and
+    `grad_norm` holds the last step's norm before clipping."""
 
     def __init__(self, graph: Graph, wrt: list[str], optimizer: Optimizer, region: WeightRegion,
-                 forward, backward, arena):
+                 forward, backward, arena, schedule: LRSchedule | None = None,
+                 clip_grad_norm: float | None = None):
         self.graph = graph
         self.wrt = wrt
         self.optimizer = optimizer
@@ -150,7 +157,16 @@ class TrainingStep:
         self.arena = arena
         self.grad_region = WeightRegion({n: (v.shape, v.dtype) for n, v in region.views.items()})
         self.state = {dt: optimizer.init(flat) for dt, flat in region.flat.items()}
+        self.schedule = schedule
+        self.clip_grad_norm = clip_grad_norm
+        self.grad_norm: float | None = None
         self.steps = 0
+
+    @property
+    def lr(self) -> float:
+        """The learning rate the next `step` updates with."""
+        base = self.optimizer.lr
+        return base if self.schedule is None else self.schedule.lr(base, self.steps)
 
     @property
     def params(self) -> Mapping[str, np.ndarray]:
@@ -192,8 +208,11 @@ class TrainingStep:
         """One training step on `feeds` (the loss graph's inputs); returns the loss before the
         update."""
         loss = self.gradients(feeds)
+        if self.clip_grad_norm is not None:
+            self.grad_norm = clip_grad_norm(self.grad_region.flat.values(), self.clip_grad_norm)
+        lr = self.lr
         for dt, flat in self.region.flat.items():
-            self.optimizer.apply(flat, self.grad_region.flat[dt], self.state[dt])
+            self.optimizer.apply(flat, self.grad_region.flat[dt], self.state[dt], lr=lr)
         self.steps += 1
         return loss
 
@@ -226,17 +245,28 @@ def _declared(g: Graph, values: Mapping[str, np.ndarray]) -> dict[str, np.ndarra
 
 def compile_training(g: Graph, wrt: Sequence[str] | str, optimizer: Optimizer, *,
                      params: Mapping[str, np.ndarray] | None = None, precision=None,
-                     target: str = "cpu") -> TrainingStep:
+                     target: str = "cpu", schedule: LRSchedule | None = None,
+                     clip_grad_norm: float | None = None) -> TrainingStep:
     """Compile a training step for the loss graph `g` (first output: the scalar loss) that
-    trains the params named in `wrt` with `optimizer` (bz.SGD / bz.Adam). Initial weights come
-    from `params`, else the graph's stored weights; `precision` is passed to bz.compile. The
-    backward graph is `grad_with_loss(g, wrt)`, fused for `target`."""
+    trains the params named in `wrt` with `optimizer` (bz.SGD / bz.Adam / bz.AdamW). Initial
+    weights come from `params`, else the graph's stored weights; `precision` is passed to
+    bz.compile. The backward graph is `grad_with_loss(g, wrt)`, fused for `target`.
+    `schedule` (bz.WarmupCosine, bz.WarmupLinear, bz.StepDecay) scales the learning rate per
+    step; `clip_grad_norm` clips the gradients to that global 2-norm before each update."""
     from ..runtime.executable import compile as compile_exe
     from ..runtime.plan import SharedArena
 
     names = [wrt] if isinstance(wrt, str) else list(wrt)
     if not isinstance(optimizer, Optimizer):
-        raise BrazeError(f"optimizer must be bz.SGD(...) or bz.Adam(...), got {optimizer!r}")
+        raise BrazeError(f"optimizer must be bz.SGD(...), bz.Adam(...) or bz.AdamW(...), got "
+                         f"{optimizer!r}")
+    if schedule is not None and not isinstance(schedule, LRSchedule):
+        raise BrazeError(f"schedule must be bz.WarmupCosine(...), bz.WarmupLinear(...) or "
+                         f"bz.StepDecay(...), got {schedule!r}")
+    if clip_grad_norm is not None and (isinstance(clip_grad_norm, bool) or not isinstance(
+            clip_grad_norm, (int, float)) or not clip_grad_norm > 0):
+        raise BrazeError(f"clip_grad_norm must be a number > 0 (the largest global gradient "
+                         f"norm) or None, got {clip_grad_norm!r}")
     g = lift_body_params(g)  # params held in if / while bodies train like the others
     nodes = _param_nodes(g)
     unknown = [n for n in names if n not in nodes]
@@ -269,4 +299,5 @@ def compile_training(g: Graph, wrt: Sequence[str] | str, optimizer: Optimizer, *
                            precision=precision, shared_arena=arena)
     forward = compile_exe(trainable, target, params=_declared(trainable, frozen),
                           precision=precision, shared_arena=arena)
-    return TrainingStep(g, names, optimizer, region, forward, backward, arena)
+    return TrainingStep(g, names, optimizer, region, forward, backward, arena, schedule,
+                        clip_grad_norm)

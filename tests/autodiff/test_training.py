@@ -29,6 +29,9 @@ OPTIMIZERS = [
     (bz.Adam(lr=1e-2), "Adam", dict(lr=1e-2)),
     (bz.Adam(lr=3e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1), "Adam",
      dict(lr=3e-3, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.1)),
+    (bz.AdamW(), "AdamW", {}),
+    (bz.AdamW(lr=3e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.3), "AdamW",
+     dict(lr=3e-2, betas=(0.8, 0.99), eps=1e-6, weight_decay=0.3)),
 ]
 
 
