@@ -158,6 +158,7 @@ OP_EXAMPLES: dict[str, Callable[[Graph, Value], Value]] = {
     "scan": _scan,
     "log_softmax": lambda g, x: g.log_softmax(x, 1),
     "isnan": lambda g, x: g.isnan(g.log(x)),
+    "stop_gradient": lambda g, x: g.stop_gradient(g.tanh(x)),
     "isinf": lambda g, x: g.isinf(g.div(x, 0.0), detect_positive=False),
     "range": lambda g, x: g.arange(5, start=2, delta=3, dtype=i32),
     "sym_const": lambda g, x: g.sym_const((2, 3, 8), dtype=i64),

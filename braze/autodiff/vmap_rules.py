@@ -16,7 +16,18 @@ from ..ir.node import Node
 from ..ir.op import Value
 from ..ir.ops.attention import Attention
 from ..ir.ops.conv import Conv2d, ConvTranspose2d, GlobalAvgPool, Pool2d, ResizeNearest2x
-from ..ir.ops.elementwise import Binary, Cast, Clamp, Compare, IsInf, IsNan, LeakyRelu, Unary, Where
+from ..ir.ops.elementwise import (
+    Binary,
+    Cast,
+    Clamp,
+    Compare,
+    IsInf,
+    IsNan,
+    LeakyRelu,
+    StopGradient,
+    Unary,
+    Where,
+)
 from ..ir.ops.indexing import DynamicNarrow, GatherElements, Slice, TopK, Trilu
 from ..ir.ops.linalg import DotGeneral, MatMul
 from ..ir.ops.norm import LayerNorm, RmsNorm
@@ -54,7 +65,7 @@ def _emit(b: Graph, node: Node, op, ins: Sequence[Value]) -> Outs:
     return outs, [True] * len(outs)
 
 
-@batch_rule(Unary, Binary, Compare, Where, Cast, Clamp, LeakyRelu, IsNan, IsInf)
+@batch_rule(Unary, Binary, Compare, Where, Cast, Clamp, LeakyRelu, IsNan, IsInf, StopGradient)
 def _elementwise(b: Graph, node: Node, ins, flags) -> Outs:
     rank = len(node.outputs[0].dims)
     return _emit(b, node, node.op, [lift_rank(b, v, rank) if f else v

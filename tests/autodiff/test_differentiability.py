@@ -41,7 +41,8 @@ def test_marks_are_for_ops_without_float_gradients():
 # staircase (finite differences see 0 or a jump); tests/autodiff/test_rules_quant.py checks its
 # straight-through gradient against torch instead. dynamic_quant_matmul quantizes its operand
 # with fake_quantize (tests/passes/test_quantize_dynamic.py checks its gradient).
-ESTIMATED_GRADIENTS = {"fake_quantize", "dynamic_quant_matmul"}
+# stop_gradient has zero gradient by definition (tests/autodiff/test_stop_gradient.py).
+ESTIMATED_GRADIENTS = {"fake_quantize", "dynamic_quant_matmul", "stop_gradient"}
 
 
 def _float_examples() -> list[str]:

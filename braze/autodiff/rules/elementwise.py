@@ -23,6 +23,7 @@ from ...ir.ops.elementwise import (
     IsInf,
     IsNan,
     LeakyRelu,
+    StopGradient,
     Unary,
     UnaryFn,
     Where,
@@ -298,6 +299,16 @@ def clamp_jvp(b, node, ins, outs, tangents):
     if tangents[0] is None or not is_float(node.outputs[0]):
         return [None]
     return [_clamp_pass(b, node, ins[0], tangents[0])]
+
+
+@vjp_rule(StopGradient)
+def stop_gradient_vjp(b, node, ins, outs, cts):
+    return [None]  # the input gets no cotangent: the gradient stops here
+
+
+@jvp_rule(StopGradient)
+def stop_gradient_jvp(b, node, ins, outs, tangents):
+    return [None]  # a zero tangent
 
 
 non_differentiable(Compare, "a comparison gives bool: piecewise constant, no gradient")

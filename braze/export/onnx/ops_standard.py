@@ -27,6 +27,7 @@ from ...ir.ops.elementwise import (
     IsInf,
     IsNan,
     LeakyRelu,
+    StopGradient,
     Unary,
     UnaryFn,
     Where,
@@ -166,6 +167,11 @@ def leaky_relu(b, n, ins, target):
 def clamp(b, n, ins, target):
     dt = n.outputs[0].dtype
     return [b.op1("Clip", ins[0], scalar(b, n.op.lo, dt), scalar(b, n.op.hi, dt))]
+
+
+@exporter(StopGradient)
+def stop_gradient(b, n, ins, target):
+    return [b.op1("Identity", ins[0])]
 
 
 @exporter(IsNan)

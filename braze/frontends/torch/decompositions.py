@@ -4,7 +4,7 @@ attention, norms, activations, convolutions, pooling and resizing reach braze wh
 the dozens of primitives fusion would have to find again."""
 from __future__ import annotations
 
-__all__ = ["KEPT_OPS", "decomposition_table"]
+__all__ = ["KEPT_OPS", "decomposition_table", "detach_no_grad_regions"]
 
 KEPT_OPS: tuple[str, ...] = (
     # matrix products
@@ -22,6 +22,8 @@ KEPT_OPS: tuple[str, ...] = (
     "aten.logsumexp.default",
     # embedding, indexing, masks
     "aten.embedding.default", "aten.triu.default", "aten.tril.default",
+    # stop-gradient
+    "aten.detach.default",
     # convolution, pooling, resizing
     "aten.conv1d.default", "aten.conv2d.default", "aten.conv1d.padding",
     "aten.conv2d.padding", "aten.convolution.default", "aten.conv_transpose1d.default",
@@ -55,3 +57,32 @@ def decomposition_table():
         except AttributeError:  # an op this torch version does not have
             continue
     return table
+
+
+def detach_no_grad_regions(ep):
+    """`ep`, or a copy of it whose `torch.no_grad()` regions (`wrap_with_set_grad_enabled(False,
+    ...)` calls, which torch's decompositions inline without a trace) have their results
+    detached, so the gradient stops there as in torch. `ep` is not changed."""
+    import copy
+
+    import torch
+
+    hop = getattr(torch.ops.higher_order, "wrap_with_set_grad_enabled", None)
+
+    def regions(program):
+        return [n for n in program.graph.nodes
+                if n.op == "call_function" and n.target is hop and n.args[0] is False]
+
+    if hop is None or not regions(ep):
+        return ep
+    ep = copy.deepcopy(ep)
+    graph = ep.graph
+    for region in regions(ep):
+        for out in list(region.users):
+            with graph.inserting_after(out):
+                detached = graph.call_function(torch.ops.aten.detach.default, (out,))
+            detached.meta = dict(out.meta)
+            out.replace_all_uses_with(detached,
+                                      delete_user_cb=lambda n, new=detached: n is not new)
+    ep.graph_module.recompile()
+    return ep

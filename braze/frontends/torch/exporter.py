@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from ...errors import FrontendError
 from ...ir.graph import Graph
-from .decompositions import decomposition_table
+from .decompositions import decomposition_table, detach_no_grad_regions
 from .importer import import_program
 from .symbolic import torch_dynamic_shapes
 
@@ -220,7 +220,7 @@ def _decompose(ep, label: str):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return ep.run_decompositions(decomposition_table())
+            return detach_no_grad_regions(ep).run_decompositions(decomposition_table())
     except Exception as e:  # noqa: BLE001 - reported with torch's message
         raise FrontendError(f"{label}: torch's decompositions failed: {_first_lines(e)}\nhint: "
                             "the program may use an op without a functional form; export it "

@@ -14,6 +14,7 @@ from ..ops.elementwise import (
     IsInf,
     IsNan,
     LeakyRelu,
+    StopGradient,
     Unary,
     UnaryFn,
     Where,
@@ -116,6 +117,11 @@ class ElementwiseBuilder:
     def isnan(self, x: Value) -> Value:
         """bool: x is NaN."""
         return self.add_node(IsNan(), (x,))[0]
+
+    def stop_gradient(self, x: Value) -> Value:
+        """x, as a constant to autodiff: gradients do not flow back through it (torch's
+        `x.detach()`)."""
+        return self.add_node(StopGradient(), (x,))[0]
 
     def isinf(self, x: Value, detect_positive: bool = True, detect_negative: bool = True
               ) -> Value:

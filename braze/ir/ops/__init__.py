@@ -17,6 +17,7 @@ from .elementwise import (  # noqa: F401
     IsInf,
     IsNan,
     LeakyRelu,
+    StopGradient,
     Unary,
     UnaryFn,
     Where,

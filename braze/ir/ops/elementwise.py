@@ -1,6 +1,6 @@
 """Elementwise ops: unary functions (activations and math), binary arithmetic and logic,
-comparisons, the float tests isnan / isinf, where, cast, and the parameterized activations
-leaky_relu and clamp."""
+comparisons, the float tests isnan / isinf, where, cast, the parameterized activations
+leaky_relu and clamp, and stop_gradient (an identity that autodiff treats as a constant)."""
 from __future__ import annotations
 
 import enum
@@ -382,6 +382,22 @@ class Cast(Op):
 
     def reference(self, x):
         return np.asarray(x).astype(self.dtype.np)
+
+
+@dataclass(frozen=True)
+class StopGradient(Op):
+    """The identity, except to autodiff: no gradient flows back through it and its tangent is
+    zero (torch's `detach`, JAX's `lax.stop_gradient`). Runs as a view of its input."""
+
+    kind = "stop_gradient"
+    arity = 1
+    elementwise = True
+
+    def infer(self, ins):
+        return ins[0]
+
+    def reference(self, x):
+        return x
 
 
 @dataclass(frozen=True)

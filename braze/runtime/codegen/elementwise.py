@@ -36,6 +36,7 @@ from ...ir.ops.elementwise import (
     IsInf,
     IsNan,
     LeakyRelu,
+    StopGradient,
     Unary,
     UnaryFn,
     Where,
@@ -250,6 +251,8 @@ def _expr(op_, a: list[str], t: str, it: str, scalar=None) -> str:
         return f"({a[0]} >= 0 ? {a[0]} : {a[0]} * {alpha})"
     if isinstance(op_, IsNan):
         return f"({a[0]} != {a[0]})"
+    if isinstance(op_, StopGradient):
+        return a[0]
     if isinstance(op_, IsInf):
         pos = f"({a[0]} == ({it})INFINITY)" if op_.detect_positive else "0"
         neg = f"({a[0]} == -({it})INFINITY)" if op_.detect_negative else "0"

@@ -411,10 +411,16 @@ def to_copy(ctx, c):
     return ctx.value(c["self"], ctx.out_dtype())
 
 
-@converter("aten.clone.default", "aten.alias.default", "aten.detach.default",
-           "aten.contiguous.default", "aten.lift_fresh_copy.default", "aten.lift_fresh.default",
-           "aten.alias_copy.default", "aten.detach_copy.default", "aten.dropout.default",
-           "aten.feature_dropout.default", "aten.alpha_dropout.default")
+@converter("aten.detach.default", "aten.detach_copy.default")
+def detach(ctx, c):
+    """`x.detach()` (and `torch.no_grad()` regions): the value, with no gradient through it.
+    braze keeps `aten.detach` out of torch's decompositions (which make it an `alias`)."""
+    return ctx.g.stop_gradient(ctx.value(c["self"]))
+
+
+@converter("aten.clone.default", "aten.alias.default", "aten.contiguous.default",
+           "aten.lift_fresh_copy.default", "aten.lift_fresh.default", "aten.alias_copy.default",
+           "aten.dropout.default", "aten.feature_dropout.default", "aten.alpha_dropout.default")
 def identity(ctx, c):
     if c.args.get("train"):
         raise ctx.fail("dropout in training mode is random; call module.eval() before importing")

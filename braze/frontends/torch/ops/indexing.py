@@ -61,8 +61,16 @@ def wrapped(ctx: TorchContext, idx, size):
 
 @converter("aten.embedding.default")
 def embedding(ctx, c: Call):
+    """A gather of rows; with a `padding_idx`, the rows read at that index are stop-gradient,
+    so the padding row of the table gets no gradient (as in torch)."""
+    g = ctx.g
     w, idx = ctx.value(c["weight"]), ctx.value(c["indices"])
-    return ctx.g.gather(w, idx, 0)
+    rows = g.gather(w, idx, 0)
+    pad = ctx.static_int(c.get("padding_idx", -1), "padding_idx")
+    if pad < 0:
+        return rows
+    at_pad = g.eq(g.unsqueeze(idx, -1), ctx.value(pad, ctx.dtype(idx)))
+    return g.where(at_pad, g.stop_gradient(rows), rows)
 
 
 @converter("aten.index_select.default")
