@@ -20,10 +20,12 @@ class LossBuilder:
         return self.shape_of(labels).dtype.is_float
 
     def softmax_cross_entropy(self, logits: Value, labels: Value,
-                              reduction: LossReduction | str = "mean") -> Value:
+                              reduction: LossReduction | str = "mean",
+                              ignore_index: int | None = None) -> Value:
         """Cross entropy of softmax(logits `[..., C]`) against integer class indices `[...]` or
-        float probabilities `[..., C]`; `reduction` "mean" (over rows), "sum" or "none"."""
-        op = SoftmaxCrossEntropy(_reduction(reduction), self._soft_labels(labels))
+        float probabilities `[..., C]`; `reduction` "mean" (over rows), "sum" or "none". Rows
+        whose class index is `ignore_index` (torch's -100) count for nothing, "mean" included."""
+        op = SoftmaxCrossEntropy(_reduction(reduction), self._soft_labels(labels), ignore_index)
         return self.add_node(op, (logits, labels))[0]
 
     def softmax_cross_entropy_with_logits(self, logits: Value, labels: Value) -> Value:
@@ -40,7 +42,8 @@ class LossBuilder:
         return labels
 
     def softmax_cross_entropy_backward(self, logits: Value, labels: Value, d_loss: Value,
-                                       reduction: LossReduction | str | None = None) -> Value:
+                                       reduction: LossReduction | str | None = None,
+                                       ignore_index: int | None = None) -> Value:
         """Gradient of `softmax_cross_entropy(logits, labels, reduction)` for the logits, given
         `d_loss` shaped like that loss: `(softmax(logits) - target) * d_loss` (/ rows for
         "mean"). Without `reduction`, a per-row `d_loss` (one dim fewer than the logits) means
@@ -52,5 +55,6 @@ class LossBuilder:
             reduction = "none" if per_row else "mean"
             if per_row:
                 labels = self._rlx_labels(logits, labels)
-        op = SoftmaxCrossEntropyBackward(_reduction(reduction), self._soft_labels(labels))
+        op = SoftmaxCrossEntropyBackward(_reduction(reduction), self._soft_labels(labels),
+                                         ignore_index)
         return self.add_node(op, (logits, labels, d_loss))[0]

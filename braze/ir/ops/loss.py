@@ -3,7 +3,10 @@
 
 Logits are `[..., C]` (classes last). Labels come in one of two forms, recorded by the
 `soft_labels` attribute (the builder picks it from the labels' dtype):
-  - class indices (`soft_labels=False`): an integer tensor `[...]` with values in `[0, C)`;
+  - class indices (`soft_labels=False`): an integer tensor `[...]` with values in `[0, C)`,
+    or equal to `ignore_index` when that is set (torch's `ignore_index`, e.g. -100): such rows
+    add nothing to the loss, get no gradient, and "mean" averages over the other rows only
+    (NaN when every row is ignored, as in torch). Any other label is an error;
   - probabilities (`soft_labels=True`): a float tensor `[..., C]` like the logits, each row a
     distribution over the classes (label smoothing, distillation targets).
 The per-row loss is `-sum(target * log_softmax(logits), -1)`; `reduction` "mean" averages it
@@ -42,6 +45,7 @@ class _SoftmaxCrossEntropyBase(Op):
     composite = True
     reduction: LossReduction = LossReduction.MEAN
     soft_labels: bool = False
+    ignore_index: int | None = None
 
     def _check_inputs(self, logits: Shape, labels: Shape) -> None:
         require(logits.rank >= 1, f"{self.kind} needs logits of rank >= 1 ([..., C]), "
@@ -51,7 +55,12 @@ class _SoftmaxCrossEntropyBase(Op):
             require(labels.dims == logits.dims and labels.dtype == logits.dtype,
                     f"{self.kind} with probability labels needs labels shaped and typed like "
                     f"the logits {logits}, got {labels}")
+            require(self.ignore_index is None, f"{self.kind}: ignore_index applies to "
+                    "class-index labels, not to probability labels")
         else:
+            require(self.ignore_index is None or not isinstance(self.ignore_index, bool)
+                    and isinstance(self.ignore_index, int), f"{self.kind} needs an int "
+                    f"ignore_index (or None), got {self.ignore_index!r}")
             require(labels.dtype.is_int, f"{self.kind} with class-index labels needs integer "
                     f"labels, got {labels.dtype} (float labels are probabilities: "
                     f"soft_labels=True)")
@@ -65,27 +74,50 @@ class _SoftmaxCrossEntropyBase(Op):
         return Shape(dims, logits.dtype)
 
     def _reference_parts(self, logits: np.ndarray, labels: np.ndarray):
-        """(compute-dtype logits, targets as probabilities, row count)."""
+        """(compute-dtype logits, targets as probabilities, row count, rows kept `[..., 1]` or
+        None). An ignored row's target is all zero and it is not counted."""
         y = logits.astype(compute_dtype(logits), copy=False)
         if self.soft_labels:
-            return y, labels.astype(y.dtype, copy=False), max(1, labels[..., 0].size)
+            return y, labels.astype(y.dtype, copy=False), max(1, labels[..., 0].size), None
         c = y.shape[-1]
-        if labels.size and (labels.min() < 0 or labels.max() >= c):
-            raise InterpretError(f"{self.kind}: class labels must lie in [0, {c}), got values "
-                                 f"from {labels.min()} to {labels.max()}")
+        kept = None if self.ignore_index is None else labels != self.ignore_index
+        checked = labels if kept is None else labels[kept]
+        if checked.size and (checked.min() < 0 or checked.max() >= c):
+            bad = checked[(checked < 0) | (checked >= c)]
+            also = "" if self.ignore_index is None else f" or be ignore_index {self.ignore_index}"
+            raise InterpretError(f"{self.kind}: class labels must lie in [0, {c}){also}; got "
+                                 f"{bad.size} outside, e.g. {bad.flat[0]} (padding rows? give "
+                                 "the loss ignore_index=, e.g. -100 as torch)")
         onehot = (labels[..., None] == np.arange(c)).astype(y.dtype)
-        return y, onehot, max(1, labels.size)
+        if kept is None:
+            return y, onehot, max(1, labels.size), None
+        onehot *= kept[..., None]
+        return y, onehot, int(kept.sum()), kept[..., None]
 
     def _targets(self, g, logits, labels):
-        """Targets as probabilities `[..., C]`: the labels, or a one-hot of the indices."""
+        """Targets as probabilities `[..., C]`: the labels, or a one-hot of the indices (all
+        zero on ignored rows)."""
         if self.soft_labels:
             return labels
         x = g.shape_of(logits)
         classes = g.arange(x.dims[-1], dtype=g.shape_of(labels).dtype)
-        return g.cast(g.eq(g.unsqueeze(labels, -1), classes), x.dtype)
+        onehot = g.cast(g.eq(g.unsqueeze(labels, -1), classes), x.dtype)
+        kept = self._kept(g, logits, labels)
+        return onehot if kept is None else g.mul(onehot, g.unsqueeze(kept, -1))
 
-    def _row_count(self, g, logits):
-        """The number of rows `[...]` as a float scalar value (symbolic dims bound at run time)."""
+    def _kept(self, g, logits, labels):
+        """1.0 / 0.0 `[...]`: whether each row counts (None without an ignore_index)."""
+        if self.ignore_index is None:
+            return None
+        ignore = g.constant(np.array(self.ignore_index, g.shape_of(labels).dtype.np))
+        return g.cast(g.ne(labels, ignore), g.shape_of(logits).dtype)
+
+    def _row_count(self, g, logits, labels=None):
+        """The number of rows `[...]` (not ignored) as a float scalar value (symbolic dims bound
+        at run time)."""
+        kept = None if labels is None else self._kept(g, logits, labels)
+        if kept is not None:
+            return g.sum(g.reshape(kept, (-1,)), 0)
         x = g.shape_of(logits)
         rows = x.dims[:-1]
         if all(isinstance(d, int) for d in rows):
@@ -107,14 +139,15 @@ class SoftmaxCrossEntropy(_SoftmaxCrossEntropyBase):
         return self.loss_shape(logits)
 
     def reference(self, logits, labels):
-        y, target, rows = self._reference_parts(logits, labels)
+        y, target, rows, _ = self._reference_parts(logits, labels)
         s = y - y.max(axis=-1, keepdims=True)
         logp = s - np.log(np.exp(s).sum(axis=-1, keepdims=True))
         per = -(target * logp).sum(axis=-1)
         if self.reduction is LossReduction.SUM:
             per = per.sum()
         elif self.reduction is LossReduction.MEAN:
-            per = per.sum() / y.dtype.type(rows)
+            with np.errstate(invalid="ignore"):  # every row ignored: NaN, as torch
+                per = per.sum() / y.dtype.type(rows)
         return np.asarray(per).astype(logits.dtype, copy=False)
 
     def decompose(self, g, ins):
@@ -124,6 +157,8 @@ class SoftmaxCrossEntropy(_SoftmaxCrossEntropyBase):
         if self.reduction is LossReduction.NONE:
             return per
         flat = g.reshape(per, (-1,))
+        if self.reduction is LossReduction.MEAN and self.ignore_index is not None:
+            return g.div(g.sum(flat, 0), self._row_count(g, logits, labels))
         fn = "sum" if self.reduction is LossReduction.SUM else "mean"
         return g.reduce(flat, fn, 0)
 
@@ -145,21 +180,27 @@ class SoftmaxCrossEntropyBackward(_SoftmaxCrossEntropyBase):
         return logits
 
     def reference(self, logits, labels, d_loss):
-        y, target, rows = self._reference_parts(logits, labels)
+        y, target, rows, kept = self._reference_parts(logits, labels)
         d = y.dtype.type
         scale = np.asarray(d_loss).astype(y.dtype, copy=False)
         if self.reduction is LossReduction.NONE:
             scale = scale[..., None]
         elif self.reduction is LossReduction.MEAN:
-            scale = scale / d(rows)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                scale = scale / d(rows)
+        if kept is not None:
+            scale = scale * kept
         grad = (safe_softmax(y, -1) - target) * scale
         return grad.astype(logits.dtype, copy=False)
 
     def decompose(self, g, ins):
         logits, labels, d_loss = ins
         diff = g.sub(g.softmax(logits, -1), self._targets(g, logits, labels))
+        kept = self._kept(g, logits, labels)
+        if kept is not None:
+            diff = g.mul(diff, g.unsqueeze(kept, -1))
         if self.reduction is LossReduction.NONE:
             return g.mul(diff, g.unsqueeze(d_loss, -1))
         if self.reduction is LossReduction.MEAN:
-            d_loss = g.div(d_loss, self._row_count(g, logits))
+            d_loss = g.div(d_loss, self._row_count(g, logits, labels))
         return g.mul(diff, d_loss)

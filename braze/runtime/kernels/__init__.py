@@ -11,6 +11,7 @@ from . import (  # noqa: E402,F401
     float_tests,
     fused,
     indexing,
+    loss,
     nhwc_ops,
     pool_resize,
     quant,
