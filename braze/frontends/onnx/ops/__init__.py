@@ -6,6 +6,7 @@ from . import (  # noqa: F401
     control,
     elementwise,
     linalg,
+    loss,
     nn,
     norm,
     quant,
