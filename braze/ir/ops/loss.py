@@ -73,26 +73,34 @@ class _SoftmaxCrossEntropyBase(Op):
         dims = logits.dims[:-1] if self.reduction is LossReduction.NONE else ()
         return Shape(dims, logits.dtype)
 
+    def counted_rows(self, labels: np.ndarray, classes: int) -> tuple[np.ndarray | None, int]:
+        """(rows kept `[...]` bool, or None without an ignore_index; the row count "mean"
+        divides by) for class-index `labels`; InterpretError when a label is neither in
+        [0, classes) nor the ignore_index. Probability labels: (None, the row count)."""
+        if self.soft_labels:
+            return None, max(1, labels[..., 0].size)
+        kept = None if self.ignore_index is None else labels != self.ignore_index
+        checked = labels if kept is None else labels[kept]
+        if checked.size and (checked.min() < 0 or checked.max() >= classes):
+            bad = checked[(checked < 0) | (checked >= classes)]
+            also = "" if self.ignore_index is None else f" or be ignore_index {self.ignore_index}"
+            raise InterpretError(f"{self.kind}: class labels must lie in [0, {classes}){also}; "
+                                 f"got {bad.size} outside, e.g. {bad.flat[0]} (padding rows? "
+                                 "give the loss ignore_index=, e.g. -100 as torch)")
+        return kept, (max(1, labels.size) if kept is None else int(kept.sum()))
+
     def _reference_parts(self, logits: np.ndarray, labels: np.ndarray):
         """(compute-dtype logits, targets as probabilities, row count, rows kept `[..., 1]` or
         None). An ignored row's target is all zero and it is not counted."""
         y = logits.astype(compute_dtype(logits), copy=False)
+        kept, rows = self.counted_rows(labels, y.shape[-1])
         if self.soft_labels:
-            return y, labels.astype(y.dtype, copy=False), max(1, labels[..., 0].size), None
-        c = y.shape[-1]
-        kept = None if self.ignore_index is None else labels != self.ignore_index
-        checked = labels if kept is None else labels[kept]
-        if checked.size and (checked.min() < 0 or checked.max() >= c):
-            bad = checked[(checked < 0) | (checked >= c)]
-            also = "" if self.ignore_index is None else f" or be ignore_index {self.ignore_index}"
-            raise InterpretError(f"{self.kind}: class labels must lie in [0, {c}){also}; got "
-                                 f"{bad.size} outside, e.g. {bad.flat[0]} (padding rows? give "
-                                 "the loss ignore_index=, e.g. -100 as torch)")
-        onehot = (labels[..., None] == np.arange(c)).astype(y.dtype)
+            return y, labels.astype(y.dtype, copy=False), rows, None
+        onehot = (labels[..., None] == np.arange(y.shape[-1])).astype(y.dtype)
         if kept is None:
-            return y, onehot, max(1, labels.size), None
+            return y, onehot, rows, None
         onehot *= kept[..., None]
-        return y, onehot, int(kept.sum()), kept[..., None]
+        return y, onehot, rows, kept[..., None]
 
     def _targets(self, g, logits, labels):
         """Targets as probabilities `[..., C]`: the labels, or a one-hot of the indices (all
