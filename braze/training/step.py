@@ -210,9 +210,11 @@ class TrainingStep:
         loss = self.gradients(feeds)
         if self.clip_grad_norm is not None:
             self.grad_norm = clip_grad_norm(self.grad_region.flat.values(), self.clip_grad_norm)
-        lr = self.lr
+        # the lr is passed only with a schedule, so an Optimizer subclass whose apply takes
+        # no lr keeps working without one
+        scheduled = {} if self.schedule is None else {"lr": self.lr}
         for dt, flat in self.region.flat.items():
-            self.optimizer.apply(flat, self.grad_region.flat[dt], self.state[dt], lr=lr)
+            self.optimizer.apply(flat, self.grad_region.flat[dt], self.state[dt], **scheduled)
         self.steps += 1
         return loss
 
