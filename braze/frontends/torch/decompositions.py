@@ -1,7 +1,9 @@
 """The decomposition table braze imports torch.export programs with: torch's default table
 (everything down to core ATen) minus the high-level ops braze represents natively, so linear,
 attention, norms, activations, convolutions, pooling and resizing reach braze whole instead of as
-the dozens of primitives fusion would have to find again."""
+the dozens of primitives fusion would have to find again. `aten.detach` is kept too (torch's
+table turns it into an `alias`, losing the stop-gradient), and `detach_no_grad_regions` marks the
+results of `torch.no_grad()` regions before the decompositions inline them without a trace."""
 from __future__ import annotations
 
 __all__ = ["KEPT_OPS", "decomposition_table", "detach_no_grad_regions"]
