@@ -1,12 +1,13 @@
 """`bz.compile`: a graph becomes an `Executable` for a target.
 
-compile = the target's fusion pipeline -> half-precision matmuls, convs, attention, norms
-and reductions on float32 kernels (passes.half_compute) -> (a precision policy) -> legalize
-(composite ops without a kernel decompose into ops that have one) -> per binding of the
-symbolic dims, a Program (static values computed once, one kernel per node, one arena).
-`exe(feeds)` runs the program for the feeds' binding, building and caching it on first sight
-of that binding (the MAX_PROGRAMS most recently used bindings stay cached). Calls from several
-Python threads take turns: a program's arena holds one call's values at a time."""
+compile = stop_gradient dropped (passes.forward_only) -> the target's fusion pipeline ->
+half-precision matmuls, convs, attention, norms and reductions on float32 kernels
+(passes.half_compute) -> (a precision policy) -> legalize (composite ops without a kernel
+decompose into ops that have one) -> per binding of the symbolic dims, a Program (static
+values computed once, one kernel per node, one arena). `exe(feeds)` runs the program for the
+feeds' binding, building and caching it on first sight of that binding (the MAX_PROGRAMS most
+recently used bindings stay cached). Calls from several Python threads take turns: a
+program's arena holds one call's values at a time."""
 from __future__ import annotations
 
 import threading
@@ -22,6 +23,7 @@ from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.symbolic import dim_symbols
 from ..passes.expand import expand_where
+from ..passes.forward_only import forward_only
 from ..passes.half_compute import compute_half_in_f32
 from .arguments import build_limits, checked_params, compile_args, feeds_mapping
 from .codegen import cc
@@ -80,6 +82,7 @@ def _lowered(graph: Graph, target: str, params: Mapping[str, np.ndarray], *, pre
     if stored:
         graph = graph.detached_copy()
         graph.weights.update_raw(stored)
+    graph = forward_only(graph)  # an executable runs forward: stop_gradient is the identity
     if fuse:
         fused, report = run_fusion(graph, target)
     else:

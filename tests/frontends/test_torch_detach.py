@@ -52,3 +52,19 @@ def test_the_exported_program_is_not_changed():
     before = str(ep.graph)
     bz.import_torch(ep)
     assert str(ep.graph) == before
+
+
+def test_a_compiled_forward_drops_the_stops():
+    """An executable runs forward only, where stop_gradient is the identity: the stops and the
+    where(padding, stopped rows, rows) an Embedding(padding_idx) imports as are gone
+    (passes.forward_only), so the embedding runs as a plain gather, with the same numbers."""
+    emb = torch.nn.Embedding(10, 8, padding_idx=0)
+    ids = torch.tensor([[0, 3, 9, 0], [5, 0, 1, 2]])
+    g = bz.import_torch(emb, (ids,))
+    assert "stop_gradient" in [n.op.kind for n in g.nodes]
+    exe = bz.compile(g)
+    kinds = [n.op.kind for n in exe.graph.nodes]
+    assert "stop_gradient" not in kinds and "where" not in kinds
+    assert "elementwise_region" not in kinds
+    (got,) = exe({g.inputs[0].op.name: ids.numpy()})
+    np.testing.assert_array_equal(got, emb(ids).detach().numpy())

@@ -44,8 +44,8 @@ from ..cleanup import common_subexpression_elimination, eliminate_dead_code
 from ..const_fold import DEFAULT_MAX_ELEMENTS, ConstantFolding, known_source, may_fold
 from .layout import COMPOSE_RESHAPES, COMPOSE_TRANSPOSES, DROP_IDENTITY
 
-__all__ = ["SIMPLIFY_RULES", "AlgebraicSimplify", "simplify", "simplify_with_stats",
-           "exact_cast"]
+__all__ = ["SIMPLIFY_RULES", "WHERE_SAME", "AlgebraicSimplify", "simplify",
+           "simplify_with_stats", "exact_cast"]
 
 
 # -- what the patterns capture ----------------------------------------------------------------
@@ -310,7 +310,7 @@ ALGEBRAIC_RULES = (
     _rule("OrSelf", _binary(_F.OR, X, X), "x"),                     # x or x -> x
     _rule("NegNeg", _unary(_U.NEG, _unary(_U.NEG, X)), "x"),        # -(-x) -> x
     _rule("NotNot", _unary(_U.NOT, _unary(_U.NOT, X)), "x"),        # not(not x) -> x
-    _rule("WhereSame", P.where(V("cond"), X, X), "x"),              # where(c, x, x) -> x
+    WHERE_SAME := _rule("WhereSame", P.where(V("cond"), X, X), "x"),  # where(c, x, x) -> x
     _rule("WhereTrue", P.where(TRUE, X, Y), "x"),                   # where(True, x, y) -> x
     _rule("WhereFalse", P.where(FALSE, Y, X), "x"),                 # where(False, y, x) -> x
     _rule("SoftmaxNanGuard", _NAN_GUARD, "p", _softmax_output),     # where(isnan(p),0,p) -> p
