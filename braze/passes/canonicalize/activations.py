@@ -7,10 +7,10 @@ pow by a constant, neg, exp, tanh, erf, sigmoid, sqrt, reciprocal, max with 0) o
 and scalar constants is a function of x alone; braze evaluates that function in float64 on a
 fixed set of probe points (dense on [-10, 10], plus large magnitudes) and compares it with each
 known activation at the probes as the cone's dtype holds them. A match within 2e-7 relative
-(for f16 / bf16 cones, whose constants are rounded to the dtype, an eighth of its epsilon) is
-that activation (a cone that computes a different function - a wrong constant, a missing
-factor - is not). So every way of writing gelu_new an exporter emits is recognized, and
-nothing else is."""
+(for f16 / bf16 cones, whose constants are rounded to the dtype, an eighth of its epsilon; a
+cone holding a max, exactly: max(x, 1e-8) is no relu) is that activation (a cone that
+computes a different function - a wrong constant, a missing factor - is not). So every way
+of writing gelu_new an exporter emits is recognized, and nothing else is."""
 from __future__ import annotations
 
 import functools
@@ -285,17 +285,21 @@ def _probe(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | None]
         err = float(np.max((np.abs(got - want) / np.maximum(1.0, np.abs(want)))[judged]))
         if closest is None or err < closest[1]:
             closest = (fn, err)
-    if closest[1] <= _tolerance(dt):
+    if closest[1] <= _tolerance(dt, any(_is_max(g.nodes[i]) for i in members)):
         return closest[0], closest
     return None, closest
 
 
-def _tolerance(dt) -> float:
+def _tolerance(dt, has_max: bool = False) -> float:
     """TOLERANCE, or for a half-precision cone (whose constants hold only the dtype's nearest
     value: f16's sqrt(2) is 1.4140625) an eighth of the dtype's epsilon: what that rounding
     moves GELU by. In f16 a constant one step off moves it more and is refused; in bf16 the
     span (~1e-3) also holds functions that differ by less than bf16 resolves (tanh-GELU with
-    0.8 for sqrt(2 / pi) is taken as GELU), a difference under the dtype's own rounding."""
+    0.8 for sqrt(2 / pi) is taken as GELU), a difference under the dtype's own rounding.
+    A cone holding a max must match exactly: max(x, 1e-8) (a clamp before a log or a
+    division) is within any tolerance of relu, yet gives 0 where the graph gives 1e-8."""
+    if has_max:
+        return 0.0
     if dt.itemsize >= 4:
         return TOLERANCE
     return float(ml_dtypes.finfo(dt).eps) / 8
