@@ -395,3 +395,29 @@ def test_a_symbolic_region_compiles_once_and_serves_every_binding(monkeypatch):
              "gate": rng.standard_normal((2, 1, 24), dtype=np.float32)}
     np.testing.assert_allclose(static(feeds)[0], exe(feeds)[0], rtol=1e-6, atol=1e-6)
     assert "G[" not in [src for src in sources if "void region_" in src][-1]
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.int64, np.int8, np.int16])
+def test_signed_integer_overflow_wraps_as_numpy(dtype):
+    """x * -1 and x + max overflow at the type's ends; NumPy wraps, and a C kernel built
+    without -fwrapv may assume no overflow: -x > 1 folded to x < -1 read INT_MIN * -1 as
+    positive (the where below gave 7 instead of INT_MIN's wrapped self)."""
+    info = np.iinfo(dtype)
+    shape = bz.Shape((6,), dtype_from_numpy(np.dtype(dtype)))
+    body = bz.Graph("body")
+    x = body.input("in0", shape)
+    neg = body.mul(x, body.constant(-1, shape.dtype))
+    big = body.add(x, body.constant(int(info.max), shape.dtype))
+    body.set_outputs([body.where(body.gt(neg, body.constant(1, shape.dtype)),
+                                 body.constant(7, shape.dtype), neg),
+                      body.where(body.lt(big, x), body.constant(3, shape.dtype), big)])
+    g = bz.Graph("r")
+    g.set_outputs(list(g.elementwise_region(body, [g.input("x0", shape)])))
+    a = np.array([info.min, info.max, 0, -1, 5, info.min + 1], dtype)
+    with np.errstate(all="ignore"):
+        exe = bz.compile(g, target="cpu")
+        got, want = exe({"x0": a}), bz.interpret(g, {"x0": a})
+    rows = {kind: d for _, kind, d, _ in exe.dispatch_report().rows}
+    assert rows["elementwise_region"] == Dispatch.GENERATED
+    for o, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(o, w)

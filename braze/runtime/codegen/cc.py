@@ -3,10 +3,12 @@ source's hash, the flags and this machine (compiler and CPU: `-march=native` cod
 travel to another CPU through a shared home directory), as TorchInductor's CPU backend does.
 `FLAGS` (`-O3 -march=native -ffast-math -fopenmp`) let glibc's libmvec vectorize expf / tanhf /
 erff in the native kernels; `PRECISE_FLAGS` keep IEEE NaN / inf semantics for code that brings
-its own vector math (the generated element-wise regions). Libraries are linked without
--ffast-math: GCC before 13 otherwise links crtfastmath.o into the .so, whose constructor turns
-on flush-to-zero for the whole process when it loads (NumPy's denormals then read as 0). No
-compiler: `available()` is False and the executor keeps its NumPy kernels.
+its own vector math (the generated element-wise regions), and signed integers wrap on
+overflow as NumPy's do (`-fwrapv`: without it the compiler may assume -x > 1 means x < -1).
+Libraries are linked without -ffast-math: GCC before 13 otherwise links crtfastmath.o into
+the .so, whose constructor turns on flush-to-zero for the whole process when it loads
+(NumPy's denormals then read as 0). No compiler: `available()` is False and the executor
+keeps its NumPy kernels.
 
 The cache lives in $BRAZE_CACHE_DIR, else ~/.cache/braze/kernels (where neither can be written,
 a temporary folder for the process: `cache_dir`); a file lock makes concurrent
@@ -39,7 +41,7 @@ __all__ = ["available", "why_not_compiled", "note_failure", "compile_c", "load_l
 
 FLAGS = ("-O3", "-march=native", "-ffast-math", "-fopenmp", "-fPIC", "-std=c11")
 PRECISE_FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-fno-trapping-math",
-                 "-ffp-contract=fast", "-fopenmp", "-fPIC", "-std=gnu11")
+                 "-ffp-contract=fast", "-fwrapv", "-fopenmp", "-fPIC", "-std=gnu11")
 _LINK_FLAGS = ("-shared", "-fopenmp")
 _LOADED: dict[str, ctypes.CDLL] = {}
 
