@@ -123,3 +123,21 @@ def test_a_nan_query_gives_nan_not_zeros(precision, monkeypatch):
         assert np.isnan(got[0, 1, 2]).all() and not np.isnan(np.delete(got, 2, 2)).any()
         assert "C attention" in dict((r[1], r[3]) for r in exe.dispatch_report().rows)[
             "attention"]
+
+
+@pytest.mark.parametrize("kind, window", [("causal", 0), ("sliding_window", 3)])
+@pytest.mark.parametrize("precision", [None, "bf16"])
+def test_queries_before_the_first_key_give_the_mean_of_v(kind, window, precision):
+    """With more queries than keys, causal masks align the last query with the last key, so
+    the first Sq - Sk queries see no key: their masked scores are all the dtype's lowest
+    finite value, the softmax is uniform and they give the mean of v (Hugging Face's eager
+    attention with its finfo.min mask gives the same), in the reference and the kernels."""
+    g = _attention_graph(1, 2, 2, 9, 4, 32, 32, kind, window)
+    feeds = _feeds(g, 0)
+    exe = bz.compile(g, fuse=False, precision=precision)
+    got, (want,) = exe(feeds)[0], bz.interpret(g, feeds)
+    mean_v = feeds["v"].mean(axis=2)
+    np.testing.assert_allclose(want[:, :, :5], np.repeat(mean_v[:, :, None], 5, 2), rtol=1e-5,
+                               atol=1e-6)
+    tol = 2e-5 if precision is None else 3e-2
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
