@@ -8,8 +8,9 @@ and scalar constants is a function of x alone; braze evaluates that function in 
 fixed set of probe points (dense on [-10, 10], plus large magnitudes) and compares it with each
 known activation at the probes as the cone's dtype holds them. A match within 2e-7 relative
 (for f16 / bf16 cones, whose constants are rounded to the dtype, an eighth of its epsilon; a
-cone holding a max, exactly: max(x, 1e-8) is no relu) is that activation (a cone that
-computes a different function - a wrong constant, a missing factor - is not). So every way
+cone holding a max, exactly: max(x, 1e-8) is no relu), and within half its magnitude where it
+is small (sigmoid(x) + 1e-8 is no sigmoid), is that activation (a cone that computes a
+different function - a wrong constant, a missing factor, an epsilon - is not). So every way
 of writing gelu_new an exporter emits is recognized, and nothing else is."""
 from __future__ import annotations
 
@@ -43,6 +44,7 @@ FAR_PROBES = np.array([-1e6, -1e4, 1e4, 1e6])
 MAX_CONE = 24
 _TRANSCENDENTAL = frozenset({UnaryFn.ERF, UnaryFn.TANH, UnaryFn.SIGMOID, UnaryFn.EXP})
 TOLERANCE = 2e-7
+SMALL_VALUE_NOISE = 1e-13  # see _keeps_small_values
 
 
 def _scalar_const(g, v) -> bool:
@@ -279,15 +281,25 @@ def _probe(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | None]
     if not np.isfinite(got[:len(PROBES)]).all():
         return None, None
     judged = np.concatenate([np.ones(len(PROBES), bool), np.isfinite(got[len(PROBES):])])
-    closest = None
+    closest, tails = None, None
     for fn in _TARGETS:
-        want = np.concatenate([_on_probes(fn, dt), _on_far(fn, dt)[keep]])
-        err = float(np.max((np.abs(got - want) / np.maximum(1.0, np.abs(want)))[judged]))
+        want = np.concatenate([_on_probes(fn, dt), _on_far(fn, dt)[keep]])[judged]
+        diff = np.abs(got[judged] - want)
+        err = float(np.max(diff / np.maximum(1.0, np.abs(want))))
         if closest is None or err < closest[1]:
-            closest = (fn, err)
-    if closest[1] <= _tolerance(dt, any(_is_max(g.nodes[i]) for i in members)):
+            closest, tails = (fn, err), _keeps_small_values(diff, want)
+    if closest[1] <= _tolerance(dt, any(_is_max(g.nodes[i]) for i in members)) and tails:
         return closest[0], closest
     return None, closest
+
+
+def _keeps_small_values(diff: np.ndarray, want: np.ndarray) -> bool:
+    """Whether the cone follows the activation where the activation is small: the tolerance
+    is absolute there (relative to 1), so sigmoid(x) + 1e-8 (an epsilon before a log) passed
+    for sigmoid, and log of it gave -100 where the graph gives -18.4. Allowed: half the
+    activation's magnitude, or SMALL_VALUE_NOISE (what float64 cancellation in a tail leaves:
+    1 + tanh(z) is 0 in one form of tanh-GELU and 1e-21 in another)."""
+    return bool(np.all(diff <= np.maximum(SMALL_VALUE_NOISE, 0.5 * np.abs(want))))
 
 
 def _tolerance(dt, has_max: bool = False) -> float:

@@ -232,3 +232,23 @@ def test_a_max_with_a_small_constant_is_no_relu(eps):
     np.testing.assert_array_equal(bz.interpret(out, feeds)[0], bz.interpret(g, feeds)[0])
     fused, _ = bz.fuse(g)
     np.testing.assert_array_equal(bz.interpret(fused, feeds)[0], bz.interpret(g, feeds)[0])
+
+
+@pytest.mark.parametrize("form", ["sigmoid", "primitives", "silu"])
+def test_an_epsilon_added_to_an_activation_is_kept(form):
+    """log(sigmoid(x) + 1e-8) is how losses keep a log finite: sigmoid + 1e-8 is within the
+    probes' tolerance of sigmoid (absolute near zero), but dropping the epsilon gave log of
+    sigmoid(-100) = -100 where the graph gives -18.4."""
+    g = bz.Graph("eps")
+    x = g.input("x", bz.Shape((4,)))
+    if form == "sigmoid":
+        h = g.add(g.sigmoid(x), 1e-8)
+    elif form == "primitives":
+        h = g.add(g.div(1.0, g.add(g.exp(g.neg(x)), 1.0)), 1e-7)
+    else:
+        h = g.add(g.mul(x, g.sigmoid(x)), 1e-7)
+    g.set_outputs([g.log(g.abs(h))])
+    out, _ = canonicalize(g)
+    feeds = {"x": np.array([-100.0, -30.0, 0.0, 2.0], np.float32)}
+    np.testing.assert_allclose(bz.interpret(out, feeds)[0], bz.interpret(g, feeds)[0],
+                               rtol=1e-5)
