@@ -281,14 +281,16 @@ def _probe(g, members: set[int], x, root) -> tuple[UnaryFn | None, tuple | None]
     if not np.isfinite(got[:len(PROBES)]).all():
         return None, None
     judged = np.concatenate([np.ones(len(PROBES), bool), np.isfinite(got[len(PROBES):])])
+    has_max = any(_is_max(g.nodes[i]) for i in members)
     closest, tails = None, None
     for fn in _TARGETS:
         want = np.concatenate([_on_probes(fn, dt), _on_far(fn, dt)[keep]])[judged]
         diff = np.abs(got[judged] - want)
         err = float(np.max(diff / np.maximum(1.0, np.abs(want))))
         if closest is None or err < closest[1]:
-            closest, tails = (fn, err), _keeps_small_values(diff, want)
-    if closest[1] <= _tolerance(dt, any(_is_max(g.nodes[i]) for i in members)) and tails:
+            closest, tails = (fn, err), _keeps_small_values(diff, want) and (
+                not has_max or np.array_equal(np.signbit(got[judged]), np.signbit(want)))
+    if closest[1] <= _tolerance(dt, has_max) and tails:
         return closest[0], closest
     return None, closest
 
@@ -308,8 +310,9 @@ def _tolerance(dt, has_max: bool = False) -> float:
     moves GELU by. In f16 a constant one step off moves it more and is refused; in bf16 the
     span (~1e-3) also holds functions that differ by less than bf16 resolves (tanh-GELU with
     0.8 for sqrt(2 / pi) is taken as GELU), a difference under the dtype's own rounding.
-    A cone holding a max must match exactly: max(x, 1e-8) (a clamp before a log or a
-    division) is within any tolerance of relu, yet gives 0 where the graph gives 1e-8."""
+    A cone holding a max must match exactly, zeros' signs included: max(x, 1e-8) (a clamp
+    before a log or a division) is within any tolerance of relu, yet gives 0 where the graph
+    gives 1e-8, and max(x, -0.0) gives -0.0 where relu gives 0.0."""
     if has_max:
         return 0.0
     if dt.itemsize >= 4:

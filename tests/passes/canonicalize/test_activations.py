@@ -218,20 +218,22 @@ def test_a_half_constant_a_step_off_is_no_activation(const):
     assert [m.pattern for m in misses] == ["CanonicalizeActivation"]
 
 
-@pytest.mark.parametrize("eps", [1e-8, 1e-12, -1e-9])
+@pytest.mark.parametrize("eps", [1e-8, 1e-12, -1e-9, -0.0])
 def test_a_max_with_a_small_constant_is_no_relu(eps):
     """max(x, eps) guards a log or a division: it differs from relu by eps only, within the
-    probes' tolerance, but it is no relu (relu gave log(0) = -inf where the graph gives
-    log(eps)): a cone with a max must match exactly."""
+    probes' tolerance, but it is no relu (relu gave 1 / 0 = inf where the graph gives
+    1 / eps; max(x, -0.0) gives -0.0 where relu gives 0.0: -inf, not inf): a cone with a
+    max must match exactly, zeros' signs included."""
     g = bz.Graph("eps_clamp")
     x = g.input("x", bz.Shape((4, 8)))
-    g.set_outputs([g.log(g.maximum(x, eps))])
+    g.set_outputs([g.div(1.0, g.maximum(x, eps))])
     out, _ = canonicalize(g)
     assert out.count("relu") == 0, out.op_counts()
-    feeds = {"x": np.zeros((4, 8), np.float32)}
-    np.testing.assert_array_equal(bz.interpret(out, feeds)[0], bz.interpret(g, feeds)[0])
+    feeds = {"x": np.full((4, 8), -2.0, np.float32)}
+    want = bz.interpret(g, feeds)[0]
+    np.testing.assert_array_equal(bz.interpret(out, feeds)[0], want)
     fused, _ = bz.fuse(g)
-    np.testing.assert_array_equal(bz.interpret(fused, feeds)[0], bz.interpret(g, feeds)[0])
+    np.testing.assert_array_equal(bz.interpret(fused, feeds)[0], want)
 
 
 @pytest.mark.parametrize("form", ["sigmoid", "primitives", "silu"])
