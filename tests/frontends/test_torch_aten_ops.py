@@ -112,3 +112,25 @@ class Round(torch.nn.Module):
 def test_round_with_decimals_matches_torch_bit_for_bit(decimals):
     x = (np.random.default_rng(4).standard_normal((8, 500)) * 50).astype(np.float32)
     _compiled_equals_torch(Round(decimals).eval(), x)
+
+
+class SortAndTopK(torch.nn.Module):
+    """torch.topk and torch.sort (both directions), values and indices."""
+
+    def forward(self, x):
+        big, small = x.topk(3, -1), x.topk(3, -1, largest=False)
+        up, down = x.sort(dim=-1, stable=True), x.sort(dim=-1, descending=True, stable=True)
+        return (big.values, small.values, up.values, up.indices, down.values, down.indices)
+
+
+def test_topk_and_sort_rank_nan_as_torch():
+    """torch ranks NaN above +inf: topk(largest) and a descending sort put it first, the
+    ascending ones last; the imported graph agrees, interpreted and compiled."""
+    x = np.array([[1, np.nan, np.inf, -1, np.nan, -np.inf],
+                  [np.nan, 2, 3, -2, 0.5, np.nan]], np.float32)
+    m = SortAndTopK()
+    g = bz.import_torch(m, (torch.from_numpy(x),))
+    want = [t.numpy() for t in m(torch.from_numpy(x))]
+    for got in (bz.interpret(g, {g.inputs[0].name: x}), bz.compile(g)({g.inputs[0].name: x})):
+        for a, b in zip(got, want, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -64,3 +64,34 @@ def test_trilu_matches_numpy(upper, k):
     a = np.random.default_rng(1).standard_normal((2, 4, 5)).astype(np.float32)
     _, (out,) = run1(lambda g, x: g.trilu(x, upper, k), {"x": a}, (2, 4, 5))
     np.testing.assert_array_equal(out, (np.triu if upper else np.tril)(a, k))
+
+
+@pytest.mark.parametrize("dtype", [bz.f32, bz.f64, bz.f16, bz.bf16])
+@pytest.mark.parametrize("largest", [True, False])
+def test_top_k_ranks_nan_above_inf(dtype, largest):
+    """NaN is the largest value, as in torch.topk / torch.sort and ONNX TopK: first when
+    largest, last when smallest; several NaN keep their index order."""
+    a = np.array([[1.0, np.nan, np.inf, -1.0, np.nan, -np.inf]], np.float32).astype(dtype.np)
+    g = bz.Graph("t")
+    x = g.input("x", bz.Shape((1, 6), dtype))
+    g.set_outputs(list(g.top_k(x, 6, -1, largest)))
+    vals, idx = bz.interpret(g, {"x": a})
+    want = [1, 4, 2, 0, 3, 5] if largest else [5, 3, 0, 2, 1, 4]
+    np.testing.assert_array_equal(idx, [want])
+    np.testing.assert_array_equal(vals.astype(np.float32), a.astype(np.float32)[:, want])
+
+
+def test_top_k_of_signed_integers_does_not_wrap():
+    """The largest of int8 [-128, 5, 127] is 127 (torch.topk, ONNX TopK), not -128."""
+    g = bz.Graph("t")
+    x = g.input("x", bz.Shape((1, 5), bz.i8))
+    g.set_outputs(list(g.top_k(x, 3)))
+    a = np.array([[-128, 5, 127, -128, 0]], np.int8)
+    vals, idx = bz.interpret(g, {"x": a})
+    assert vals.tolist() == [[127, 5, 0]] and idx.tolist() == [[2, 1, 4]]
+    info = np.iinfo(np.int64)
+    g = bz.Graph("t")
+    x = g.input("x", bz.Shape((1, 3), bz.i64))
+    g.set_outputs(list(g.top_k(x, 3)))
+    vals, _ = bz.interpret(g, {"x": np.array([[info.min, 3, info.max]], np.int64)})
+    assert vals.tolist() == [[info.max, 3, info.min]]

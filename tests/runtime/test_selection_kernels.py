@@ -1,7 +1,7 @@
 """argmax and top_k kernels (runtime/kernels/selection.py) give the reference interpreter's
 bits on fresh random inputs: every numeric dtype, any axis (negative included), keepdims, ties
-(first index first), NaN (argmax: the first NaN; top_k: last), integer extremes (int8's -x
-wraps in the reference's top_k), k = 0 and k = n, empty rows, and rows long enough for
+(first index first), NaN (argmax: the first NaN; top_k: above +inf, as torch), integer
+extremes, k = 0 and k = n, empty rows, and rows long enough for
 OpenMP; the dispatch report names the C kernel, never the reference."""
 import numpy as np
 import pytest
@@ -118,7 +118,7 @@ TOP_K_CASES = [((7, 37), 1), ((7, 37), 0), ((3, 5, 30), 1), ((2, 300, 3), -2), (
 @pytest.mark.parametrize("shape, axis", TOP_K_CASES)
 def test_top_k_matches_reference(dtype, shape, axis):
     n = shape[axis]
-    x = _values(shape, dtype, n, nan=dtype.is_float and dtype != bz.bf16)
+    x = _values(shape, dtype, n, nan=dtype.is_float)
     for k in _top_k_ks(n):
         for largest in (True, False):
             exe = _check(lambda g, v, k=k, big=largest: g.top_k(v, k, axis, big), x)
@@ -136,11 +136,12 @@ def test_top_k_heap_and_radix_sort_paths(k, how):
 
 
 def test_top_k_integer_extremes_follow_the_reference():
-    """The reference sorts -x: for signed integers that wraps (the largest of [-128, 5] in
-    int8 is -128); unsigned ones widen first (no wrap)."""
+    """No wrap at the extremes: the largest two of int8 [-128, 5, 127] are 127 and 5, as in
+    torch.topk; int64's and uint32's whole ranges order as values."""
     x8 = np.array([[-128, 5, 127, -128, 0]], np.int8)
     exe = _check(lambda g, v: g.top_k(v, 2), x8)
-    assert exe({"x": x8})[0].tolist() == [[-128, -128]]
+    assert exe({"x": x8})[0].tolist() == [[127, 5]]
+    _check(lambda g, v: g.top_k(v, 5, largest=False), x8)
     x64 = np.array([[np.iinfo(np.int64).min, 3, np.iinfo(np.int64).max]], np.int64)
     _check(lambda g, v: g.top_k(v, 3), x64)
     u = np.array([[0, 2 ** 32 - 1, 7, 2 ** 32 - 1]], np.uint32)
@@ -153,3 +154,20 @@ def test_top_k_empty_rows_and_parallel():
     x = _values((2100, 1000), bz.f32, 5, nan=True)
     _check(lambda g, v: g.top_k(v, 5, -1), x, threads=2)
     _check(lambda g, v: g.top_k(v, 300, -1, largest=False), x, threads=2)
+
+
+@pytest.mark.parametrize("k, n", [(3, 1000), (200, 1000), (6, 6)])
+@pytest.mark.parametrize("dtype", [bz.f32, bz.f16, bz.bf16, bz.f64], ids=str)
+def test_top_k_nan_ranks_as_torch(k, n, dtype):
+    """Both paths (heap, radix sort) rank NaN above +inf as torch.topk does: first when
+    largest, last when smallest, ties by index."""
+    torch = pytest.importorskip("torch")
+    x = _values((4, n), dtype, 7, nan=True)
+    x[:, :2] = np.nan
+    for largest in (True, False):
+        exe = _check(lambda g, v, big=largest: g.top_k(v, k, -1, big), x)
+        vals, idx = exe({"x": x})
+        t = torch.from_numpy(x.astype(np.float32)).topk(k, -1, largest=largest, sorted=True)
+        np.testing.assert_array_equal(vals.astype(np.float32), t.values.numpy())
+        got_nan = np.isnan(vals.astype(np.float32))
+        np.testing.assert_array_equal(got_nan, np.isnan(t.values.numpy()))

@@ -146,7 +146,8 @@ class GatherElements(Op):
 @dataclass(frozen=True)
 class TopK(Op):
     """The `k` largest (or smallest) elements along `axis`: outputs (values, i64 indices),
-    sorted best first when `sorted`; ties keep the lower index first."""
+    sorted best first when `sorted`; ties keep the lower index first. NaN ranks above +inf,
+    as in torch.topk / torch.sort and ONNX TopK: first when largest, last when smallest."""
 
     kind = "top_k"
     arity = 1
@@ -168,10 +169,13 @@ class TopK(Op):
 
     def reference(self, x):
         ax = normalize_axis(self.axis, x.ndim)
-        key = -x if self.largest else x
-        if x.dtype.kind == "u" and self.largest:
-            key = -x.astype(np.int64)
-        order = np.argsort(key, axis=ax, kind="stable")
+        if x.dtype.kind in "iub":  # ~x orders integers from the largest down, no overflow
+            key = x.astype(np.int64)
+            order = np.argsort(~key if self.largest else key, axis=ax, kind="stable")
+        else:  # floats (bfloat16 too) compare exactly in float64; argsort puts NaN last
+            key = x.astype(np.float64)
+            order = (np.lexsort((-key, ~np.isnan(key)), axis=ax) if self.largest
+                     else np.argsort(key, axis=ax, kind="stable"))
         idx = np.take(order, np.arange(self.k), axis=ax)
         return np.take_along_axis(x, idx, axis=ax), idx.astype(np.int64)
 

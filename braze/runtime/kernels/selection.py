@@ -8,13 +8,11 @@ without NaN semantics and float16 / bfloat16 need no conversion.
   (float32 / float64 rows of 256+ take np.argmax into the buffer: see _NUMPY_ARGMAX_MIN);
   along another axis: a block of up to 256 columns updated per step of the axis. (ArgMin has
   no op: importers write it as the argmax of an order-reversing map.)
-- top_k: the reference's order, a stable sort of `-x` (largest) or `x`: ties keep the lower
-  index first and NaN sorts last either way; a signed-integer `-x` wraps as NumPy's does (the
-  largest of [-128, 5] in int8 is -128). Per row, the keys become unsigned rank keys; a heap of
-  the best k (k <= n / 16, or short rows: O(n log k)) or a stable LSD radix sort of the row
-  (O(n) per key byte). bfloat16 with NaN is the one divergence: ml_dtypes' sort compares NaN as
-  unordered, so the reference's order around a NaN is not defined; the kernel puts NaN last,
-  as NumPy does for float16 / float32.
+- top_k: the reference's order, a stable sort from the largest (or the smallest): ties keep
+  the lower index first and NaN ranks above +inf (first when largest, last when smallest), as
+  in torch.topk and ONNX TopK. Per row, the keys become unsigned rank keys; a heap of the best
+  k (k <= n / 16, or short rows: O(n log k)) or a stable LSD radix sort of the row (O(n) per
+  key byte).
 
 Compiled once per machine (exact_c.build); rows split across threads with OpenMP from
 BRAZE_PAR_MIN elements."""
@@ -219,7 +217,7 @@ def _float_macros(dt: str) -> tuple[str, dict[str, str], str, str]:
           f"  {bits} v; memcpy(&v, &f, sizeof v);\n"
           f"  return v & ~{mag} ? -({k})(v & {mag}) : ({k})(v & {mag});\n}}\n")
     macros = {"KEY(v)": f"key_{dt}(v)", "ISNAN(k)": f"((k) > {inf} || (k) < -{inf})",
-              "UKEY_LARGEST(v)": f"(ISNAN(KEY(v)) ? ({u})-1 : ({u})(-KEY(v)) ^ {high})",
+              "UKEY_LARGEST(v)": f"(ISNAN(KEY(v)) ? ({u})0 : ({u})(-KEY(v)) ^ {high})",
               "UKEY_SMALLEST(v)": f"(ISNAN(KEY(v)) ? ({u})-1 : ({u})(KEY(v)) ^ {high})"}
     return fn, macros, k, u
 
@@ -228,11 +226,11 @@ def _int_macros(dt: str) -> tuple[dict[str, str], str, str]:
     """(macros, key type, rank key type) of an integer dtype."""
     t, k = exact_c.C_TYPE[dt], _INT_KEY[dt]
     macros = {"KEY(v)": f"(({k})(v))", "ISNAN(k)": "0"}
-    if t in _UNSIGNED_OF:  # signed: the reference's -x wraps in x's own type
-        ut, wide = _UNSIGNED_OF[t], ("int64_t" if t == "int64_t" else "int32_t")
+    if t in _UNSIGNED_OF:  # signed: ~x orders from the largest down, with no overflow
+        wide = "int64_t" if t == "int64_t" else "int32_t"
         u = _UNSIGNED_OF[wide]
         high = f"(({u})1 << {63 if wide == 'int64_t' else 31})"
-        macros["UKEY_LARGEST(v)"] = f"(({u})({wide})({t})({ut})(0u - ({ut})(v)) ^ {high})"
+        macros["UKEY_LARGEST(v)"] = f"(({u})(~({wide})(v)) ^ {high})"
         macros["UKEY_SMALLEST(v)"] = f"(({u})({wide})(v) ^ {high})"
     else:  # unsigned: the reference sorts -x.astype(int64), i.e. MAX - x
         u = "uint32_t"

@@ -144,3 +144,19 @@ def test_new_ops_are_listed_as_supported():
     from braze.frontends.onnx.importer import SUPPORTED_OPS
 
     assert {"ArgMin", "DepthToSpace", "SpaceToDepth"} <= set(SUPPORTED_OPS())
+
+
+# -- TopK with NaN --------------------------------------------------------------------------------
+@pytest.mark.parametrize("largest", [1, 0])
+@pytest.mark.parametrize("k", [2, 6])
+def test_top_k_ranks_nan_as_onnx_runtime(make_model, matches_ort, largest, k):
+    """ORT ranks NaN above +inf (first for the largest, last for the smallest), as torch does;
+    braze's reference and kernel give the same values and indices."""
+    node = helper.make_node("TopK", ["x", "k"], ["v", "i"], name="n0", axis=-1,
+                            largest=largest)
+    m = make_model([node], [("x", TensorProto.FLOAT, [2, 6])],
+                   [("v", TensorProto.FLOAT, None), ("i", TensorProto.INT64, None)],
+                   initializers=[helper.make_tensor("k", TensorProto.INT64, [1], [k])])
+    x = np.array([[1, np.nan, np.inf, -1, np.nan, -np.inf],
+                  [np.nan, 2, 2, np.nan, -0.0, 0.0]], np.float32)
+    matches_ort(m, {"x": x})
