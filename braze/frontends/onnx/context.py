@@ -4,7 +4,7 @@ attributes. Converters (ops/) see only this."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -13,6 +13,7 @@ from ...ir.dtypes import DType
 from ...ir.graph import Graph
 from ...ir.op import Value
 from ...ir.symbolic import SymDim
+from ..small_sizes import exclude_binding, failing_small_bindings
 from .dtypes import braze_dtype
 from .known import Known
 
@@ -189,23 +190,18 @@ class ImportContext:
         """Record that the conversion of `node` does not hold when `dim` binds to `value` (it
         decided for the sizes >= 2 that braze assumes): the first graph input naming the dim's
         symbols refuses that binding (`Input.excludes`), naming the node and `why` (the first
-        node's, once: a pattern repeated per layer adds no copies). Inputs are rebuilt in
-        place: the import owns its graph, and an input has no readers' types to redo (its
-        shape is unchanged)."""
+        node's, once: a pattern repeated per layer adds no copies)."""
         if self.root is not None:  # a subgraph's inputs are not the model's
             self.root.exclude(node, dim, value, why)
             return
-        syms = SymDim.of(dim).symbols
-        for nid in self.g.input_ids:
-            n = self.g.nodes[nid]
-            if syms & {s for d in n.op.shape.dims for s in SymDim.of(d).symbols}:
-                if any(e[:3] == (dim, value, value) for e in n.op.excludes):
-                    return
-                why = f"{self.source}: node {node.label}: {why}"
-                op = replace(n.op, excludes=(*n.op.excludes, (dim, value, value, why)))
-                self.g.nodes[nid] = replace(n, op=op)
-                self.g.edits += 1
-                return
+        exclude_binding(self.g, dim, value, f"{self.source}: node {node.label}: {why}")
+
+    def exclude_small(self, node: NodeView, symbols, holds, why: str) -> None:
+        """`exclude` each binding of a symbol to 0 or 1 (braze.frontends.small_sizes) where
+        `holds(binding)` is False: a decision `node` took for symbols >= 2; `why` may name
+        `{sym}` and `{value}`."""
+        for sym, value in failing_small_bindings(symbols, holds):
+            self.exclude(node, sym, value, why.format(sym=sym, value=value))
 
     def const_like(self, value, like: Value) -> Value:
         """A scalar constant of `like`'s dtype."""

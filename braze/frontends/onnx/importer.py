@@ -90,7 +90,14 @@ def converter_key(node: NodeView) -> str:
 
 _DECIDING = {"Equal": np.equal, "Less": np.less, "Greater": np.greater,  # folds that order
              "LessOrEqual": np.less_equal, "GreaterOrEqual": np.greater_equal,  # shape values
-             "Max": np.maximum, "Min": np.minimum}
+             "Max": np.maximum, "Min": np.minimum, "Mod": np.mod}
+
+
+def _deciding(node):
+    """The NumPy function of a `_DECIDING` node (Mod with fmod=1 is np.fmod)."""
+    if node.op_type == "Mod" and node.attrs.get("fmod", 0):
+        return np.fmod
+    return _DECIDING[node.op_type]
 
 
 def _at(k: Known, env: dict[str, int]) -> Known:
@@ -469,21 +476,25 @@ class _Importer(SubgraphImports):
             return self._evaluate(node, present)
 
     def _exclude_small(self, node, ins: list[Known | None], out: list[Known]) -> None:
-        """A comparison / Max / Min of shape values folded for symbols >= 2 (N == 1 is False,
-        max(N, 1) is N): each symbol at 0 and 1 (the others at 2) that folds otherwise is an
-        excluded binding of the input naming it (`ImportContext.exclude`)."""
-        syms = sorted({s for k in ins if k is not None and k.symbolic
-                       for v in k.array.reshape(-1) for s in SymDim.of(v).symbols})
-        for sym, value in ((s, v) for s in syms for v in (0, 1)):
-            env = {**dict.fromkeys(syms, MIN_SYMBOL_VALUE), sym: value}
+        """A comparison / Max / Min / Mod of shape values folded for symbols >= 2 (N == 1 is
+        False, max(N, 1) is N, fmod(2*N - 1, 2) is 1): each symbol at 0 and 1 (the others at
+        2) that folds otherwise is an excluded binding of the input naming it
+        (`ImportContext.exclude_small`)."""
+        syms = {s for k in ins if k is not None and k.symbolic
+                for v in k.array.reshape(-1) for s in SymDim.of(v).symbols}
+        fn = _deciding(node)
+
+        def holds(env):
             args = [_at(k, env).array for k in ins if k is not None]
             want = args[0]
             for a in args[1:]:
-                want = _DECIDING[node.op_type](want, a)
-            if not np.array_equal(_at(out[0], env).array, want):
-                self.ctx.exclude(node, sym, value, f"{node.op_type} of shape values was decided "
-                                 f"for {sym} >= {MIN_SYMBOL_VALUE} and differs at {sym} = "
-                                 f"{value}; feed another size, or fix {sym} with input_shapes=")
+                want = fn(want, a)
+            return np.array_equal(_at(out[0], env).array, want)
+
+        self.ctx.exclude_small(node, syms, holds,
+                               f"{node.op_type} of shape values was decided for {{sym}} >= "
+                               f"{MIN_SYMBOL_VALUE} and differs at {{sym}} = {{value}}; feed "
+                               "another size, or fix {sym} with input_shapes=")
 
     def _assumed_clamp(self, is_max: bool, ins: list[Known]) -> list[Known] | None:
         """Max / Min of shape values that no binding orders (MPT's max(0, 64 - seq)): the

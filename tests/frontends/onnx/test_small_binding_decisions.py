@@ -93,3 +93,89 @@ def test_a_decision_repeated_per_layer_is_recorded_once():
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
     (excl,) = bz.import_onnx(model).inputs[0].op.excludes
     assert excl[:3] == ("N", 1, 1) and "sq1" in excl[3]
+
+
+def _i64(name, v):
+    return helper.make_tensor(name, TensorProto.INT64, [len(v)], v)
+
+
+def _shape_arith_model(nodes, out_type=TensorProto.FLOAT, inits=()):
+    """x [N, 3]; `n` is N as a [1] vector (Shape, Slice), `two` and `one` constants."""
+    head = [helper.make_node("Shape", ["x"], ["s"]),
+            helper.make_node("Slice", ["s", "zero", "one"], ["n"])]
+    g = helper.make_graph(head + nodes, "m", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, ["N", 3])], [helper.make_tensor_value_info("y", out_type, None)],
+        [_i64("zero", [0]), _i64("one", [1]), _i64("two", [2]), *inits])
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def _runs_or_refuses(model, ort_run, refused: dict[int, str]):
+    """ORT's outputs at N = 0..3, except the Ns in `refused`, which both the interpreter and
+    the compiled executable refuse with a message matching refused[N]."""
+    g = bz.import_onnx(model)
+    exe = bz.compile(g)
+    for n in range(4):
+        x = np.random.default_rng(n).standard_normal((n, 3)).astype(np.float32)
+        for run in (lambda x=x: bz.interpret(g, {"x": x})[0], lambda x=x: exe({"x": x})[0]):
+            if n in refused:
+                with pytest.raises(bz.InterpretError, match=refused[n]):
+                    run()
+                continue
+            (want,) = ort_run(model, {"x": x})
+            got = run()
+            assert got.shape == want.shape, n
+            np.testing.assert_array_equal(got, want)
+
+
+def test_slice_end_clamped_for_large_sizes_refuses_the_binding_it_gets_wrong(ort_run):
+    """x[:2*N-2] keeps all of x for N >= 2 (the end is clamped to N); at N = 1 ONNX keeps
+    nothing, where the clamped end would keep the row."""
+    model = _shape_arith_model([
+        helper.make_node("Mul", ["n", "two"], ["n2"]),
+        helper.make_node("Sub", ["n2", "two"], ["end"]),
+        helper.make_node("Slice", ["x", "zero", "end", "zero"], ["y"], name="cut")])
+    _runs_or_refuses(model, ort_run, {1: r"binds N = 1, .*node cut \(Slice\).*N = 1"})
+
+
+def test_fmod_of_shape_values_refuses_the_binding_it_gets_wrong(ort_run):
+    """fmod(2*N - 1, 2) folds to 1, which ONNX's fmod gives for N >= 1 only: -1 at N = 0."""
+    model = _shape_arith_model([
+        helper.make_node("Mul", ["n", "two"], ["n2"]),
+        helper.make_node("Sub", ["n2", "one"], ["odd"]),
+        helper.make_node("Mod", ["odd", "two"], ["r"], name="rem", fmod=1),
+        helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)])
+    _runs_or_refuses(model, ort_run, {0: r"binds N = 0, .*node rem \(Mod\).*N = 0"})
+    python_mod = _shape_arith_model([  # Python's mod: 1 at every N, no exclusion
+        helper.make_node("Mul", ["n", "two"], ["n2"]),
+        helper.make_node("Sub", ["n2", "one"], ["odd"]),
+        helper.make_node("Mod", ["odd", "two"], ["r"], name="rem"),
+        helper.make_node("Cast", ["r"], ["y"], to=TensorProto.FLOAT)])
+    assert bz.import_onnx(python_mod).inputs[0].op.excludes == ()
+    _runs_or_refuses(python_mod, ort_run, {})
+
+
+def test_antialias_resize_upscaling_for_large_sizes_refuses_a_small_downscale(ort_run):
+    """Resize (linear, antialias=1) of rows 2*h to 3*h - 2 upscales for h >= 2, so braze's
+    plain linear resize is exact there; at h = 1 it downscales 2 rows to 1, where antialias
+    averages, so that binding is refused."""
+    nodes = [helper.make_node("Shape", ["x"], ["s"]),
+             helper.make_node("Slice", ["s", "two", "three"], ["rows"]),
+             helper.make_node("Div", ["rows", "two"], ["h"]),
+             helper.make_node("Mul", ["h", "three"], ["h3"]),
+             helper.make_node("Sub", ["h3", "two"], ["out_rows"]),
+             helper.make_node("Concat", ["ones", "out_rows", "four"], ["sizes"], axis=0),
+             helper.make_node("Resize", ["x", "", "", "sizes"], ["y"], name="up", mode="linear",
+                              antialias=1)]
+    g = helper.make_graph(nodes, "m", [helper.make_tensor_value_info(
+        "x", TensorProto.FLOAT, [1, 1, "2*h", 4])], [helper.make_tensor_value_info(
+            "y", TensorProto.FLOAT, None)],
+        [_i64("two", [2]), _i64("three", [3]), _i64("ones", [1, 1]), _i64("four", [4])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    g = bz.import_onnx(model)
+    for h in (2, 3):
+        x = np.random.default_rng(h).standard_normal((1, 1, 2 * h, 4)).astype(np.float32)
+        np.testing.assert_allclose(bz.interpret(g, {"x": x})[0], ort_run(model, {"x": x})[0],
+                                   rtol=1e-5, atol=1e-5)
+    x = np.ones((1, 1, 2, 4), np.float32)
+    with pytest.raises(bz.InterpretError, match=r"binds h = 1, .*node up \(Resize\).*h = 1"):
+        bz.interpret(g, {"x": x})

@@ -12,7 +12,7 @@ import numpy as np
 from ....ir.ops.conv import ResizeNearest2x
 from ....ir.ops.io import Constant, Param
 from ....ir.ops.resize import CoordinateMode, NearestMode, Resize, ResizeMode
-from ....ir.symbolic import SymDim, to_dim
+from ....ir.symbolic import SymDim, eval_dim, to_dim
 from ..context import converter
 from .nn import _as_image, _from_image, _spatial_rank, _static_spatial, _windowed, input_shapes_hint
 
@@ -145,6 +145,12 @@ def _may_shrink(out, d) -> bool:
     return low is None or low < 0
 
 
+def _no_downscale(out, d, env) -> bool:
+    """Whether the output length `out` is empty or at least the input's `d` under `env`."""
+    n = eval_dim(out, env)
+    return n == 0 or n >= eval_dim(d, env)
+
+
 def _doubles(op: Resize, axis: int, d) -> bool:
     """Whether nearest `op` reads source i // 2 at output i along `axis` of length d -> 2d:
     checked at d, or for a symbolic d on every length up to 64 and a few large ones (with the
@@ -192,9 +198,15 @@ def resize(ctx, node):
     if axes is not None:
         axes = [a % len(dims) for a in axes]
     out, scales = _resize_targets(ctx, node, dims, axes)
-    if node.attr("antialias", 0) and mode is not ResizeMode.NEAREST and any(
-            _may_shrink(o, d) for o, d in zip(out, dims[2:])):
-        raise ctx.fail(node, "Resize with antialias=1 when downscaling is not supported")
+    if node.attr("antialias", 0) and mode is not ResizeMode.NEAREST:
+        pairs = list(zip(out, dims[2:]))
+        if any(_may_shrink(o, d) for o, d in pairs):
+            raise ctx.fail(node, "Resize with antialias=1 when downscaling is not supported")
+        syms = {s for p in pairs for v in p for s in SymDim.of(v).symbols}
+        ctx.exclude_small(
+            node, syms, lambda env: all(_no_downscale(o, d, env) for o, d in pairs),
+            "Resize with antialias=1 was imported as an upscale, which holds for {sym} >= 2 "
+            "but downscales at {sym} = {value} (unsupported); feed another size")
     return [_resize(ctx, node, x, out, scales, mode, coord, nearest,
                     node.attr("cubic_coeff_a", -0.75), node.attr("exclude_outside", 0))]
 

@@ -229,6 +229,7 @@ def _slice_axis(ctx, node, x, ax: int, start, end, step: int):
     if step < 0:
         return _reverse_axis(ctx, node, x, ax, start, end, step, dim)
     lo, hi = _symbolic_bounds(start, end, dim)
+    _exclude_other_bounds(ctx, node, (start, end, dim), lo, hi, step)
     length = hi - lo
     if step != 1:
         return _strided(ctx, node, x, ax, lo, length, step)
@@ -262,6 +263,26 @@ def _symbolic_bounds(start, end, dim: SymDim) -> tuple[SymDim, SymDim]:
     if past is not None and past >= 0:  # an end at or beyond the axis end: the axis end
         hi = dim
     return lo, hi
+
+
+def _exclude_other_bounds(ctx, node, raw, lo: SymDim, hi: SymDim, step: int) -> None:
+    """Exclude the small bindings (braze.frontends.small_sizes) where the bounds `lo`, `hi`
+    chosen for symbols >= 2 (an end `2*N - 2` clamped to the axis end N) are in range but
+    select other elements than ONNX's Slice of (start, end, size) `raw` does; out-of-range
+    bounds are refused by the narrow at run time."""
+    syms = set().union(*(SymDim.of(v).symbols for v in (*raw, lo, hi)))
+
+    def holds(env):
+        start, end, size = (SymDim.of(v).evaluate(env) for v in raw)
+        a, b = lo.evaluate(env), hi.evaluate(env)
+        if not 0 <= a <= b <= size:
+            return True
+        want = range(size)[onnx_slice(size, start, end, step)]
+        return list(want) == list(range(size)[a:b:step])
+
+    ctx.exclude_small(node, syms, holds, "the Slice bounds were decided for {sym} >= 2 and "
+                      "select other elements at {sym} = {value}; feed another size, or fix "
+                      "{sym} with input_shapes=")
 
 
 def _strided(ctx, node, x, ax: int, lo: SymDim, length: SymDim, step: int):
