@@ -172,3 +172,39 @@ def test_a_derived_dims_symbol_keeps_its_range():
     with pytest.raises(bz.BrazeError, match=r"input 'a' binds a_dim0 = 40, a size the graph "
                                             r"does not hold for \(a_dim0 >= 32\)"):
         bz.interpret(g, {"a": np.ones(80, np.float32)})
+
+
+def test_a_slice_end_clamped_for_sizes_2_and_up_refuses_the_size_it_gets_wrong():
+    """x[:, :2*seq-2] keeps all of x for seq >= 2 (torch clamps the end to seq); at seq = 1 it
+    keeps nothing, where the clamped slice had silently kept the row. That binding is refused
+    naming the slice; the others match torch, interpreted and compiled."""
+    m = Fn(lambda x: x[:, : x.shape[1] * 2 - 2] * 2).eval()
+    g = bz.import_torch(m, (torch.randn(2, 5, 3),), dynamic_shapes={"x": {1: "seq"}})
+    exe = bz.compile(g)
+    for n in (0, 2, 3, 7):
+        x = np.random.default_rng(n).standard_normal((2, n, 3)).astype(np.float32)
+        want = m(torch.from_numpy(x)).numpy()
+        for got in (bz.interpret(g, {"x": x})[0], exe({"x": x})[0]):
+            assert got.shape == want.shape
+            np.testing.assert_array_equal(got, want)
+    x1 = np.ones((2, 1, 3), np.float32)
+    for run in (lambda f: bz.interpret(g, f), exe):
+        with pytest.raises(bz.BrazeError, match=r"binds seq = 1, .*node slice.*aten\.slice\.Tensor"
+                                                r".*decided for seq >= 2"):
+            run({"x": x1})
+
+
+def test_a_size_max_decided_for_sizes_2_and_up_records_the_sizes_it_gets_wrong():
+    """SymbolNames decides max(1, s) as s (symbols >= 2) and records that s = 0 decides
+    otherwise; s = 1 agrees. The import turns the record into an input exclusion."""
+    import sympy
+
+    from braze.frontends.small_sizes import failing_small_bindings
+    from braze.frontends.torch.symbolic import SymbolNames
+
+    names = SymbolNames()
+    names.bind("s0", "seq")
+    assert names.sym(sympy.Max(1, sympy.Symbol("s0"))) == bz.ir.symbolic.SymDim.of("seq")
+    ((syms, holds, what),) = names.take_decisions()
+    assert failing_small_bindings(syms, holds) == [("seq", 0)] and "seq" in what
+    assert names.take_decisions() == []

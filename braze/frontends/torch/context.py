@@ -18,6 +18,7 @@ from ...ir.graph import Graph
 from ...ir.op import Value
 from ...ir.shapes import Shape
 from ...ir.symbolic import SymDim
+from ..small_sizes import exclude_binding, failing_small_bindings
 from .dtypes import braze_dtype
 from .symbolic import NotRepresentable, SymbolNames, static_hint
 
@@ -275,3 +276,18 @@ class TorchContext:
 
     def fail(self, message: str) -> FrontendError:
         return FrontendError(f"{self.where()}: {message}")
+
+    # -- decisions for sizes >= 2 ---------------------------------------------------------------
+    def exclude_small(self, symbols, holds, why: str) -> None:
+        """Refuse (`Input.excludes`) each binding of a symbol to 0 or 1 where `holds(binding)`
+        is False: a decision this node took for sizes >= 2 (braze.frontends.small_sizes);
+        `why` may name `{sym}` and `{value}`."""
+        for sym, value in failing_small_bindings(symbols, holds):
+            exclude_binding(self.g, sym, value,
+                            f"{self.where()}: {why.format(sym=sym, value=value)}")
+
+    def exclude_decided(self) -> None:
+        """`exclude_small` for the size decisions SymbolNames took while converting the node."""
+        for symbols, holds, what in self.names.take_decisions():
+            self.exclude_small(symbols, holds, f"{what} was decided for {{sym}} >= 2 and "
+                                               "differs at {sym} = {value}; feed another size")

@@ -198,6 +198,7 @@ class _Importer:
             with self.g.provenance_scope(ctx.provenance or node.name):
                 out = fn(ctx, ctx.bind(node))
                 out = self._agree(out)
+                ctx.exclude_decided()
         except FrontendError:
             raise
         except BrazeError as e:

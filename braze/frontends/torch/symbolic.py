@@ -9,6 +9,7 @@ torch's symbols to names (from the `dynamic_shapes` the user gave, else `<input>
 Min, comparisons) use braze's "every symbol is >= 2" assumption (braze.ir.symbolic)."""
 from __future__ import annotations
 
+import operator
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,6 +62,13 @@ class SymbolNames:
     names: dict[str, str] = field(default_factory=dict)
     # expressions assumed >= 0 to resolve a clamp (Max(0, 64 - s)); see braze.frontends.clamps
     assumed: list[SymDim] = field(default_factory=list)
+    # decisions taken for symbols >= 2: (symbols, holds(binding), what), checked at 0 and 1
+    decisions: list[tuple] = field(default_factory=list)
+
+    def take_decisions(self) -> list[tuple]:
+        """The decisions recorded since the last call (braze.frontends.small_sizes)."""
+        out, self.decisions = self.decisions, []
+        return out
 
     def bind(self, symbol: str, name: str) -> None:
         self.names.setdefault(symbol, _sanitize(name))
@@ -163,6 +171,9 @@ class SymbolNames:
                     best = self.clamp_choice(best, v, is_max, e)
                 elif is_max == lt:
                     best = v
+            pick = max if is_max else min
+            self._decided(vals, lambda env: best.evaluate(env) == pick(
+                v.evaluate(env) for v in vals), e)
             return best
         raise self.unrepresentable(e, "the size {} is not a polynomial in the input dims, "
                                        "which is how braze writes sizes")
@@ -215,7 +226,16 @@ class SymbolNames:
                "gt": lambda: decide_lt(b, a), "le": lambda: _not(decide_lt(b, a))}[rel]()
         if out is None:
             raise self.unrepresentable(e, "{} depends on the input sizes")
+        test = {"eq": operator.eq, "ne": operator.ne, "lt": operator.lt, "ge": operator.ge,
+                "gt": operator.gt, "le": operator.le}[rel]
+        self._decided((a, b), lambda env: test(a.evaluate(env), b.evaluate(env)) == out, e)
         return out
+
+    def _decided(self, dims: Sequence[SymDim], holds, e) -> None:
+        """Record a decision about `dims` taken for symbols >= 2 (see `decisions`)."""
+        syms = set().union(*(d.symbols for d in dims))
+        if syms:
+            self.decisions.append((syms, holds, self.show(e)))
 
 
 _SHOW = {"FloorDiv": "{} // {}", "CleanDiv": "{} // {}", "CeilDiv": "ceil({} / {})",

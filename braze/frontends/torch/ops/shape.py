@@ -155,7 +155,29 @@ def slice_(ctx, c):
             "a symbolic bound at run time (a sliding-window KV cache keeping its last keys "
             "does this when the example cache is shorter than the window); export with an "
             "example at least as long as what the slice keeps, or import that dim static")
+    _exclude_other_elements(ctx, c.args.get("start"), c.args.get("end"), size, start, length,
+                            step)
     return take_range(ctx, x, axis, start, length, step)
+
+
+def _exclude_other_elements(ctx, raw_start, raw_end, size, start: SymDim, length, step: int):
+    """Refuse the sizes 0 / 1 (ctx.exclude_small) where the slice taken for sizes >= 2 (an
+    end `2*seq - 2` clamped to the axis end seq) is in range but keeps other elements than
+    Python's `[start:end:step]`; out-of-range bounds are refused by the narrow at run time."""
+    bounds = [SymDim.of(b) if b is not None and not (isinstance(b, int) and abs(b) >= _BIG)
+              else b for b in (raw_start, raw_end)]
+    dims = [SymDim.of(size), start, SymDim.of(length)]
+    syms = set().union(*(d.symbols for d in (*dims, *bounds) if isinstance(d, SymDim)))
+
+    def holds(env):
+        n, first, count = (d.evaluate(env) for d in dims)
+        if count > 0 and not (0 <= first and first + step * (count - 1) < n):
+            return True
+        lo, hi = (b.evaluate(env) if isinstance(b, SymDim) else b for b in bounds)
+        return list(range(n)[lo:hi:step]) == list(range(first, first + step * count, step))
+
+    ctx.exclude_small(syms, holds, "the slice was decided for {sym} >= 2 and keeps other "
+                                   "elements at {sym} = {value}; feed another size")
 
 
 @converter("aten.narrow.default", "aten.narrow_copy.default")
