@@ -216,3 +216,36 @@ def test_an_audio_encoder_with_a_dynamic_length_as_a_multiple_of_its_stride():
         got = exe({"input_values": x.numpy()})[0]
         assert got.shape == (n, t - 1, 32)
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=5e-5)
+
+
+class _Bilinear(torch.nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.kw = kw
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(x, mode="bilinear", **self.kw)
+
+
+@pytest.mark.parametrize("kw", [dict(scale_factor=0.5), dict(size=(1, 2)), dict(size=(1, 1)),
+                                dict(scale_factor=0.5, recompute_scale_factor=True)])
+def test_bilinear_downscaling_to_one_row_matches_torch(kw):
+    """torch reads source row (0 + 0.5) * 2 - 0.5 = 0.5 (the mean of both rows) for a single
+    output row; ONNX's pytorch_half_pixel reads row 0 there, and braze had imported it so."""
+    m = _Bilinear(**kw)
+    x = np.random.default_rng(0).standard_normal((1, 2, 2, 4)).astype(np.float32)
+    g = bz.import_torch(m, (torch.from_numpy(x),))
+    want = m(torch.from_numpy(x)).numpy()
+    for got in (bz.interpret(g, {"x": x})[0], bz.compile(g)({"x": x})[0]):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_bilinear_downscaling_of_a_dynamic_size_to_one_row_matches_torch():
+    """Scale 0.5 of "2*h" rows is h rows: one at h = 1, which torch still interpolates."""
+    m = _Bilinear(scale_factor=0.5)
+    g = bz.import_torch(m, (torch.randn(2, 3, 8, 6),),
+                        dynamic_shapes={"x": {0: "b", 2: "2*h", 3: "2*w"}})
+    for shape in ((1, 3, 2, 6), (2, 3, 2, 2), (1, 3, 10, 4)):
+        x = np.random.default_rng(shape[2]).standard_normal(shape).astype(np.float32)
+        np.testing.assert_allclose(bz.interpret(g, {"x": x})[0],
+                                   m(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)

@@ -260,5 +260,7 @@ def upsample_bilinear(ctx, c):
     size = _resize_size(ctx, x)
     if c.get("align_corners", False):
         return ctx.g.resize(x, size, ResizeMode.LINEAR, CoordinateMode.ALIGN_CORNERS)
-    return ctx.g.resize(x, size, ResizeMode.LINEAR, CoordinateMode.PYTORCH_HALF_PIXEL,
+    # torch reads source (dst + 0.5) * in / out - 0.5 at every output length; ONNX's
+    # pytorch_half_pixel reads 0 where the output length is 1 (a downscale to one row)
+    return ctx.g.resize(x, size, ResizeMode.LINEAR, CoordinateMode.HALF_PIXEL,
                         scale=_scales(c))
