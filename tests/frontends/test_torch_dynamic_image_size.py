@@ -249,3 +249,37 @@ def test_bilinear_downscaling_of_a_dynamic_size_to_one_row_matches_torch():
         x = np.random.default_rng(shape[2]).standard_normal(shape).astype(np.float32)
         np.testing.assert_allclose(bz.interpret(g, {"x": x})[0],
                                    m(torch.from_numpy(x)).numpy(), rtol=1e-5, atol=1e-6)
+
+
+class _NearestExact(torch.nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.kw = kw
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(x, mode="nearest-exact", **self.kw)
+
+
+@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(scale_factor=0.5),
+                                dict(scale_factor=1.5), dict(size=(5, 7)), dict(size=(1, 3)),
+                                dict(scale_factor=(3, 0.75))])
+def test_nearest_exact_interpolation_matches_torch(kw):
+    """`nearest-exact` reaches braze whole (one resize, half-pixel source rows) instead of
+    torch's decomposition, static at several scales and sizes."""
+    m = _NearestExact(**kw)
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 8)).astype(np.float32)
+    g = bz.import_torch(m, (torch.from_numpy(x),))
+    assert g.count("resize") == 1
+    np.testing.assert_array_equal(bz.interpret(g, {"x": x})[0], m(torch.from_numpy(x)).numpy())
+
+
+def test_nearest_exact_upsampling_of_a_dynamic_size():
+    """torch's decomposition of `nearest-exact` computes float(h); imported whole, its output
+    size 2*h stays a polynomial, so a dynamic image size imports (it was refused)."""
+    m = _NearestExact(scale_factor=2)
+    g = bz.import_torch(m, (torch.randn(2, 3, 4, 5),),
+                        dynamic_shapes={"x": {0: "b", 2: "h", 3: "w"}})
+    for shape in ((1, 3, 3, 7), (2, 3, 1, 2)):
+        x = np.random.default_rng(shape[2]).standard_normal(shape).astype(np.float32)
+        np.testing.assert_array_equal(bz.interpret(g, {"x": x})[0],
+                                      m(torch.from_numpy(x)).numpy())

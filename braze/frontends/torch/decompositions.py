@@ -32,7 +32,8 @@ KEPT_OPS: tuple[str, ...] = (
     "aten.conv_transpose2d.input", "aten.max_pool2d.default", "aten.max_pool1d.default",
     "aten.avg_pool2d.default", "aten.avg_pool1d.default", "aten.adaptive_avg_pool2d.default",
     "aten.adaptive_avg_pool1d.default", "aten.upsample_nearest2d.vec",
-    "aten.upsample_nearest2d.default", "aten.upsample_bilinear2d.vec",
+    "aten.upsample_nearest2d.default", "aten._upsample_nearest_exact2d.vec",
+    "aten._upsample_nearest_exact2d.default", "aten.upsample_bilinear2d.vec",
     "aten.upsample_bilinear2d.default",
     # fake quantization (quantization-aware training)
     "aten.fake_quantize_per_tensor_affine.default",
