@@ -134,3 +134,21 @@ def test_topk_and_sort_rank_nan_as_torch():
     for got in (bz.interpret(g, {g.inputs[0].name: x}), bz.compile(g)({g.inputs[0].name: x})):
         for a, b in zip(got, want, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+class _ClampU8(torch.nn.Module):
+    def forward(self, x):
+        return x.clamp(-2, 2), x.clamp(min=-1), torch.clamp_max(x, 7), x.clamp(1, 9)
+
+
+def test_a_negative_clamp_bound_of_a_uint8_tensor_wraps_as_in_torch():
+    """torch reads int bound -2 of a uint8 tensor as 254 (clamp(254, 2): every element 2;
+    clamp(min=-1): every element 255); braze had compared against -2 and kept x."""
+    x = np.array([[0, 1, 3, 200, 255]], np.uint8)
+    m = _ClampU8()
+    g = bz.import_torch(m, (torch.from_numpy(x),))
+    want = [t.numpy() for t in m(torch.from_numpy(x))]
+    for got in (bz.interpret(g, {"x": x}), bz.compile(g)({"x": x})):
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype
+            np.testing.assert_array_equal(a, b)

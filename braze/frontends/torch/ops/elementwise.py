@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ....ir.dtypes import bool_
 from ....ir.ops.elementwise import BinaryFn, CompareFn, UnaryFn
 from ....ir.symbolic import SymDim
@@ -370,12 +372,22 @@ def clamp(ctx, c):
     hi = c.args.get("max") if c.key != "aten.clamp_min.default" else None
     if isinstance(lo, SymDim) or isinstance(hi, SymDim):
         return _clamp_values(ctx, c["self"], lo, hi)
-    x = ctx.value(c["self"], ctx.out_dtype())
+    dt = ctx.out_dtype()
+    x = ctx.value(c["self"], dt)
+    lo, hi = (_wrapped_bound(b, dt) for b in (lo, hi))
     lo = -math.inf if lo is None else float(lo)
     hi = math.inf if hi is None else float(hi)
     if lo > hi:  # torch sets every element to max
         lo = hi
     return ctx.g.clamp(x, lo, hi)
+
+
+def _wrapped_bound(b, dt):
+    """A clamp bound as torch reads it for a tensor of `dt`: a negative int bound of an
+    unsigned tensor wraps (uint8's clamp(-2, 2) is clamp(254, 2), every element 2)."""
+    if isinstance(b, int) and b < 0 and dt.is_int and np.iinfo(dt.np).min == 0:
+        return int(np.array(b).astype(dt.np))
+    return b
 
 
 def _clamp_values(ctx, x, lo, hi):
