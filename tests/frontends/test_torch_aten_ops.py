@@ -152,3 +152,24 @@ def test_a_negative_clamp_bound_of_a_uint8_tensor_wraps_as_in_torch():
         for a, b in zip(got, want, strict=True):
             assert a.dtype == b.dtype
             np.testing.assert_array_equal(a, b)
+
+
+class _BoolArithmetic(torch.nn.Module):
+    def forward(self, x, y):
+        a, b = x > 0, y > 0
+        return a * b, a + b, torch.logaddexp(x, y)
+
+
+def test_bool_mul_and_add_are_and_and_or_as_in_torch():
+    """torch's bool * bool is and, bool + bool is or (its own decomposition of logaddexp
+    multiplies two masks); they were refused ("mul needs numeric operands")."""
+    rng = np.random.default_rng(0)
+    x, y = (rng.standard_normal((3, 7)).astype(np.float32) for _ in range(2))
+    x[0, 0], y[0, 1] = np.inf, -np.inf
+    m = _BoolArithmetic()
+    g = bz.import_torch(m, (torch.from_numpy(x), torch.from_numpy(y)))
+    want = [t.numpy() for t in m(torch.from_numpy(x), torch.from_numpy(y))]
+    for got in (bz.interpret(g, {"x": x, "y": y}), bz.compile(g)({"x": x, "y": y})):
+        for a, b in zip(got, want, strict=True):
+            assert a.dtype == b.dtype
+            np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6)

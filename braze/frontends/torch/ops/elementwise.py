@@ -44,6 +44,8 @@ def _scaled(ctx, other, alpha):
 
 @converter("aten.add.Tensor", "aten.add.Scalar")
 def add(ctx, c: Call):
+    if ctx.out_dtype() == bool_:  # torch's bool + bool is or
+        return ctx.g.logical_or(ctx.value(c["self"], bool_), ctx.value(c["other"], bool_))
     return binary(ctx, c["self"], _scaled(ctx, c["other"], c.get("alpha")), BinaryFn.ADD)
 
 
@@ -59,6 +61,8 @@ def rsub(ctx, c):
 
 @converter("aten.mul.Tensor", "aten.mul.Scalar")
 def mul(ctx, c):
+    if ctx.out_dtype() == bool_:  # torch's bool * bool is and (its logaddexp writes one)
+        return ctx.g.logical_and(ctx.value(c["self"], bool_), ctx.value(c["other"], bool_))
     return binary(ctx, c["self"], c["other"], BinaryFn.MUL)
 
 
