@@ -614,3 +614,64 @@ def _unfold(rng, F_):
     step = int(rng.integers(1, 3))
     n = (F_ - size) // step + 1
     return Lam(lambda m, x: x.unfold(-1, size, step).sum(-1)), n
+
+
+# -- more library functions --------------------------------------------------------------------
+LIBRARY = {
+    "normalize": lambda m, x: F.normalize(x, dim=-1),
+    "cosine": lambda m, x: F.cosine_similarity(x, x.flip(-1) + 0.1, dim=-1)[..., None] * x,
+    "cdist": lambda m, x: torch.cdist(x, x) @ x * 0.1,
+    "outer": lambda m, x: torch.einsum("bsi,bsj->bsij", x, x).sum(-1),
+    "diff": lambda m, x: torch.cat([x[..., :1], torch.diff(x, dim=-1)], -1),
+    "glu": lambda m, x: F.glu(torch.cat([x, x * 0.5], -1), -1),
+    "one_hot": lambda m, x: (
+        F.one_hot((x.abs() * 2).long().clamp(max=4)[..., 0], 5).float().sum(-1, keepdim=True) * x
+    ),
+    "std_mean": lambda m, x: (
+        torch.std_mean(x, -1, keepdim=True)[0] + torch.var_mean(x, 1, keepdim=True)[1]
+    ),
+    "aminmax": lambda m, x: x - torch.aminmax(x, dim=-1, keepdim=True).min,
+    "nansum": lambda m, x: torch.nansum(torch.log(x), -1, keepdim=True).nan_to_num() + x,
+    "count_nonzero": lambda m, x: torch.count_nonzero(x > 0, -1)[..., None] * x,
+    "kthvalue": lambda m, x: x - x.kthvalue(1, -1, keepdim=True).values,
+    "softmin": lambda m, x: F.softmin(x, -1),
+    "lerp_t": lambda m, x: torch.lerp(x, x.flip(1), torch.sigmoid(x)),
+    "addmm": lambda m, x: torch.addmm(x.flatten(0, 1), x.flatten(0, 1), m.w).view_as(x),
+    "rot90": lambda m, x: (
+        torch.rot90(x[:, :1].expand(-1, x.shape[2], -1), 1, (1, 2)).sum(1, keepdim=True) + x
+    ),
+    "hardtanh_range": lambda m, x: F.hardtanh(x, -0.3, 0.6),
+    "clamp_tensor": lambda m, x: torch.clamp(x, min=x.mean(-1, keepdim=True)),
+    "logaddexp": lambda m, x: torch.logaddexp(x, x.flip(-1)),
+    "hypot": lambda m, x: torch.hypot(x, x.flip(-1)),
+    "cumsum_rev": lambda m, x: x.flip(1).cumsum(1).flip(1),
+    "masked_select_sum": lambda m, x: (
+        torch.where(x > 0, x, torch.zeros_like(x)).sum(-1, keepdim=True) + x
+    ),
+    "mha": lambda m, x: m.mods[0](x, x, x, need_weights=False)[0],
+    "encoder_layer": lambda m, x: m.mods[1](x),
+    "pixel_shuffle": lambda m, x: (
+        F.pixel_shuffle(x.unsqueeze(-1).repeat(1, 1, 1, 4), 2)
+        .mean((-1, -2))[..., None]
+        .expand_as(x)
+        + x
+        if False
+        else x
+    ),
+    "bucketize": lambda m, x: torch.bucketize(x, m.edges).float(),
+    "searchsorted": lambda m, x: torch.searchsorted(m.edges, x.contiguous()).float(),
+    "log_softmax_f64": lambda m, x: F.log_softmax(x.double(), -1).float(),
+    "silu_half": lambda m, x: F.silu(x.half()).float(),
+    "layer_norm_bf16": lambda m, x: F.layer_norm(x.bfloat16(), (x.shape[-1],)).float(),
+    "matmul_half": lambda m, x: (x.half() @ x.half().transpose(1, 2)).float() @ x,
+}
+
+
+@snippet("library")
+def _library(rng, F_):
+    name = str(rng.choice(list(LIBRARY)))
+    fn = LIBRARY[name]
+    heads = 1
+    mha = nn.MultiheadAttention(F_, heads, batch_first=True)
+    enc = nn.TransformerEncoderLayer(F_, heads, 2 * F_, dropout=0.0, batch_first=True)
+    return Lam(fn, mha, enc, w=torch.randn(F_, F_), edges=torch.tensor([-1.0, 0.0, 0.5])), F_
