@@ -283,3 +283,39 @@ def test_nearest_exact_upsampling_of_a_dynamic_size():
         x = np.random.default_rng(shape[2]).standard_normal(shape).astype(np.float32)
         np.testing.assert_array_equal(bz.interpret(g, {"x": x})[0],
                                       m(torch.from_numpy(x)).numpy())
+
+
+class _Nearest1d(torch.nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.kw = kw
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(x, **self.kw)
+
+
+@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(scale_factor=3, mode="nearest-exact"),
+                                dict(scale_factor=0.5), dict(size=7),
+                                dict(size=5, mode="nearest-exact"), dict(scale_factor=1.5)])
+def test_nearest_1d_interpolation_matches_torch(kw):
+    """1-D nearest / nearest-exact (audio, sequence upsampling) is one resize of x viewed
+    [N, C, 1, L], bit for bit torch's."""
+    m = _Nearest1d(**kw)
+    x = np.random.default_rng(0).standard_normal((2, 3, 6)).astype(np.float32)
+    g = bz.import_torch(m, (torch.from_numpy(x),))
+    assert g.count("resize") == 1
+    np.testing.assert_array_equal(bz.interpret(g, {"x": x})[0], m(torch.from_numpy(x)).numpy())
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact"])
+def test_nearest_1d_upsampling_of_a_dynamic_length(mode):
+    """torch's decomposition computed float(L) (refused); kept whole, the output length 2*L is
+    a polynomial, so a dynamic sequence length imports and runs every length."""
+    m = _Nearest1d(scale_factor=2, mode=mode)
+    g = bz.import_torch(m, (torch.randn(2, 3, 5),), dynamic_shapes={"x": {0: "b", 2: "seq"}})
+    exe = bz.compile(g)
+    for shape in ((1, 3, 1), (3, 3, 8)):
+        x = np.random.default_rng(shape[2]).standard_normal(shape).astype(np.float32)
+        want = m(torch.from_numpy(x)).numpy()
+        for got in (bz.interpret(g, {"x": x})[0], exe({"x": x})[0]):
+            np.testing.assert_array_equal(got, want)

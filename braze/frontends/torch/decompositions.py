@@ -33,7 +33,9 @@ KEPT_OPS: tuple[str, ...] = (
     "aten.avg_pool2d.default", "aten.avg_pool1d.default", "aten.adaptive_avg_pool2d.default",
     "aten.adaptive_avg_pool1d.default", "aten.upsample_nearest2d.vec",
     "aten.upsample_nearest2d.default", "aten._upsample_nearest_exact2d.vec",
-    "aten._upsample_nearest_exact2d.default", "aten.upsample_bilinear2d.vec",
+    "aten._upsample_nearest_exact2d.default", "aten.upsample_nearest1d.vec",
+    "aten.upsample_nearest1d.default", "aten._upsample_nearest_exact1d.vec",
+    "aten._upsample_nearest_exact1d.default", "aten.upsample_bilinear2d.vec",
     "aten.upsample_bilinear2d.default",
     # fake quantization (quantization-aware training)
     "aten.fake_quantize_per_tensor_affine.default",

@@ -254,6 +254,22 @@ def upsample_nearest(ctx, c):
     return ctx.g.resize(x, size, ResizeMode.NEAREST, coord, NearestMode.FLOOR, scale)
 
 
+@converter("aten.upsample_nearest1d.vec", "aten.upsample_nearest1d.default",
+           "aten._upsample_nearest_exact1d.vec", "aten._upsample_nearest_exact1d.default")
+def upsample_nearest_1d(ctx, c):
+    """Nearest 1-D upsampling as the 2-D one of x viewed [N, C, 1, L]."""
+    x = ctx.value(c["input"] if "input" in c.args else c["self"])
+    n, ch, length = ctx.dims(x)
+    (out,) = ctx.out_dims()[2:]
+    sf = c.args.get("scale_factors") or ([c.args["scales"]] if c.args.get("scales") else None)
+    scale = (1.0, float(sf[0])) if sf else None
+    exact = "exact" in c.key
+    coord = CoordinateMode.TF_HALF_PIXEL_FOR_NN if exact else CoordinateMode.ASYMMETRIC
+    image = ctx.g.reshape(x, (n, ch, 1, length))
+    y = ctx.g.resize(image, (1, out), ResizeMode.NEAREST, coord, NearestMode.FLOOR, scale)
+    return ctx.g.reshape(y, (n, ch, out))
+
+
 @converter("aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default")
 def upsample_bilinear(ctx, c):
     x = ctx.value(c["input"] if "input" in c.args else c["self"])
