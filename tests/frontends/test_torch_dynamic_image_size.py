@@ -319,3 +319,41 @@ def test_nearest_1d_upsampling_of_a_dynamic_length(mode):
         want = m(torch.from_numpy(x)).numpy()
         for got in (bz.interpret(g, {"x": x})[0], exe({"x": x})[0]):
             np.testing.assert_array_equal(got, want)
+
+
+class _Bicubic(torch.nn.Module):
+    def __init__(self, **kw):
+        super().__init__()
+        self.kw = kw
+
+    def forward(self, x):
+        return torch.nn.functional.interpolate(x, mode="bicubic", **self.kw)
+
+
+@pytest.mark.parametrize("kw", [dict(scale_factor=2), dict(scale_factor=0.5), dict(size=(1, 3)),
+                                dict(size=(7, 9)), dict(scale_factor=1.5),
+                                dict(scale_factor=2, align_corners=True),
+                                dict(size=(5, 5), align_corners=True)])
+def test_bicubic_interpolation_matches_torch(kw):
+    """Bicubic (ViT position embeddings resized to the image) is one cubic resize with torch's
+    coefficient and source coordinates, single output rows included."""
+    m = _Bicubic(**kw)
+    x = np.random.default_rng(0).standard_normal((2, 3, 6, 8)).astype(np.float32)
+    g = bz.import_torch(m, (torch.from_numpy(x),))
+    assert g.count("resize") == 1
+    np.testing.assert_allclose(bz.interpret(g, {"x": x})[0], m(torch.from_numpy(x)).numpy(),
+                               rtol=1e-5, atol=1e-5)
+
+
+def test_bicubic_upsampling_of_a_dynamic_size():
+    """torch's decomposition of bicubic truncates float sizes (math.trunc, refused); kept
+    whole, a dynamic image size imports and runs, interpreted and compiled."""
+    m = _Bicubic(scale_factor=2)
+    g = bz.import_torch(m, (torch.randn(2, 3, 4, 5),),
+                        dynamic_shapes={"x": {0: "b", 2: "h", 3: "w"}})
+    exe = bz.compile(g)
+    for shape in ((1, 3, 1, 2), (2, 3, 6, 3)):
+        x = np.random.default_rng(shape[2]).standard_normal(shape).astype(np.float32)
+        want = m(torch.from_numpy(x)).numpy()
+        for got in (bz.interpret(g, {"x": x})[0], exe({"x": x})[0]):
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

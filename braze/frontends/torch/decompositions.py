@@ -36,7 +36,8 @@ KEPT_OPS: tuple[str, ...] = (
     "aten._upsample_nearest_exact2d.default", "aten.upsample_nearest1d.vec",
     "aten.upsample_nearest1d.default", "aten._upsample_nearest_exact1d.vec",
     "aten._upsample_nearest_exact1d.default", "aten.upsample_bilinear2d.vec",
-    "aten.upsample_bilinear2d.default",
+    "aten.upsample_bilinear2d.default", "aten.upsample_bicubic2d.vec",
+    "aten.upsample_bicubic2d.default",
     # fake quantization (quantization-aware training)
     "aten.fake_quantize_per_tensor_affine.default",
     "aten.fake_quantize_per_tensor_affine.tensor_qparams",

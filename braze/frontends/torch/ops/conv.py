@@ -270,6 +270,16 @@ def upsample_nearest_1d(ctx, c):
     return ctx.g.reshape(y, (n, ch, out))
 
 
+@converter("aten.upsample_bicubic2d.vec", "aten.upsample_bicubic2d.default")
+def upsample_bicubic(ctx, c):
+    """Bicubic (a = -0.75, borders replicated) with torch's source coordinates, as `bilinear`."""
+    x = ctx.value(c["input"] if "input" in c.args else c["self"])
+    size = _resize_size(ctx, x)
+    if c.get("align_corners", False):
+        return ctx.g.resize(x, size, ResizeMode.CUBIC, CoordinateMode.ALIGN_CORNERS)
+    return ctx.g.resize(x, size, ResizeMode.CUBIC, CoordinateMode.HALF_PIXEL, scale=_scales(c))
+
+
 @converter("aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default")
 def upsample_bilinear(ctx, c):
     x = ctx.value(c["input"] if "input" in c.args else c["self"])
