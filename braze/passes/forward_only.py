@@ -10,7 +10,9 @@ from ..rewrite import P, Rule, V, rewrite
 from .canonicalize.simplify import WHERE_SAME
 from .cleanup import dead_code_elimination
 
-__all__ = ["forward_only"]
+__all__ = ["forward_only", "DROPPED_KINDS"]
+
+DROPPED_KINDS = frozenset({"stop_gradient"})  # op kinds no executable holds
 
 DROP_STOP_GRADIENT = Rule("DropStopGradient", lambda b, m: m.v("x"),
                           pattern=P.stop_gradient(V("x")))
@@ -19,7 +21,7 @@ DROP_STOP_GRADIENT = Rule("DropStopGradient", lambda b, m: m.v("x"),
 def forward_only(g: Graph) -> Graph:
     """`g` without its stop_gradient nodes (and the where(c, x, x) they leave); `g` itself
     when it has none."""
-    if not any(n.op.kind == "stop_gradient" for n in g.nodes):
+    if not any(n.op.kind in DROPPED_KINDS for n in g.nodes):
         return g
     out = rewrite(g, [DROP_STOP_GRADIENT, WHERE_SAME]).graph
     return dead_code_elimination(out)[0]
