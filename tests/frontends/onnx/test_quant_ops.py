@@ -114,6 +114,24 @@ def test_float16_quantize_and_dequantize():
                 {"q": q})
 
 
+@pytest.mark.parametrize("opset", [21, 23])
+@pytest.mark.parametrize("axis", [None, -1])
+def test_float16_quotients_round_as_the_opset_says(opset, axis):
+    """QuantizeLinear-23 rounds a float16 x / scale to float16 before rounding it to an
+    integer; earlier opsets divide in float32 (ONNX Runtime). The x here are float16 values
+    whose float32 quotient lies just off a half, so the two disagree on many of them."""
+    rng = np.random.default_rng(3)
+    x = (rng.normal(size=(64, 4)) * 3).astype(np.float16)
+    scale = rng.uniform(0.01, 0.1, 4 if axis is not None else ()).astype(np.float16)
+    zp = np.zeros(scale.shape, np.int8)
+    attrs = {} if axis is None else {"axis": axis}
+    m = one_node("QuantizeLinear", {"x": x}, [scale, zp], opset=opset, **attrs)
+    f32_quotient = np.rint(x.astype(np.float32) / scale.astype(np.float32)).clip(-128, 127)
+    f16_quotient = np.rint((x / scale).astype(np.float32)).clip(-128, 127)
+    assert (f32_quotient != f16_quotient).sum() > 0  # the data tells the two apart
+    check_exact(m, {"x": x})
+
+
 @pytest.mark.parametrize("kind", ["mixed", "positive", "negative", "zeros"])
 def test_dynamic_quantize_linear(kind):
     rng = np.random.default_rng(4)

@@ -1,5 +1,6 @@
 """ONNX quantization ops: QuantizeLinear and DequantizeLinear (opsets 10..23, per tensor and per
-axis) as braze's quantize / dequantize; DynamicQuantizeLinear written out as the spec and ONNX
+axis) as braze's quantize / dequantize (QuantizeLinear-23 divides a float16 / bfloat16 x in
+its own dtype first); DynamicQuantizeLinear written out as the spec and ONNX
 Runtime compute it; MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv in integer
 arithmetic as ONNX Runtime does it.
 
@@ -14,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import UnsupportedOpsError
-from ....ir.dtypes import f32, f64, i8, i32, u8
+from ....ir.dtypes import bf16, f16, f32, f64, i8, i32, u8
 from ....ir.op import Value
 from ....ir.ops.quant import QUANT_DTYPES
 from ..context import ImportContext, NodeView, converter
@@ -91,7 +92,22 @@ def quantize_linear(ctx: ImportContext, node: NodeView):
     if ctx.dtype(scale) != ctx.dtype(x):
         scale = g.cast(scale, ctx.dtype(x))
     scale, zp, axis = _params(ctx, node, x, scale, zp, out or u8)
+    if ctx.opset >= 23 and ctx.dtype(x) in (f16, bf16):
+        x, scale = _divided_in_half_precision(ctx, x, scale, axis)
     return [g.quantize(x, scale, zp, axis=axis)]
+
+
+def _divided_in_half_precision(ctx: ImportContext, x: Value, scale: Value, axis: int | None):
+    """(x / scale in x's half-precision dtype, ones shaped like scale): QuantizeLinear-23 rounds
+    the quotient to float16 / bfloat16 before rounding it to an integer (ONNX Runtime and the
+    ONNX reference), where braze's quantize (and ONNX Runtime before opset 23) divides in float32;
+    the two differ where the float32 quotient lies just off a half."""
+    g = ctx.g
+    rank = len(ctx.dims(x))
+    along = scale if axis is None else g.reshape(
+        scale, tuple(-1 if a == axis else 1 for a in range(rank)))
+    one = ctx.const_like(1.0, x)
+    return g.div(x, along), g.where(g.isnan(scale), one, one)  # ones of scale's shape
 
 
 @converter("DequantizeLinear")
