@@ -97,6 +97,25 @@ def test_a_nan_in_a_row_gives_that_row_nans(compiled):
     assert np.isnan(out[2]).all() and np.isfinite(np.delete(out, 2, axis=0)).all()
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("bad", [np.inf, -np.inf])
+def test_an_infinity_in_a_row_gives_that_row_nans(compiled, bad):
+    """A row's scale is infinite then, so its values dequantize to 0 * inf: NaN, in the kernel
+    as in the decomposition (the kernel read -min / scale = NaN as the zero point, INT_MIN,
+    and gave a mixture of +-inf and NaN)."""
+    g = bz.Graph("linear")
+    w = np.random.default_rng(0).standard_normal((64, 48)).astype(np.float32)
+    g.set_outputs([g.mm(g.input("x", bz.Shape((6, 64))), g.param("w", bz.Shape((64, 48)),
+                                                                  value=w))])
+    q, _ = bz.quantize_dynamic(g, min_size=0)
+    x = feeds_for(q)["x"]
+    x[2, 5] = bad
+    run = bz.compile(q) if compiled else (lambda f: bz.interpret(q, f))
+    with np.errstate(invalid="ignore"):
+        out = run({"x": x})[0]
+    assert np.isnan(out[2]).all() and np.isfinite(np.delete(out, 2, axis=0)).all()
+
+
 def test_fuse_unfuse_round_trip_keeps_the_numbers():
     q, _ = bz.quantize_dynamic(mlp(), min_size=0)
     plain = bz.unfuse_fused_for_autodiff(q)

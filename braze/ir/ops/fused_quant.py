@@ -6,7 +6,8 @@ each row of x (x viewed as [rows, K]) is quantized to u8 with a scale and zero p
 row's min and max, 0 included (ONNX DynamicQuantizeLinear's formulas, per row):
 
   scale = (max - min) / 255 (1 where that is 0), zp = saturate_u8(round(-min / scale))
-  (a row holding a NaN: scale NaN, zp 0, so its outputs are NaN, as a float matmul's)
+  (a row holding a NaN: scale NaN, zp 0, so its outputs are NaN, as a float matmul's; one
+  holding an infinity: scale inf, so its values dequantize to 0 * inf, NaN too)
   x' = fake_quantize(x, scale, zp) = dequantize(quantize(x, ...))   (per row: axis 0)
   w' = w_q * w_scale                (dequantize(w_q, w_scale, 0) per column, as a cast and a
                                      multiply: see below)

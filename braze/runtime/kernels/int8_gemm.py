@@ -9,9 +9,9 @@ int8 quantization of matmuls (DynamicQuantMatMul, passes/quant/).
 - A call quantizes the operand per row (asymmetric u8, as ONNX's DynamicQuantizeLinear but
   per row: min and max of the row with 0 included, scale = (max - min) / 255, or 1 where that
   is 0, zero point zp = clamp(rint(-min / scale), 0, 255), q = clamp(rint(x / scale) + zp,
-  0, 255); a row with a NaN gets a NaN scale, so its outputs are NaN), into a scratch of rows
-  padded to a whole quad. The divisions are IEEE divisions
-  (the embedded-rounding forms, which -ffast-math leaves alone), as NumPy divides.
+  0, 255); a row with a NaN or an infinity gets a NaN scale, so its outputs are NaN), into a
+  scratch of rows padded to a whole quad. The divisions are IEEE divisions (the
+  embedded-rounding forms, which -ffast-math leaves alone), as NumPy divides.
 - The output is cut into tiles (up to MC rows x 4 panels) handed out dynamically over the
   OpenMP threads, as dpbf16_gemm.py cuts it; per tile and K block the micro-kernel
   (dot_micro.VNNI_MICRO, dpbf16_gemm's with `vpdpbusd`) accumulates s32 sums in the thread's
@@ -89,9 +89,11 @@ static inline __mmask16 lanes(int64_t left) {
 }
 
 /* One row of k f32 values -> kp u8 values (zero past k), its scale and zero point (the module
-   docstring's formulas). A row holding a NaN gets a NaN scale (its zero point 0, its values
-   0): its products come out NaN, as a float matmul's would. NaNs are found from the bits:
-   under -ffast-math the compares may take none to be there, and vminps drops them. */
+   docstring's formulas). A row holding a NaN or an infinity gets a NaN scale (its zero point 0,
+   its values 0): its products come out NaN, as a float matmul's would for a NaN and as the
+   decomposition's do for an infinity (an infinite scale: 0 * inf). They are found from the
+   bits: under -ffast-math the compares may take none to be there, vminps drops NaNs, and
+   -min / scale = NaN for a -inf would become the zero point INT_MIN. */
 static void quantize_row(const float* x, int64_t k, int64_t kp, uint8_t* q, float* scale,
                          int32_t* zp) {
   __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();   /* 0 included */
@@ -102,7 +104,7 @@ static void quantize_row(const float* x, int64_t k, int64_t kp, uint8_t* q, floa
     __m512 v = _mm512_maskz_loadu_ps(lanes(k - i), x + i);
     lo = _mm512_min_ps(lo, v);
     hi = _mm512_max_ps(hi, v);
-    nan |= _mm512_cmpgt_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), abs_bits),
+    nan |= _mm512_cmpge_epi32_mask(_mm512_and_si512(_mm512_castps_si512(v), abs_bits),
                                    inf_bits);
   }
   float mn = _mm512_reduce_min_ps(lo), mx = _mm512_reduce_max_ps(hi);
