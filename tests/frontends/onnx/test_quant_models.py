@@ -1,7 +1,8 @@
 """Whole quantized models: a float 2-layer MLP and a small conv net built with onnx.helper,
 quantized by onnxruntime.quantization (quantize_static with a calibration reader of random data
 in QDQ and QOperator formats, the MLP's QOperator form with com.microsoft QLinearAdd, and
-quantize_dynamic), import into braze; the interpreter gives ONNX Runtime's outputs bit for bit
+quantize_dynamic), and a CNN classifier whose QOperator form uses ORT's other contrib QLinear ops,
+import into braze; the interpreter gives ONNX Runtime's outputs bit for bit
 (with ORT's graph optimizations on, which fuse QDQ pairs into integer kernels, and off), and the
 compiled executor too up to float32 rounding of the dynamic models' final float multiply-add."""
 from __future__ import annotations
@@ -50,6 +51,28 @@ def convnet(rng):
     return _model("cnn", nodes, [2, 3, 12, 12], {k: v.astype(np.float32) for k, v in w.items()})
 
 
+def classifier(rng):
+    """A CNN classifier whose QOperator form has ORT's contrib QLinearLeakyRelu,
+    QLinearSigmoid, QLinearConcat, QLinearAveragePool, QLinearGlobalAveragePool, QGemm and
+    QLinearSoftmax."""
+    w = {"w1": rng.normal(size=(8, 3, 3, 3)) * 0.3, "b1": rng.normal(size=8) * 0.1,
+         "w2": rng.normal(size=(8, 8, 3, 3)) * 0.2, "b2": rng.normal(size=8) * 0.1,
+         "wf": rng.normal(size=(10, 16)) * 0.3, "bf": rng.normal(size=10) * 0.1}
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("LeakyRelu", ["c1"], ["a"], alpha=0.1),
+             helper.make_node("Conv", ["a", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Sigmoid", ["c2"], ["s"]),
+             helper.make_node("Concat", ["a", "s"], ["cat"], axis=1),
+             helper.make_node("AveragePool", ["cat"], ["ap"], kernel_shape=[2, 2],
+                              strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["ap"], ["gap"]),
+             helper.make_node("Flatten", ["gap"], ["flat"]),
+             helper.make_node("Gemm", ["flat", "wf", "bf"], ["fc"], transB=1),
+             helper.make_node("Softmax", ["fc"], ["y"], axis=-1)]
+    return _model("classifier", nodes, [2, 3, 12, 12],
+                  {k: v.astype(np.float32) for k, v in w.items()})
+
+
 class RandomReader(quantization.CalibrationDataReader):
     def __init__(self, shape, rng):
         self.batches = iter([{"x": rng.normal(size=shape).astype(np.float32)}
@@ -73,7 +96,7 @@ def _quantize(tmp_path, build, how, rng):
 
 
 CASES = [(mlp, "qdq"), (mlp, "qoperator"), (mlp, "dynamic"), (convnet, "qdq"),
-         (convnet, "qoperator"), (convnet, "dynamic")]
+         (convnet, "qoperator"), (convnet, "dynamic"), (classifier, "qoperator")]
 
 
 @pytest.mark.parametrize("build, how", CASES, ids=[f"{b.__name__}-{h}" for b, h in CASES])

@@ -254,3 +254,99 @@ def test_qlinear_add_and_mul_contrib_ops(op_type, qdt, b_shape):
         params = (scales[0], zps[0], scales[1], zps[1], scales[2], zps[2])
         m, feeds = _contrib_node(op_type, a, b, params, b_is_input=b_shape != ())
         check_exact(m, feeds)
+
+
+def _ms_node(op_type, feeds: dict, inits: dict, names: list, **attrs):
+    """One com.microsoft node reading graph inputs `feeds` and initializers `inits` by the
+    input names `names` ("" for an absent optional input)."""
+    node = helper.make_node(op_type, names, ["y"], name="qnode", domain="com.microsoft",
+                            **attrs)
+    ins = [helper.make_tensor_value_info(k, _TYPES[v.dtype], v.shape) for k, v in feeds.items()]
+    tensors = [numpy_helper.from_array(np.asarray(v), k) for k, v in inits.items()]
+    graph = helper.make_graph([node], "g", ins, [onnx.ValueInfoProto(name="y")], tensors)
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                helper.make_opsetid("com.microsoft", 1)])
+    m.ir_version = 8
+    return m
+
+
+@pytest.mark.parametrize("trans_a, trans_b", [(0, 0), (1, 1)])
+@pytest.mark.parametrize("bias, quantized_out", [(False, True), (True, True), (True, False)])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_qgemm_contrib_op(trans_a, trans_b, bias, quantized_out, per_column):
+    """ORT's QGemm (QOperator Gemm): integer product, int32 C, alpha; float32 out or
+    requantized with y_scale / y_zero_point."""
+    rng = np.random.default_rng(4)
+    m_, k, n = 5, 37, 9
+    a = rng.integers(0, 256, (k, m_) if trans_a else (m_, k)).astype(np.uint8)
+    b = rng.integers(-128, 128, (n, k) if trans_b else (k, n)).astype(np.int8)
+    b_scale = (rng.random(n if per_column else ()) * 0.01 + 1e-3).astype(np.float32)
+    inits = {"as": np.float32(0.02), "az": np.uint8(131), "b": b, "bs": b_scale,
+             "bz": np.zeros(b_scale.shape, np.int8)}
+    names = ["a", "as", "az", "b", "bs", "bz"]
+    if bias:
+        inits["c"] = rng.integers(-5000, 5000, n).astype(np.int32)
+    names.append("c" if bias else "")
+    if quantized_out:
+        inits.update(ys=np.float32(0.05), yz=np.uint8(100))
+        names += ["ys", "yz"]
+    while names[-1] == "":
+        names.pop()
+    m = _ms_node("QGemm", {"a": a}, inits, names, transA=trans_a, transB=trans_b, alpha=0.5)
+    check_exact(m, {"a": a})
+
+
+@pytest.mark.parametrize("op_type, attrs", [
+    ("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1}),
+    ("QLinearGlobalAveragePool", {}), ("QLinearSoftmax", {"axis": -1, "opset": 13}),
+    ("QLinearSoftmax", {"axis": 1, "opset": 11})])
+@pytest.mark.parametrize("qdt", [np.uint8, np.int8])
+def test_qlinear_unary_and_pooling_contrib_ops(op_type, attrs, qdt):
+    rng = np.random.default_rng(6)
+    info = np.iinfo(qdt)
+    x = rng.integers(info.min, info.max + 1, (2, 3, 5, 4)).astype(qdt)
+    y_zp = info.min if op_type == "QLinearSoftmax" else 7
+    inits = {"xs": np.float32(0.05), "xz": qdt(9), "ys": np.float32(1 / 256 if y_zp != 7 else
+                                                                   0.04), "yz": qdt(y_zp)}
+    m = _ms_node(op_type, {"x": x}, inits, ["x", "xs", "xz", "ys", "yz"], **attrs)
+    check_exact(m, {"x": x})
+
+
+@pytest.mark.parametrize("same_params", [False, True])
+def test_qlinear_concat_contrib_op(same_params):
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 256, (2, 3, 4)).astype(np.uint8)
+    b = rng.integers(0, 256, (2, 5, 4)).astype(np.uint8)
+    inits = {"ys": np.float32(0.03), "yz": np.uint8(120), "as": np.float32(0.05),
+             "az": np.uint8(10), "b": b, "bs": np.float32(0.03 if same_params else 0.02),
+             "bz": np.uint8(120 if same_params else 200)}
+    m = _ms_node("QLinearConcat", {"a": a}, inits, ["ys", "yz", "a", "as", "az", "b", "bs", "bz"],
+                 axis=1)
+    check_exact(m, {"a": a})
+
+
+def test_qlinear_average_pool_contrib_op_is_within_one_quantum():
+    """braze averages the dequantized window in float32 (its AveragePool) and rounds as ONNX
+    Runtime does (zero point added before rounding); the float sums' order may still move a
+    value lying at a rounding boundary by one quantum."""
+    rng = np.random.default_rng(8)
+    x = rng.integers(0, 256, (2, 3, 7, 6)).astype(np.uint8)
+    inits = {"xs": np.float32(0.05), "xz": np.uint8(9), "ys": np.float32(0.05),
+             "yz": np.uint8(9)}
+    m = _ms_node("QLinearAveragePool", {"x": x}, inits, ["x", "xs", "xz", "ys", "yz"],
+                 kernel_shape=[2, 2], pads=[1, 1, 1, 1], strides=[2, 1], count_include_pad=1)
+    want = ort_run(m, {"x": x})[0]
+    got = bz.interpret(bz.import_onnx(m), {"x": x})[0]
+    assert got.dtype == want.dtype and got.shape == want.shape
+    assert np.abs(got.astype(int) - want).max() <= 1
+    assert (got == want).mean() > 0.97
+
+
+def test_channels_last_qlinear_pooling_is_refused_naming_the_node():
+    x = np.zeros((1, 4, 4, 3), np.uint8)
+    inits = {"xs": np.float32(0.05), "xz": np.uint8(9), "ys": np.float32(0.05),
+             "yz": np.uint8(9)}
+    m = _ms_node("QLinearGlobalAveragePool", {"x": x}, inits, ["x", "xs", "xz", "ys", "yz"],
+                 channels_last=1)
+    with pytest.raises(FrontendError, match="qnode.*channels_last"):
+        bz.import_onnx(m)

@@ -6,16 +6,24 @@ QLinearMatMul / QLinearConv nodes, computed as ONNX Runtime's MLAS kernels do:
   `bias = c_zp - a_zp * ra - b_zp * rb`, rounded half to even and saturated. The two fused
   multiply-adds are written exactly in float64 (8-bit times float32 products are exact there),
   each rounded once to float32.
-- QLinearMul: `dequantize(a) * dequantize(b)` quantized with c's scale and zero point."""
+- QLinearMul: `dequantize(a) * dequantize(b)` quantized with c's scale and zero point.
+- QGemm: QLinearMatMul's integer product with transA / transB, alpha and an int32 C, in float32
+  (no y_scale) or requantized.
+- QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool, QLinearAveragePool
+  and QLinearSoftmax: the standard op's converter on the dequantized inputs, then a quantize
+  (ORT's lookup tables hold exactly those values); NHWC (channels_last) pooling is refused."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 
-from ....ir.dtypes import f32, f64
+from ....ir.dtypes import f32, f64, i32
+from ....ir.op import Value
 from ....ir.ops.quant import QUANT_DTYPES
-from ..context import ImportContext, NodeView
+from ..context import CONVERTERS, ImportContext, NodeView, Tensor
 from .contrib import contrib
-from .quant import quantized_dtype
+from .quant import integer_matmul, quantized_dtype, requantize
 
 
 def _operands(ctx: ImportContext, node: NodeView):
@@ -65,3 +73,148 @@ def qlinear_mul(ctx: ImportContext, node: NodeView):
     a, a_s, a_zp, b, b_s, b_zp, c_s, c_zp = _operands(ctx, node)
     y = g.mul(g.dequantize(a, a_s, a_zp), g.dequantize(b, b_s, b_zp))
     return [g.quantize(y, c_s, c_zp)]
+
+
+# -- QOperator ops computed in float between a dequantize and a quantize ----------------------
+def _zero_point(ctx: ImportContext, node: NodeView, i: int, qdt) -> Value:
+    """Zero point input `i` as a scalar of `qdt` (zeros when absent)."""
+    if not ctx.has(node, i):
+        return ctx.g.constant(np.zeros((), qdt.np), qdt)
+    zp = ctx.value(node, i)
+    if ctx.dtype(zp) != qdt:
+        raise ctx.fail(node, f"zero point input {i} is {ctx.dtype(zp)}, not {qdt}")
+    return _scalar(ctx, node, zp, i)
+
+
+def _scalar(ctx: ImportContext, node: NodeView, v: Value, i: int) -> Value:
+    dims = ctx.dims(v)
+    if dims and tuple(dims) != (1,):
+        raise ctx.fail(node, f"input {i} must be a scalar (per-tensor quantization), got "
+                             f"{list(dims)}")
+    return ctx.g.reshape(v, ()) if dims else v
+
+
+def _scale(ctx: ImportContext, node: NodeView, i: int) -> Value:
+    v = ctx.value(node, i)
+    if ctx.dtype(v) != f32:
+        raise ctx.fail(node, f"scale input {i} is {ctx.dtype(v)}, not float32")
+    return _scalar(ctx, node, v, i)
+
+
+def _dequantized(ctx: ImportContext, node: NodeView, i: int) -> Value:
+    """Input `i` (8-bit) dequantized with scale input i + 1 and zero point input i + 2."""
+    q = ctx.value(node, i)
+    qdt = quantized_dtype(ctx, node, ctx.dtype(q), QUANT_DTYPES, f"input {i}")
+    return ctx.g.dequantize(q, _scale(ctx, node, i + 1), _zero_point(ctx, node, i + 2, qdt))
+
+
+def _float_op(ctx: ImportContext, node: NodeView, op_type: str, xs: list[Value],
+              attrs: dict) -> Value:
+    """The standard ONNX `op_type` with `attrs` on the float values `xs` (its converter)."""
+    names = [f"{node.outputs[0]}::{op_type}:{i}" for i in range(len(xs))]
+    for name, x in zip(names, xs, strict=True):
+        ctx.env[name] = Tensor(value=x)
+    view = NodeView(op_type, node.name, names, node.outputs[:1], attrs)
+    return CONVERTERS[op_type](ctx, view)[0]
+
+
+def _requantized(ctx: ImportContext, node: NodeView, y: Value, i: int, qdt) -> Value:
+    """Float y quantized with scale input `i` and zero point input i + 1 (else `qdt` zeros)."""
+    zp = _zero_point(ctx, node, i + 1, ctx.dtype(ctx.value(node, i + 1))
+                     if ctx.has(node, i + 1) else qdt)
+    quantized_dtype(ctx, node, ctx.dtype(zp), QUANT_DTYPES, "the output zero point")
+    return ctx.g.quantize(y, _scale(ctx, node, i), zp)
+
+
+def _qdt(ctx: ImportContext, node: NodeView, i: int = 0):
+    return quantized_dtype(ctx, node, ctx.dtype(ctx.value(node, i)), QUANT_DTYPES, "input X")
+
+
+def _no_channels_last(ctx: ImportContext, node: NodeView) -> None:
+    if node.attr("channels_last", 0):
+        raise ctx.fail(node, "channels_last=1 is not supported (braze imports NCHW pooling)")
+
+
+@contrib("QLinearSigmoid", "QLinearLeakyRelu")
+def qlinear_unary(ctx: ImportContext, node: NodeView):
+    op = node.op_type[len("QLinear"):]
+    attrs = {"alpha": node.attr("alpha", 0.01)} if op == "LeakyRelu" else {}
+    y = _float_op(ctx, node, op, [_dequantized(ctx, node, 0)], attrs)
+    return [_requantized(ctx, node, y, 3, _qdt(ctx, node))]
+
+
+@contrib("QLinearGlobalAveragePool")
+def qlinear_global_average_pool(ctx: ImportContext, node: NodeView):
+    _no_channels_last(ctx, node)
+    y = _float_op(ctx, node, "GlobalAveragePool", [_dequantized(ctx, node, 0)], {})
+    return [_requantized(ctx, node, y, 3, _qdt(ctx, node))]
+
+
+@contrib("QLinearAveragePool")
+def qlinear_average_pool(ctx: ImportContext, node: NodeView):
+    """The float average of the dequantized window, then ONNX Runtime's rounding:
+    `rint(y / y_scale + y_zero_point)` (the zero point added before rounding, which differs
+    from quantize's `rint(y / y_scale) + y_zero_point` at ties), saturated."""
+    _no_channels_last(ctx, node)
+    g = ctx.g
+    attrs = {k: v for k, v in node.attrs.items() if k != "channels_last"}
+    y = _float_op(ctx, node, "AveragePool", [_dequantized(ctx, node, 0)], attrs)
+    qdt = _qdt(ctx, node)
+    zp = _zero_point(ctx, node, 4, ctx.dtype(ctx.value(node, 4)) if ctx.has(node, 4) else qdt)
+    shifted = g.add(g.div(y, _scale(ctx, node, 3)), g.cast(zp, f32))
+    return [g.quantize(shifted, 1.0, g.constant(np.zeros((), ctx.dtype(zp).np), ctx.dtype(zp)))]
+
+
+@contrib("QLinearSoftmax")
+def qlinear_softmax(ctx: ImportContext, node: NodeView):
+    """Softmax with the semantics of the opset its `opset` attribute names (before 13: over
+    the axes from `axis` flattened)."""
+    opset = int(node.attr("opset", ctx.opset))
+    sctx = replace(ctx, opset=opset)
+    y = _float_op(sctx, node, "Softmax", [_dequantized(ctx, node, 0)],
+                  {"axis": node.attr("axis", -1 if opset >= 13 else 1)})
+    return [_requantized(ctx, node, y, 3, _qdt(ctx, node))]
+
+
+@contrib("QLinearConcat")
+def qlinear_concat(ctx: ImportContext, node: NodeView):
+    """Inputs: Y_scale, Y_zero_point, then (X, X_scale, X_zero_point) per operand."""
+    if (len(node.inputs) - 2) % 3:
+        raise ctx.fail(node, f"needs 2 + 3 * n inputs, got {len(node.inputs)}")
+    xs = [_dequantized(ctx, node, i) for i in range(2, len(node.inputs), 3)]
+    y = _float_op(ctx, node, "Concat", xs, {"axis": node.attr("axis")})
+    qdt = ctx.dtype(ctx.value(node, 1))
+    quantized_dtype(ctx, node, qdt, QUANT_DTYPES, "Y_zero_point")
+    return [ctx.g.quantize(y, _scale(ctx, node, 0), _zero_point(ctx, node, 1, qdt))]
+
+
+@contrib("QGemm")
+def qgemm(ctx: ImportContext, node: NodeView):
+    """alpha * (A' - a_zp) @ (B' - b_zp) + C (int32, in the product's scale), computed in
+    integers; float32 out as `acc * (alpha * a_scale * b_scale)`, or with y_scale requantized
+    as QLinearMatMul is (`acc * (alpha * a_scale * b_scale / y_scale)`, half to even)."""
+    g = ctx.g
+    a, b = ctx.value(node, 0), ctx.value(node, 3)
+    if node.attr("transA", 0):
+        a = g.transpose(a, (1, 0))
+    b_zp = ctx.opt_value(node, 5)
+    if node.attr("transB", 0):
+        b = g.transpose(b, (1, 0))
+    acc = integer_matmul(ctx, node, a, b, ctx.opt_value(node, 2), b_zp)
+    if ctx.has(node, 6):
+        c = ctx.value(node, 6)
+        if ctx.dtype(c) != i32:
+            raise ctx.fail(node, f"C must be int32, got {ctx.dtype(c)}")
+        acc = g.add(acc, c)
+    a_scale = _scale(ctx, node, 1)
+    b_scale = ctx.value(node, 4)
+    if ctx.dtype(b_scale) != f32:
+        raise ctx.fail(node, f"scale input 4 is {ctx.dtype(b_scale)}, not float32")
+    if ctx.dims(b_scale) == (1,):
+        b_scale = g.reshape(b_scale, ())
+    scale = g.mul(g.mul(ctx.const_like(float(node.attr("alpha", 1.0)), a_scale), a_scale),
+                  b_scale)
+    if not ctx.has(node, 7):
+        return [g.mul(g.cast(acc, f32), scale)]
+    return [requantize(ctx, node, acc, g.div(scale, _scale(ctx, node, 7)),
+                       _zero_point(ctx, node, 8, _qdt(ctx, node)))]

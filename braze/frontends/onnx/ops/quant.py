@@ -167,7 +167,7 @@ def _centred(ctx: ImportContext, node: NodeView, v: Value, zp: Value | None, wha
     return g.sub(out, zf)
 
 
-def _integer_matmul(ctx, node, a, b, a_zp, b_zp) -> Value:
+def integer_matmul(ctx, node, a, b, a_zp, b_zp) -> Value:
     """int32 `(a - a_zp) @ (b - b_zp)`: a per-row zero point of a is [M], of b per column [N]."""
     g = ctx.g
     ac = _centred(ctx, node, a, a_zp, "input A", -2)
@@ -175,7 +175,7 @@ def _integer_matmul(ctx, node, a, b, a_zp, b_zp) -> Value:
     return g.cast(g.matmul(ac, bc), i32)
 
 
-def _requantize(ctx, node, acc: Value, multiplier: Value, zp: Value) -> Value:
+def requantize(ctx, node, acc: Value, multiplier: Value, zp: Value) -> Value:
     """ONNX Runtime's requantization of an int32 accumulator: float32(acc) * multiplier,
     rounded half to even, plus the zero point, saturated to the zero point's dtype."""
     g = ctx.g
@@ -196,7 +196,7 @@ def _f32_scale(ctx, node, i: int) -> Value:
 
 @converter("MatMulInteger")
 def matmul_integer(ctx: ImportContext, node: NodeView):
-    return [_integer_matmul(ctx, node, ctx.value(node, 0), ctx.value(node, 1),
+    return [integer_matmul(ctx, node, ctx.value(node, 0), ctx.value(node, 1),
                             ctx.opt_value(node, 2), ctx.opt_value(node, 3))]
 
 
@@ -204,12 +204,12 @@ def matmul_integer(ctx: ImportContext, node: NodeView):
 def qlinear_matmul(ctx: ImportContext, node: NodeView):
     g = ctx.g
     a, b = ctx.value(node, 0), ctx.value(node, 3)
-    acc = _integer_matmul(ctx, node, a, b, ctx.value(node, 2), ctx.value(node, 5))
+    acc = integer_matmul(ctx, node, a, b, ctx.value(node, 2), ctx.value(node, 5))
     a_scale = _f32_scale(ctx, node, 1)
     if len(ctx.dims(a_scale)) == 1 and ctx.dims(a_scale)[0] != 1:  # per row of a: [M, 1]
         a_scale = g.reshape(a_scale, (-1, 1))
     multiplier = g.div(g.mul(a_scale, _f32_scale(ctx, node, 4)), _f32_scale(ctx, node, 6))
-    return [_requantize(ctx, node, acc, multiplier, ctx.value(node, 7))]
+    return [requantize(ctx, node, acc, multiplier, ctx.value(node, 7))]
 
 
 def _integer_conv(ctx, node, x, x_zp, w, w_zp, bias=None) -> Value:
@@ -242,4 +242,4 @@ def qlinear_conv(ctx: ImportContext, node: NodeView):
     rank = len(ctx.dims(acc))
     if ctx.dims(multiplier):  # per output channel: along axis 1 of [N, M, *spatial]
         multiplier = g.reshape(multiplier, (-1,) + (1,) * (rank - 2))
-    return [_requantize(ctx, node, acc, multiplier, ctx.value(node, 7))]
+    return [requantize(ctx, node, acc, multiplier, ctx.value(node, 7))]
