@@ -298,18 +298,42 @@ def test_qgemm_contrib_op(trans_a, trans_b, bias, quantized_out, per_column):
 
 @pytest.mark.parametrize("op_type, attrs", [
     ("QLinearSigmoid", {}), ("QLinearLeakyRelu", {"alpha": 0.1}),
-    ("QLinearGlobalAveragePool", {}), ("QLinearSoftmax", {"axis": -1, "opset": 13}),
-    ("QLinearSoftmax", {"axis": 1, "opset": 11})])
+    ("QLinearGlobalAveragePool", {})])
 @pytest.mark.parametrize("qdt", [np.uint8, np.int8])
 def test_qlinear_unary_and_pooling_contrib_ops(op_type, attrs, qdt):
     rng = np.random.default_rng(6)
     info = np.iinfo(qdt)
     x = rng.integers(info.min, info.max + 1, (2, 3, 5, 4)).astype(qdt)
-    y_zp = info.min if op_type == "QLinearSoftmax" else 7
-    inits = {"xs": np.float32(0.05), "xz": qdt(9), "ys": np.float32(1 / 256 if y_zp != 7 else
-                                                                   0.04), "yz": qdt(y_zp)}
+    inits = {"xs": np.float32(0.05), "xz": qdt(9), "ys": np.float32(0.04), "yz": qdt(7)}
     m = _ms_node(op_type, {"x": x}, inits, ["x", "xs", "xz", "ys", "yz"], **attrs)
     check_exact(m, {"x": x})
+
+
+@pytest.mark.parametrize("attrs", [{"axis": -1, "opset": 13}, {"axis": 1, "opset": 11}])
+@pytest.mark.parametrize("qdt, y_scale", [(np.uint8, 1 / 255), (np.uint8, 1 / 256),
+                                          (np.int8, 1 / 256)])
+def test_qlinear_softmax_computes_onnx_runtimes_table_arithmetic(attrs, qdt, y_scale):
+    """ORT scales by floor(1 / y_scale) (254 for 1 / 255), not 1 / y_scale: a float softmax
+    quantized with y_scale is off by a quantum on most values there."""
+    rng = np.random.default_rng(6)
+    info = np.iinfo(qdt)
+    x = rng.integers(info.min, info.max + 1, (2, 3, 5, 4)).astype(qdt)
+    inits = {"xs": np.float32(0.05), "xz": qdt(9), "ys": np.float32(y_scale),
+             "yz": qdt(info.min)}
+    m = _ms_node("QLinearSoftmax", {"x": x}, inits, ["x", "xs", "xz", "ys", "yz"], **attrs)
+    check_exact(m, {"x": x})
+
+
+def test_qlinear_softmax_of_an_infinite_scale_is_onnx_runtimes():
+    """quantize_static calibrates a BERT attention mask's add to an infinite scale; ORT's
+    table is then NaN at each row's maximum and 0 elsewhere, and its output 0 throughout."""
+    x = np.random.default_rng(1).integers(-128, 128, (2, 8)).astype(np.int8)
+    inits = {"xs": np.float32(np.inf), "xz": np.int8(0), "ys": np.float32(1 / 256),
+             "yz": np.int8(-128)}
+    m = _ms_node("QLinearSoftmax", {"x": x}, inits, ["x", "xs", "xz", "ys", "yz"], axis=-1,
+                 opset=13)
+    with np.errstate(invalid="ignore"):  # 0 * inf
+        check_exact(m, {"x": x})
 
 
 @pytest.mark.parametrize("same_params", [False, True])

@@ -14,13 +14,12 @@ QLinearMatMul / QLinearConv nodes, computed as ONNX Runtime's MLAS kernels do:
   (ORT's lookup tables hold exactly those values); NHWC (channels_last) pooling is refused."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 
 from ....ir.dtypes import f32, f64, i32
 from ....ir.op import Value
 from ....ir.ops.quant import QUANT_DTYPES
+from ....ir.symbolic import SymDim
 from ..context import CONVERTERS, ImportContext, NodeView, Tensor
 from .contrib import contrib
 from .quant import integer_matmul, quantized_dtype, requantize
@@ -167,13 +166,55 @@ def qlinear_average_pool(ctx: ImportContext, node: NodeView):
 
 @contrib("QLinearSoftmax")
 def qlinear_softmax(ctx: ImportContext, node: NodeView):
-    """Softmax with the semantics of the opset its `opset` attribute names (before 13: over
-    the axes from `axis` flattened)."""
+    """ONNX Runtime's lookup-table softmax, in its arithmetic: per row (the `axis`, or before
+    opset 13 the axes from `axis` flattened, as the `opset` attribute says) of D values,
+    `t = float32(exp((x - max(x) + c / x_scale) * x_scale))` in float64 with
+    `c = max(0, log(float32(FLT_MAX / D)) - 5)`, then
+    `rint(fma(t, (1 / sum(t)) * floor(1 / y_scale), y_zp))`, saturated (the float softmax
+    quantized differs wherever 1 / y_scale is not an integer); a NaN (an infinite x_scale,
+    which quantize_static calibrates from an attention mask of -inf) gives 0. ONNX Runtime
+    sums rows of 32 and more in vector lanes: a value at a rounding boundary may then differ
+    by one quantum."""
+    g = ctx.g
     opset = int(node.attr("opset", ctx.opset))
-    sctx = replace(ctx, opset=opset)
-    y = _float_op(sctx, node, "Softmax", [_dequantized(ctx, node, 0)],
-                  {"axis": node.attr("axis", -1 if opset >= 13 else 1)})
-    return [_requantized(ctx, node, y, 3, _qdt(ctx, node))]
+    x = ctx.value(node, 0)
+    qdt = _qdt(ctx, node)
+    dims = ctx.dims(x)
+    rank = len(dims)
+    axis = int(node.attr("axis", -1 if opset >= 13 else 1))
+    if not -rank <= axis < rank:
+        raise ctx.fail(node, f"axis {axis} is out of range for rank {rank}")
+    axis %= rank
+    row = dims[axis:] if opset < 13 else (dims[axis],)
+    if opset < 13:
+        x = g.reshape(x, tuple(dims[:axis]) + (-1,))
+    red = len(ctx.dims(x)) - 1 if opset < 13 else axis
+    xf = g.cast(x, f64)
+    x_scale = g.cast(_scale(ctx, node, 1), f64)
+    shift = g.maximum(g.sub(g.activation(g.cast(g.div(
+        g.constant(np.finfo(np.float32).max, f32), _row_length(g, row)), f64), "log"), 5.0), 0.0)
+    centred = g.sub(xf, g.reduce_max(xf, red, keepdims=True))
+    level = g.add(centred, g.div(shift, x_scale))
+    t = g.cast(g.activation(g.mul(level, x_scale), "exp"), f32)
+    one = g.constant(np.float32(1.0), f32)
+    y_levels = g.activation(g.div(one, _scale(ctx, node, 3)), "floor")
+    multiplier = g.mul(g.div(one, g.sum(t, red, keepdims=True)), y_levels)
+    zp = _zero_point(ctx, node, 4, ctx.dtype(ctx.value(node, 4)) if ctx.has(node, 4) else qdt)
+    fused = g.add(g.mul(g.cast(t, f64), g.cast(multiplier, f64)), g.cast(zp, f64))  # exact
+    zero = g.constant(np.zeros((), ctx.dtype(zp).np), ctx.dtype(zp))
+    fused = g.where(g.isnan(fused), 0.0, fused)  # ORT's int32 conversion of NaN, cast: 0
+    y = g.quantize(g.cast(fused, f32), 1.0, zero)
+    return [g.reshape(y, dims) if opset < 13 else y]
+
+
+def _row_length(g, dims) -> Value:
+    """The product of `dims` as a float32 scalar (a run-time value when symbolic)."""
+    n = SymDim.of(1)
+    for d in dims:
+        n = n * SymDim.of(d)
+    if n.is_const:
+        return g.constant(np.float32(n.const), f32)
+    return g.sym_const((n.to_dim(),), shape=(), dtype=f32)
 
 
 @contrib("QLinearConcat")
