@@ -1,10 +1,11 @@
 """Whole quantized models: a float 2-layer MLP and a small conv net built with onnx.helper,
 quantized by onnxruntime.quantization (quantize_static with a calibration reader of random data
 in QDQ and QOperator formats, the MLP's QOperator form with com.microsoft QLinearAdd, and
-quantize_dynamic), and a CNN classifier whose QOperator form uses ORT's other contrib QLinear ops,
-import into braze; the interpreter gives ONNX Runtime's outputs bit for bit
-(with ORT's graph optimizations on, which fuse QDQ pairs into integer kernels, and off), and the
-compiled executor too up to float32 rounding of the dynamic models' final float multiply-add."""
+quantize_dynamic, also as ORT's optimizer saves it), and a CNN classifier whose QOperator form
+uses ORT's other contrib QLinear ops, import into braze; the interpreter gives ONNX Runtime's
+outputs bit for bit (with ORT's graph optimizations on, which fuse QDQ pairs into integer
+kernels, and off), and the compiled executor too up to float32 rounding of the dynamic models'
+final float multiply-add."""
 from __future__ import annotations
 
 import numpy as np
@@ -87,8 +88,13 @@ def _quantize(tmp_path, build, how, rng):
     shape = [d.dim_value for d in m.graph.input[0].type.tensor_type.shape.dim]
     src, dst = tmp_path / "float.onnx", tmp_path / f"{how}.onnx"
     onnx.save(m, src)
-    if how == "dynamic":
+    if how.startswith("dynamic"):
         quantization.quantize_dynamic(src, dst, weight_type=quantization.QuantType.QInt8)
+        if how == "dynamic-ort-optimized":  # com.microsoft DynamicQuantizeMatMul and kin
+            so = ort.SessionOptions()
+            so.optimized_model_filepath = str(tmp_path / "optimized.onnx")
+            ort.InferenceSession(str(dst), so, providers=["CPUExecutionProvider"])
+            dst = tmp_path / "optimized.onnx"
     else:
         fmt = quantization.QuantFormat.QDQ if how == "qdq" else quantization.QuantFormat.QOperator
         quantization.quantize_static(src, dst, RandomReader(shape, rng), quant_format=fmt)
@@ -96,7 +102,8 @@ def _quantize(tmp_path, build, how, rng):
 
 
 CASES = [(mlp, "qdq"), (mlp, "qoperator"), (mlp, "dynamic"), (convnet, "qdq"),
-         (convnet, "qoperator"), (convnet, "dynamic"), (classifier, "qoperator")]
+         (convnet, "qoperator"), (convnet, "dynamic"), (classifier, "qoperator"),
+         (mlp, "dynamic-ort-optimized")]
 
 
 @pytest.mark.parametrize("build, how", CASES, ids=[f"{b.__name__}-{h}" for b, h in CASES])
@@ -106,6 +113,9 @@ def test_quantized_model_matches_onnx_runtime(tmp_path, build, how):
     g = bz.import_onnx(path)
     kinds = {n.op.kind for n in g.nodes}
     assert "quantize" in kinds
+    if how == "dynamic-ort-optimized":
+        model_ops = {n.op_type for n in onnx.load(path).graph.node}
+        assert {"DynamicQuantizeMatMul", "MatMulIntegerToFloat"} & model_ops
     exe = bz.compile(g)
     for seed in range(3):
         x = np.random.default_rng(seed + 10).normal(size=shape).astype(np.float32)
@@ -117,7 +127,7 @@ def test_quantized_model_matches_onnx_runtime(tmp_path, build, how):
                 None, {"x": x})[0]
             np.testing.assert_array_equal(bz.interpret(g, {"x": x})[0], want)
             got = exe({"x": x})[0]
-            if how == "dynamic":  # float32 epilogue: the region may fuse mul + add
+            if how.startswith("dynamic"):  # float32 epilogue: the region may fuse mul + add
                 np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
             else:
                 np.testing.assert_array_equal(got, want)

@@ -374,3 +374,39 @@ def test_channels_last_qlinear_pooling_is_refused_naming_the_node():
                  channels_last=1)
     with pytest.raises(FrontendError, match="qnode.*channels_last"):
         bz.import_onnx(m)
+
+
+@pytest.mark.parametrize("zero_points", [False, True])
+@pytest.mark.parametrize("per_column, bias", [(False, False), (True, True)])
+def test_ort_fused_dynamic_matmuls(zero_points, per_column, bias):
+    """MatMulIntegerToFloat and DynamicQuantizeMatMul (what ORT's optimizer writes for a
+    quantize_dynamic model, saved with optimized_model_filepath) match ONNX Runtime up to
+    float32 rounding of the scale-and-bias epilogue."""
+    rng = np.random.default_rng(11)
+    k, n = 24, 10
+    b = rng.integers(-128, 128, (k, n)).astype(np.int8)
+    b_scale = (rng.random(n if per_column else ()) * 0.01 + 1e-3).astype(np.float32)
+    b_zp = rng.integers(-5, 5, b_scale.shape).astype(np.int8) if zero_points else None
+    tail = {"bias": rng.normal(size=n).astype(np.float32)} if bias else {}
+    x = rng.normal(size=(2, 3, k)).astype(np.float32)
+    a = rng.integers(0, 256, (2, 3, k)).astype(np.uint8)
+    a_zp = {"az": np.uint8(120)} if zero_points else {}
+    cases = [
+        ("MatMulIntegerToFloat", {"a": a},
+         {"b": b, "as": np.float32(0.02), "bs": b_scale, **a_zp,
+          **({"bz": b_zp} if zero_points else {}), **tail},
+         ["a", "b", "as", "bs", "az" if zero_points else "", "bz" if zero_points else "",
+          "bias" if bias else ""]),
+        ("DynamicQuantizeMatMul", {"x": x},
+         {"b": b, "bs": b_scale, **({"bz": b_zp} if zero_points else {}), **tail},
+         ["x", "b", "bs", "bz" if zero_points else "", "bias" if bias else ""]),
+    ]
+    for op_type, feeds, inits, names in cases:
+        while names[-1] == "":
+            names.pop()
+        m = _ms_node(op_type, feeds, inits, names)
+        want = ort_run(m, feeds)[0]
+        g = bz.import_onnx(m)
+        for got in (bz.interpret(g, feeds)[0], bz.compile(g)(feeds)[0]):
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6 * np.abs(want).max())

@@ -11,7 +11,9 @@ QLinearMatMul / QLinearConv nodes, computed as ONNX Runtime's MLAS kernels do:
   (no y_scale) or requantized.
 - QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool, QLinearAveragePool
   and QLinearSoftmax: the standard op's converter on the dequantized inputs, then a quantize
-  (ORT's lookup tables hold exactly those values); NHWC (channels_last) pooling is refused."""
+  (ORT's lookup tables hold exactly those values); NHWC (channels_last) pooling is refused.
+- MatMulIntegerToFloat and DynamicQuantizeMatMul (ORT's optimizer fuses a dynamically quantized
+  model's matmuls into them): the integer product times a_scale * b_scale, plus bias."""
 from __future__ import annotations
 
 import numpy as np
@@ -22,7 +24,7 @@ from ....ir.ops.quant import QUANT_DTYPES
 from ....ir.symbolic import SymDim
 from ..context import CONVERTERS, ImportContext, NodeView, Tensor
 from .contrib import contrib
-from .quant import integer_matmul, quantized_dtype, requantize
+from .quant import dynamic_quantized, integer_matmul, quantized_dtype, requantize
 
 
 def _operands(ctx: ImportContext, node: NodeView):
@@ -259,3 +261,38 @@ def qgemm(ctx: ImportContext, node: NodeView):
         return [g.mul(g.cast(acc, f32), scale)]
     return [requantize(ctx, node, acc, g.div(scale, _scale(ctx, node, 7)),
                        _zero_point(ctx, node, 8, _qdt(ctx, node)))]
+
+
+# -- ORT's optimizer's fusions of dynamically quantized matmuls -------------------------------
+def _scaled_product(ctx: ImportContext, node: NodeView, acc: Value, a_scale: Value,
+                    b_scale: Value, bias_at: int) -> Value:
+    """float32(acc) * (a_scale * b_scale) (+ bias input `bias_at`), b_scale scalar or per
+    column [N]."""
+    g = ctx.g
+    for s in (a_scale, b_scale):
+        if ctx.dtype(s) != f32:
+            raise ctx.fail(node, f"scales must be float32, got {ctx.dtype(s)}")
+    if ctx.dims(a_scale):
+        a_scale = _scalar(ctx, node, a_scale, 2)
+    if ctx.dims(b_scale) == (1,):
+        b_scale = g.reshape(b_scale, ())
+    y = g.mul(g.cast(acc, f32), g.mul(a_scale, b_scale))
+    return g.add(y, ctx.value(node, bias_at)) if ctx.has(node, bias_at) else y
+
+
+@contrib("MatMulIntegerToFloat")
+def matmul_integer_to_float(ctx: ImportContext, node: NodeView):
+    """Inputs A, B, a_scale, b_scale, a_zero_point?, b_zero_point?, bias?: MatMulInteger's
+    int32 product, then float32 times a_scale * b_scale, plus bias."""
+    acc = integer_matmul(ctx, node, ctx.value(node, 0), ctx.value(node, 1),
+                         ctx.opt_value(node, 4), ctx.opt_value(node, 5))
+    return [_scaled_product(ctx, node, acc, ctx.value(node, 2), ctx.value(node, 3), 6)]
+
+
+@contrib("DynamicQuantizeMatMul")
+def dynamic_quantize_matmul(ctx: ImportContext, node: NodeView):
+    """Inputs A (float32), B, b_scale, b_zero_point?, bias?: A quantized to uint8 as
+    DynamicQuantizeLinear does, then MatMulIntegerToFloat's arithmetic."""
+    q, a_scale, a_zp = dynamic_quantized(ctx, node, ctx.value(node, 0))
+    acc = integer_matmul(ctx, node, q, ctx.value(node, 1), a_zp, ctx.opt_value(node, 3))
+    return [_scaled_product(ctx, node, acc, a_scale, ctx.value(node, 2), 4)]

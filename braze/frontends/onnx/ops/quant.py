@@ -131,10 +131,15 @@ def dynamic_quantize_linear(ctx: ImportContext, node: NodeView):
     """uint8 x with scale (max - min) / 255 and zero point round(clip(-min / scale, 0, 255))
     over the range [min(x, 0), max(x, 0)]; a range of 0 (x all zero) has scale 1, as ONNX
     Runtime computes it."""
+    return list(dynamic_quantized(ctx, node, ctx.value(node, 0)))
+
+
+def dynamic_quantized(ctx: ImportContext, node: NodeView, x: Value):
+    """(u8 q, scale, zero point) of float32 x, per tensor, by DynamicQuantizeLinear's
+    formulas (also ORT's DynamicQuantizeMatMul's)."""
     g = ctx.g
-    x = ctx.value(node, 0)
     if ctx.dtype(x) != f32:
-        raise ctx.fail(node, f"DynamicQuantizeLinear takes float32, got {ctx.dtype(x)}")
+        raise ctx.fail(node, f"{node.op_type} takes a float32 input, got {ctx.dtype(x)}")
     zero = ctx.const_like(0.0, x)
     lo = g.minimum(g.reduce_min(x), zero)
     hi = g.maximum(g.reduce_max(x), zero)
@@ -142,7 +147,7 @@ def dynamic_quantize_linear(ctx: ImportContext, node: NodeView):
     scale = g.where(g.eq(span, zero), ctx.const_like(1.0, x),
                     g.div(span, ctx.const_like(255.0, x)))
     zp = g.cast(g.activation(g.clamp(g.sub(zero, g.div(lo, scale)), 0.0, 255.0), "round"), u8)
-    return [g.quantize(x, scale, zp), scale, zp]
+    return g.quantize(x, scale, zp), scale, zp
 
 
 def _centred(ctx: ImportContext, node: NodeView, v: Value, zp: Value | None, what: str,
