@@ -176,6 +176,24 @@ def test_per_tensor_scales_and_a_shared_weight():
                                   quantize_weight(g.weights["w"], per_channel=False)[0])
 
 
+@pytest.mark.parametrize("taken", ["w.scale", "w.int8"])
+def test_a_param_already_named_like_the_int8_weight_or_its_scales_is_left_alone(taken):
+    """An unrelated param named w.scale (f32 [N], the scales' very type) was read as w's
+    scales: a silently wrong layer; named w.int8, the pass failed."""
+    rng = np.random.default_rng(0)
+    g = bz.Graph("clash")
+    x = g.input("x", bz.Shape((4, 32)))
+    w = g.param("w", bz.Shape((32, 16)), value=rng.standard_normal((32, 16), np.float32))
+    other = g.param(taken, bz.Shape((16,)), value=np.full(16, 7.0, np.float32))
+    g.set_outputs([g.add(g.mm(x, w), other)])
+    q, _ = bz.quantize_dynamic(g, min_size=0)
+    assert q.op_counts().get("dynamic_quant_matmul") == 1
+    np.testing.assert_array_equal(q.weights[taken], np.full(16, 7.0, np.float32))
+    feeds = feeds_for(g)
+    want = bz.interpret(g, feeds)[0]
+    np.testing.assert_allclose(bz.interpret(q, feeds)[0], want, atol=0.05 * np.abs(want).max())
+
+
 def test_projections_of_one_input_share_one_int8_gemm():
     """Q, K and V (or gate and up) reading one x join first: one GEMM quantizes x once."""
     rng = np.random.default_rng(3)

@@ -116,12 +116,23 @@ def large_enough(m, ctx) -> Miss | None:
     return fail(MissReason.BELOW_MIN_SIZE, detail=f"weight {w}: {size} < min_size {least}")
 
 
-def _stored_param(b, name: str, value: np.ndarray, dtype: DType):
-    """Param `name` of `b` holding `value`: made once, shared by the matmuls of one weight."""
-    try:
+def _stored_param(b, source: Graph, name: str, value: np.ndarray, dtype: DType):
+    """Param `name` of `b` holding `value`: made once, shared by the matmuls of one weight.
+    A name the input graph `source` already uses gets "_" appended until it is free, so an
+    unrelated param of that name is never read as the int8 weight or its scales."""
+    while _names_a_node(source, name):
+        name += "_"
+    if _names_a_node(b, name):
         return b.node_by_name(name).value
-    except Exception:  # noqa: BLE001 - not made yet
-        return b.param(name, Shape(value.shape, dtype), value=value)
+    return b.param(name, Shape(value.shape, dtype), value=value)
+
+
+def _names_a_node(g: Graph, name: str) -> bool:
+    try:
+        g.node_by_name(name)
+    except GraphError:
+        return False
+    return True
 
 
 def quantized_weight(m, ctx) -> Miss | None:
@@ -145,8 +156,8 @@ def _build(b, m):
     base = w_node.op.name if isinstance(w_node.op, Param) else f"const{w_node.id}"
     q, scale = m.memo("quantized", lambda: None)
     tag = "" if m.memo("per_channel", lambda: True) else ".tensor"
-    wq = _stored_param(b, f"{base}.int8{tag}", q, i8)
-    ws = _stored_param(b, f"{base}.scale{tag}", scale, f32)
+    wq = _stored_param(b, m.graph, f"{base}.int8{tag}", q, i8)
+    ws = _stored_param(b, m.graph, f"{base}.scale{tag}", scale, f32)
     op = m.op("mm")
     fused = isinstance(op, FusedMatMulBiasAct)
     has_bias = fused and op.has_bias
