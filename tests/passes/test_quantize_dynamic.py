@@ -280,6 +280,20 @@ def test_an_empty_weight_is_reported():
     assert "empty" in miss.detail
 
 
+def test_weights_inside_fused_nodes_are_reported():
+    """A graph fused before quantizing holds projections inside fused attention blocks: they
+    stay float32, and the report says so (it said nothing: 'misses 0')."""
+    g = bz.models.build_model("bert-tiny")
+    fused, _ = bz.fuse(g, target="cpu")
+    assert fused.op_counts().get("fused_attention_block")
+    q, report = bz.quantize_dynamic(fused, params=bz.init_params(g, seed=0), min_size=0)
+    assert q.op_counts().get("dynamic_quant_matmul")
+    inside = [m for m in report.misses if "fused_attention_block" in (m.detail or "")]
+    assert len(inside) == fused.op_counts()["fused_attention_block"]
+    assert all(m.reason is MissReason.PATTERN_MISMATCH and "before bz.fuse" in m.hint
+               for m in inside)
+
+
 def test_a_kind_left_out_of_op_kinds_is_reported():
     q, report = bz.quantize_dynamic(mlp(), min_size=0, op_kinds=("fused_matmul_bias_act",))
     assert q.op_counts()["dynamic_quant_matmul"] == 1   # the biased layer; the plain matmul not

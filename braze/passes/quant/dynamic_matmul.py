@@ -7,7 +7,8 @@ GEMM quantizes that input once; FuseMatMulBiasAct brings each layer's bias add a
 into its matmul; then the rule below. Every matmul left alone is a reported miss with its
 reason: a weight computed at run time or without a value, not 2-D, not float32, smaller than
 `min_size`, empty or holding NaN / infinity, K past the int32 sums' reach, or a kind
-`op_kinds` leaves out."""
+`op_kinds` leaves out; so is each fused node (an attention block, a SwiGLU, ...) holding
+stored weights, whose matmuls the rule cannot see."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
@@ -22,8 +23,8 @@ from ...ir.ops.fused import FusedMatMulBiasAct
 from ...ir.ops.fused_quant import MAX_K, DynamicQuantMatMul
 from ...ir.ops.io import Constant, Param
 from ...ir.shapes import Shape
-from ...rewrite import Miss, MissReason, P, RewriteContext, Rule, V, fail
-from ..base import FunctionPass, RulePass, run_passes
+from ...rewrite import Miss, MissedFusion, MissReason, P, RewriteContext, Rule, V, fail
+from ..base import FunctionPass, PassResult, RulePass, run_passes
 from ..cleanup import dead_code_elimination
 from ..fusion.matmul_bias_act import FUSE_MATMUL_BIAS_ACT
 from ..fusion.shared_matmul import RULES as SHARED_MATMUL_RULES
@@ -165,6 +166,44 @@ def _build(b, m):
     return b.add_node(DynamicQuantMatMul(op.act if fused else None, has_bias), ins)[0]
 
 
+def _stored_matrix(g: Graph, v) -> str | None:
+    """The name of the stored 2-D float32 weight `v` is (a param with a value or a constant),
+    or None."""
+    node = g.nodes[v.node]
+    shape = g.shape_of(v)
+    if shape.rank != 2 or shape.dtype != f32:
+        return None
+    if isinstance(node.op, Param) and node.op.name in g.weights:
+        return node.op.name
+    return f"a constant {shape}" if isinstance(node.op, Constant) else None
+
+
+@dataclass
+class ReportFusedLinearLayers:
+    """Reports each fused node (other than the linear layer the rule takes) that reads a
+    stored 2-D float32 weight: its matmuls stay float32, unseen by the rule, as they would
+    silently."""
+
+    name: str = "ReportFusedLinearLayers"
+
+    def run(self, g: Graph, ctx) -> PassResult:
+        misses = []
+        for node in g.nodes:
+            if not node.op.fused or isinstance(node.op, (FusedMatMulBiasAct,
+                                                         DynamicQuantMatMul)):
+                continue
+            weights = [w for w in (_stored_matrix(g, v) for v in node.inputs) if w]
+            if weights:
+                misses.append(MissedFusion(
+                    pattern=QUANTIZE_DYNAMIC_MATMUL.name, node=node.name or f"%{node.id}",
+                    reason=MissReason.PATTERN_MISMATCH, context=node.describe(),
+                    hint="quantize before bz.fuse / bz.compile fuse the graph (or quantize "
+                         "bz.unfuse_fused_for_autodiff(g)): fused nodes keep float32 weights.",
+                    detail=f"weights {', '.join(weights)} are inside a {node.op.kind}",
+                    node_id=node.id))
+        return PassResult(self.name, g, False, misses=misses)
+
+
 QUANTIZE_DYNAMIC_MATMUL = Rule(
     "QuantizeDynamicMatMul",
     _build,
@@ -207,7 +246,7 @@ def quantize_dynamic(graph: Graph, *, params: Mapping[str, np.ndarray] | None = 
     passes = [RulePass("FuseSharedInputMatMul", SHARED_MATMUL_RULES),
               RulePass("FuseMatMulBiasAct", (FUSE_MATMUL_BIAS_ACT,)),
               RulePass("QuantizeDynamicMatMul", (QUANTIZE_DYNAMIC_MATMUL,)),
-              FunctionPass("dce", dead_code_elimination)]
+              FunctionPass("dce", dead_code_elimination), ReportFusedLinearLayers()]
     out, results = run_passes(work, passes, ctx)
     from ...report import FusionReport
 
