@@ -132,6 +132,19 @@ def test_float16_quotients_round_as_the_opset_says(opset, axis):
     check_exact(m, {"x": x})
 
 
+@pytest.mark.parametrize("xdt, sdt, precision", [
+    (np.float32, np.float16, None), (np.float16, np.float32, None),
+    (np.float32, np.float32, TensorProto.FLOAT16), (np.float16, np.float16, TensorProto.FLOAT)])
+def test_quantize_linear_23_divides_in_the_scales_type_or_its_precision(xdt, sdt, precision):
+    """Opset 23 lets x and the scale differ: the division runs in the scale's type, or the
+    `precision` attribute's (braze cast the scale to x's type and divided in float32)."""
+    rng = np.random.default_rng(5)
+    x = (rng.normal(size=(200, 4)) * 3).astype(xdt)
+    attrs = {} if precision is None else {"precision": precision}
+    m = one_node("QuantizeLinear", {"x": x}, [sdt(0.0731), np.int8(0)], opset=23, **attrs)
+    check_exact(m, {"x": x})
+
+
 @pytest.mark.parametrize("kind", ["mixed", "positive", "negative", "zeros"])
 def test_dynamic_quantize_linear(kind):
     rng = np.random.default_rng(4)

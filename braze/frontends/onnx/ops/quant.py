@@ -1,8 +1,8 @@
 """ONNX quantization ops: QuantizeLinear and DequantizeLinear (opsets 10..23, per tensor and per
-axis) as braze's quantize / dequantize (QuantizeLinear-23 divides a float16 / bfloat16 x in
-its own dtype first); DynamicQuantizeLinear written out as the spec and ONNX
-Runtime compute it; MatMulInteger, ConvInteger, QLinearMatMul and QLinearConv in integer
-arithmetic as ONNX Runtime does it.
+axis) as braze's quantize / dequantize (QuantizeLinear-23 divides in the scale's type or its
+`precision`, a half-precision quotient rounded to that type); DynamicQuantizeLinear written
+out as the spec and ONNX Runtime compute it; MatMulInteger, ConvInteger, QLinearMatMul and
+QLinearConv in integer arithmetic as ONNX Runtime does it.
 
 The integer products run as float64 matmuls / convs of the zero-point-centred operands, exact
 for every 8-bit input (a sum must pass 2^53 to round), then become int32. QLinear ops requantize
@@ -89,19 +89,33 @@ def quantize_linear(ctx: ImportContext, node: NodeView):
         if out is not None and out != ctx.dtype(zp):
             raise ctx.fail(node, f"output_dtype {out} differs from the zero point's "
                                  f"{ctx.dtype(zp)}")
-    if ctx.dtype(scale) != ctx.dtype(x):
-        scale = g.cast(scale, ctx.dtype(x))
+    division = _division_dtype(ctx, node, scale)
+    x, scale = (v if ctx.dtype(v) == division else g.cast(v, division) for v in (x, scale))
     scale, zp, axis = _params(ctx, node, x, scale, zp, out or u8)
-    if ctx.opset >= 23 and ctx.dtype(x) in (f16, bf16):
+    if ctx.opset >= 23 and division in (f16, bf16):
         x, scale = _divided_in_half_precision(ctx, x, scale, axis)
     return [g.quantize(x, scale, zp, axis=axis)]
 
 
+def _division_dtype(ctx: ImportContext, node: NodeView, scale: Value):
+    """The dtype QuantizeLinear divides x by the scale in: from opset 23 the `precision`
+    attribute's, else the scale's (x may differ); before, x's (the scale has x's type)."""
+    if ctx.opset < 23:
+        return ctx.dtype(ctx.value(node, 0))
+    code = int(node.attr("precision", 0))
+    if not code:
+        return ctx.dtype(scale)
+    dt = ONNX_TO_BRAZE.get(code)
+    if dt not in (f32, f16, bf16, f64):
+        raise _unsupported(ctx, node, f"precision {onnx_type_name(code)}")
+    return dt
+
+
 def _divided_in_half_precision(ctx: ImportContext, x: Value, scale: Value, axis: int | None):
-    """(x / scale in x's half-precision dtype, ones shaped like scale): QuantizeLinear-23 rounds
-    the quotient to float16 / bfloat16 before rounding it to an integer (ONNX Runtime and the
-    ONNX reference), where braze's quantize (and ONNX Runtime before opset 23) divides in float32;
-    the two differ where the float32 quotient lies just off a half."""
+    """(x / scale in their half-precision dtype, ones shaped like scale): QuantizeLinear-23
+    rounds the quotient to float16 / bfloat16 before rounding it to an integer (ONNX Runtime),
+    where braze's quantize (and ONNX Runtime before opset 23) divides half-precision values in
+    float32; the two differ where the float32 quotient lies just off a half."""
     g = ctx.g
     rank = len(ctx.dims(x))
     along = scale if axis is None else g.reshape(
