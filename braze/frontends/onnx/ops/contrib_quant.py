@@ -9,9 +9,10 @@ QLinearMatMul / QLinearConv nodes, computed as ONNX Runtime's MLAS kernels do:
 - QLinearMul: `dequantize(a) * dequantize(b)` quantized with c's scale and zero point.
 - QGemm: QLinearMatMul's integer product with transA / transB, alpha and an int32 C, in float32
   (no y_scale) or requantized.
-- QLinearSigmoid, QLinearLeakyRelu, QLinearConcat, QLinearGlobalAveragePool, QLinearAveragePool
-  and QLinearSoftmax: the standard op's converter on the dequantized inputs, then a quantize
-  (ORT's lookup tables hold exactly those values); NHWC (channels_last) pooling is refused.
+- QLinearSigmoid, QLinearLeakyRelu, QLinearConcat and QLinearAveragePool: the standard op's
+  converter on the dequantized inputs, then a quantize (ORT's lookup tables hold exactly those
+  values); QLinearGlobalAveragePool and QLinearSoftmax in ORT's own integer / table
+  arithmetic; NHWC (channels_last) pooling is refused.
 - MatMulIntegerToFloat and DynamicQuantizeMatMul (ORT's optimizer fuses a dynamically quantized
   model's matmuls into them): the integer product times a_scale * b_scale, plus bias."""
 from __future__ import annotations
@@ -146,9 +147,22 @@ def qlinear_unary(ctx: ImportContext, node: NodeView):
 
 @contrib("QLinearGlobalAveragePool")
 def qlinear_global_average_pool(ctx: ImportContext, node: NodeView):
+    """ONNX Runtime's MLAS arithmetic: per channel the integer sum of x - x_zero_point over the
+    H * W (...) positions, requantized with `x_scale / (y_scale * float32(H * W))` as
+    QLinearMatMul is (rint, plus y_zero_point, saturated)."""
     _no_channels_last(ctx, node)
-    y = _float_op(ctx, node, "GlobalAveragePool", [_dequantized(ctx, node, 0)], {})
-    return [_requantized(ctx, node, y, 3, _qdt(ctx, node))]
+    g = ctx.g
+    x = ctx.value(node, 0)
+    qdt = _qdt(ctx, node)
+    dims = ctx.dims(x)
+    if len(dims) < 3:
+        raise ctx.fail(node, f"needs an input of rank >= 3 ([N, C, ...]), got {list(dims)}")
+    spatial = tuple(range(2, len(dims)))
+    centred = g.sub(g.cast(x, f64), g.cast(_zero_point(ctx, node, 2, qdt), f64))
+    acc = g.cast(g.sum(centred, spatial, keepdims=True), i32)  # exact: |sum| < 2^32
+    scale = g.div(_scale(ctx, node, 1), g.mul(_scale(ctx, node, 3), _row_length(g, dims[2:])))
+    zp = _zero_point(ctx, node, 4, ctx.dtype(ctx.value(node, 4)) if ctx.has(node, 4) else qdt)
+    return [requantize(ctx, node, acc, scale, zp)]
 
 
 @contrib("QLinearAveragePool")
