@@ -9,13 +9,16 @@ QLinearMatMul / QLinearConv nodes, computed as ONNX Runtime's MLAS kernels do:
 - QLinearMul: `dequantize(a) * dequantize(b)` quantized with c's scale and zero point.
 - QGemm: QLinearMatMul's integer product with transA / transB, alpha and an int32 C, in float32
   (no y_scale) or requantized.
-- QLinearSigmoid, QLinearLeakyRelu, QLinearConcat and QLinearAveragePool: the standard op's
-  converter on the dequantized inputs, then a quantize (ORT's lookup tables hold exactly those
-  values); QLinearGlobalAveragePool and QLinearSoftmax in ORT's own integer / table
-  arithmetic; NHWC (channels_last) pooling is refused.
+- QLinearSigmoid, QLinearLeakyRelu and QLinearConcat: the standard op's converter on the
+  dequantized inputs, then a quantize (ORT's lookup tables hold exactly those values);
+  QLinearAveragePool, QLinearGlobalAveragePool and QLinearSoftmax in ORT's own float-window /
+  integer / table arithmetic; NHWC (channels_last) pooling is refused.
 - MatMulIntegerToFloat and DynamicQuantizeMatMul (ORT's optimizer fuses a dynamically quantized
   model's matmuls into them): the integer product times a_scale * b_scale, plus bias."""
 from __future__ import annotations
+
+import itertools
+import math
 
 import numpy as np
 
@@ -25,6 +28,7 @@ from ....ir.ops.quant import QUANT_DTYPES
 from ....ir.symbolic import SymDim
 from ..context import CONVERTERS, ImportContext, NodeView, Tensor
 from .contrib import contrib
+from .nn import pool_setup
 from .quant import dynamic_quantized, integer_matmul, quantized_dtype, requantize
 
 
@@ -167,17 +171,53 @@ def qlinear_global_average_pool(ctx: ImportContext, node: NodeView):
 
 @contrib("QLinearAveragePool")
 def qlinear_average_pool(ctx: ImportContext, node: NodeView):
-    """The float average of the dequantized window, then ONNX Runtime's rounding:
-    `rint(y / y_scale + y_zero_point)` (the zero point added before rounding, which differs
-    from quantize's `rint(y / y_scale) + y_zero_point` at ties), saturated."""
+    """ONNX Runtime's arithmetic: each window's dequantized values summed in float32 in row-major
+    order, divided by the window's size (its real elements unless count_include_pad), then
+    `rint(y / y_scale + y_zero_point)` (the zero point added before rounding), saturated.
+    Symbolic spatial sizes fall back to braze's average pool (whose sums may run in another
+    order: a value at a rounding boundary may then differ by one quantum); ORT's 1-D pooling
+    rounds differently at rare ties (1 random case in 400)."""
     _no_channels_last(ctx, node)
     g = ctx.g
     attrs = {k: v for k, v in node.attrs.items() if k != "channels_last"}
-    y = _float_op(ctx, node, "AveragePool", [_dequantized(ctx, node, 0)], attrs)
+    xd = _dequantized(ctx, node, 0)
+    if all(isinstance(d, int) for d in ctx.dims(xd)):
+        y = _window_average_in_order(ctx, node, xd, attrs)
+    else:
+        y = _float_op(ctx, node, "AveragePool", [xd], attrs)
     qdt = _qdt(ctx, node)
     zp = _zero_point(ctx, node, 4, ctx.dtype(ctx.value(node, 4)) if ctx.has(node, 4) else qdt)
     shifted = g.add(g.div(y, _scale(ctx, node, 3)), g.cast(zp, f32))
     return [g.quantize(shifted, 1.0, g.constant(np.zeros((), ctx.dtype(zp).np), ctx.dtype(zp)))]
+
+
+def _window_average_in_order(ctx: ImportContext, node: NodeView, x: Value, attrs: dict) -> Value:
+    """AveragePool of static-shaped float32 x with every window summed in row-major order."""
+    g = ctx.g
+    name = f"{node.outputs[0]}::AveragePool:0"
+    ctx.env[name] = Tensor(value=x)
+    view = NodeView("AveragePool", node.name, [name], node.outputs[:1], attrs)
+    x, n, kernel, strides, triples = pool_setup(ctx, view)
+    spatial = [(lo, hi + extra) for lo, hi, extra in triples]
+    sizes = [int(d) + lo + hi for d, (lo, hi) in zip(ctx.dims(x)[2:], spatial, strict=True)]
+    outs = [(size - k) // s + 1 for size, k, s in zip(sizes, kernel, strides, strict=True)]
+
+    def window_sums(v: Value) -> Value:
+        v = g.pad(v, [(0, 0), (0, 0)] + spatial)
+        total = None
+        for offsets in itertools.product(*(range(k) for k in kernel)):
+            part = v
+            for d, (off, s, o) in enumerate(zip(offsets, strides, outs, strict=True)):
+                part = g.slice(part, 2 + d, off, off + (o - 1) * s + 1, s)
+            total = part if total is None else g.add(total, part)
+        return total
+
+    if node.attr("count_include_pad", 0):
+        count = g.constant(np.float32(math.prod(kernel)), f32)
+    else:
+        count = window_sums(g.constant(np.ones((1, 1) + tuple(ctx.dims(x)[2:]), np.float32),
+                                       f32))
+    return g.div(window_sums(x), count)
 
 
 @contrib("QLinearSoftmax")

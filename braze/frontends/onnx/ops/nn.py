@@ -286,7 +286,9 @@ def conv_transpose(ctx, node):
 
 
 # -- pooling ------------------------------------------------------------------------------------
-def _pool_setup(ctx, node):
+def pool_setup(ctx, node):
+    """(x, spatial rank, kernel, strides, (pad lo, pad hi, ceil-mode extra) per spatial dim) of
+    a pooling node, its attributes checked."""
     x = ctx.value(node, 0)
     n = _spatial_rank(ctx, node, x)
     if "kernel_shape" not in node.attrs:
@@ -314,7 +316,7 @@ def max_pool(ctx, node):
     if len(node.outputs) > 1 and node.outputs[1]:
         raise ctx.fail(node, "MaxPool's Indices output is not supported (braze pools return "
                              "values only); use the values output alone")
-    x, n, kernel, strides, triples = _pool_setup(ctx, node)
+    x, n, kernel, strides, triples = pool_setup(ctx, node)
     pads = _pads4([(lo, hi + extra) for lo, hi, extra in triples])
     x4 = _as_image(ctx, x) if n == 1 else x
     y = _windowed(ctx, node, x, lambda: ctx.g.max_pool2d(x4, _to2d(kernel, 1),
@@ -324,7 +326,7 @@ def max_pool(ctx, node):
 
 @converter("AveragePool")
 def avg_pool(ctx, node):
-    x, n, kernel, strides, triples = _pool_setup(ctx, node)
+    x, n, kernel, strides, triples = pool_setup(ctx, node)
     include = bool(node.attr("count_include_pad", 0))
     x4 = _as_image(ctx, x) if n == 1 else x
     if include and any(extra for _, _, extra in triples):
