@@ -194,6 +194,27 @@ def test_a_param_already_named_like_the_int8_weight_or_its_scales_is_left_alone(
     np.testing.assert_allclose(bz.interpret(q, feeds)[0], want, atol=0.05 * np.abs(want).max())
 
 
+def test_a_transposed_stored_weight_is_quantized():
+    """x @ w.T with w stored [N, K] (tied embeddings, [out, in] layouts) was a miss that called
+    w.T 'computed when the graph runs'; w stays for its other reader (the embedding gather)."""
+    rng = np.random.default_rng(3)
+    g = bz.Graph("tied")
+    ids = g.input("ids", bz.Shape((5,), bz.i64))
+    w = g.param("wte", bz.Shape((40, 32)), value=rng.standard_normal((40, 32), np.float32))
+    h = g.gather(w, ids, 0)
+    g.set_outputs([g.mm(h, g.transpose(w, (1, 0)))])
+    q, report = bz.quantize_dynamic(g, min_size=0)
+    assert q.op_counts().get("dynamic_quant_matmul") == 1 and not report.misses
+    assert "transpose" not in q.op_counts() and "wte" in q.weights
+    assert q.weights["wte.T.int8"].shape == (32, 40)
+    feeds = {"ids": np.array([0, 3, 7, 39, 12])}
+    want = bz.interpret(g, feeds)[0]
+    got = bz.interpret(q, feeds)[0]
+    np.testing.assert_allclose(got, want, atol=0.03 * np.abs(want).max())
+    np.testing.assert_allclose(bz.compile(q)(feeds)[0], got, rtol=1e-5,
+                               atol=1e-5 * np.abs(got).max())
+
+
 def test_projections_of_one_input_share_one_int8_gemm():
     """Q, K and V (or gate and up) reading one x join first: one GEMM quantizes x once."""
     rng = np.random.default_rng(3)

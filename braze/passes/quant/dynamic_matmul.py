@@ -1,7 +1,8 @@
 """`bz.quantize_dynamic`: dynamic int8 quantization of linear layers. Each matmul whose weight
-is a stored 2-D float32 matrix (a param with a value, given or stored, or a constant) becomes
-a DynamicQuantMatMul: the weight quantized once, here, to symmetric int8 with a scale per
-output column (weights.py), the activation quantized per row when the node runs. The steps:
+is a stored 2-D float32 matrix (a param with a value, given or stored, or a constant, or such a
+matrix transposed) becomes a DynamicQuantMatMul: the weight quantized once, here, to symmetric
+int8 with a scale per output column (weights.py), the activation quantized per row when the
+node runs. The steps:
 FuseSharedInputMatMul joins the projections of one input (Q, K and V; gate and up), so one
 GEMM quantizes that input once; FuseMatMulBiasAct brings each layer's bias add and activation
 into its matmul; then the rule below. Every matmul left alone is a reported miss with its
@@ -22,6 +23,7 @@ from ...ir.graph import Graph
 from ...ir.ops.fused import FusedMatMulBiasAct
 from ...ir.ops.fused_quant import MAX_K, DynamicQuantMatMul
 from ...ir.ops.io import Constant, Param
+from ...ir.ops.shape import Transpose
 from ...ir.shapes import Shape
 from ...rewrite import Miss, MissedFusion, MissReason, P, RewriteContext, Rule, V, fail
 from ..base import FunctionPass, PassResult, RulePass, run_passes
@@ -56,14 +58,33 @@ _linear = (P.matmul(V("x"), V("w"), name="mm")
            | P.of(FusedMatMulBiasAct, V("x"), V("w"), name="mm", has_bias=False))
 
 
-def _weight(m) -> np.ndarray | None:
-    """The stored value of the matched weight, or None."""
-    node = m.graph.nodes[m.values["w"].node]
+def _stored(g: Graph, node) -> np.ndarray | None:
+    """The value of a constant or of a param holding one, or None."""
     if isinstance(node.op, Constant):
         return np.asarray(node.op.value)
-    if isinstance(node.op, Param) and node.op.name in m.graph.weights:
-        return np.asarray(m.graph.weights[node.op.name])
+    if isinstance(node.op, Param) and node.op.name in g.weights:
+        return np.asarray(g.weights[node.op.name])
     return None
+
+
+def _transposed_source(m):
+    """The node whose stored [N, K] value the matched weight transposes (`w.T`, as tied
+    embeddings and [out, in] layouts are written), or None."""
+    node = m.graph.nodes[m.values["w"].node]
+    if isinstance(node.op, Transpose) and node.op.perm == (1, 0):
+        src = m.graph.nodes[node.inputs[0].node]
+        if _stored(m.graph, src) is not None:
+            return src
+    return None
+
+
+def _weight(m) -> np.ndarray | None:
+    """The stored value of the matched weight (of a transposed stored matrix too), or None."""
+    value = _stored(m.graph, m.graph.nodes[m.values["w"].node])
+    if value is not None:
+        return value
+    src = _transposed_source(m)
+    return None if src is None else _stored(m.graph, src).T
 
 
 def kind_chosen(m, ctx) -> Miss | None:
@@ -153,8 +174,10 @@ def quantized_weight(m, ctx) -> Miss | None:
 
 
 def _build(b, m):
-    w_node = m.graph.nodes[m.values["w"].node]
+    src = _transposed_source(m)
+    w_node = m.graph.nodes[m.values["w"].node] if src is None else src
     base = w_node.op.name if isinstance(w_node.op, Param) else f"const{w_node.id}"
+    base += "" if src is None else ".T"
     q, scale = m.memo("quantized", lambda: None)
     tag = "" if m.memo("per_channel", lambda: True) else ".tensor"
     wq = _stored_param(b, m.graph, f"{base}.int8{tag}", q, i8)
