@@ -5,7 +5,9 @@ where one means exactly the same thing (ops_contrib.py); a composite node with n
 the target is written as its own decomposition (the kinds' `decompose`, the same one unfuse and
 the interpreter use), recursively. Symbolic dims stay `dim_param`s on inputs and outputs and
 are computed from the inputs' shapes inside the model. Weights become initializers, stored as
-external data next to the file when they exceed what one protobuf holds."""
+external data next to the file when they exceed what one protobuf holds. Bindings the inputs
+refuse (`Input.excludes`) are refused by the model too (guards.py) and recorded in its
+metadata_props."""
 from __future__ import annotations
 
 import os
@@ -13,10 +15,12 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from ...frontends.onnx.exclusions import EXCLUDES_KEY, encode_excludes
 from ...ir.graph import Graph
 from ...ir.ops.io import Constant, Input, Param
 from ...passes.expand import expand_where
 from .builder import ExportError, OnnxBuilder, fill_tensor, onnx_type, tensor_type
+from .guards import guard_outputs
 from .registry import EXPORTERS, TARGETS, accepts
 
 __all__ = ["export_onnx", "to_onnx_model", "ExportError", "emit_nodes", "legal_for",
@@ -58,8 +62,9 @@ def _build(graph: Graph, target: str, opset: int, params):
     b = OnnxBuilder(g, opset)
     inputs = emit_nodes(b, g, weights, target)
     outputs, seen = [], set()
-    for i, v in enumerate(g.outputs):
-        name = b.name(v)
+    in_ops = [n.op for n in g.inputs]
+    names = guard_outputs(b, in_ops, [b.name(v) for v in g.outputs])
+    for i, (v, name) in enumerate(zip(g.outputs, names)):
         out_name = b.unique(f"output_{i}" if i else "output")
         b.op("Identity", [name], outputs=[out_name])
         seen.add(out_name)
@@ -69,6 +74,9 @@ def _build(graph: Graph, target: str, opset: int, params):
                                                  for d in sorted(b.domains)]
     model = helper.make_model(graph_proto, opset_imports=opsets, producer_name="braze")
     model.ir_version = min(model.ir_version, 10)
+    excludes = encode_excludes(in_ops)
+    if excludes is not None:
+        helper.set_model_props(model, {EXCLUDES_KEY: excludes})
     return model, b  # initializers go in after make_model, which copies the graph it is given
 
 

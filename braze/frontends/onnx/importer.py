@@ -15,6 +15,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from ..clamps import check_assumptions, clamp_choice
 from . import ops  # noqa: F401  (registers the converters)
 from .context import CONVERTERS, ImportContext, NodeView, Tensor
 from .dtypes import braze_dtype, onnx_dtype, tensor_array
+from .exclusions import EXCLUDES_KEY, PASS_PREFIX, decode_excludes, is_guard_node
 from .known import FOLDERS, FOLDERS_PICK, Known, NotFoldable
 from .loader import load_model
 from .loader import proto_str as _str
@@ -169,7 +171,11 @@ class _Importer(SubgraphImports):
         nodes = self._checked_views(gp)
         init_names = self._initializers(gp)
         self._inputs(gp, init_names)
+        guarded = self._read_excludes()
         for node in self._topological(nodes):
+            if guarded and is_guard_node(node.name):
+                self._skip_guard(node)
+                continue
             self._convert(node)
         self._outputs(gp)
         check_assumptions(self.g, self.assumed, self.label)
@@ -287,6 +293,32 @@ class _Importer(SubgraphImports):
         if unknown:
             raise FrontendError(f"{self.label}: input_shapes names {sorted(unknown)}, which are "
                                 f"not graph inputs (inputs: {sorted(seen)})")
+
+    def _read_excludes(self) -> bool:
+        """Put the exclusions a braze export recorded (metadata `EXCLUDES_KEY`) back on the
+        inputs; True when there are some (the model's guard nodes are then dropped). An
+        exclusion naming symbols the input no longer has (input_shapes fixed them) is left out:
+        the binding is then static and is checked by the caller's choice of shape."""
+        text = next((_str(p.value) for p in self.proto.metadata_props
+                     if _str(p.key) == EXCLUDES_KEY), None)
+        if text is None:
+            return False
+        for name, rules in decode_excludes(text, self.label).items():
+            for nid in self.g.input_ids:
+                op = self.g.nodes[nid].op
+                have = {s for d in op.shape.dims for s in SymDim.of(d).symbols}
+                kept = tuple(r for r in rules if SymDim.of(r[0]).symbols <= have
+                             and not isinstance(r[0], int) and r not in op.excludes)
+                if op.name == name and kept:
+                    self.g.nodes[nid] = replace(self.g.nodes[nid],
+                                                op=replace(op, excludes=op.excludes + kept))
+                    self.g.edits += 1
+        return True
+
+    def _skip_guard(self, node: NodeView) -> None:
+        """Drop a guard node of braze's export; its pass-through of an output y is y."""
+        if node.name.startswith(PASS_PREFIX) and node.op_type == "Reshape":
+            self.ctx.env[node.outputs[0]] = self.ctx.env[node.inputs[0]]
 
     def _input_dims(self, name: str, tt) -> tuple:
         if name in self.input_shapes:
