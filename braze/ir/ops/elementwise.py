@@ -14,6 +14,7 @@ from ..dtypes import DType, bool_
 from ..op import Op, require, same_dtype
 from ..shapes import Shape, broadcast_shapes
 from ._erf import erf
+from .float_to_int import float_to_int
 
 _SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
@@ -370,7 +371,9 @@ class Where(Op):
 
 @dataclass(frozen=True)
 class Cast(Op):
-    """Convert the element type to `dtype`."""
+    """Convert the element type to `dtype`. Float -> integer / bool follows `float_to_int`
+    (defined for NaN, infinities and out-of-range values: what ONNX Runtime, PyTorch and NumPy
+    give on x86-64)."""
 
     kind = "cast"
     arity = 1
@@ -381,7 +384,11 @@ class Cast(Op):
         return ins[0].with_dtype(self.dtype)
 
     def reference(self, x):
-        return np.asarray(x).astype(self.dtype.np)
+        x = np.asarray(x)
+        if x.dtype.kind == "f" or x.dtype.name == "bfloat16":
+            if self.dtype.kind in ("int", "uint", "bool"):
+                return float_to_int(x, self.dtype.np)
+        return x.astype(self.dtype.np)
 
 
 @dataclass(frozen=True)

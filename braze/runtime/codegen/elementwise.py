@@ -226,6 +226,24 @@ def _int_clamp(op_: Clamp, x: str, t: str) -> str:
     return f"({out})"
 
 
+def _int32_or_min(x: str) -> str:
+    """int32(x) truncated, INT32_MIN where x is NaN or outside [-2^31, 2^31) (no UB)."""
+    return (f"((double)({x}) >= -2147483648.0 && (double)({x}) < 2147483648.0 "
+            f"? (int32_t)({x}) : INT32_MIN)")
+
+
+def _float_to_int(x: str, t: str) -> str:
+    """C for the float -> integer conversion braze defines (ir/ops/float_to_int.py), with
+    explicit compares: an out-of-range C cast is undefined (and folded differently for a
+    literal than computed for an argument)."""
+    if t in ("int64_t", "uint32_t"):
+        return (f"(({t})((double)({x}) >= -9223372036854775808.0 && (double)({x}) < "
+                f"9223372036854775808.0 ? (int64_t)({x}) : INT64_MIN))")
+    if t in ("int8_t", "int16_t", "int32_t", "uint8_t"):
+        return f"(({t}){_int32_or_min(x)})"
+    raise Unsupported(f"cast to {t}")
+
+
 def _expr(op_, a: list[str], t: str, it: str, scalar=None) -> str:
     """C expression of one body node of type `t` over argument expressions `a` (the first
     of type `it`); `scalar(attribute)` names a clamp bound or leaky slope read from the
@@ -240,7 +258,11 @@ def _expr(op_, a: list[str], t: str, it: str, scalar=None) -> str:
     if isinstance(op_, Where):
         return f"({a[0]} ? {a[1]} : {a[2]})"
     if isinstance(op_, Cast):
-        return f"(({t})({a[0]}))" if op_.dtype.name != "bool" else f"({a[0]} != 0)"
+        if op_.dtype.name == "bool":
+            return f"({a[0]} != 0)"
+        if it in ("float", "double") and t not in ("float", "double"):
+            return _float_to_int(a[0], t)
+        return f"(({t})({a[0]}))"
     if isinstance(op_, Clamp):
         if t not in ("float", "double"):
             return _int_clamp(op_, a[0], t)

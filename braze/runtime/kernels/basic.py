@@ -18,6 +18,7 @@ from ...ir.ops.elementwise import (
     UnaryFn,
     Where,
 )
+from ...ir.ops.float_to_int import float_to_int
 from ...ir.ops.linalg import MatMul
 from ...ir.ops.reduce import Reduce, ReduceFn
 from ...ir.ops.shape import Concat, Gather, Reshape, Split, Transpose
@@ -139,6 +140,11 @@ def where(node, ins, outs, ctx):
 
 @register_kernel(Cast)
 def cast(node, ins, outs, ctx):
+    if ins[0].dtype.kind == "float" and node.op.dtype.kind in ("int", "uint", "bool"):
+        def to_int(x, out):  # defined for NaN / out of range: the reference's own rule
+            out[...] = float_to_int(x, out.dtype)
+
+        return _elementwise(to_int, ins, outs, "cast", ())
     return _elementwise(lambda x, out: np.copyto(out, x, casting="unsafe"), ins, outs, "cast",
                         ())
 
