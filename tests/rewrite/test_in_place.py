@@ -162,7 +162,7 @@ def test_misses_name_the_nodes_by_the_driver_ids():
     x = g.input("x", bz.Shape((2, 3)))
     y = g.mul(g.neg(g.neg(x)), g.constant(np.float32(1)))  # neg(neg(..)) and *1 go
     guard = g.where(g.isnan(y), g.constant(np.float32(0)), y)  # not a softmax: kept
-    wide = g.add(guard, g.constant(np.zeros((4, 2, 3), np.float32)))  # broadcasts: kept
+    wide = g.add(guard, g.constant(np.full((4, 2, 3), -0.0, np.float32)))  # broadcasts: kept
     g.set_outputs([wide])
     res = _same_as_driver(g)
     reasons = {m.pattern: m.reason.name for m in res.misses}

@@ -1,4 +1,6 @@
-"""Causal masks become the CAUSAL (or SLIDING_WINDOW) mask kind.
+"""Causal masks become the CAUSAL (or SLIDING_WINDOW) mask kind, and a mask that hides no key
+(a decode step of one token; an exported all-zeros mask, which algebraic simplification keeps
+because x + 0.0 is not x at x = -0.0) becomes NONE.
 
 Exporters build a causal mask in many ways: a constant triangular table, Trilu of ones,
 Range + compare, vmap-style index arithmetic, combined with and-masks and turned additive with
@@ -67,9 +69,9 @@ def _subgraph(g, ids: list[int], v: Value) -> Graph:
 
 
 def classify_mask(g, mask: Value, q_len, k_len) -> tuple[MaskKind, int] | None:
-    """(CAUSAL, 0) or (SLIDING_WINDOW, w) when the additive mask is provably that pattern (last
-    query aligned with the last key) for every probed binding of the sequence lengths; None
-    otherwise. `q_len` / `k_len` are the scores' dims (ints or symbolic)."""
+    """(CAUSAL, 0), (SLIDING_WINDOW, w) or (NONE, 0) when the additive mask is provably that
+    pattern (last query aligned with the last key) for every probed binding of the sequence
+    lengths; None otherwise. `q_len` / `k_len` are the scores' dims (ints or symbolic)."""
     ids = _ancestors(g, mask)
     if ids is None:
         return None
@@ -128,6 +130,8 @@ def _pattern(m: np.ndarray, sq: int, sk: int) -> tuple[MaskKind, int] | None:
     masked = grid <= MASK_FLOOR
     if not (visible | masked).all():
         return None
+    if visible.all():  # softmax(s + 0) is softmax(s): exp gives one for either zero's sign
+        return (MaskKind.NONE, 0)
     window = int(visible.sum(axis=1)[-1])
     if window == 0:
         return None

@@ -5,7 +5,10 @@ shared operand never blocks a rule. The rewrite driver's per-rule statistics nam
 file and line.
 
 A rule whose result would change the root's broadcast shape or dtype does not fire (a reported
-miss, SHAPE_MISMATCH / DTYPE_MISMATCH). `x - x -> 0` holds for integers only (a float x - x is
+miss, SHAPE_MISMATCH / DTYPE_MISMATCH). Zeros keep signed zeros (IEEE, as LLVM without
+fast-math): `x + (-0.0)` and `x - 0.0` fold, `x + 0.0` and `x - (-0.0)` only where x cannot be
+-0.0 (an integer, a cast from one, exp, sigmoid), since -0.0 + 0.0 is +0.0. `x - x -> 0` holds
+for integers only (a float x - x is
 NaN where x is inf or NaN); `where(isnan(p), 0, p) -> p` holds when p is a softmax output
 (braze's softmax is safe: a fully masked row gives zeros, never NaN); `cast(cast(x))` folds only
 when the middle cast holds every value of x exactly (f32 -> f64 -> t, never f32 -> f16 -> t).
@@ -73,6 +76,23 @@ X = V("x")
 Y = V("y")
 ONE = V("one", _constant_where(lambda a: a == 1))
 ZERO = V("zero", _constant_where(lambda a: a == 0))
+
+
+def _signed_zero(negative: bool):
+    """Zeros that are an exact identity: integer zeros, and float zeros of the given sign
+    (IEEE: x + (-0.0) and x - (+0.0) are x for every x, -0.0 included; x + (+0.0) is +0.0 at
+    x = -0.0). Complex zeros are left alone."""
+    def test(a: np.ndarray):
+        if a.dtype.kind in "iub":
+            return a == 0
+        if a.dtype.kind == "c":
+            return np.zeros(a.shape, bool)
+        return (a == 0) & (np.signbit(a.astype(np.float32)) == negative)
+    return test
+
+
+NEG_ZERO = V("zero", _constant_where(_signed_zero(negative=True)))
+POS_ZERO = V("zero", _constant_where(_signed_zero(negative=False)))
 TRUE = V("cond", _constant_where(lambda a: a.dtype == np.bool_ and a))
 FALSE = V("cond", _constant_where(lambda a: a.dtype == np.bool_ and ~a))
 
@@ -150,6 +170,20 @@ def _exact_middle(m: Match, ctx):
 
 
 # -- structural conditions (a node that fails one is simply not the pattern) ------------------
+_NEVER_NEG_ZERO = frozenset({UnaryFn.EXP, UnaryFn.SIGMOID})  # +0.0 where they underflow
+
+
+def _never_negative_zero(g, node, b) -> bool:
+    """x cannot be -0.0 (so x + 0.0 and x - (-0.0) are x): an integer or bool, a cast from
+    one, or an exp / sigmoid. Anything else may be -0.0, and braze keeps the add."""
+    x = g.nodes[b["x"].node]
+    if not g.shape_of(b["x"]).dtype.is_float:
+        return True
+    if isinstance(x.op, Cast):
+        return not g.shape_of(x.inputs[0]).dtype.is_float
+    return isinstance(x.op, Unary) and x.op.fn in _NEVER_NEG_ZERO
+
+
 def _full_narrow(g, node, b) -> bool:
     op = node.op
     dims = g.shape_of(b["x"]).dims
@@ -299,8 +333,12 @@ _NAN_GUARD = P.where(P.isnan(V("p")), ZERO, V("p"))
 _CAST_CAST = P.cast(P.cast(X, name="mid"))  # the middle cast holds every value of x (f32 -> f64)
 ALGEBRAIC_RULES = (
     _rule("MulOne", _binary(_F.MUL, X, ONE), "x"),                  # x*1 -> x, 1*x -> x
-    _rule("AddZero", _binary(_F.ADD, X, ZERO), "x"),                # x+0 -> x, 0+x -> x
-    _rule("SubZero", _binary(_F.SUB, X, ZERO), "x"),                # x-0 -> x
+    _rule("AddZero", _binary(_F.ADD, X, NEG_ZERO), "x"),            # x+(-0.) -> x, int x+0 -> x
+    _rule("SubZero", _binary(_F.SUB, X, POS_ZERO), "x"),            # x-(+0.) -> x, int x-0 -> x
+    _rule("AddPosZero", _binary(_F.ADD, X, POS_ZERO), "x",          # x+0. -> x where x is
+          when=_never_negative_zero),                                #   never -0.
+    _rule("SubNegZero", _binary(_F.SUB, X, NEG_ZERO), "x",          # x-(-0.) -> x where x is
+          when=_never_negative_zero),                                #   never -0.
     _rule("DivOne", _binary(_F.DIV, X, ONE), "x"),                  # x/1 -> x
     _rule("PowOne", _binary(_F.POW, X, ONE), "x"),                  # x**1 -> x
     _rule("SubSelf", _binary(_F.SUB, X, X), _zeros, _integer),      # x-x -> 0 (integers)

@@ -64,7 +64,7 @@ def _nan_guard_cast(g, x):
 
 FIRES = {   # rule -> (builder of the expression on x, x's dtype)
     "MulOne": (_mul_one, bz.f32),
-    "AddZero": (lambda g, x: g.add(0.0, x), bz.f32),
+    "AddZero": (lambda g, x: g.add(-0.0, x), bz.f32),
     "SubZero": (lambda g, x: g.sub(x, 0.0), bz.f32),
     "DivOne": (lambda g, x: g.div(x, 1.0), bz.f32),
     "PowOne": (lambda g, x: g.pow(x, 1.0), bz.f32),
@@ -201,7 +201,7 @@ def test_identities_that_would_change_the_broadcast_shape_do_not_fire():
     c = g.input("c", bz.Shape((4, 1), bz.bool_))
     g.set_outputs([
         g.mul(x, g.constant(np.ones((4, 6), np.float32))),   # x*1 broadcasts x to [4, 6]
-        g.add(x, g.constant(np.zeros((2, 1), np.float32))),  # x+0 broadcasts x to [2, 6]
+        g.add(x, g.constant(np.full((2, 1), -0.0, np.float32))),  # x+0 broadcasts x to [2, 6]
         g.where(c, x, x),                                   # c broadcasts x to [4, 6]
     ])
     misses = _misses(g)
@@ -261,7 +261,7 @@ def test_every_rule_records_its_own_file_and_line():
         assert r.name in text or f"Rule(\"{r.name}\"" in text or r.name.upper() in text, \
             (r.name, r.source, text)
     g, x = graph()
-    g.set_outputs([g.mul(g.add(x, 0.0), 1.0)])
+    g.set_outputs([g.mul(g.add(x, -0.0), 1.0)])
     _, stats = simplify_with_stats(g)
     assert stats["MulOne"].matches == 1 and stats["MulOne"].source.startswith("simplify.py:")
     assert stats["AddZero"].matches == 1 and stats["DivOne"].matches == 0
@@ -316,7 +316,7 @@ def test_simplify_rounds_do_not_grow_with_the_graph():
         g, x = graph()
         y = x
         for i in range(n):
-            y = g.neg(g.neg(g.mul(g.add(y, 0.0), 1.0)))
+            y = g.neg(g.neg(g.mul(g.add(y, -0.0), 1.0)))
             y = g.transpose(g.transpose(y, (1, 0, 2)), (1, 0, 2))
             y = g.relu(y) if i % 50 == 0 else y
         g.set_outputs([y])
@@ -498,3 +498,53 @@ def test_fold_precheck_finds_known_readers_and_leaves_the_rest():
     quiet = AlgebraicSimplify().run(run(g).graph, CPU)            # nothing left to fold: skipped
     assert quiet.stats["ConstantFolding"].attempts == 0
     assert quiet.stats["ConstantFolding"].source == res.stats["ConstantFolding"].source
+
+
+def _negative_zeros():
+    return {"x": np.asarray([[-0.0, 0.0, -1.5, 2.0, np.inf, -np.inf, np.nan]] * 2, np.float32)}
+
+
+@pytest.mark.parametrize("build", [lambda g, x: g.add(x, 0.0), lambda g, x: g.add(0.0, x),
+                                   lambda g, x: g.sub(x, -0.0)],
+                         ids=["x+0", "0+x", "x-(-0)"])
+def test_float_zero_that_would_turn_negative_zero_positive_is_kept(build):
+    """-0.0 + 0.0 is +0.0 (IEEE): x + 0.0 and x - (-0.0) are not x for a float x that may be
+    -0.0, so they stay (LLVM folds them only under fast-math)."""
+    g = bz.Graph("signed_zero")
+    x = g.input("x", bz.Shape((2, 7)))
+    g.set_outputs([build(g, x)])
+    out = run(g).graph
+    assert out.op_counts() == g.op_counts()
+    feeds = _negative_zeros()
+    (got,), (want,) = bz.interpret(out, feeds), bz.interpret(g, feeds)
+    assert np.signbit(want[0, 0]) == np.signbit(got[0, 0]) == False  # noqa: E712
+
+
+@pytest.mark.parametrize("build", [lambda g, x: g.add(x, -0.0), lambda g, x: g.sub(x, 0.0)],
+                         ids=["x+(-0)", "x-0"])
+def test_signed_zero_identities_fold_and_keep_negative_zero(build):
+    g = bz.Graph("signed_zero")
+    x = g.input("x", bz.Shape((2, 7)))
+    g.set_outputs([build(g, x)])
+    out = run(g).graph
+    assert out.outputs == [out.input_value("x")]
+    feeds = _negative_zeros()
+    np.testing.assert_array_equal(np.signbit(bz.interpret(g, feeds)[0]),
+                                  np.signbit(feeds["x"]))
+
+
+@pytest.mark.parametrize("rule,build", [
+    ("AddPosZero", lambda g, x: g.add(g.cast(x, bz.f32), 0.0)),    # a cast int is never -0.0
+    ("AddPosZero", lambda g, x: g.add(0.0, g.exp(g.cast(x, bz.f32)))),
+    ("SubNegZero", lambda g, x: g.sub(g.sigmoid(g.cast(x, bz.f32)), -0.0)),
+    ("AddZero", lambda g, x: g.cast(g.add(x, 0), bz.f32)),           # integers: always exact
+    ("SubZero", lambda g, x: g.cast(g.sub(x, 0), bz.f32)),
+])
+def test_zero_folds_where_x_cannot_be_negative_zero(rule, build):
+    g = bz.Graph("never_negative_zero")
+    x = g.input("x", bz.Shape((2, 7), bz.i32))
+    g.set_outputs([build(g, x)])
+    res = run(g)
+    assert res.stats[rule].matches == 1
+    assert "add" not in res.graph.op_counts() and "sub" not in res.graph.op_counts()
+    check_same(g, res.graph)
