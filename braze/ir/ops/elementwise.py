@@ -98,11 +98,27 @@ ACTIVATIONS = frozenset(
      UnaryFn.QUICK_GELU, UnaryFn.HARD_SWISH, UnaryFn.RELU6}
 )
 
+def _maximum(a, b):
+    """NumPy's float32 maximum for every dtype: a NaN operand wins (the first if both), and of
+    equal operands (+0.0 against -0.0) the second. NumPy's float16 loop keeps the first on
+    ties, so float16 takes the explicit rule (float32 / float64 / bfloat16 already follow it)."""
+    if np.asarray(a).dtype == np.float16 or np.asarray(b).dtype == np.float16:
+        return np.where(np.isnan(a) | (a > b), a, b)
+    return np.maximum(a, b)
+
+
+def _minimum(a, b):
+    """np.minimum with `_maximum`'s rule for NaN and ties (the second of equal operands)."""
+    if np.asarray(a).dtype == np.float16 or np.asarray(b).dtype == np.float16:
+        return np.where(np.isnan(a) | (a < b), a, b)
+    return np.minimum(a, b)
+
+
 _UNARY_IMPL = {
     UnaryFn.GELU: _gelu,
     UnaryFn.GELU_APPROX: _gelu_approx,
     UnaryFn.SILU: lambda x: x * _sigmoid(x),
-    UnaryFn.RELU: lambda x: np.maximum(x, x.dtype.type(0)),
+    UnaryFn.RELU: lambda x: _maximum(x, x.dtype.type(0)),  # relu(-0.0) is +0.0
     UnaryFn.SIGMOID: _sigmoid,
     UnaryFn.TANH: np.tanh,
     UnaryFn.EXP: np.exp,
@@ -230,8 +246,8 @@ _BINARY_IMPL = {
     BinaryFn.SUB: np.subtract,
     BinaryFn.MUL: np.multiply,
     BinaryFn.DIV: lambda a, b: (a // b) if a.dtype.kind in "iu" else np.divide(a, b),
-    BinaryFn.MAX: np.maximum,
-    BinaryFn.MIN: np.minimum,
+    BinaryFn.MAX: _maximum,
+    BinaryFn.MIN: _minimum,
     BinaryFn.POW: np.power,
     BinaryFn.MOD: np.mod,
     BinaryFn.FMOD: np.fmod,

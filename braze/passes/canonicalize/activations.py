@@ -35,7 +35,8 @@ _BINARY = frozenset({BinaryFn.ADD, BinaryFn.SUB, BinaryFn.MUL, BinaryFn.DIV, Bin
 _TARGETS = (UnaryFn.GELU, UnaryFn.GELU_APPROX, UnaryFn.QUICK_GELU, UnaryFn.SILU,
             UnaryFn.SIGMOID, UnaryFn.RELU)
 PROBES = np.concatenate([np.linspace(-10.0, 10.0, 401), [-60.0, -25.0, 25.0, 60.0],
-                         [-700.0, -300.0, -150.0, 150.0, 300.0, 700.0]])
+                         [-700.0, -300.0, -150.0, 150.0, 300.0, 700.0],
+                         [-0.0]])  # max(0, x) gives -0.0 there (the second of equal zeros)
 # where a kink or a term far from zero shows (gelu(x) + relu(x - 100) is no gelu): every
 # probe must give a finite value (up to |x| 700, exp stays finite in float64)
 FAR_PROBES = np.array([-1e6, -1e4, 1e4, 1e6])

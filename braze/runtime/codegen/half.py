@@ -150,10 +150,9 @@ def half_expr(op_, a: list[str], h: str, it: str, float_expr, scalar=None) -> st
 
 
 def _max_min(fn: BinaryFn, a: str, b: str, h: str) -> str:
-    """NumPy's float16 maximum / minimum keep the first operand on ties (+0 against -0),
-    ml_dtypes' bfloat16 the second; a NaN operand wins, the first if both are."""
-    cmp = {(BinaryFn.MAX, "f16"): ">=", (BinaryFn.MIN, "f16"): "<=",
-           (BinaryFn.MAX, "bf16"): ">", (BinaryFn.MIN, "bf16"): "<"}[(fn, h)]
+    """The reference's maximum / minimum (ir/ops/elementwise.py `_maximum`): the second of
+    equal operands (+0 against -0); a NaN operand wins, the first if both are."""
+    cmp = ">" if fn is BinaryFn.MAX else "<"
     return f"(({a} != {a} || {a} {cmp} {b}) ? {a} : {b})"
 
 

@@ -4,7 +4,8 @@
   widened to float32, combined, and rounded once to the half type (nearest even), which is
   what NumPy's float16 loops and ml_dtypes' bfloat16 loops do (float32 holds 2p + 2 bits of
   both, so this single rounding is the correctly rounded result). max / min return one operand
-  as NumPy does: float16 keeps the first on ties (`a >= b`), bfloat16 the second (`a > b`);
+  as the reference does: the second of equal operands (`a > b`; +0 against -0), as NumPy's
+  float32 loop (the reference makes float16 follow it; NumPy's float16 loop keeps the first);
   a NaN operand wins, the first one if both. A NaN result is NaN where the reference's is, but
   its sign and payload may differ (which NaN operand the CPU propagates in a + b and a * b;
   ml_dtypes makes bfloat16 NaN canonical): the tests compare NaN positions, other bits exactly.
@@ -55,7 +56,7 @@ static inline float py_modf(float a, float b) {
 }
 
 /* The float16 (fmt 0) / bfloat16 (fmt 1) result of a op b, from the operands' bits. */
-#define HALF_OP(NAME, LD, ST, GE_A)                                                          \
+#define HALF_OP(NAME, LD, ST)                                                              \
 static inline uint16_t NAME(uint16_t ha, uint16_t hb, int op) {                            \
   float a = LD(ha), b = LD(hb);                                                            \
   switch (op) {                                                                            \
@@ -63,15 +64,15 @@ static inline uint16_t NAME(uint16_t ha, uint16_t hb, int op) {                 
     case 1: return ST(a - b);                                                              \
     case 2: return ST(a * b);                                                              \
     case 3: return ST(a / b);                                                              \
-    case 4: return (a != a || (GE_A ? a >= b : a > b)) ? ha : hb;                          \
-    case 5: return (a != a || (GE_A ? a <= b : a < b)) ? ha : hb;                          \
+    case 4: return (a != a || a > b) ? ha : hb;                                            \
+    case 5: return (a != a || a < b) ? ha : hb;                                            \
     case 6: return ST(powf(a, b));                                                         \
     case 7: return ST(fmodf(a, b));                                                        \
     default: return ST(py_modf(a, b));                                                     \
   }                                                                                        \
 }
-HALF_OP(f16_op, f16_load, f16_store, 1)
-HALF_OP(bf16_op, bf16_load, bf16_store, 0)
+HALF_OP(f16_op, f16_load, f16_store)
+HALF_OP(bf16_op, bf16_load, bf16_store)
 
 /* o[i] = a[i * sa] op b[i * sb] for i < w; the op and format are loop-invariant, so each
    instance below is one vector loop. */
