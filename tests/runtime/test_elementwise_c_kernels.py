@@ -188,8 +188,8 @@ def test_int_clamp_matches_reference(dtype, lo, hi):
 
 
 def test_int_clamp_whose_selected_bound_is_out_of_range_runs_the_reference():
-    """Every int8 lies below 1e3 (every uint8 above -2.2): the reference casts the bound to the
-    integer type, which is undefined out of range; no kernel claims to match that."""
+    """Every int8 lies below 1e3 (every uint8 above -2.2): the reference converts the bound
+    to the integer type by Cast's out-of-range rule (float_to_int); no kernel computes that."""
     for dtype, lo, hi in ((bz.i8, 1e3, 2e3), (bz.u8, -3.7, -2.2)):
         g = bz.Graph("clamp")
         g.set_outputs([g.clamp(g.input("x", bz.Shape((4,), dtype)), lo, hi)])

@@ -141,3 +141,10 @@ def test_bfloat16_values_convert_exactly():
     x = np.asarray([3e9, -3e9, 1e20], ml_dtypes.bfloat16)
     assert float_to_int(x, np.int64).tolist() == [int(v) for v in x.astype(np.float64)[:2]] \
         + [-2 ** 63]
+
+
+def test_integer_clamp_to_an_out_of_range_float_bound_converts_by_the_rule():
+    g = bz.Graph("clamp")
+    g.set_outputs([g.clamp(g.input("x", bz.Shape((3,), bz.i8)), 1e3, 2e3)])
+    (got,) = bz.interpret(g, {"x": np.arange(3, dtype=np.int8)})
+    assert got.dtype == np.int8 and got.tolist() == [float_to_int(np.float64(1e3), np.int8)] * 3

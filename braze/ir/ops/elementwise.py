@@ -442,7 +442,8 @@ class LeakyRelu(Op):
 
 @dataclass(frozen=True)
 class Clamp(Op):
-    """Clip into [lo, hi]."""
+    """Clip into [lo, hi]. An integer x with float bounds clips in float64 and converts back
+    as Cast does (`float_to_int`: a bound outside the type gives that rule's value)."""
 
     kind = "clamp"
     arity = 1
@@ -455,4 +456,7 @@ class Clamp(Op):
         return ins[0]
 
     def reference(self, x):
-        return _same_type(x, np.clip(x, self.lo, self.hi))
+        out = np.asarray(np.clip(x, self.lo, self.hi))
+        if x.dtype.kind in "iu" and out.dtype.kind == "f":  # float bounds: an out-of-range one
+            return float_to_int(out, x.dtype)                # converts as Cast defines
+        return _same_type(x, out)
