@@ -25,20 +25,20 @@ __all__ = ["float_to_int"]
 def float_to_int(x, dtype: np.dtype) -> np.ndarray:
     """`x` (a float array) converted to the integer or bool NumPy `dtype` as described above."""
     dtype = np.dtype(dtype)
-    v = np.asarray(x).astype(np.float64)
+    x = np.asarray(x)
     if dtype == np.bool_:
-        return v != 0
-    if dtype == np.int64:
-        return _truncated_or_min(v, np.int64)
-    if dtype == np.uint32:
-        return _truncated_or_min(v, np.int64).astype(np.uint32)
-    if dtype.kind in "iu" and dtype.itemsize <= 4:
-        return _truncated_or_min(v, np.int32).astype(dtype)
-    raise TypeError(f"no float -> {dtype} conversion is defined")
-
-
-def _truncated_or_min(v: np.ndarray, int_type) -> np.ndarray:
-    """trunc(v) where it lies in int_type's range, int_type's minimum elsewhere (NaN too)."""
-    low = float(np.iinfo(int_type).min)
-    ok = (v >= low) & (v < -low)
-    return np.where(ok, np.trunc(np.where(ok, v, 0.0)), low).astype(int_type)
+        return x != 0
+    if dtype in (np.int64, np.uint32):
+        wide = np.int64
+    elif dtype.kind in "iu" and dtype.itemsize <= 4:
+        wide = np.int32
+    else:
+        raise TypeError(f"no float -> {dtype} conversion is defined")
+    v = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)  # f16 / bf16: exact
+    low = np.iinfo(wide).min
+    with np.errstate(invalid="ignore"):
+        out = v.astype(wide)  # truncation in range; the rest is replaced below
+    # both bounds are powers of two (exact); min / max are NaN when a NaN is present
+    if v.size and not (v.min() >= float(low) and v.max() < -float(low)):
+        out[~((v >= float(low)) & (v < -float(low)))] = low
+    return out if wide == dtype else out.astype(dtype)  # integer narrowing wraps
