@@ -146,13 +146,13 @@ def test_a_kind_without_mapping_is_named(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("mask, guarded", [("none", False), ("causal", False), ("custom", True)])
-def test_isnan_guard_only_where_a_mask_can_hide_every_key(mask, guarded):
+def test_fully_masked_guard_only_where_a_mask_can_hide_every_key(mask, guarded):
     g = bz.Graph("attn")
     q, k, v = (g.input(n, bz.Shape((1, 2, 4, 8))) for n in "qkv")
     m = g.input("m", bz.Shape((1, 1, 4, 4))) if mask == "custom" else None
     g.set_outputs([g.attention(q, k, v, m, kind=mask)])
     model = to_onnx_model(g, "onnxruntime")
-    assert ("IsNaN" in {n.op_type for n in model.graph.node}) is guarded
+    assert ("Where" in {n.op_type for n in model.graph.node}) is guarded
     feeds = bz.random_feeds(g, 0)
     if m is not None:
         feeds["m"][..., 1, :] = -np.inf               # query 1 sees no key: braze gives zeros
@@ -160,6 +160,50 @@ def test_isnan_guard_only_where_a_mask_can_hide_every_key(mask, guarded):
     _same(_run(model, feeds), want)
     if m is not None:
         assert not want[0][:, :, 1].any()
+
+
+def _same_nan(got, want):
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("nan_in", ["q", "k", "v", "m"])
+def test_masked_attention_export_keeps_input_nan(nan_in):
+    """Only the fully masked query is zeroed: a NaN from q, k, v or the mask stays NaN in
+    ORT, as in braze's interpreter, and the other rows are unchanged."""
+    g = bz.Graph("attn")
+    q, k, v = (g.input(n, bz.Shape((1, 2, 4, 8))) for n in "qkv")
+    m = g.input("m", bz.Shape((1, 1, 4, 4)))
+    g.set_outputs([g.attention(q, k, v, m, kind="custom")])
+    feeds = bz.random_feeds(g, 0)
+    feeds["m"][..., 1, :] = -np.inf                   # query 1 sees no key
+    feeds[nan_in][0, 0, 2, 3] = np.nan                # q/m: query 2's row; k/v: every query
+    want = bz.interpret(g, feeds)[0]
+    assert np.isnan(want).any()
+    if nan_in in "qm":                                # the masked query 1 stays zeros
+        assert not want[:, :, 1].any()
+    else:                                             # 0 @ v: NaN reaches it through k, v
+        assert np.isnan(want[:, :, 1]).any()
+    _same_nan(_run(to_onnx_model(g, "onnxruntime"), feeds)[0], want)
+
+
+@pytest.mark.parametrize("nan_batch", [0, 1])
+def test_masked_attention_block_export_keeps_input_nan(nan_batch):
+    g = models.bert_encoder(1, 32, 2, batch=2, seq=6, with_mask=True)
+    params = bz.init_params(g, 0)
+    fused, _ = bz.fuse(g, "onnxruntime")
+    assert any(n.op.kind == "fused_attention_block" for n in fused.nodes)
+    feeds = bz.random_feeds(g, 4)
+    x, mask = "hidden", "mask"
+    feeds[mask][...] = 0.0
+    feeds[mask][0] = -np.inf                          # batch 0: no query sees a key
+    feeds[x][nan_batch, 3, 5] = np.nan
+    model = to_onnx_model(fused, "onnxruntime", params=params)
+    assert "Attention" in {n.op_type for n in model.graph.node}
+    want = bz.interpret(fused, feeds, params)[0]
+    assert np.isnan(want[nan_batch]).any() and not np.isnan(want[1 - nan_batch]).any()
+    _same_nan(_run(model, feeds)[0], want)
 
 
 def test_streamed_initializers_parse_as_the_same_model(tmp_path):

@@ -19,14 +19,15 @@ outside them is exported as its decomposition instead.
 - fused_conv_bias_act: FusedConv (relu / sigmoid / tanh; a residual as its Z input)
 
 ORT's softmax gives NaN for a query whose keys are all masked with -inf; braze gives zeros, so
-the output of an attention with a mask input passes through where(isnan(y), 0, y). Without one
-(no mask, or causal with equal query and key lengths) every query sees a key, and no guard is
-written (a guard would also keep braze from re-fusing the imported model)."""
+the output of an attention with a mask input is zeroed at the queries whose mask row is all -inf
+(where(any key not -inf, y, 0)); a NaN from q, k, v or the mask stays NaN, as in braze. Without a
+mask input (none, or causal with equal query and key lengths) every query sees a key, and no
+guard is written (a guard would also keep braze from re-fusing the imported model)."""
 from __future__ import annotations
 
 import numpy as np
 
-from ...ir.dtypes import f16, f32
+from ...ir.dtypes import bool_, f16, f32
 from ...ir.ops.attention import Attention, MaskKind, Rope
 from ...ir.ops.elementwise import UnaryFn
 from ...ir.ops.fused import (
@@ -60,10 +61,39 @@ def _ort_float(n) -> bool:
     return all(v.dtype in _ORT_FLOATS for v in n.outputs)
 
 
-def _nan_guard(b, y: str, dt, mask: MaskKind) -> str:
-    if not mask.takes_input:
-        return y
-    return b.op1("Where", b.op1("IsNaN", y), scalar(b, 0.0, dt), y)
+def _reduce(b, op_type: str, x: str, axes) -> str:
+    """ReduceMax / ReduceSum over `axes`, dims kept (axes an input from opset 18, ReduceSum 13)."""
+    if op_type == "ReduceSum" or b.opset >= 18:
+        return b.op1(op_type, x, b.const(np.asarray(axes, np.int64)), keepdims=1)
+    return b.op1(op_type, x, axes=list(axes), keepdims=1)
+
+
+def _nan_of(b, x: str, axes, dt) -> str:
+    """sum(0 * x) over `axes`: 0, or NaN where those entries of x hold a NaN (or an inf)."""
+    return _reduce(b, "ReduceSum", b.op1("Mul", x, scalar(b, 0.0, dt)), axes)
+
+
+def _sees_a_key(b, mask_v, mask: str, dt) -> str:
+    """bool [B|1, H|1, Sq|1, 1]: whether a query's additive mask row has an entry other than
+    -inf (a NaN counts as one: it propagates, as in braze's softmax)."""
+    rank = b.g.shape_of(mask_v).rank
+    if rank < 4:
+        mask = b.op1("Unsqueeze", mask, b.const(np.arange(4 - rank, dtype=np.int64)))
+    open_ = b.op1("Cast", b.op1("Not", b.op1("Equal", mask, scalar(b, -np.inf, dt))),
+                  to=onnx_type(f32))
+    return b.op1("Cast", _reduce(b, "ReduceMax", open_, [3]), to=onnx_type(bool_))
+
+
+def _zero_fully_masked(b, y: str, sees: str, fill: str, heads_last: int | None = None) -> str:
+    """y with `fill` (0 @ v: zeros, NaN where a NaN input reaches the query) at the queries
+    whose every key is masked. y is [B, H, S, D], or with `heads_last` = H it is [B, S, H*D]
+    (a block's attention before the output projection), `fill` then [B, 1, 1, 1]."""
+    if heads_last is None:
+        return b.op1("Where", sees, y, fill)
+    sees = b.op1("Transpose", sees, perm=[0, 2, 1, 3])  # [B|1, Sq|1, H|1, 1]
+    y4 = b.op1("Reshape", y, b.const(np.asarray([0, 0, heads_last, -1], np.int64)))
+    y4 = b.op1("Where", sees, y4, fill)
+    return b.op1("Reshape", y4, b.const(np.asarray([0, 0, -1], np.int64)))
 
 
 # -- matmul epilogues -----------------------------------------------------------------------------
@@ -185,7 +215,12 @@ def attention(b, n, ins, target):
     bb, h, s, dv = q_dims[0], q_dims[1], q_dims[2], v_dims[3]
     y = b.op1("Reshape", y, b.dims_tensor((bb, s, h, dv)))
     y = b.op1("Transpose", y, perm=[0, 2, 1, 3])
-    return [_nan_guard(b, y, n.outputs[0].dtype, op.mask)]
+    if op.mask.takes_input:  # braze's masked row: 0 @ v, NaN for a NaN in q_i, any k, v's column
+        dt = n.outputs[0].dtype
+        fill = b.op1("Add", b.op1("Add", _nan_of(b, ins[0], [3], dt), _nan_of(b, k_in, [2, 3], dt)),
+                     _nan_of(b, v_in, [2], dt))
+        y = _zero_fully_masked(b, y, _sees_a_key(b, n.inputs[3], ins[3], dt), fill)
+    return [y]
 
 
 def _block_ok(n, g, target):
@@ -208,11 +243,33 @@ def attention_block(b, n, ins, target):
         y = _self_attention(b, n, r)
     else:
         y = _attention_of_two_inputs(b, n, r)
-    y = _nan_guard(b, y, dt, op.mask)
+    if op.mask.takes_input:
+        y = _zero_fully_masked(b, y, _block_sees_a_key(b, n, r), _block_fill(b, n, r),
+                               heads_last=op.num_heads)
     if op.round_attention is not None:  # the precision policy's rounding of w_o's operand
         y = b.op1("Cast", b.op1("Cast", y, to=onnx_type(op.round_attention)), to=onnx_type(dt))
     y = b.op1("MatMul", y, r["w_o"])
     return [b.op1("Add", y, r["b_o"]) if op.has_out_bias else y, *present]
+
+
+def _block_sees_a_key(b, n, r) -> str:
+    return _sees_a_key(b, n.inputs[n.op.input_roles().index("mask")], r["mask"],
+                       n.outputs[0].dtype)
+
+
+def _block_fill(b, n, r) -> str:
+    """[B, 1, 1, 1]: NaN where a NaN in the batch's activations (x, x_kv, the KV cache) reaches
+    every query through its keys, else 0 (a masked query's 0 @ v)."""
+    dt = n.outputs[0].dtype
+    fill = None
+    for role in ("x", "x_kv", "past_k", "past_v"):
+        if role in r:
+            rank = b.g.shape_of(n.inputs[n.op.input_roles().index(role)]).rank
+            t = _nan_of(b, r[role], list(range(1, rank)), dt)
+            if rank < 4:
+                t = b.op1("Unsqueeze", t, b.const(np.arange(rank, 4, dtype=np.int64)))
+            fill = t if fill is None else b.op1("Add", fill, t)
+    return fill
 
 
 def _decode_step(b, n, r) -> list[str]:

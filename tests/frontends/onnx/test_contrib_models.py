@@ -75,7 +75,7 @@ def test_braze_onnxruntime_exports_reimport(name):
         compare(model, back, bz.random_feeds(g, i, sym))
     refused, _ = bz.fuse(back, "onnxruntime")
     compare(model, refused, bz.random_feeds(g, 7, {"batch": 2, "seq": 4}))
-    if name != "bert":  # BERT's masked attention carries ORT's isnan guard (see ops_contrib)
+    if name != "bert":  # BERT's masked attention carries the fully-masked guard (ops_contrib)
         assert {k: v for k, v in refused.op_counts().items() if k.startswith("fused")} == \
             {k: v for k, v in fused.op_counts().items() if k.startswith("fused")}
 
