@@ -153,3 +153,24 @@ def test_cumsum_matches_the_interpreter_exactly(dtype, axis, exclusive, reverse)
     rows = [r for r in exe.dispatch_report().rows if r[1] == "cumsum"]
     half = " in float32" if dtype in (bz.f16, bz.bf16) else ""
     assert rows[0][2:] == (Dispatch.NATIVE, "C cumsum" + half)
+
+
+@pytest.mark.parametrize("static", [True, False])
+def test_gather_elements_without_negative_indices_refuses_them(static):
+    """negative_indices=False (torch.gather): a negative index is an error naming the node in
+    the C kernel as in the interpreter, a static index checked once."""
+    from braze.ir.ops.indexing import GatherElements
+
+    table = np.array([[[0, 2, 1], [2, -1, 0]]], np.int64)
+    g = bz.Graph("torch_gather")
+    x = g.input("x", bz.Shape((1, 2, 3)))
+    idx = g.param("idx", bz.Shape((1, 2, 3), bz.i64)) if static else \
+        g.input("idx", bz.Shape((1, 2, 3), bz.i64))
+    g.set_outputs([g.add_node(GatherElements(axis=2, negative_indices=False), [x, idx])[0]])
+    params = {"idx": table} if static else {}
+    feeds = {"x": np.ones((1, 2, 3), np.float32)} | ({} if static else {"idx": table})
+    exe = bz.compile(g, params=params, fuse=False)
+    assert exe.dispatch_report().rows[-1][3].startswith("C gather_elements")
+    for run in (exe, lambda f: bz.interpret(g, f, params)):
+        with pytest.raises(bz.InterpretError, match=r"node %\d+ \(gather_elements\)"):
+            run(feeds)

@@ -138,10 +138,12 @@ class ShapeBuilder:
         ax = axis_for("slice", axis, self.shape_of(x).rank)
         return self.add_node(Slice(ax, int(start), int(stop), int(step)), (x,))[0]
 
-    def gather_elements(self, x: Value, indices: Value, axis: int = 0) -> Value:
-        """`np.take_along_axis(x, indices, axis)`."""
+    def gather_elements(self, x: Value, indices: Value, axis: int = 0,
+                        negative_indices: bool = True) -> Value:
+        """`np.take_along_axis(x, indices, axis)`; negative indices count from the end, or
+        with `negative_indices=False` (torch.gather) fail at run time."""
         ax = axis_for("gather_elements", axis, self.shape_of(x).rank)
-        return self.add_node(GatherElements(ax), (x, indices))[0]
+        return self.add_node(GatherElements(ax, bool(negative_indices)), (x, indices))[0]
 
     def top_k(self, x: Value, k: int, axis: int = -1, largest: bool = True,
               sorted: bool = True) -> tuple[Value, Value]:

@@ -118,11 +118,13 @@ class DynamicNarrow(Op):
 class GatherElements(Op):
     """`out[i][j][k] = x[indices[i][j][k]][j][k]` (for axis 0; ONNX GatherElements): indices has
     x's rank and the output its shape; off the axis its dims may be smaller than x's; negative
-    indices count from the end."""
+    indices count from the end, or with `negative_indices=False` (torch.gather, which raises
+    on them) are an error at run time."""
 
     kind = "gather_elements"
     arity = 2
     axis: int = 0
+    negative_indices: bool = True
 
     def infer(self, ins):
         x, idx = ins
@@ -137,10 +139,19 @@ class GatherElements(Op):
 
     def reference(self, x, idx):
         ax = normalize_axis(self.axis, x.ndim)
+        if not self.negative_indices and idx.size and idx.min() < 0:
+            raise IndexError(self.negative_index_message(idx.min(), x.shape[ax], ax))
         idx = np.where(idx < 0, idx + x.shape[ax], idx).astype(np.int64)
         grid = list(np.ogrid[tuple(slice(n) for n in idx.shape)])
         grid[ax] = idx
         return x[tuple(grid)]
+
+    @staticmethod
+    def negative_index_message(index: int, n: int, ax: int) -> str:
+        return (f"gather_elements with negative_indices=False (torch.gather) got index {index}; "
+                f"indices along axis {ax} must lie in [0, {n}) (torch raises on a negative "
+                "index; a class label in cross_entropy / nll_loss must be >= 0 or the "
+                "ignore_index)")
 
 
 @dataclass(frozen=True)

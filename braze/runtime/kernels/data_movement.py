@@ -66,14 +66,18 @@ def gather_elements(node, ins, outs, ctx):
     n, m = int(x.dims[ax]), int(idx.dims[ax])
     elem = x.dtype.np.itemsize
     static = ctx.static.get(node.inputs[1]) if ctx is not None else None
-    ready = None if static is None else _static_index(static, ax, n)
+    negatives = node.op.negative_indices
+    ready = None if static is None else _static_index(static, ax, n, negatives)
 
     def fail():
         raise InterpretError(f"gather_elements at node {node.label}: an index is outside "
-                             f"[-{n}, {n}) along axis {ax}")
+                             f"[{-n if negatives else 0}, {n}) along axis {ax}")
 
     def run(data, indices, out):
         data = np.ascontiguousarray(data)
+        if not negatives and ready is None and indices.size and indices.min() < 0:
+            raise InterpretError(f"at node {node.label}: " + node.op.negative_index_message(
+                indices.min(), n, ax))
         if ready is not None:
             if ready[2]:
                 fail()
@@ -100,17 +104,19 @@ def _leading_repeats(indices: np.ndarray, ax: int) -> tuple[np.ndarray, int]:
     return block, int(np.prod(block.shape[:ax - lead], dtype=np.int64))
 
 
-def _static_index(index: np.ndarray, ax: int, n: int) -> tuple[np.ndarray, int, bool]:
+def _static_index(index: np.ndarray, ax: int, n: int,
+                  negatives: bool = True) -> tuple[np.ndarray, int, bool]:
     """A static index as (its distinct leading blocks, contiguous, negatives wrapped, int32;
-    how many blocks; whether any index is outside [-n, n)): leading axes along which it does
-    not change are dropped, whether a broadcast view or copied out."""
+    how many blocks; whether any index is outside [-n, n), or [0, n) without `negatives`):
+    leading axes along which it does not change are dropped, whether a broadcast view or
+    copied out."""
     lead = 0
     while lead < ax and index.shape[0] and (index.strides[0] == 0
                                             or not (index != index[:1]).any()):
         index = index[0]  # the next leading axis is axis 0 again
         lead += 1
     index = index.astype(np.int64)
-    bad = bool(((index < -n) | (index >= n)).any())
+    bad = bool(((index < (-n if negatives else 0)) | (index >= n)).any())
     wrapped = np.where(index < 0, index + n, index)
     index = np.ascontiguousarray(wrapped.astype(np.int32 if n < 2 ** 31 else np.int64))
     return index, int(np.prod(index.shape[:ax - lead], dtype=np.int64)), bad

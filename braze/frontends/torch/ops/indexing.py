@@ -89,7 +89,7 @@ def gather(ctx, c):
     axis = ctx.axis(ctx.static_int(c["dim"], "dim"), ctx.rank(x))
     if ctx.rank(x) == 0:
         return x
-    return ctx.g.gather_elements(x, idx, axis)
+    return ctx.g.gather_elements(x, idx, axis, negative_indices=False)  # torch raises on them
 
 
 @converter("aten.index.Tensor", "aten._unsafe_index.Tensor")
