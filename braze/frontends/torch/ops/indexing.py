@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....ir.dtypes import bool_, i64
+from ....ir.graph import Graph
 from ....ir.ops.elementwise import Binary, BinaryFn, Cast, Where
 from ....ir.ops.generate import Range, SymConst
 from ....ir.ops.indexing import Slice
@@ -65,12 +66,38 @@ def embedding(ctx, c: Call):
     so the padding row of the table gets no gradient (as in torch)."""
     g = ctx.g
     w, idx = ctx.value(c["weight"]), ctx.value(c["indices"])
-    rows = g.gather(w, idx, 0)
+    if c.get("scale_grad_by_freq", False):
+        rows = _rows_with_gradient_by_frequency(ctx, w, idx)
+    else:
+        rows = g.gather(w, idx, 0)
     pad = ctx.static_int(c.get("padding_idx", -1), "padding_idx")
     if pad < 0:
         return rows
     at_pad = g.eq(g.unsqueeze(idx, -1), ctx.value(pad, ctx.dtype(idx)))
     return g.where(at_pad, g.stop_gradient(rows), rows)
+
+
+def _rows_with_gradient_by_frequency(ctx: TorchContext, w, idx):
+    """gather(w, idx, 0) whose weight gradient row r is divided by how often r occurs in idx
+    (torch's scale_grad_by_freq): a custom_fn with that vjp."""
+    ws, ids = ctx.g.shape_of(w), ctx.g.shape_of(idx)
+    vocab = ws.dims[0]
+    if not isinstance(vocab, int):
+        raise ctx.fail(f"embedding with scale_grad_by_freq needs a static number of rows, "
+                       f"got {vocab!r}")
+    fwd = Graph("embedding")
+    fwd.set_outputs([fwd.gather(fwd.input("w", ws), fwd.input("idx", ids), 0)])
+    out = fwd.shape_of(fwd.outputs[0])
+    vjp = Graph("embedding_scaled_by_frequency_vjp")
+    vjp.input("w", ws)
+    bi = vjp.input("idx", ids)
+    vjp.input("y", out)
+    ct = vjp.input("ct", out)
+    ones = vjp.unsqueeze(vjp.cast(vjp.eq(bi, bi), ws.dtype), -1)  # [*idx, 1]
+    count = vjp.gather_backward(ones, bi, 0, vocab)  # [rows, 1]
+    dw = vjp.div(vjp.gather_backward(ct, bi, 0, vocab), vjp.maximum(count, 1.0))
+    vjp.set_outputs([dw, vjp.sub(bi, bi)])  # the indices take a zero cotangent
+    return ctx.g.custom_fn([w, idx], fwd, vjp_body=vjp)
 
 
 @converter("aten.index_select.default")
