@@ -2,7 +2,9 @@
 except to autodiff, and a compiled executable only runs forward (gradients are graphs made
 before compiling), so each one is dropped, and a `where(c, x, x)` it leaves (an imported
 `nn.Embedding(padding_idx=...)` selects the padding rows' stopped copy) becomes x: the
-embedding runs as a plain gather instead of an element-wise region."""
+embedding runs as a plain gather instead of an element-wise region. A region a graph was
+fused into before compiling keeps its body's stop_gradient; generated region code reads it
+as the identity."""
 from __future__ import annotations
 
 from ..ir.graph import Graph

@@ -36,7 +36,7 @@ from ..ir.graph import Graph
 from ..ir.node import Node
 from ..ir.op import Value
 from ..ir.ops.conv import Conv2d
-from ..ir.ops.elementwise import Cast, StopGradient
+from ..ir.ops.elementwise import Cast
 from ..ir.ops.fused_simple import FusedConvBiasAct, FusedMatMulBiasAct, FusedSwiGLU
 from ..ir.ops.io import Constant, Input, Param
 from ..ir.ops.linalg import MatMul
@@ -52,7 +52,7 @@ from .plan import Buffer, MemoryPlan, SharedArena, aligned_arena, plan_memory
 
 __all__ = ["Program", "Step", "DirectFeeds", "build_program"]
 
-_VIEW_OPS = (Reshape, Narrow, Expand, StopGradient)
+_VIEW_OPS = (Reshape, Narrow, Expand)
 _PREPARED = "kernel preparations"  # static_cache entry: KernelContext.prepared
 
 
@@ -215,8 +215,6 @@ def _view_fn(node: Node, out_dims: tuple[int, ...]):
         return lambda x: x.reshape(out_dims)
     if isinstance(op, Expand):
         return lambda x: np.broadcast_to(x, out_dims)
-    if isinstance(op, StopGradient):
-        return lambda x: x
     ax, start, length = op.axis, op.start, out_dims[op.axis]
     idx = tuple([slice(None)] * ax + [slice(start, start + length)])
     return lambda x: x[idx]
@@ -509,8 +507,6 @@ def _view_layout(n: Node, shapes, src_contiguous: bool) -> tuple[bool, bool]:
         return True, src_contiguous and int(np.prod(lead, dtype=np.int64)) == 1
     if isinstance(op, Expand):
         return True, src_contiguous and shapes[n.inputs[0]] == shapes[n.value]
-    if isinstance(op, StopGradient):
-        return True, src_contiguous
     return False, True
 
 

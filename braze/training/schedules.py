@@ -32,11 +32,6 @@ def _check_steps(owner: str, **values: int) -> None:
             raise BrazeError(f"{owner}: {name} must be an int >= 0, got {v!r}")
 
 
-def _warmup(step: int, warmup_steps: int) -> float | None:
-    """The linear warmup factor step / warmup_steps while warming up, else None."""
-    return step / max(1, warmup_steps) if step < warmup_steps else None
-
-
 @dataclass(frozen=True)
 class StepDecay(LRSchedule):
     """gamma ** (step // step_size): torch.optim.lr_scheduler.StepLR."""
@@ -55,52 +50,47 @@ class StepDecay(LRSchedule):
 
 
 @dataclass(frozen=True)
-class WarmupCosine(LRSchedule):
-    """Linear warmup from 0 over `warmup_steps`, then a half cosine from 1 down to `min_factor`
-    at `total_steps` (and `min_factor` after it)."""
+class _WarmupDecay(LRSchedule):
+    """Linear warmup from 0 over `warmup_steps`, then a decay from 1 to `min_factor` at
+    `total_steps` (and `min_factor` after it) whose shape `decay(progress)` gives (1 at
+    progress 0, 0 at progress 1)."""
 
     total_steps: int
     warmup_steps: int = 0
     min_factor: float = 0.0
 
     def __post_init__(self) -> None:
-        _check_steps("WarmupCosine", total_steps=self.total_steps,
-                     warmup_steps=self.warmup_steps)
+        owner = type(self).__name__
+        _check_steps(owner, total_steps=self.total_steps, warmup_steps=self.warmup_steps)
         if self.warmup_steps > self.total_steps or not 0.0 <= self.min_factor <= 1.0:
-            raise BrazeError("WarmupCosine: needs warmup_steps <= total_steps and min_factor in "
+            raise BrazeError(f"{owner}: needs warmup_steps <= total_steps and min_factor in "
                              f"[0, 1], got {self.warmup_steps}, {self.total_steps}, "
                              f"{self.min_factor}")
 
     def factor(self, step: int) -> float:
-        warm = _warmup(step, self.warmup_steps)
-        if warm is not None:
-            return warm
+        if step < self.warmup_steps:
+            return step / self.warmup_steps
         progress = min(1.0, (step - self.warmup_steps)
                        / max(1, self.total_steps - self.warmup_steps))
-        cosine = 0.5 * (1.0 + math.cos(math.pi * progress))
-        return self.min_factor + (1.0 - self.min_factor) * cosine
+        return self.min_factor + (1.0 - self.min_factor) * self.decay(progress)
+
+    def decay(self, progress: float) -> float:
+        raise NotImplementedError
 
 
 @dataclass(frozen=True)
-class WarmupLinear(LRSchedule):
+class WarmupCosine(_WarmupDecay):
+    """Linear warmup from 0 over `warmup_steps`, then a half cosine from 1 down to `min_factor`
+    at `total_steps` (and `min_factor` after it)."""
+
+    def decay(self, progress: float) -> float:
+        return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+@dataclass(frozen=True)
+class WarmupLinear(_WarmupDecay):
     """Linear warmup from 0 over `warmup_steps`, then linear decay from 1 to `min_factor` at
     `total_steps` (and `min_factor` after it)."""
 
-    total_steps: int
-    warmup_steps: int = 0
-    min_factor: float = 0.0
-
-    def __post_init__(self) -> None:
-        _check_steps("WarmupLinear", total_steps=self.total_steps,
-                     warmup_steps=self.warmup_steps)
-        if self.warmup_steps > self.total_steps or not 0.0 <= self.min_factor <= 1.0:
-            raise BrazeError("WarmupLinear: needs warmup_steps <= total_steps and min_factor in "
-                             f"[0, 1], got {self.warmup_steps}, {self.total_steps}, "
-                             f"{self.min_factor}")
-
-    def factor(self, step: int) -> float:
-        warm = _warmup(step, self.warmup_steps)
-        if warm is not None:
-            return warm
-        left = max(0.0, (self.total_steps - step) / max(1, self.total_steps - self.warmup_steps))
-        return self.min_factor + (1.0 - self.min_factor) * left
+    def decay(self, progress: float) -> float:
+        return 1.0 - progress

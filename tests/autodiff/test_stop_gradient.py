@@ -1,6 +1,7 @@
-"""stop_gradient: the identity to the interpreter and the compiled executor (a view), a
-constant to autodiff (no cotangent, zero tangent; checked against torch's `detach`), batched by
-vmap, held by element-wise regions, exported to ONNX as Identity, printed and parsed."""
+"""stop_gradient: the identity to the interpreter and the compiled executor (dropped, or read
+as the identity by a region's generated code), a constant to autodiff (no cotangent, zero
+tangent; checked against torch's `detach`), batched by vmap, held by element-wise regions,
+exported to ONNX as Identity, printed and parsed."""
 from __future__ import annotations
 
 import numpy as np
@@ -50,6 +51,9 @@ def test_compiled_it_is_a_region_member_and_matches_the_interpreter():
     held = [n for n in fused.nodes if n.op.kind == "elementwise_region"
             and any(b.op.kind == "stop_gradient" for b in n.op.body.nodes)]
     assert held, "an element-wise region holds the stop_gradient"
+    exe = bz.compile(fused)  # fused before compiling: the region's generated code holds it
+    np.testing.assert_allclose(exe({"x": X})[0], bz.interpret(g, {"x": X})[0], rtol=1e-12)
+    assert "reference" not in {row[2] for row in exe.dispatch_report().rows}
     gg = bz.grad_with_loss(fused, ["x"])  # differentiating the fused graph still stops
     np.testing.assert_allclose(bz.interpret(gg, {"x": X})[1],
                                bz.interpret(bz.grad_with_loss(g, ["x"]), {"x": X})[1],

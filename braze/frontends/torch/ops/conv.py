@@ -270,23 +270,22 @@ def upsample_nearest_1d(ctx, c):
     return ctx.g.reshape(y, (n, ch, out))
 
 
-@converter("aten.upsample_bicubic2d.vec", "aten.upsample_bicubic2d.default")
-def upsample_bicubic(ctx, c):
-    """Bicubic (a = -0.75, borders replicated) with torch's source coordinates, as `bilinear`."""
+def _interpolate(ctx, c, mode: ResizeMode):
+    """A bilinear / bicubic (a = -0.75, borders replicated) resize with torch's source
+    coordinates: (dst + 0.5) * in / out - 0.5 at every output length (ONNX's pytorch_half_pixel
+    reads 0 where the output length is 1: a downscale to one row), or align_corners."""
     x = ctx.value(c["input"] if "input" in c.args else c["self"])
     size = _resize_size(ctx, x)
     if c.get("align_corners", False):
-        return ctx.g.resize(x, size, ResizeMode.CUBIC, CoordinateMode.ALIGN_CORNERS)
-    return ctx.g.resize(x, size, ResizeMode.CUBIC, CoordinateMode.HALF_PIXEL, scale=_scales(c))
+        return ctx.g.resize(x, size, mode, CoordinateMode.ALIGN_CORNERS)
+    return ctx.g.resize(x, size, mode, CoordinateMode.HALF_PIXEL, scale=_scales(c))
+
+
+@converter("aten.upsample_bicubic2d.vec", "aten.upsample_bicubic2d.default")
+def upsample_bicubic(ctx, c):
+    return _interpolate(ctx, c, ResizeMode.CUBIC)
 
 
 @converter("aten.upsample_bilinear2d.vec", "aten.upsample_bilinear2d.default")
 def upsample_bilinear(ctx, c):
-    x = ctx.value(c["input"] if "input" in c.args else c["self"])
-    size = _resize_size(ctx, x)
-    if c.get("align_corners", False):
-        return ctx.g.resize(x, size, ResizeMode.LINEAR, CoordinateMode.ALIGN_CORNERS)
-    # torch reads source (dst + 0.5) * in / out - 0.5 at every output length; ONNX's
-    # pytorch_half_pixel reads 0 where the output length is 1 (a downscale to one row)
-    return ctx.g.resize(x, size, ResizeMode.LINEAR, CoordinateMode.HALF_PIXEL,
-                        scale=_scales(c))
+    return _interpolate(ctx, c, ResizeMode.LINEAR)
